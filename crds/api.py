@@ -1,0 +1,236 @@
+"""The TrainingJob API (``railtrain.dev/v1alpha1``): pydantic models, the single source of truth.
+
+The CRD in ``crds/trainingjob.yaml`` is generated from these models by
+:mod:`railtrain.crds.schema`; field descriptions become ``kubectl explain``
+text, and every cross-field rule in :data:`SPEC_RULES` is both checked here (for
+``railtrain validate`` and local runs) and emitted as a CEL
+``x-kubernetes-validations`` rule that kube-apiserver enforces.
+
+Conventions follow the Kubernetes API conventions: camelCase JSON names,
+``status.conditions`` of type/status/reason/message/lastTransitionTime/
+observedGeneration, and phases as a coarse summary next to conditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from railtrain.crds import contract
+
+DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_NAME_LENGTH = 52
+"""Job names leave room for ``-<rank>`` pod suffixes inside the 63-character DNS label limit."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """Return the camelCase JSON form the API server stores, without unset optionals."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field rule written once and enforced in two places.
+
+    Attributes:
+        cel: the CEL expression (Kubernetes ``x-kubernetes-validations``), evaluated
+            with ``self`` bound to the object the rule is attached to.
+        check: the same rule in Python over the pydantic object; returns True when valid.
+        message: one sentence naming the field and what is allowed.
+        field_path: JSONPath-style path, relative to the object, that the error points at.
+    """
+
+    cel: str
+    check: Callable[[Any], bool]
+    message: str
+    field_path: str
+
+
+class EnvVar(_Model):
+    """One environment variable for the training container (a subset of core/v1 EnvVar)."""
+
+    name: str = Field(description="Name of the environment variable; must be a C identifier.", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = Field("", description="Value of the environment variable.")
+
+
+class Resources(_Model):
+    """Resources of one node's pod (all processes of that node together)."""
+
+    gpus: int = Field(0, ge=0, description="Accelerators per pod, requested as the extended resource gpuResourceName.")
+    gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
+    cpu: str | None = Field(None, description="CPU request and limit per pod as a Kubernetes quantity, e.g. \"16\" or \"500m\".")
+    memory: str | None = Field(None, description="Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+
+
+class Parallelism(_Model):
+    """Parallel degrees; their product must equal nodes × procsPerNode (the world size).
+
+    Omitted degrees are 1. Tensor parallel must fit inside one node, because its
+    all-reduce runs at every layer and needs NVLink bandwidth (Megatron-LM,
+    Shoeybi et al. 2019).
+    """
+
+    data: int = Field(1, ge=1, description="Data-parallel replicas (gradients all-reduced, DDP or the replicate dimension of HSDP).")
+    fsdp: int = Field(1, ge=1, description="Fully sharded data-parallel degree (FSDP2 / ZeRO-3 shard dimension).")
+    tensor: int = Field(1, ge=1, description="Tensor-parallel degree; must divide procsPerNode so a TP group never crosses a node.")
+    pipeline: int = Field(1, ge=1, description="Pipeline-parallel stages.")
+
+    @property
+    def product(self) -> int:
+        """data × fsdp × tensor × pipeline."""
+        return self.data * self.fsdp * self.tensor * self.pipeline
+
+
+class TopologyPolicy(str, Enum):
+    """How strictly the gang must stay inside one topology domain."""
+
+    NONE = "none"
+    PREFERRED = "preferred"
+    REQUIRED = "required"
+
+
+class Topology(_Model):
+    """Topology-aware placement of the gang."""
+
+    policy: TopologyPolicy = Field(TopologyPolicy.PREFERRED, description="none: any nodes; preferred: tightest domain first, then wider; required: the whole gang inside one domain of level.")
+    level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack.")
+
+
+class Checkpoint(_Model):
+    """Periodic checkpoints of model and optimizer state."""
+
+    interval: int = Field(100, ge=1, description="Training steps between checkpoints.")
+    location: str = Field("", description="Directory or fsspec URI (s3://, gs://) for checkpoints; empty disables them.")
+
+
+class RunPolicy(_Model):
+    """Lifecycle limits of the job (mirrors batch/v1 Job semantics)."""
+
+    backoff_limit: int = Field(3, ge=0, description="Gang restarts allowed after retryable failures before the job is Failed.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds after startTime after which the job is Failed with reason DeadlineExceeded.")
+    suspend: bool = Field(False, description="When true, no pods exist; setting it back to false admits the job again.")
+
+
+SPEC_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel="!has(self.parallelism) || self.parallelism.data * self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline == self.nodes * self.procsPerNode",
+        check=lambda s: s.parallelism is None or s.parallelism.product == s.nodes * s.procs_per_node,
+        message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
+        field_path=".parallelism",
+    ),
+    Rule(
+        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
+        check=lambda s: s.parallelism is None or s.procs_per_node % s.parallelism.tensor == 0,
+        message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
+        field_path=".parallelism.tensor",
+    ),
+    Rule(
+        cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
+        check=lambda s: s.resources.gpus == 0 or s.procs_per_node <= s.resources.gpus,
+        message="spec.procsPerNode must not exceed spec.resources.gpus when the job requests GPUs (one process per GPU at most)",
+        field_path=".procsPerNode",
+    ),
+)
+
+
+class TrainingJobSpec(_Model):
+    """Desired state of a TrainingJob: what to run and how to place it."""
+
+    image: str = Field(min_length=1, description="Container image of every training pod.")
+    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment.")
+    args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the training container.")
+    resources: Resources = Field(default_factory=Resources, description="Resources of each node's pod.")
+    nodes: int = Field(1, ge=1, le=4096, description="Number of pods (torchrun nodes) in the gang; each lands on its own Kubernetes node.")
+    procs_per_node: int = Field(1, ge=1, le=64, description="Training processes per pod, usually one per GPU.")
+    parallelism: Parallelism | None = Field(None, description="Parallel degrees; omitted means pure data parallel over the world size.")
+    topology: Topology = Field(default_factory=Topology, description="Topology-aware placement policy.")
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "TrainingJobSpec":
+        failed = [r.message for r in SPEC_RULES if not r.check(self)]
+        if failed:
+            raise ValueError("; ".join(failed))
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """nodes × procsPerNode."""
+        return self.nodes * self.procs_per_node
+
+    def effective_parallelism(self) -> Parallelism:
+        """The parallelism, defaulting to pure data parallel over the world size."""
+        return self.parallelism or Parallelism(data=self.world_size)
+
+
+class ConditionStatus(str, Enum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """One observation of the job's state (metav1.Condition)."""
+
+    type: str = Field(description="Condition type in CamelCase, e.g. Admitted, Running, Succeeded, Failed.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word explaining the last transition.")
+    message: str = Field("", description="Human-readable details of the last transition.")
+    last_transition_time: datetime = Field(description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="metadata.generation the condition was computed from.")
+
+
+class RankPlacement(_Model):
+    """Where one node rank of the gang runs."""
+
+    rank: int = Field(ge=0, description="Node rank.")
+    node: str = Field(description="Kubernetes node name.")
+
+
+JobPhase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+
+
+class TrainingJobStatus(_Model):
+    """Observed state of a TrainingJob, written by the operator once per reconcile."""
+
+    phase: JobPhase | None = Field(None, description="Summary: Pending, Running, Restarting, Succeeded, Failed or Suspended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Latest observations, one per type.")
+    placement: list[RankPlacement] = Field(default_factory=list, description="Node chosen for every rank.")
+    restarts: int = Field(0, ge=0, description="Times the gang was restarted.")
+    start_time: datetime | None = Field(None, description="When every pod of the gang first ran.")
+    completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
+    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+
+
+class ObjectMeta(_Model):
+    """The subset of metav1.ObjectMeta a manifest needs; other keys are kept as-is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str = Field(description="Job name: a DNS-1035 label of at most 52 characters.", max_length=MAX_NAME_LENGTH, pattern=DNS_1035)
+    namespace: str | None = None
+
+
+class TrainingJob(_Model):
+    """A TrainingJob manifest: apiVersion, kind, metadata, spec and (optional) status."""
+
+    api_version: Literal["railtrain.dev/v1alpha1"] = Field(f"{contract.API_GROUP}/{contract.API_VERSION}", alias="apiVersion")
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus | None = None
+

@@ -1,0 +1,220 @@
+"""The pod-environment contract between the railtrain operator and the trainer.
+
+Everything a training pod sees from railtrain is spelled here and nowhere else:
+environment variable names, labels, annotations, exit codes and the format of
+the termination message. The operator builds pods with :func:`pod_env`; the
+trainer (and ``railtrain run --local``) reads them back with :func:`read_env`.
+This module imports neither kopf nor torch.
+
+The rendezvous variables use torchrun's own convention: every ``torchrun`` flag
+can be given as an environment variable named ``PET_<FLAG>`` (see
+``torch.distributed.run``), so a pod whose command is plain ``torchrun -m ...``
+joins the right gang with no flags. The same values are also published under
+``RAILTRAIN_*`` names for the training program itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+from typing import Mapping
+
+API_GROUP = "railtrain.dev"
+API_VERSION = "v1alpha1"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+SINGULAR = "trainingjob"
+SHORT_NAMES = ("tj",)
+
+# --- labels and annotations (Kubernetes recommended-label style) -----------
+LABEL_JOB_NAME = f"{API_GROUP}/job-name"
+"""Label on every pod and Service of a job: the TrainingJob's name."""
+LABEL_NODE_RANK = f"{API_GROUP}/node-rank"
+"""Label on every pod: its node rank, ``0 .. nodes-1``, as a decimal string."""
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "railtrain"
+SCHEDULING_GATE = f"{API_GROUP}/gang"
+"""Scheduling gate (KEP-3521) held on every pod until the whole gang is placed."""
+ANNOTATION_RESTART = f"{API_GROUP}/restart-count"
+"""Annotation on pods: the job restart count the pod belongs to."""
+
+# --- environment: torchrun rendezvous (read by torchrun itself) ------------
+ENV_PET_NNODES = "PET_NNODES"
+ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+ENV_PET_NODE_RANK = "PET_NODE_RANK"
+ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
+ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
+
+# --- environment: railtrain ------------------------------------------------
+ENV_JOB_NAME = "RAILTRAIN_JOB_NAME"
+ENV_NAMESPACE = "RAILTRAIN_NAMESPACE"
+ENV_NNODES = "RAILTRAIN_NNODES"
+ENV_NODE_RANK = "RAILTRAIN_NODE_RANK"
+ENV_PROCS_PER_NODE = "RAILTRAIN_PROCS_PER_NODE"
+ENV_RDZV_ADDR = "RAILTRAIN_RDZV_ADDR"
+ENV_RDZV_PORT = "RAILTRAIN_RDZV_PORT"
+ENV_PARALLELISM = "RAILTRAIN_PARALLELISM"
+ENV_CHECKPOINT_DIR = "RAILTRAIN_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL = "RAILTRAIN_CHECKPOINT_INTERVAL"
+ENV_METRICS_PORT = "RAILTRAIN_METRICS_PORT"
+ENV_RESTART_COUNT = "RAILTRAIN_RESTART_COUNT"
+
+DEFAULT_RDZV_PORT = 29500
+DEFAULT_METRICS_PORT = 9400
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# --- exit codes: the trainer's verdict, read by the operator ---------------
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""A failure the operator may retry (counts against runPolicy.backoffLimit)."""
+EXIT_USER_ERROR = 2
+"""Bad configuration or data: retrying cannot help, the job fails at once."""
+
+
+@dataclass(frozen=True)
+class PodEnvironment:
+    """The values one training pod receives.
+
+    Attributes:
+        job_name: the TrainingJob's ``metadata.name``.
+        namespace: the TrainingJob's namespace.
+        nnodes: number of pods (torchrun nodes) in the gang, >= 1.
+        node_rank: this pod's node rank in ``[0, nnodes)``.
+        procs_per_node: processes torchrun starts in this pod (world size is
+            ``nnodes * procs_per_node``).
+        rdzv_addr: host name of node rank 0, reachable from every pod
+            (``<job>-0.<job>.<namespace>.svc`` in a cluster, ``127.0.0.1`` locally).
+        rdzv_port: TCP port of the rendezvous store on node rank 0.
+        parallelism: degrees as ``"data=D,fsdp=F,tensor=T,pipeline=P"``.
+        checkpoint_dir: path or fsspec URI for checkpoints; ``""`` disables them.
+        checkpoint_interval: steps between checkpoints, >= 1.
+        metrics_port: Prometheus port of the local rank 0 process.
+        restart_count: how many times the operator restarted this gang.
+    """
+
+    job_name: str
+    namespace: str
+    nnodes: int
+    node_rank: int
+    procs_per_node: int
+    rdzv_addr: str
+    rdzv_port: int = DEFAULT_RDZV_PORT
+    parallelism: str = ""
+    checkpoint_dir: str = ""
+    checkpoint_interval: int = 100
+    metrics_port: int = DEFAULT_METRICS_PORT
+    restart_count: int = 0
+
+    @property
+    def world_size(self) -> int:
+        """Total number of training processes: ``nnodes * procs_per_node``."""
+        return self.nnodes * self.procs_per_node
+
+
+_RAILTRAIN_NAMES = {
+    "job_name": ENV_JOB_NAME,
+    "namespace": ENV_NAMESPACE,
+    "nnodes": ENV_NNODES,
+    "node_rank": ENV_NODE_RANK,
+    "procs_per_node": ENV_PROCS_PER_NODE,
+    "rdzv_addr": ENV_RDZV_ADDR,
+    "rdzv_port": ENV_RDZV_PORT,
+    "parallelism": ENV_PARALLELISM,
+    "checkpoint_dir": ENV_CHECKPOINT_DIR,
+    "checkpoint_interval": ENV_CHECKPOINT_INTERVAL,
+    "metrics_port": ENV_METRICS_PORT,
+    "restart_count": ENV_RESTART_COUNT,
+}
+
+
+def pod_env(env: PodEnvironment) -> dict[str, str]:
+    """Render a :class:`PodEnvironment` as environment variables.
+
+    Returns:
+        A mapping of variable name to string value: every ``RAILTRAIN_*``
+        variable plus the ``PET_*`` variables that torchrun reads in place of
+        its ``--nnodes/--nproc-per-node/--node-rank/--master-addr/--master-port``
+        flags (static rendezvous, see ``torch.distributed.run``).
+    """
+    out = {name: str(getattr(env, attr)) for attr, name in _RAILTRAIN_NAMES.items()}
+    out.update(
+        {
+            ENV_PET_NNODES: str(env.nnodes),
+            ENV_PET_NPROC_PER_NODE: str(env.procs_per_node),
+            ENV_PET_NODE_RANK: str(env.node_rank),
+            ENV_PET_MASTER_ADDR: env.rdzv_addr,
+            ENV_PET_MASTER_PORT: str(env.rdzv_port),
+        }
+    )
+    return out
+
+
+class ContractError(ValueError):
+    """Raised when the environment lacks a variable or holds a malformed one."""
+
+
+def read_env(environ: Mapping[str, str]) -> PodEnvironment:
+    """Parse the ``RAILTRAIN_*`` variables back into a :class:`PodEnvironment`.
+
+    Args:
+        environ: usually ``os.environ``.
+
+    Returns:
+        The pod environment; variables with defaults may be absent.
+
+    Raises:
+        ContractError: a required variable is missing or an integer one is not
+            an integer; the message names the variable.
+    """
+    kwargs: dict[str, object] = {}
+    for f in fields(PodEnvironment):
+        name = _RAILTRAIN_NAMES[f.name]
+        if name not in environ:
+            if f.default is MISSING:  # no default: required
+                raise ContractError(f"environment variable {name} is required but not set")
+            continue
+        raw = environ[name]
+        if f.type in ("int", int):
+            try:
+                kwargs[f.name] = int(raw)
+            except ValueError:
+                raise ContractError(f"environment variable {name} must be an integer, got {raw!r}") from None
+        else:
+            kwargs[f.name] = raw
+    return PodEnvironment(**kwargs)  # type: ignore[arg-type]
+
+
+def format_parallelism(data: int, fsdp: int, tensor: int, pipeline: int) -> str:
+    """Encode parallel degrees for :data:`ENV_PARALLELISM` (``"data=D,fsdp=F,tensor=T,pipeline=P"``)."""
+    return f"data={data},fsdp={fsdp},tensor={tensor},pipeline={pipeline}"
+
+
+def parse_parallelism(text: str) -> dict[str, int]:
+    """Decode :func:`format_parallelism` output into ``{"data": D, "fsdp": F, ...}``.
+
+    Raises:
+        ContractError: the text is not comma-separated ``name=int`` pairs.
+    """
+    out: dict[str, int] = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise ContractError(f"{ENV_PARALLELISM} must look like 'data=2,fsdp=1,tensor=1,pipeline=1', got {text!r}")
+        out[key.strip()] = int(value)
+    return out
+
+
+def service_name(job_name: str) -> str:
+    """Name of the headless rendezvous Service of a job (the job's own name)."""
+    return job_name
+
+
+def pod_name(job_name: str, node_rank: int) -> str:
+    """Name of the pod holding ``node_rank`` of a job: ``<job>-<rank>``."""
+    return f"{job_name}-{node_rank}"
+
+
+def rdzv_host(job_name: str, namespace: str) -> str:
+    """DNS name of node rank 0 behind the headless Service (pod hostname + subdomain)."""
+    return f"{pod_name(job_name, 0)}.{service_name(job_name)}.{namespace}.svc"
