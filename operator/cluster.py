@@ -1,0 +1,147 @@
+"""An immutable snapshot of the cluster's nodes and free accelerators (pure).
+
+Built from plain Node and Pod dicts as the API server returns them (camelCase
+JSON). Capacity is accounted the way kube-scheduler's NodeResourcesFit plugin
+does: a node's free amount is its ``status.allocatable`` minus the requests of
+every non-terminal pod bound to it. railtrain also subtracts pods that are
+pinned to a node by ``nodeSelector`` but not yet bound (gated or waiting for the
+scheduler): those are capacity promised to a gang, and counting them is what
+keeps two gangs from being admitted onto the same GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+QUARANTINE_LABEL = "railtrain.dev/quarantined"
+"""Nodes carrying this label (any value but "false") are never chosen."""
+
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def parse_quantity(text: str | int | float) -> float:
+    """Parse a Kubernetes resource quantity (``"8"``, ``"500m"``, ``"64Gi"``, ``"1e3"``) to a float.
+
+    Raises:
+        ValueError: the text is not a quantity.
+    """
+    if isinstance(text, (int, float)):
+        return float(text)
+    s = str(text).strip()
+    binary = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    decimal = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+    for suffix, mult in binary.items():
+        if s.endswith(suffix):
+            return float(s[: -len(suffix)]) * mult
+    if s and s[-1] in decimal:
+        return float(s[:-1]) * decimal[s[-1]]
+    try:
+        return float(s)
+    except ValueError:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}") from None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as placement sees it.
+
+    Attributes:
+        name: node name (equals its ``kubernetes.io/hostname`` label on kubelet-managed nodes).
+        labels: all node labels (topology levels are read from here).
+        gpus: allocatable accelerators of the requested resource.
+        free_gpus: ``gpus`` minus the requests of bound or pinned, non-terminal pods.
+        eligible: False when the node is cordoned, NotReady, quarantined or carries
+            a NoSchedule/NoExecute taint.
+        why_ineligible: a short reason when not eligible.
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    gpus: int
+    free_gpus: int
+    eligible: bool = True
+    why_ineligible: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """All nodes at one moment, keyed by name; build it with :func:`snapshot`."""
+
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+
+    def eligible(self) -> list[NodeInfo]:
+        """Eligible nodes, sorted by name for determinism."""
+        return sorted((n for n in self.nodes.values() if n.eligible), key=lambda n: n.name)
+
+
+def _node_ineligibility(node: Mapping[str, Any]) -> str:
+    spec = node.get("spec", {}) or {}
+    labels = (node.get("metadata", {}) or {}).get("labels", {}) or {}
+    if spec.get("unschedulable"):
+        return "cordoned"
+    if labels.get(QUARANTINE_LABEL, "false") != "false":
+        return "quarantined"
+    for taint in spec.get("taints", []) or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute"):
+            return f"taint {taint.get('key')}"
+    conditions = (node.get("status", {}) or {}).get("conditions", []) or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if not ready or ready.get("status") != "True":
+        return "NotReady"
+    return ""
+
+
+def pod_node(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod holds capacity on: ``spec.nodeName`` if bound, else its pinned hostname, else None."""
+    spec = pod.get("spec", {}) or {}
+    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> float:
+    """Sum of a pod's container requests (falling back to limits) of ``resource``."""
+    total = 0.0
+    for c in (pod.get("spec", {}) or {}).get("containers", []) or []:
+        res = c.get("resources", {}) or {}
+        amount = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+        if amount is not None:
+            total += parse_quantity(amount)
+    return total
+
+
+def snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], gpu_resource: str = "nvidia.com/gpu") -> ClusterSnapshot:
+    """Build a :class:`ClusterSnapshot` from API objects.
+
+    Args:
+        nodes: v1 Node dicts.
+        pods: v1 Pod dicts from every namespace (railtrain's and others').
+        gpu_resource: extended resource name to account.
+
+    Returns:
+        The snapshot; pods in phase Succeeded/Failed or being deleted... are
+        terminal only once their phase says so (a deleting pod still holds its GPUs).
+    """
+    used: dict[str, float] = {}
+    for pod in pods:
+        if (pod.get("status", {}) or {}).get("phase") in _TERMINAL:
+            continue
+        node = pod_node(pod)
+        if node:
+            used[node] = used.get(node, 0.0) + pod_request(pod, gpu_resource)
+    out = {}
+    for node in nodes:
+        meta = node.get("metadata", {}) or {}
+        name = meta["name"]
+        alloc = (node.get("status", {}) or {}).get("allocatable", {}) or {}
+        gpus = int(parse_quantity(alloc.get(gpu_resource, 0)))
+        why = _node_ineligibility(node)
+        out[name] = NodeInfo(
+            name=name,
+            labels=dict(meta.get("labels", {}) or {}),
+            gpus=gpus,
+            free_gpus=max(0, gpus - int(used.get(name, 0))),
+            eligible=not why,
+            why_ineligible=why,
+        )
+    return ClusterSnapshot(out)

@@ -1,0 +1,95 @@
+"""kopf handlers: each one only routes an event to :func:`controller.reconcile_job`.
+
+railtrain uses event handlers and its own periodic resync rather than kopf's
+create/update handlers, so kopf never writes progress into the object's status
+and never adds a finalizer: the status belongs to the API, and deleting a job
+works even while the operator is down (ownerReferences clean up the gang).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from railtrain.crds import contract
+from railtrain.operator import controller
+from railtrain.operator.kube import Kube, connect
+
+log = logging.getLogger("railtrain.operator")
+
+
+class OperatorConfig:
+    """Process-wide settings, filled once by :func:`railtrain.operator.main.run`.
+
+    Attributes:
+        kubeconfig: path, or None for $KUBECONFIG / in-cluster.
+        resync_seconds: period of the level-triggered resync of unfinished jobs.
+    """
+
+    kubeconfig: str | None = None
+    resync_seconds: float = 2.0
+    kube: Kube | None = None
+
+
+def _kube() -> Kube:
+    if OperatorConfig.kube is None:
+        OperatorConfig.kube = Kube(connect(OperatorConfig.kubeconfig))
+    return OperatorConfig.kube
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Adjust kopf once: no kopf Events, annotations-based storage under our group."""
+    settings.posting.enabled = False
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"kopf.{contract.API_GROUP}")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=f"kopf.{contract.API_GROUP}")
+    settings.watching.server_timeout = 60
+    settings.execution.max_workers = 8
+
+
+@kopf.on.startup()
+async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+    """Start the periodic resync: capacity freed by any pod can admit a waiting gang."""
+    memo.resync = asyncio.create_task(_resync_loop())
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the resync task on shutdown."""
+    task = memo.get("resync")
+    if task:
+        task.cancel()
+
+
+async def _resync_loop() -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(OperatorConfig.resync_seconds)
+        try:
+            jobs = await loop.run_in_executor(None, _kube().list_jobs)
+            for job in jobs:
+                if (job.get("status") or {}).get("phase") in ("Succeeded",):
+                    continue
+                meta = job["metadata"]
+                await loop.run_in_executor(None, controller.reconcile_job, _kube(), meta["namespace"], meta["name"])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the next pass retries; never let the loop die
+            log.exception("resync pass failed")
+
+
+@kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
+def on_job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
+    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it."""
+    if type == "DELETED":
+        return
+    controller.reconcile_job(_kube(), namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
+def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+    """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
+    controller.reconcile_job(_kube(), namespace, labels[contract.LABEL_JOB_NAME])

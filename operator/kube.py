@@ -1,0 +1,175 @@
+"""The one module that talks to the Kubernetes API server (official client, sync).
+
+Everything here is a thin verb over the REST API returning plain camelCase
+dicts; decisions are made in :mod:`railtrain.operator.reconcile`. Creates
+tolerate 409 AlreadyExists and deletes tolerate 404 NotFound, which is what
+makes reconciles idempotent across operator restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from railtrain.crds import contract
+
+FIELD_MANAGER = "railtrain-operator"
+COMPONENT = "railtrain-operator"
+
+
+class Kube:
+    """Verbs over the API server used by the operator.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient``; see :func:`connect`.
+    """
+
+    def __init__(self, api_client: client.ApiClient):
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    # --- reads ---------------------------------------------------------------
+    def _json(self, response: Any) -> Any:
+        return json.loads(response.data)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TrainingJob object, or None when it does not exist."""
+        try:
+            return self.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every TrainingJob in ``namespace`` (all namespaces when None)."""
+        if namespace:
+            res = self.custom.list_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL)
+        else:
+            res = self.custom.list_cluster_custom_object(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
+        return res.get("items", [])
+
+    def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Pods labelled with the job's name, as dicts."""
+        res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
+        return self._json(res)["items"]
+
+    def service_exists(self, namespace: str, name: str) -> bool:
+        """Whether the job's rendezvous Service exists."""
+        try:
+            self.core.read_namespaced_service(contract.service_name(name), namespace, _preload_content=False)
+            return True
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node, as dicts."""
+        return self._json(self.core.list_node(_preload_content=False))["items"]
+
+    def list_active_pods(self) -> list[dict[str, Any]]:
+        """Every non-terminal pod in the cluster (they hold node capacity)."""
+        res = self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+        )
+        return self._json(res)["items"]
+
+    # --- writes ----------------------------------------------------------------
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create a Pod or Service; returns False when it already existed."""
+        ns = manifest["metadata"]["namespace"]
+        try:
+            if manifest["kind"] == "Pod":
+                self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+            elif manifest["kind"] == "Service":
+                self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+            else:
+                raise ValueError(f"cannot create kind {manifest['kind']}")
+            return True
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod; a pod that is already gone is fine."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def release_pod(self, namespace: str, name: str, node: str | None) -> None:
+        """Pin a gated pod to ``node`` (nodeSelector addition) and lift the gang gate, in one JSON patch.
+
+        Adding nodeSelector entries to a gated pod is allowed by the API server
+        (KEP-3838, mutable scheduling directives for gated pods).
+        """
+        ops: list[dict[str, Any]] = []
+        if node:
+            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
+        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, ops, field_manager=FIELD_MANAGER, _content_type="application/json-patch+json", _preload_content=False
+            )
+        except ApiException as err:
+            if err.status not in (404, 422):  # gone, or gate already lifted
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replace the job's status through the status subresource (merge patch)."""
+        self.custom.patch_namespaced_custom_object_status(
+            contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
+            field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
+        )
+
+    def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the job (shown by ``kubectl describe tj``)."""
+        meta = job["metadata"]
+        now = datetime.now(timezone.utc)
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": job["apiVersion"],
+                "kind": job["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+            "source": {"component": COMPONENT, "host": socket.gethostname()},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": socket.gethostname(),
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        except ApiException:
+            pass  # Events are best-effort by Kubernetes convention.
+
+
+def connect(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from ``kubeconfig``, else $KUBECONFIG/~/.kube/config, else in-cluster config.
+
+    Raises:
+        kubernetes.config.ConfigException: no configuration can be found.
+    """
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        return config.new_client_from_config()
+    except config.ConfigException:
+        config.load_incluster_config()
+        return client.ApiClient()

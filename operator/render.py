@@ -1,0 +1,179 @@
+"""Render a TrainingJob into the Kubernetes objects of its gang (pure; no I/O).
+
+One headless Service gives node rank 0 a stable DNS name for the torchrun
+rendezvous (pod ``hostname`` + ``subdomain``, the Kubernetes DNS convention for
+pods behind a headless Service). One pod per node rank carries the
+pod-environment contract (:mod:`railtrain.crds.contract`), job and rank labels,
+an ownerReference to the job (so deleting the job garbage-collects the gang)
+and the gang scheduling gate (KEP-3521), which the operator lifts only after
+every rank has a node. ``railtrain run --local`` renders the same pods and runs
+their containers as local processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railtrain.crds import contract
+from railtrain.crds.api import TrainingJob, TrainingJobSpec
+
+CONTAINER_NAME = "trainer"
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    """The controller ownerReference pointing at TrainingJob ``name``/``uid``."""
+    return {
+        "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+        "kind": contract.KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def job_labels(name: str) -> dict[str, str]:
+    """Labels shared by every object of job ``name``."""
+    return {contract.LABEL_JOB_NAME: name, contract.LABEL_MANAGED_BY: contract.MANAGED_BY}
+
+
+def pod_environment(spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None) -> contract.PodEnvironment:
+    """The contract values for node ``rank`` of a job.
+
+    Args:
+        spec: the job spec.
+        name: job name; namespace: its namespace.
+        rank: node rank in ``[0, spec.nodes)``.
+        restarts: the job's restart count (a new gang per restart).
+        rdzv_addr: override of node rank 0's address (``127.0.0.1`` for local runs);
+            defaults to the headless-Service DNS name.
+
+    Raises:
+        ValueError: rank out of range.
+    """
+    if not 0 <= rank < spec.nodes:
+        raise ValueError(f"rank must be in [0, {spec.nodes}), got {rank}")
+    par = spec.effective_parallelism()
+    return contract.PodEnvironment(
+        job_name=name,
+        namespace=namespace,
+        nnodes=spec.nodes,
+        node_rank=rank,
+        procs_per_node=spec.procs_per_node,
+        rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
+        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+        checkpoint_dir=spec.checkpoint.location,
+        checkpoint_interval=spec.checkpoint.interval,
+        restart_count=restarts,
+    )
+
+
+def container_env(spec: TrainingJobSpec, env: contract.PodEnvironment) -> list[dict[str, str]]:
+    """Container ``env`` list: the contract first, then the user's variables (which may override)."""
+    merged = contract.pod_env(env)
+    for var in spec.env:
+        merged[var.name] = var.value
+    return [{"name": k, "value": v} for k, v in merged.items()]
+
+
+def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
+    amounts: dict[str, str] = {}
+    if spec.resources.gpus:
+        amounts[spec.resources.gpu_resource_name] = str(spec.resources.gpus)
+    if spec.resources.cpu:
+        amounts["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        amounts["memory"] = spec.resources.memory
+    # requests == limits: Guaranteed QoS, the class training pods want.
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
+    """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published)."""
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": contract.service_name(name),
+            "namespace": namespace,
+            "labels": job_labels(name),
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {contract.LABEL_JOB_NAME: name},
+            "ports": [{"name": "rendezvous", "port": contract.DEFAULT_RDZV_PORT, "targetPort": contract.DEFAULT_RDZV_PORT}],
+        },
+    }
+
+
+def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0) -> dict[str, Any]:
+    """The gated pod of node ``rank``.
+
+    Returns:
+        A v1 Pod manifest with ``schedulingGates`` set and no ``nodeSelector``
+        yet; :func:`pin_to_node` adds the node once the gang is placed.
+
+    Raises:
+        ValueError: rank out of range.
+    """
+    name = job.metadata.name
+    spec = job.spec
+    env = pod_environment(spec, name, namespace, rank, restarts)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "env": container_env(spec, env),
+        "ports": [
+            {"name": "rendezvous", "containerPort": contract.DEFAULT_RDZV_PORT},
+            {"name": "metrics", "containerPort": contract.DEFAULT_METRICS_PORT},
+        ],
+        "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    resources = _resources(spec)
+    if resources:
+        container["resources"] = resources
+    labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": contract.pod_name(name, rank),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {contract.ANNOTATION_RESTART: str(restarts)},
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": {
+            "hostname": contract.pod_name(name, rank),
+            "subdomain": contract.service_name(name),
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
+            "containers": [container],
+        },
+    }
+
+
+def render_gang(job: TrainingJob, namespace: str, uid: str, restarts: int = 0) -> list[dict[str, Any]]:
+    """All pods of the gang, ordered by node rank."""
+    return [render_pod(job, namespace, uid, r, restarts) for r in range(job.spec.nodes)]
+
+
+def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """Return a copy of ``pod`` whose nodeSelector pins it to ``node`` (by kubernetes.io/hostname).
+
+    The operator decides, kube-scheduler enforces resources: the scheduler still
+    binds the pod and checks that the node fits, as Kueue's topology-aware
+    scheduling does.
+    """
+    out = {**pod, "spec": {**pod["spec"]}}
+    out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), "kubernetes.io/hostname": node}
+    return out

@@ -1,0 +1,94 @@
+"""The TrainingJob models, manifest loading and the generated CRD."""
+
+import pytest
+import yaml
+
+from railtrain.crds import schema
+from railtrain.crds.api import TrainingJob
+from railtrain.crds.validation import ManifestError, load_manifest, parse_manifest
+
+
+def manifest(**spec):
+    return {
+        "apiVersion": "railtrain.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "llm"},
+        "spec": {"image": "img:1", "nodes": 2, "procsPerNode": 4} | spec,
+    }
+
+
+def test_crd_file_is_up_to_date():
+    """Fails when crds/trainingjob.yaml was not regenerated after a model change."""
+    assert schema.CRD_PATH.read_text() == schema.render(), "run `python -m railtrain.crds`"
+
+
+def test_crd_schema_is_structural():
+    def walk(node, path):
+        if isinstance(node, dict):
+            assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+            if "properties" in node:
+                assert node.get("type") == "object", path
+                for k, v in node["properties"].items():
+                    assert "type" in v, f"{path}.{k} has no type"
+                    walk(v, f"{path}.{k}")
+            if "items" in node:
+                walk(node["items"], path + "[]")
+
+    walk(schema.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "")
+
+
+def test_defaults_and_world_size():
+    job = TrainingJob.model_validate(manifest())
+    assert job.spec.world_size == 8
+    assert job.spec.effective_parallelism().data == 8
+    assert job.spec.checkpoint.interval == 100 and job.spec.run_policy.backoff_limit == 3
+
+
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ({"nodes": 0}, "spec.nodes: Input should be greater than or equal to 1"),
+        ({"procPerNode": 2}, "spec.procPerNode: unknown field"),
+        ({"parallelism": {"data": 3}}, "spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode"),
+        ({"parallelism": {"data": 1, "tensor": 8}, "nodes": 1, "procsPerNode": 4}, "spec.parallelism"),
+        ({"parallelism": {"data": 4, "tensor": 3}, "nodes": 3, "procsPerNode": 4}, "spec.parallelism.tensor must divide procsPerNode"),
+        ({"resources": {"gpus": 2}}, "spec.procsPerNode must not exceed spec.resources.gpus"),
+        ({"topology": {"policy": "strict"}}, "spec.topology.policy"),
+    ],
+)
+def test_invalid_specs_name_the_field(spec, expected):
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(manifest(**spec))
+    assert expected in str(err.value)
+
+
+def test_missing_image_and_bad_name():
+    data = manifest()
+    del data["spec"]["image"]
+    data["metadata"]["name"] = "Bad_Name"
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(data)
+    assert len(err.value.errors) == 2
+    assert "spec.image: required field is missing" in err.value.errors
+    assert any(e.startswith("metadata.name") for e in err.value.errors)
+
+
+def test_load_manifest_file_errors(tmp_path):
+    with pytest.raises(ManifestError, match="does not exist"):
+        load_manifest(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("spec: [unclosed\n")
+    with pytest.raises(ManifestError, match="not valid YAML at line"):
+        load_manifest(bad)
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump(manifest()) + "---\n" + yaml.safe_dump(manifest()))
+    with pytest.raises(ManifestError, match="exactly one"):
+        load_manifest(two)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(manifest()))
+    assert load_manifest(ok).metadata.name == "llm"
+
+
+def test_to_api_is_camel_case():
+    api = TrainingJob.model_validate(manifest()).to_api()
+    assert api["spec"]["procsPerNode"] == 4 and "procs_per_node" not in api["spec"]
