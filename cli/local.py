@@ -1,0 +1,357 @@
+"""``railtrain run --local``: a TrainingJob's gang as processes on this machine.
+
+The gang is rendered exactly as the operator renders it
+(:func:`railtrain.operator.render.render_gang`), so the processes see the same
+pod-environment contract a cluster pod sees; only what cannot hold on one host
+is changed: node rank 0 is ``127.0.0.1`` on a free port, every node gets its own
+metrics port, a relative checkpoint location becomes absolute (against the
+directory ``railtrain`` was started in), and the container image is ignored.
+``torchrun`` and ``python`` run from this interpreter, so the local run uses
+the same torch as the command line.
+
+:func:`plan_local` is pure; :class:`LocalGang` owns the processes: it streams
+their output with a ``[rank N]`` prefix, and when one node fails it stops the
+others (SIGTERM to each node's process group, SIGKILL after a grace period),
+the way the operator replaces a whole gang.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, TextIO
+
+from railtrain.cli.errors import CliError
+from railtrain.crds import contract
+from railtrain.crds.api import TrainingJob
+from railtrain.operator import render
+
+LOCAL_NAMESPACE = "local"
+LOCAL_UID = "00000000-0000-4000-8000-000000000000"
+"""A fixed stand-in for the TrainingJob's uid (only ownerReferences use it, and they are not used locally)."""
+LOCAL_ADDR = "127.0.0.1"
+GRACE_SECONDS = 10.0
+"""Seconds between SIGTERM and SIGKILL when stopping a node, like a pod's terminationGracePeriodSeconds."""
+TAIL_LINES = 30
+"""Lines of a failed node's output repeated when some of them were filtered out."""
+NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|signal", re.IGNORECASE)
+"""Lines of ranks other than 0 that are shown without --verbose."""
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """One node rank of the gang, ready to start.
+
+    Attributes:
+        rank: node rank.
+        argv: the program and its arguments.
+        env: the container's environment (the pod contract plus ``spec.env``);
+            it is laid over this process's own environment at start.
+    """
+
+    rank: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def local_argv(command: list[str], args: list[str], python: str = sys.executable) -> list[str]:
+    """The local command line of a container: ``command + args`` with Python launchers mapped to ``python``.
+
+    ``torchrun`` becomes ``python -m torch.distributed.run`` and ``python``/``python3``
+    become ``python``, so the interpreter (and the torch) of this installation is used.
+
+    Raises:
+        CliError: ``command`` is empty (the image's entrypoint is unknown locally).
+    """
+    if not command:
+        raise CliError("spec.command is empty: a local run needs the command to start, because the image's entrypoint is not known here")
+    head, rest = command[0], list(command[1:])
+    if head == "torchrun":
+        return [python, "-m", "torch.distributed.run", *rest, *args]
+    if head in ("python", "python3"):
+        return [python, *rest, *args]
+    return [head, *rest, *args]
+
+
+def resolve_location(location: str, base: Path) -> str:
+    """Make a relative checkpoint path absolute against ``base``; URIs (``s3://...``) and ``""`` are kept."""
+    if not location or "://" in location:
+        return location
+    return os.path.abspath(os.path.join(base, os.path.expanduser(location)))
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = None) -> list[int]:
+    """``count`` distinct TCP ports that are free on ``host`` right now.
+
+    The ports are drawn below the kernel's ephemeral range, so that outgoing
+    connections (which take their local port from that range, as gloo's many
+    connections do) cannot grab a port in the seconds before torchrun binds it.
+
+    Raises:
+        CliError: no free ports were found.
+    """
+    rng = rng or random.Random()
+    low = 20000
+    high = min(_ephemeral_range()[0], 32768) - 1
+    ports: list[int] = []
+    for _ in range(200 * count):
+        if len(ports) == count:
+            break
+        port = rng.randint(low, high)
+        if port in ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        ports.append(port)
+    if len(ports) < count:
+        raise CliError(f"no {count} free TCP ports between {low} and {high} on {host} for the rendezvous and metrics")
+    return ports
+
+
+def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable) -> list[LocalNode]:
+    """Render the gang as the operator would and adapt each pod to this host.
+
+    Args:
+        job: a validated TrainingJob.
+        rdzv_port: the rendezvous port of node rank 0 on ``127.0.0.1``.
+        metrics_ports: one metrics port per node rank.
+        base_dir: directory a relative ``spec.checkpoint.location`` is resolved against.
+        python: the interpreter that replaces ``torchrun``/``python``.
+
+    Returns:
+        One :class:`LocalNode` per node rank, in rank order.
+
+    Raises:
+        CliError: ``spec.command`` is empty.
+        ValueError: fewer metrics ports than nodes.
+    """
+    if len(metrics_ports) < job.spec.nodes:
+        raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
+    name = job.metadata.name
+    nodes = []
+    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID):
+        rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
+        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, rdzv_addr=LOCAL_ADDR)
+        pod_env = dataclasses.replace(
+            pod_env,
+            rdzv_port=rdzv_port,
+            metrics_port=metrics_ports[rank],
+            checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+        )
+        env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}
+        argv = local_argv(container.get("command", []), container.get("args", []), python)
+        nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
+    return nodes
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: a process killed by signal N reports ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class LocalGang:
+    """Starts the nodes of a gang, streams their output, and stops them together.
+
+    Args:
+        nodes: the planned nodes.
+        workdir: working directory of every process (``None``: the current one).
+        verbose: show every line of every rank; otherwise ranks other than 0
+            show only lines that look like errors or warnings.
+        notify: prints one status sentence of the runner (not process output).
+        out: where process output goes (``None``: ``sys.stdout`` at the time of writing).
+        grace: seconds between SIGTERM and SIGKILL when stopping nodes.
+    """
+
+    def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
+                 notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS):
+        self.nodes = nodes
+        self.workdir = workdir
+        self.verbose = verbose
+        self.notify = notify
+        self.grace = grace
+        self._out = out
+        self._lock = threading.Lock()
+        self._procs: dict[int, subprocess.Popen[str]] = {}
+        self._pumps: list[threading.Thread] = []
+        self._tails = {n.rank: collections.deque(maxlen=TAIL_LINES) for n in nodes}
+        self._hidden = {n.rank: 0 for n in nodes}
+        self._unfiltered: set[int] = set()
+        self._muted: set[int] = set()
+        self._muted_lines = 0
+
+    def run(self) -> int:
+        """Run every node to completion.
+
+        Returns:
+            0 when every node exited 0; otherwise the exit status of the first
+            node seen failing (the others are stopped); 130 after Ctrl-C or SIGTERM.
+
+        Raises:
+            CliError: a command cannot be started (the nodes already started are stopped).
+        """
+        with _sigterm_as_interrupt():
+            try:
+                for node in self.nodes:
+                    self._start(node)
+                failed = self._wait()
+            except KeyboardInterrupt:
+                self.notify(f"interrupted: stopping {len(self._procs)} node(s)")
+                self._stop_all(mute=set(self._procs))
+                return 130
+            except BaseException:
+                self._stop_all()
+                raise
+            if failed is None:
+                self._drain()
+                return 0
+            rank, returncode = failed
+            others = sum(1 for r, p in self._procs.items() if r != rank and p.poll() is None)
+            stopping = f"; stopping the other {others} running node(s)" if others else ""
+            self.notify(f"node rank {rank} exited with status {exit_status(returncode)}{stopping}")
+            self._stop_all(mute=set(self._procs) - {rank})
+            self._show_tail(rank)
+            if self._muted_lines:
+                self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
+            return exit_status(returncode)
+
+    # -- processes ----------------------------------------------------------
+    def _start(self, node: LocalNode) -> None:
+        env = {**os.environ, **node.env, "PYTHONUNBUFFERED": "1"}  # Python's own switch: stream output live
+        try:
+            proc = subprocess.Popen(
+                list(node.argv), env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
+                errors="replace", bufsize=1, start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise CliError(f"spec.command[0]: {node.argv[0]!r} is not a program on this machine's PATH (a local run executes the command here)") from None
+        except PermissionError:
+            raise CliError(f"spec.command[0]: {node.argv[0]!r} is not executable") from None
+        self._procs[node.rank] = proc
+        pump = threading.Thread(target=self._pump, args=(node.rank, proc.stdout), name=f"rank-{node.rank}-output", daemon=True)
+        pump.start()
+        self._pumps.append(pump)
+
+    def _wait(self) -> tuple[int, int] | None:
+        while True:
+            running = False
+            for rank, proc in sorted(self._procs.items()):
+                returncode = proc.poll()
+                if returncode is None:
+                    running = True
+                elif returncode != 0:
+                    return rank, returncode
+            if not running:
+                return None
+            time.sleep(0.1)
+
+    def _stop_all(self, mute: Iterable[int] = ()) -> None:
+        """SIGTERM every running node's process group, then SIGKILL what is left after the grace period.
+
+        Args:
+            mute: ranks whose further output is dropped (unless verbose): the
+                tracebacks of nodes we stop on purpose only hide the real failure.
+        """
+        if not self.verbose:
+            self._muted.update(mute)
+        running = [p for p in self._procs.values() if p.poll() is None]
+        for proc in running:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        try:
+            for proc in running:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: do not wait out the grace period
+        for proc in running:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        self._drain()
+
+    def _drain(self) -> None:
+        for pump in self._pumps:
+            pump.join(timeout=5)
+
+    # -- output -------------------------------------------------------------
+    def _pump(self, rank: int, stream: TextIO) -> None:
+        with stream:
+            for line in stream:
+                self._emit(rank, line.rstrip("\r\n"))
+
+    def _emit(self, rank: int, line: str) -> None:
+        if rank in self._muted:
+            self._muted_lines += 1
+            return
+        self._tails[rank].append(line)
+        if line.lstrip().startswith("Traceback"):
+            self._unfiltered.add(rank)  # show the whole traceback, not just its last line
+        if rank == 0 or self.verbose or rank in self._unfiltered or NOTEWORTHY.search(line):
+            self._write(f"[rank {rank}] {line}\n")
+        else:
+            self._hidden[rank] += 1
+
+    def _show_tail(self, rank: int) -> None:
+        if not self._hidden[rank] or not self._tails[rank]:
+            return
+        self._write(f"[rank {rank}] --- last {len(self._tails[rank])} lines of output (rerun with --verbose for all) ---\n")
+        for line in list(self._tails[rank]):
+            self._write(f"[rank {rank}] {line}\n")
+
+    def _write(self, text: str) -> None:
+        with self._lock:
+            out = self._out or sys.stdout
+            out.write(text)
+            out.flush()
+
+
+def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
+    """Signal the process group led by ``proc`` (the node and e.g. torchrun's workers); only called before ``proc`` is reaped."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While active, SIGTERM to ``railtrain`` stops the gang like Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,310 @@
+"""The ``railtrain`` command line (typer + rich).
+
+Commands stay thin: manifests are loaded by :mod:`railtrain.crds.validation`,
+local runs live in :mod:`railtrain.cli.local`, cluster calls in
+:mod:`railtrain.cli.k8s`, and the ``get`` views in :mod:`railtrain.cli.views`.
+The cluster client, the local control plane and the operator are imported only
+by the commands that need them.
+
+Every error a person can fix ends the command with one sentence per problem on
+stderr and a non-zero exit status, never a traceback: :class:`_Group` reports
+usage errors, :class:`~railtrain.cli.errors.CliError`, manifest errors and
+Kubernetes client errors in one place.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime, timezone
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.text import Text
+from typer.core import TyperGroup
+
+from railtrain.cli import errors
+from railtrain.cli.errors import CliError
+from railtrain.crds.validation import ManifestError, load_manifest
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _stdout() -> Console:
+    return Console(highlight=False)
+
+
+def say(message: str, style: str = "dim") -> None:
+    """Print one status sentence of ``railtrain`` itself to stderr (stdout stays for results and process output)."""
+    _stderr().print(Text(message, style=style))
+
+
+class _Group(TyperGroup):
+    """The root command group: turns every user error into sentences on stderr and an exit status."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: D102
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except typer.Abort:
+            say("aborted", style="red")
+            code = 1
+        except Exception as err:  # reported below, or re-raised with its traceback
+            code = _report(err)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _report(err: Exception) -> int:
+    """Print ``err`` for a person and return the exit status; re-raise programming errors."""
+    if hasattr(err, "format_message") and hasattr(err, "exit_code") and not isinstance(err, CliError):
+        # typer's (click's) usage errors: a bad flag, a missing argument.
+        message = err.format_message().replace("Value error, ", "")  # typer's coercion adds pydantic's prefix
+        if type(err).__name__ == "NoArgsIsHelpError":
+            _stderr().print(Text(message))
+        else:
+            ctx = getattr(err, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _stderr().print(Text(f"error: {message}{hint}", style="red"))
+        return int(err.exit_code)
+    described = errors.describe(err)
+    if described is None:
+        raise err
+    for message in described.messages:
+        _stderr().print(Text(f"error: {message}", style="red"))
+    return described.exit_code
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="railtrain",
+    help="Kubernetes-native orchestrator for large-scale model training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+dev_app = typer.Typer(help="A local control plane (etcd, kube-apiserver, scheduler, kwok nodes) for trying railtrain.", no_args_is_help=True)
+app.add_typer(dev_app, name="dev")
+
+KubeconfigOption = Annotated[
+    Optional[str],
+    typer.Option("--kubeconfig", envvar="KUBECONFIG", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
+]
+NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
+ManifestArgument = Annotated[Path, typer.Argument(help="TrainingJob manifest (YAML).", show_default=False)]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"railtrain {metadata.version('railtrain')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Kubernetes-native orchestrator for large-scale model training."""
+
+
+@app.command()
+def validate(file: ManifestArgument) -> None:
+    """Check a TrainingJob manifest the way the API server will, without a cluster.
+
+    Prints the gang shape when valid; raises ManifestError (one sentence per
+    problem, exit status 1) when not.
+    """
+    job = load_manifest(file)
+    spec = job.spec
+    typer.echo(f"{file}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
+
+
+@app.command()
+def run(
+    file: ManifestArgument,
+    local: Annotated[bool, typer.Option("--local", help="Run the gang as processes on this machine (required: cluster runs use 'railtrain submit').")] = False,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; default: the current one.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line of every rank (default: rank 0 fully, other ranks' errors and warnings).")] = False,
+    grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
+) -> None:
+    """Run a TrainingJob's gang as local processes with the same environment its pods would get.
+
+    Exits 0 when every node succeeds, with the first failing node's status
+    otherwise (the other nodes are stopped), 130 after Ctrl-C.
+    """
+    from railtrain.cli import local as local_run
+
+    if not local:
+        raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
+    if workdir is not None and not workdir.is_dir():
+        raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
+    job = load_manifest(file)
+    spec = job.spec
+    ports = local_run.free_ports(spec.nodes + 1)
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd())
+    say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
+    say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
+    started = time.monotonic()
+    gang = local_run.LocalGang(nodes, workdir=workdir, verbose=verbose, grace=grace, notify=lambda s: say(s, style="yellow"))
+    code = gang.run()
+    elapsed = time.monotonic() - started
+    if code == 0:
+        say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
+    elif code == 130:
+        say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
+    else:
+        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s", style="red")
+    raise typer.Exit(code)
+
+
+def read_raw_manifest(path: Path) -> dict[str, Any]:
+    """Read a single-document YAML mapping without checking it against the API.
+
+    Raises:
+        ManifestError: the file is missing or unreadable, not YAML, or not one mapping.
+    """
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except OSError as err:
+        raise ManifestError([f"cannot read {path}: {err.strerror or err.__class__.__name__}"], str(path)) from None
+    except yaml.YAMLError:
+        raise ManifestError(["not valid YAML"], str(path)) from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise ManifestError(["expected exactly one YAML mapping (a TrainingJob document)"], str(path))
+    return docs[0]
+
+
+@app.command()
+def submit(
+    file: ManifestArgument,
+    namespace: NamespaceOption = None,
+    kubeconfig: KubeconfigOption = None,
+    no_validate: Annotated[bool, typer.Option("--no-validate", hidden=True, help="Send the manifest unchecked (to see the API server's own validation).")] = False,
+) -> None:
+    """Validate a TrainingJob manifest locally, then create it in the cluster."""
+    from railtrain.cli import k8s
+
+    if not no_validate:
+        load_manifest(file)  # every problem at once, before any network traffic
+    body = read_raw_manifest(file)
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    name = meta.get("name", "?")
+    if namespace and meta.get("namespace") and namespace != meta["namespace"]:
+        raise CliError(f"--namespace {namespace} differs from metadata.namespace {meta['namespace']} in {file}; drop one of them", exit_code=2)
+    cluster = k8s.connect(kubeconfig)
+    target = namespace or meta.get("namespace") or cluster.namespace
+    k8s.create_job(cluster, target, body)
+    typer.echo(f"trainingjob.railtrain.dev/{name} created in namespace {target}")
+    say(f"follow it with: railtrain get {name} -n {target}")
+
+
+class OutputFormat(str, Enum):
+    """Output formats of ``railtrain get``."""
+
+    table = "table"
+    yaml = "yaml"
+
+
+@app.command()
+def get(
+    name: Annotated[Optional[str], typer.Argument(help="A job's name; omit to list jobs.", show_default=False)] = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List jobs in every namespace.")] = False,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or yaml.")] = OutputFormat.table,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Show TrainingJobs: a table of all of them, or one job's phase, conditions and placement."""
+    from railtrain.cli import k8s, views
+
+    if name and all_namespaces:
+        raise CliError("--all-namespaces lists jobs; it cannot be combined with a NAME", exit_code=2)
+    cluster = k8s.connect(kubeconfig)
+    ns = namespace or cluster.namespace
+    now = datetime.now(timezone.utc)
+    out = _stdout()
+    if name:
+        obj = k8s.get_job(cluster, ns, name)
+        if output is OutputFormat.yaml:
+            typer.echo(views.to_yaml(obj), nl=False)
+        else:
+            out.print(views.job_detail(obj, now))
+        return
+    items = k8s.list_jobs(cluster, None if all_namespaces else ns)
+    if output is OutputFormat.yaml:
+        typer.echo(views.to_yaml(items), nl=False)
+    elif not items:
+        say("no trainingjobs in " + ("any namespace" if all_namespaces else f"namespace {ns}"))
+    else:
+        out.print(views.jobs_table(items, now, all_namespaces=all_namespaces))
+
+
+@dev_app.command("up")
+def dev_up(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Fake (kwok) GPU nodes in the cluster.")] = 4,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu capacity of each fake node.")] = 8,
+    name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain",
+) -> None:
+    """Start (or reuse) a local control plane with fake GPU nodes and railtrain's CRDs; print its kubeconfig.
+
+    The export line goes to stdout, so ``eval "$(railtrain dev up)"`` points kubectl and railtrain at it.
+    """
+    controlplane = _import_controlplane()
+    from railtrain.cli.controlplane import dev
+
+    say(f"starting local cluster {name} ({nodes} nodes × {gpus_per_node} GPUs); the first start builds the binaries and takes minutes")
+    try:
+        kubeconfig = dev.dev_up(nodes, gpus_per_node, name)
+    except (controlplane.ClusterError, controlplane.BinariesError) as err:
+        raise CliError(f"local cluster {name} did not start: {err}") from None
+    say(f"local cluster {name} is up: {nodes} nodes × {gpus_per_node} GPUs; kubeconfig {kubeconfig}", style="green")
+    typer.echo(f"export KUBECONFIG={kubeconfig}")
+
+
+@dev_app.command("down")
+def dev_down(name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain") -> None:
+    """Stop a local control plane started by 'railtrain dev up' and delete its state."""
+    _import_controlplane()
+    from railtrain.cli.controlplane import dev
+
+    if dev.dev_down(name):
+        say(f"local cluster {name} is down", style="green")
+    else:
+        say(f"there was no local cluster named {name}")
+
+
+def _import_controlplane() -> Any:
+    try:
+        import railtrain.cli.controlplane as controlplane
+    except ModuleNotFoundError as err:
+        raise CliError(f"the local control plane is not available in this installation (missing module {err.name})") from None
+    return controlplane
+
+
+@app.command()
+def operator(
+    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Watch only this namespace; default: every namespace.")] = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
+    try:
+        from railtrain.operator import main as operator_main
+    except ModuleNotFoundError as err:
+        raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
+    operator_main.run(namespace, kubeconfig)
+
+
+def main() -> None:
+    """Entry point of the ``railtrain`` script: run the command line and exit with its status."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""How ``railtrain get`` shows TrainingJobs (pure: objects in, rich renderables out).
+
+The objects are the JSON mappings the API server returns. Nothing here talks to
+the cluster, so every view is tested on hand-written objects.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import yaml
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+PROBLEM_TYPES = ("Failed",)
+"""Condition types that explain a job's state when True (others explain it when False/Unknown)."""
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC 3339 timestamp as the API server writes it (``2024-05-01T12:00:00Z``); ``None`` if absent or malformed."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def age(since: Any, now: datetime) -> str:
+    """A kubectl-style age (``45s``, ``12m``, ``3h``, ``2d``) of timestamp ``since`` at ``now``; ``"<unknown>"`` if absent."""
+    start = parse_time(since)
+    if start is None:
+        return "<unknown>"
+    seconds = max(0, int((now - start).total_seconds()))
+    # Switch unit once two of the next unit have passed, as kubectl does.
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The condition that best explains why a job is not simply progressing.
+
+    Returns:
+        The most recently transitioned condition that is False or Unknown, or a
+        True one of :data:`PROBLEM_TYPES` (e.g. ``Failed``); ``None`` when every
+        condition is a healthy True one.
+    """
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    candidates = [c for c in conditions if c.get("status") != "True" or c.get("type") in PROBLEM_TYPES]
+    if not candidates:
+        return None
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    return max(candidates, key=lambda c: parse_time(c.get("lastTransitionTime")) or epoch)
+
+
+def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool = False) -> Table:
+    """A table with one row per job: name, phase, nodes, restarts, age, and the reason of :func:`explaining_condition`.
+
+    Args:
+        items: TrainingJob objects.
+        now: the current time (ages are relative to it).
+        all_namespaces: add a NAMESPACE column.
+    """
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    if all_namespaces:
+        table.add_column("NAMESPACE")
+    for column in ("NAME", "PHASE", "NODES", "RESTARTS", "AGE", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON")
+    for obj in items:
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        cond = explaining_condition(obj)
+        row = [
+            meta.get("name", ""),
+            status.get("phase") or "Pending",
+            str(spec.get("nodes", 1)),
+            str(status.get("restarts", 0)),
+            age(meta.get("creationTimestamp"), now),
+            (cond or {}).get("reason", ""),
+        ]
+        table.add_row(*([meta.get("namespace", "")] if all_namespaces else []), *row)
+    return table
+
+
+def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
+    """The view of one job: summary, conditions (type/status/reason/message/age) and placement (rank → node)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    nodes, procs = spec.get("nodes", 1), spec.get("procsPerNode", 1)
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("Name:", meta.get("name", ""))
+    summary.add_row("Namespace:", meta.get("namespace", ""))
+    summary.add_row("Phase:", status.get("phase") or "Pending")
+    summary.add_row("Gang:", f"{nodes} nodes × {procs} procs (world size {nodes * procs})")
+    summary.add_row("Restarts:", str(status.get("restarts", 0)))
+    summary.add_row("Age:", age(meta.get("creationTimestamp"), now))
+    parts: list[RenderableType] = [summary, Text("")]
+
+    conditions = status.get("conditions") or []
+    if conditions:
+        table = Table(box=None, pad_edge=False, header_style="bold", title="Conditions", title_justify="left", title_style="bold")
+        for column in ("TYPE", "STATUS", "REASON", "AGE", "MESSAGE"):
+            table.add_column(column, no_wrap=column != "MESSAGE")
+        for c in conditions:
+            table.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""), age(c.get("lastTransitionTime"), now), c.get("message", ""))
+        parts.append(table)
+    else:
+        parts.append(Text("Conditions: none yet (is the operator running?)"))
+    parts.append(Text(""))
+
+    placement = sorted(status.get("placement") or [], key=lambda p: p.get("rank", 0))
+    if placement:
+        table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
+        table.add_column("RANK", justify="right")
+        table.add_column("NODE")
+        for p in placement:
+            table.add_row(str(p.get("rank", "")), p.get("node", ""))
+        parts.append(table)
+    else:
+        parts.append(Text("Placement: not placed yet"))
+    return Group(*parts)
+
+
+def to_yaml(objs: list[dict[str, Any]] | dict[str, Any]) -> str:
+    """YAML of one object, or of a ``List`` of objects, without ``metadata.managedFields`` (noise to a reader)."""
+
+    def clean(o: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (o.get("metadata") or {}).items() if k != "managedFields"}
+        return {**o, "metadata": meta}
+
+    if isinstance(objs, dict):
+        return yaml.safe_dump(clean(objs), sort_keys=False)
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [clean(o) for o in objs]}, sort_keys=False)

@@ -1,0 +1,168 @@
+"""`railtrain run --local`: the rendered gang as local processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from railtrain.cli import local
+from railtrain.cli.errors import CliError
+from railtrain.crds import contract
+from railtrain.crds.validation import parse_manifest
+from tests.cli import manifests
+
+CLI = [sys.executable, "-m", "railtrain.cli.main"]
+
+
+def _job(**spec):
+    return parse_manifest(manifests.job(**spec))
+
+
+def _run_cli(args, cwd, timeout=120, **kwargs):
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+# -- the plan (pure) ----------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "command, args, expected",
+    [
+        (["torchrun", "-m", "railtrain.trainer"], ["--steps", "5"], ["PY", "-m", "torch.distributed.run", "-m", "railtrain.trainer", "--steps", "5"]),
+        (["python", "-c", "pass"], [], ["PY", "-c", "pass"]),
+        (["python3", "train.py"], ["--x"], ["PY", "train.py", "--x"]),
+        (["/bin/echo"], ["hi"], ["/bin/echo", "hi"]),
+    ],
+)
+def test_local_argv_runs_python_launchers_with_this_interpreter(command, args, expected):
+    assert local.local_argv(command, args, python="PY") == expected
+
+
+def test_empty_command_cannot_run_locally():
+    with pytest.raises(CliError, match="spec.command"):
+        local.local_argv([], ["--x"])
+
+
+def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path):
+    job = _job(
+        nodes=3, procsPerNode=2, parallelism={"fsdp": 6},
+        checkpoint={"location": "runs/x", "interval": 7}, env=[{"name": "EXTRA", "value": "1"}],
+        command=["torchrun", "-m", "railtrain.trainer"], args=["--steps", "3"],
+    )
+    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002, 24003], base_dir=tmp_path, python="PY")
+    assert [n.rank for n in nodes] == [0, 1, 2]
+    for node in nodes:
+        pod = contract.read_env(node.env)
+        assert pod == contract.PodEnvironment(
+            job_name="tiny", namespace=local.LOCAL_NAMESPACE, nnodes=3, node_rank=node.rank, procs_per_node=2,
+            rdzv_addr="127.0.0.1", rdzv_port=23456, parallelism="data=1,fsdp=6,tensor=1,pipeline=1",
+            checkpoint_dir=str(tmp_path / "runs" / "x"), checkpoint_interval=7, metrics_port=24001 + node.rank,
+        )
+        # torchrun's own variables agree with the contract
+        assert node.env == contract.pod_env(pod) | {"EXTRA": "1"}
+        assert node.argv == ("PY", "-m", "torch.distributed.run", "-m", "railtrain.trainer", "--steps", "3")
+
+
+@pytest.mark.parametrize("location, expected", [("", ""), ("s3://b/k", "s3://b/k"), ("/abs/dir", "/abs/dir"), ("rel/dir", "BASE/rel/dir")])
+def test_checkpoint_locations(tmp_path, location, expected):
+    assert local.resolve_location(location, tmp_path) == expected.replace("BASE", str(tmp_path))
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    ports = local.free_ports(5)
+    assert len(set(ports)) == 5
+    assert all(20000 <= p < local._ephemeral_range()[0] for p in ports)
+
+
+# -- real processes -----------------------------------------------------------
+
+def test_a_failing_command_exits_with_its_status(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"]))
+    proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert "exited with status 3" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+RANK_SCRIPT = f"""
+import os, sys, time
+rank = int(os.environ[{contract.ENV_NODE_RANK!r}])
+open(f"pid-{{rank}}", "w").write(str(os.getpid()))
+print(f"rank {{rank}} of {{os.environ[{contract.ENV_NNODES!r}]}} ready", flush=True)
+if rank == 1:
+    time.sleep(1)
+    print("boom: rank 1 gives up", flush=True)
+    sys.exit(3)
+time.sleep(120)
+"""
+
+
+def test_one_failing_node_stops_the_others(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT]))
+    started = time.monotonic()
+    proc = _run_cli(["run", str(path), "--local", "--grace", "5"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 60  # the sleeping ranks were stopped, not waited for
+    assert "[rank 0] rank 0 of 3 ready" in proc.stdout
+    assert "[rank 1] boom: rank 1 gives up" in proc.stdout  # the failed rank's filtered output is repeated
+    assert "node rank 1 exited with status 3" in proc.stderr
+    for rank in (0, 2):
+        pid = int((tmp_path / f"pid-{rank}").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_stops_every_node(tmp_path, sig):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", RANK_SCRIPT.replace("rank == 1", "False")]))
+    proc = subprocess.Popen(
+        [*CLI, "run", str(path), "--local", "--grace", "5"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal would, even under a shell that ignores it
+    )
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"pid-{r}").exists() for r in (0, 1)):
+        assert time.monotonic() < deadline and proc.poll() is None, "nodes did not start"
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
+    assert "interrupted: stopping 2 node(s)" in err
+    assert "Traceback" not in out + err
+    for rank in (0, 1):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int((tmp_path / f"pid-{rank}").read_text()), 0)
+
+
+def test_missing_program_is_one_sentence(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["no-such-program-railtrain"]))
+    proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == "error: spec.command[0]: 'no-such-program-railtrain' is not a program on this machine's PATH (a local run executes the command here)"
+
+
+STEP_LINE = re.compile(r"^\[rank 0\] step=(\d+) loss=([0-9.]+)", re.MULTILINE)
+
+
+def test_tiny_job_trains_on_two_local_nodes(tmp_path):
+    """The example's command with few steps: two torchrun nodes rendezvous, train, and checkpoint."""
+    doc = manifests.job(
+        name="tiny-test",
+        command=["torchrun", "-m", "railtrain.trainer"],
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "30", "--seq-len", "64", "--warmup-steps", "5", "--log-every", "5"],
+        checkpoint={"location": "runs/ckpt", "interval": 15},
+    )
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = {int(s): float(loss) for s, loss in STEP_LINE.findall(proc.stdout)}
+    assert 1 in steps and 30 in steps, proc.stdout
+    assert steps[30] < steps[1] - 1.0, steps  # the loss clearly falls
+    assert "world=2" in proc.stdout
+    assert "all 2 nodes succeeded" in proc.stderr
+    # the relative checkpoint location resolved against the directory railtrain ran in
+    assert (tmp_path / "runs" / "ckpt").is_dir() and any((tmp_path / "runs" / "ckpt").iterdir())

@@ -1,0 +1,107 @@
+"""`railtrain validate` and the command line's handling of user errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from railtrain.cli.main import app
+from tests.cli import manifests
+
+runner = CliRunner()
+
+
+def test_valid_manifest_prints_the_gang(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=4, procsPerNode=8, resources={"gpus": 8}, parallelism={"fsdp": 16, "data": 2}))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{path}: valid TrainingJob tiny (4 nodes × 8 procs, world size 32)"
+
+
+def _drop_image(doc):
+    del doc["spec"]["image"]
+    return doc
+
+
+BAD_MANIFESTS = [
+    # (case, manifest or raw text, expected fragment of the one error sentence)
+    ("missing field", _drop_image(manifests.job()), "spec.image: required field is missing"),
+    ("wrong type", manifests.job(nodes="two"), "spec.nodes: Input should be a valid integer"),
+    ("unknown field", manifests.job(gpus=8), "spec.gpus: unknown field"),
+    (
+        "parallelism product",
+        manifests.job(nodes=2, procsPerNode=4, parallelism={"data": 2, "fsdp": 2}),
+        "spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode",
+    ),
+    (
+        "tensor across nodes",
+        manifests.job(nodes=3, procsPerNode=4, parallelism={"data": 4, "tensor": 3}),
+        "spec.parallelism.tensor must divide procsPerNode",
+    ),
+    ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line"),
+]
+
+
+@pytest.mark.parametrize("case, doc, expected", BAD_MANIFESTS, ids=[c[0] for c in BAD_MANIFESTS])
+def test_bad_manifest_gives_one_sentence_with_the_field_path(tmp_path, case, doc, expected):
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {path}: ")
+    assert expected in lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+def test_missing_file(tmp_path):
+    result = runner.invoke(app, ["validate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.yaml'}: file {tmp_path / 'nope.yaml'} does not exist"]
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    doc = manifests.job(nodes=0, bogus=1)
+    del doc["spec"]["image"]
+    result = runner.invoke(app, ["validate", str(manifests.write(tmp_path / "job.yaml", doc))])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3, result.stderr
+    assert any("spec.image" in line for line in lines) and any("spec.nodes" in line for line in lines) and any("spec.bogus" in line for line in lines)
+
+
+USAGE_ERRORS = [
+    (["run", "job.yaml"], "--local"),
+    (["get", "-o", "json"], "'table', 'yaml'"),
+    (["dev", "up", "--nodes", "0"], "--nodes"),
+    (["validate", "job.yaml", "--bogus"], "--bogus"),
+    (["get", "x", "-A"], "--all-namespaces"),
+]
+
+
+@pytest.mark.parametrize("args, names", USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_bad_flags_give_one_sentence_naming_the_flag(args, names):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert names in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("railtrain ")
+
+
+def test_the_installed_entry_point_reports_errors_without_a_traceback(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes="two"))
+    proc = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {path}: spec.nodes: Input should be a valid integer, unable to parse string as an integer"]

@@ -1,0 +1,97 @@
+"""`railtrain get` views, on hand-written TrainingJob objects."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from rich.console import Console
+
+from railtrain.cli import views
+
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def ts(seconds_ago: int) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cond(type_, status, reason, seconds_ago, message=""):
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ts(seconds_ago)}
+
+
+def obj(name, phase=None, conditions=(), placement=(), restarts=0, nodes=2, created=600):
+    status = {"conditions": list(conditions), "placement": list(placement), "restarts": restarts}
+    if phase:
+        status["phase"] = phase
+    return {
+        "apiVersion": "railtrain.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": ts(created), "managedFields": [{"manager": "x"}]},
+        "spec": {"image": "img", "nodes": nodes, "procsPerNode": 8},
+        "status": status,
+    }
+
+
+def render(renderable) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("seconds, expected", [(5, "5s"), (119, "119s"), (120, "2m"), (7199, "119m"), (7200, "2h"), (2 * 86400, "2d")])
+def test_age(seconds, expected):
+    assert views.age(ts(seconds), NOW) == expected
+
+
+def test_age_of_missing_timestamp():
+    assert views.age(None, NOW) == "<unknown>"
+
+
+def test_explaining_condition_is_the_latest_false_or_failed_one():
+    job = obj("a", conditions=[
+        cond("Admitted", "False", "Unschedulable", 300),
+        cond("Running", "False", "GangRestarting", 30),
+        cond("Ready", "True", "AllRunning", 10),
+    ])
+    assert views.explaining_condition(job)["reason"] == "GangRestarting"
+    failed = obj("b", conditions=[cond("Running", "False", "Stopped", 60), cond("Failed", "True", "BackoffLimitExceeded", 50)])
+    assert views.explaining_condition(failed)["reason"] == "BackoffLimitExceeded"
+    assert views.explaining_condition(obj("c", conditions=[cond("Running", "True", "AllRunning", 5)])) is None
+
+
+def test_jobs_table():
+    items = [
+        obj("llama", phase="Running", restarts=1, nodes=4, conditions=[cond("Admitted", "True", "Placed", 500)]),
+        obj("waiting", conditions=[cond("Admitted", "False", "Unschedulable", 100)], created=90),
+    ]
+    lines = render(views.jobs_table(items, NOW)).splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "NODES", "RESTARTS", "AGE", "REASON"]
+    assert lines[1].split() == ["llama", "Running", "4", "1", "10m"]
+    assert lines[2].split() == ["waiting", "Pending", "2", "0", "90s", "Unschedulable"]
+    assert render(views.jobs_table(items, NOW, all_namespaces=True)).splitlines()[1].split()[:2] == ["team-a", "llama"]
+
+
+def test_job_detail_shows_conditions_and_placement():
+    job = obj(
+        "llama", phase="Running",
+        conditions=[cond("Admitted", "True", "Placed", 120, "gang placed in rack r1"), cond("Running", "True", "AllRunning", 60, "")],
+        placement=[{"rank": 1, "node": "gpu-b"}, {"rank": 0, "node": "gpu-a"}],
+    )
+    text = render(views.job_detail(job, NOW))
+    assert "Phase:      Running" in text
+    assert "2 nodes × 8 procs (world size 16)" in text
+    cond_line = next(line for line in text.splitlines() if line.startswith("Admitted"))
+    assert cond_line.split()[:4] == ["Admitted", "True", "Placed", "2m"] and "gang placed in rack r1" in cond_line
+    ranks = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert ranks == [["0", "gpu-a"], ["1", "gpu-b"]]
+
+
+def test_job_detail_before_the_operator_acted():
+    text = render(views.job_detail(obj("new", conditions=[], placement=[]), NOW))
+    assert "Pending" in text and "none yet" in text and "not placed yet" in text
+
+
+def test_yaml_drops_managed_fields():
+    out = views.to_yaml(obj("a"))
+    assert "managedFields" not in out and "name: a" in out
+    assert views.to_yaml([obj("a"), obj("b")]).startswith("apiVersion: v1\nkind: List\n")

@@ -1,0 +1,61 @@
+"""`dev up/down` and `operator` call their (lazily imported) implementations."""
+
+from __future__ import annotations
+
+
+from typer.testing import CliRunner
+
+from railtrain.cli.main import app
+
+runner = CliRunner()
+
+
+def test_dev_up_prints_the_kubeconfig_export(monkeypatch, tmp_path):
+    from railtrain.cli.controlplane import dev
+
+    calls = []
+
+    def fake_up(nodes, gpus_per_node, name):
+        calls.append((nodes, gpus_per_node, name))
+        return tmp_path / "kubeconfig.yaml"
+
+    monkeypatch.setattr(dev, "dev_up", fake_up)
+    result = runner.invoke(app, ["dev", "up", "--nodes", "2", "--gpus-per-node", "4", "--name", "demo"])
+    assert result.exit_code == 0, result.output
+    assert calls == [(2, 4, "demo")]
+    assert result.stdout.strip() == f"export KUBECONFIG={tmp_path / 'kubeconfig.yaml'}"
+    assert "kubeconfig" in result.stderr
+
+
+def test_dev_up_failure_is_one_sentence(monkeypatch):
+    from railtrain.cli.controlplane import ClusterError, dev
+
+    def broken(nodes, gpus_per_node, name):
+        raise ClusterError("kube-apiserver did not become ready in 180 s")
+
+    monkeypatch.setattr(dev, "dev_up", broken)
+    result = runner.invoke(app, ["dev", "up"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == "error: local cluster railtrain did not start: kube-apiserver did not become ready in 180 s"
+    assert "Traceback" not in result.output
+
+
+def test_dev_down(monkeypatch):
+    from railtrain.cli.controlplane import dev
+
+    monkeypatch.setattr(dev, "dev_down", lambda name: name == "demo")
+    assert "local cluster demo is down" in runner.invoke(app, ["dev", "down", "--name", "demo"]).stderr
+    assert "there was no local cluster named other" in runner.invoke(app, ["dev", "down", "--name", "other"]).stderr
+
+
+def test_operator_runs_in_the_foreground(monkeypatch):
+    from railtrain.operator import main as operator_main
+
+    calls = []
+    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig: calls.append((namespace, kubeconfig)))
+    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml"])
+    assert result.exit_code == 0, result.output
+    assert calls == [("team-a", "/k.yaml")]
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    runner.invoke(app, ["operator"])
+    assert calls[-1] == (None, None)
