@@ -131,7 +131,6 @@ def crd() -> dict[str, Any]:
             {
                 "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS_1035}')",
                 "message": f"metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter) of at most {MAX_NAME_LENGTH} characters",
-                "fieldPath": ".metadata.name",
                 "reason": "FieldValueInvalid",
             }
         ],

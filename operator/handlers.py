@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.operator import controller
@@ -38,6 +39,14 @@ def _kube() -> Kube:
     if OperatorConfig.kube is None:
         OperatorConfig.kube = Kube(connect(OperatorConfig.kubeconfig))
     return OperatorConfig.kube
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Authenticate kopf's own watches with the operator's kubeconfig, else in-cluster credentials."""
+    if OperatorConfig.kubeconfig:
+        return kopf.login_with_kubeconfig(**kwargs)  # reads $KUBECONFIG, set by main.run
+    return kopf.login_via_client(**kwargs)
 
 
 @kopf.on.startup()
@@ -77,6 +86,10 @@ async def _resync_loop() -> None:
                 await loop.run_in_executor(None, controller.reconcile_job, _kube(), meta["namespace"], meta["name"])
         except asyncio.CancelledError:
             raise
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
         except Exception:  # the next pass retries; never let the loop die
             log.exception("resync pass failed")
 

@@ -1,0 +1,192 @@
+"""The operator on a real control plane (etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager, KWOK nodes): gangs, refusals, deletion, validation, restarts."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from railtrain.crds import contract
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.cluster
+
+G, V, P = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
+
+
+def job_body(name, nodes=2, gpus=8, procs=8, **spec):
+    return {
+        "apiVersion": f"{G}/{V}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"image": "ghcr.io/railtrain/trainer:0.1.0", "command": ["torchrun", "-m", "railtrain.trainer"],
+                 "nodes": nodes, "procsPerNode": procs, "resources": {"gpus": gpus}} | spec,
+    }
+
+
+@pytest.fixture
+def api(cluster):
+    c = cluster.api_client()
+    return client.CoreV1Api(c), client.CustomObjectsApi(c)
+
+
+def pods_of(core, ns, name):
+    return core.list_namespaced_pod(ns, label_selector=f"{contract.LABEL_JOB_NAME}={name}").items
+
+
+def job_status(custom, ns, name):
+    return custom.get_namespaced_custom_object(G, V, ns, P, name).get("status") or {}
+
+
+def condition(status, type_):
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+def test_gang_is_created_gated_then_bound_to_distinct_nodes(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    nodes = set(gpu_nodes(3, gpus_per_node=8))
+    first_seen: dict[str, object] = {}
+    w = watch.Watch()
+
+    def record():
+        for ev in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=60):
+            pod = ev["object"]
+            first_seen.setdefault(pod.metadata.name, pod)
+            if len(first_seen) >= 2:
+                w.stop()
+
+    t = threading.Thread(target=record)
+    t.start()
+    wait_for(lambda: core.list_namespaced_pod(namespace).items is not None, 5, "watch to start")
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("gang", nodes=2, gpus_per_node=8))
+    t.join(timeout=90)
+    assert set(first_seen) == {"gang-0", "gang-1"}
+    for pod in first_seen.values():
+        assert [g.name for g in pod.spec.scheduling_gates or []] == [contract.SCHEDULING_GATE]
+        assert not pod.spec.node_name
+    svc = core.read_namespaced_service("gang", namespace)
+    assert svc.spec.cluster_ip == "None"
+
+    def running():
+        pods = pods_of(core, namespace, "gang")
+        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = wait_for(running, 90, "both pods Running")
+    bound = [p.spec.node_name for p in pods]
+    assert len(set(bound)) == 2 and set(bound) <= nodes
+    status = wait_for(lambda: (s := job_status(custom, namespace, "gang")).get("phase") == "Running" and s, 30, "phase Running")
+    assert {p["node"] for p in status["placement"]} == set(bound)
+    assert status["startTime"]
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=gang").items
+    assert {"GangCreated", "GangPlaced", "AllRanksRunning"} <= {e.reason for e in events}
+
+
+def test_job_that_cannot_fit_stays_pending_with_reason_and_binds_nothing(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(2, gpus_per_node=8)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("huge", nodes=2, gpus=16, procs=16))
+
+    def refused():
+        c = condition(job_status(custom, namespace, "huge"), "Scheduled")
+        return c if c and c["reason"] == "Unschedulable" else None
+
+    c = wait_for(refused, 60, "Scheduled=False Unschedulable")
+    assert c["status"] == "False" and "16 free GPUs" in c["message"]
+    assert job_status(custom, namespace, "huge")["phase"] == "Pending"
+    pods = pods_of(core, namespace, "huge")
+    assert len(pods) == 2
+    for p in pods:
+        assert p.spec.scheduling_gates and not p.spec.node_name and not (p.spec.node_selector or {})
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=huge").items
+    assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in events)
+
+
+def test_deleting_the_job_removes_its_pods(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(1)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("gone", nodes=1))
+    wait_for(lambda: len(pods_of(core, namespace, "gone")) == 1, 60, "pod created")
+    custom.delete_namespaced_custom_object(G, V, namespace, P, "gone")
+    wait_for(lambda: not pods_of(core, namespace, "gone"), 120, "garbage collection of the gang")
+    wait_for(lambda: not core.list_namespaced_service(namespace, label_selector=f"{contract.LABEL_JOB_NAME}=gone").items, 60, "service removed")
+
+
+@pytest.mark.parametrize(
+    "spec,field",
+    [
+        ({"parallelism": {"data": 3}}, "spec.parallelism"),
+        ({"nodes": 1, "procsPerNode": 4, "resources": {"gpus": 4}, "parallelism": {"data": 4, "tensor": 3}}, "spec.parallelism"),
+        ({"nodes": 0}, "spec.nodes"),
+        ({"procsPerNode": 9, "resources": {"gpus": 8}}, "spec.procsPerNode"),
+    ],
+)
+def test_invalid_manifest_is_refused_by_the_api_server_with_the_field_path(api, namespace, spec, field):
+    _, custom = api
+    body = job_body("bad") 
+    body["spec"].update(spec)
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object(G, V, namespace, P, body)
+    assert err.value.status == 422
+    assert field in err.value.body
+
+
+def test_invalid_name_is_refused(api, namespace):
+    _, custom = api
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object(G, V, namespace, P, job_body("x" * 60))
+    assert err.value.status == 422 and "metadata.name" in err.value.body
+
+
+def test_operator_restarts_mid_reconcile_leave_one_pod_per_rank(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(4)
+    operator.kill()
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("crashy", nodes=4))
+    for _ in range(3):  # kill the operator as soon as it has done part of the work
+        operator.start()
+        wait_for(lambda: pods_of(core, namespace, "crashy"), 60, "some pod created")
+        operator.kill()
+    operator.start()
+
+    def running():
+        pods = pods_of(core, namespace, "crashy")
+        return pods if len(pods) == 4 and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = wait_for(running, 120, "gang Running after restarts")
+    ranks = sorted(int(p.metadata.labels[contract.LABEL_NODE_RANK]) for p in pods)
+    assert ranks == [0, 1, 2, 3]
+    assert len({p.spec.node_name for p in pods}) == 4
+
+
+def test_failed_rank_restarts_the_gang_then_success_completes(api, namespace, gpu_nodes, operator, cluster):
+    core, custom = api
+    gpu_nodes(2)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("flaky", nodes=2, runPolicy={"backoffLimit": 2}))
+    wait_for(lambda: job_status(custom, namespace, "flaky").get("phase") == "Running", 90, "Running")
+    first_uids = {p.metadata.uid for p in pods_of(core, namespace, "flaky")}
+    core.patch_namespaced_pod("flaky-1", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "1"}}})
+    wait_for(lambda: job_status(custom, namespace, "flaky").get("restarts") == 1, 60, "restart counted")
+
+    def new_gang_running():
+        pods = pods_of(core, namespace, "flaky")
+        return len(pods) == 2 and all(p.status.phase == "Running" and p.metadata.uid not in first_uids for p in pods)
+
+    wait_for(new_gang_running, 120, "new gang Running")
+    for rank in (0, 1):
+        core.patch_namespaced_pod(f"flaky-{rank}", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
+    status = wait_for(lambda: (s := job_status(custom, namespace, "flaky")).get("phase") == "Succeeded" and s, 60, "Succeeded")
+    assert status["completionTime"] and condition(status, "Succeeded")["status"] == "True"
+
+
+def test_kubectl_shows_printer_columns_and_explain(cluster, namespace, api, gpu_nodes, operator):
+    _, custom = api
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("cols", nodes=1, gpus=64, procs=1))
+    out = cluster.kubectl("get", "tj", "-n", namespace).stdout
+    header = out.splitlines()[0].split()
+    assert header[:4] == ["NAME", "PHASE", "NODES", "RESTARTS"] and "AGE" in header
+    explain = cluster.kubectl("explain", "trainingjobs.spec.procsPerNode").stdout
+    assert "Training processes per pod" in explain
