@@ -1,0 +1,144 @@
+"""Fixtures for tests against the real local control plane (``pytest -m cluster``).
+
+- ``cluster`` (session): a :class:`LocalCluster` started once per session, with
+  every ``crds/*.yaml`` CRD installed and Established; stopped at the end (and
+  by a watchdog if this process dies without cleaning up). It has no nodes.
+- ``gpu_nodes`` (function): factory ``gpu_nodes(count, gpus_per_node=8, **kw)``
+  adding fake GPU nodes with a prefix unique to the test; returns their names
+  and deletes them afterwards. ``kw`` goes to ``LocalCluster.add_gpu_nodes``.
+- ``kube`` (session): :class:`KubeClients`, ``kubernetes.client`` API objects
+  configured from the cluster's kubeconfig.
+- ``namespace`` (function): a fresh namespace, whose ``default``
+  ServiceAccount exists; pods and events are printed if the test failed, then
+  it is deleted (without waiting).
+
+Every test that uses ``cluster`` (directly or through the others) is marked
+``cluster``, so ``-m "not cluster"`` runs everything else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from railtrain.cli.controlplane import LocalCluster, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+_FAILED = pytest.StashKey[bool]()
+
+
+@dataclass
+class KubeClients:
+    """``kubernetes.client`` API objects sharing one ``ApiClient``."""
+
+    api_client: Any
+    core: Any = field(init=False)
+    apps: Any = field(init=False)
+    batch: Any = field(init=False)
+    custom: Any = field(init=False)
+    apiext: Any = field(init=False)
+    coordination: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(self.api_client)
+        self.apps = client.AppsV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.apiext = client.ApiextensionsV1Api(self.api_client)
+        self.coordination = client.CoordinationV1Api(self.api_client)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when in ("setup", "call") and report.failed:
+        item.stash[_FAILED] = True
+
+
+def _slug(text: str, limit: int) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-") or "t"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    local = LocalCluster(f"pytest-{os.getpid()}")
+    local.start(owner_pid=os.getpid())
+    try:
+        local.install_crds(sorted((REPO / "crds").glob("*.yaml")))
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: LocalCluster) -> Iterator[KubeClients]:
+    api = cluster.api_client()
+    try:
+        yield KubeClients(api)
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def gpu_nodes(request: pytest.FixtureRequest, cluster: LocalCluster, kube: KubeClients) -> Iterator[Callable[..., list[str]]]:
+    created: list[str] = []
+
+    def add(count: int, gpus_per_node: int = 8, **kwargs: Any) -> list[str]:
+        prefix = f"{_slug(request.node.name, 30)}-{uuid.uuid4().hex[:5]}"
+        names = cluster.add_gpu_nodes(count, gpus_per_node, name_prefix=kwargs.pop("name_prefix", prefix), **kwargs)
+        created.extend(names)
+        return names
+
+    yield add
+    from kubernetes.client.exceptions import ApiException
+
+    for name in created:
+        try:
+            kube.core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:  # the test may have deleted it itself
+                raise
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: KubeClients) -> Iterator[str]:
+    name = f"{_slug(request.node.name, 50)}-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace({"metadata": {"name": name, "labels": {"railtrain.dev/test": "true"}}})
+    # The ServiceAccount admission plugin rejects pods until this exists.
+    wait_until(lambda: kube.core.read_namespaced_service_account("default", name), 30, f"ServiceAccount {name}/default")
+    yield name
+    if request.node.stash.get(_FAILED, False):
+        print(_dump_namespace(kube, name))
+    kube.core.delete_namespace(name)
+
+
+def _dump_namespace(kube: KubeClients, namespace: str) -> str:
+    lines = [f"===== pods in {namespace}"]
+    for pod in kube.core.list_namespaced_pod(namespace).items:
+        status = pod.status
+        lines.append(f"{pod.metadata.name}: phase={status.phase} node={pod.spec.node_name} labels={pod.metadata.labels}")
+        for cond in status.conditions or []:
+            lines.append(f"    {cond.type}={cond.status} {cond.reason or ''} {cond.message or ''}".rstrip())
+        for cs in status.container_statuses or []:
+            state = {k: v for k, v in cs.state.to_dict().items() if v}
+            lines.append(f"    container {cs.name}: {state}")
+    lines.append(f"===== events in {namespace}")
+    events = kube.core.list_namespaced_event(namespace).items
+    for ev in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp)):
+        lines.append(f"{ev.type} {ev.reason} {ev.involved_object.kind}/{ev.involved_object.name}: {ev.message}")
+    return "\n".join(lines)
