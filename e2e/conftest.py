@@ -1,0 +1,84 @@
+"""A cluster for the end-to-end suite: ``railtrain dev up`` by default, or an existing one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RAILTRAIN = [str(Path(sys.executable).with_name("railtrain"))]  # the installed console script
+
+
+def railtrain(*args: str, kubeconfig: str | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the ``railtrain`` CLI as a subprocess from the repo root; returns the completed process."""
+    env = os.environ | ({"KUBECONFIG": kubeconfig} if kubeconfig else {})
+    proc = subprocess.run([*RAILTRAIN, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"railtrain {' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 0.5):
+    """Poll ``check()`` until truthy or the deadline; raises AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class E2ECluster:
+    """Where the suite runs: a kubeconfig and a kubectl."""
+
+    kubeconfig: str
+    kubectl: str
+
+    def kubectl_run(self, *args: str) -> str:
+        return subprocess.run([self.kubectl, f"--kubeconfig={self.kubeconfig}", *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster() -> Iterator[E2ECluster]:
+    existing = os.environ.get("RAILTRAIN_E2E_KUBECONFIG")
+    if existing:
+        yield E2ECluster(existing, os.environ.get("RAILTRAIN_E2E_KUBECTL") or shutil.which("kubectl") or "kubectl")
+        return
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    out = railtrain("dev", "up", "--nodes", "4", "--gpus-per-node", "8", "--name", name, timeout=1800).stdout
+    kubeconfig = next(line.split("=", 1)[1].strip().strip("'\"") for line in out.splitlines() if line.startswith("export KUBECONFIG="))
+    from railtrain.cli.controlplane.binaries import ensure_binaries
+
+    try:
+        yield E2ECluster(kubeconfig, str(ensure_binaries() / "kubectl"))
+    finally:
+        railtrain("dev", "down", "--name", name, check=False)
+
+
+@pytest.fixture(scope="session")
+def operator_proc(e2e_cluster: E2ECluster, tmp_path_factory) -> Iterator[subprocess.Popen]:
+    log = tmp_path_factory.mktemp("e2e") / "operator.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([*RAILTRAIN, "operator", "--kubeconfig", e2e_cluster.kubeconfig], stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if proc.returncode not in (0, -15, 143):
+            print(log.read_text(errors="replace")[-4000:])
