@@ -93,6 +93,11 @@ class Parallelism(_Model):
         """data × fsdp × tensor × pipeline."""
         return self.data * self.fsdp * self.tensor * self.pipeline
 
+    @property
+    def inner(self) -> int:
+        """fsdp × tensor × pipeline: the degrees an elastic job keeps fixed while data scales."""
+        return self.fsdp * self.tensor * self.pipeline
+
 
 class TopologyPolicy(str, Enum):
     """How strictly the gang must stay inside one topology domain."""
@@ -106,7 +111,7 @@ class Topology(_Model):
     """Topology-aware placement of the gang."""
 
     policy: TopologyPolicy = Field(TopologyPolicy.PREFERRED, description="none: any nodes; preferred: tightest domain first, then wider; required: the whole gang inside one domain of level.")
-    level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack.")
+    level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).")
 
 
 class Checkpoint(_Model):
@@ -122,6 +127,17 @@ class RunPolicy(_Model):
     backoff_limit: int = Field(3, ge=0, description="Gang restarts allowed after retryable failures before the job is Failed.")
     active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds after startTime after which the job is Failed with reason DeadlineExceeded.")
     suspend: bool = Field(False, description="When true, no pods exist; setting it back to false admits the job again.")
+    gang_timeout_seconds: int = Field(
+        300,
+        ge=1,
+        description="Seconds after the gang is released to its nodes within which every rank must be Running; otherwise every pod is deleted, the nodes are freed and the job is re-queued with exponential backoff.",
+    )
+
+
+class Elastic(_Model):
+    """Elastic admission: the gang may start with fewer nodes than spec.nodes (the maximum)."""
+
+    min_nodes: int = Field(ge=1, le=4096, description="Fewest nodes the job may be admitted with; the operator admits the largest count between minNodes and nodes that fits now.")
 
 
 SPEC_RULES: tuple[Rule, ...] = (
@@ -143,6 +159,24 @@ SPEC_RULES: tuple[Rule, ...] = (
         message="spec.procsPerNode must not exceed spec.resources.gpus when the job requests GPUs (one process per GPU at most)",
         field_path=".procsPerNode",
     ),
+    Rule(
+        cel="self.topology.policy != 'required' || has(self.topology.level)",
+        check=lambda s: s.topology.policy != TopologyPolicy.REQUIRED.value or bool(s.topology.level),
+        message="spec.topology.level is required when spec.topology.policy is required (the level the whole gang must stay inside)",
+        field_path=".topology.level",
+    ),
+    Rule(
+        cel="!has(self.elastic) || self.elastic.minNodes <= self.nodes",
+        check=lambda s: s.elastic is None or s.elastic.min_nodes <= s.nodes,
+        message="spec.elastic.minNodes must not exceed spec.nodes (nodes is the largest gang the job may be admitted with)",
+        field_path=".elastic.minNodes",
+    ),
+    Rule(
+        cel="!has(self.elastic) || !has(self.parallelism) || (self.elastic.minNodes * self.procsPerNode) % (self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline) == 0",
+        check=lambda s: s.elastic is None or s.parallelism is None or (s.elastic.min_nodes * s.procs_per_node) % s.parallelism.inner == 0,
+        message="spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline: an elastic job scales only its data-parallel degree",
+        field_path=".elastic.minNodes",
+    ),
 )
 
 
@@ -158,6 +192,8 @@ class TrainingJobSpec(_Model):
     procs_per_node: int = Field(1, ge=1, le=64, description="Training processes per pod, usually one per GPU.")
     parallelism: Parallelism | None = Field(None, description="Parallel degrees; omitted means pure data parallel over the world size.")
     topology: Topology = Field(default_factory=Topology, description="Topology-aware placement policy.")
+    priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="Admission order: jobs with higher priority are admitted first; equal priorities go by creationTimestamp. No preemption.")
+    elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
 
@@ -173,9 +209,37 @@ class TrainingJobSpec(_Model):
         """nodes × procsPerNode."""
         return self.nodes * self.procs_per_node
 
-    def effective_parallelism(self) -> Parallelism:
-        """The parallelism, defaulting to pure data parallel over the world size."""
-        return self.parallelism or Parallelism(data=self.world_size)
+    def effective_parallelism(self, nodes: int | None = None) -> Parallelism:
+        """The parallelism of a gang of ``nodes`` pods (default ``spec.nodes``).
+
+        Omitted parallelism is pure data parallel over the world size. An
+        elastic gang admitted with fewer nodes keeps fsdp, tensor and pipeline
+        and scales data to ``nodes × procsPerNode / (fsdp × tensor × pipeline)``.
+
+        Raises:
+            ValueError: ``nodes`` is not one of :meth:`node_counts`.
+        """
+        n = self.nodes if nodes is None else nodes
+        if n != self.nodes and n not in self.node_counts():
+            raise ValueError(f"a gang of {n} nodes is not admissible for this spec; admissible: {self.node_counts()}")
+        if self.parallelism is None:
+            return Parallelism(data=n * self.procs_per_node)
+        if n == self.nodes:
+            return self.parallelism
+        return self.parallelism.model_copy(update={"data": n * self.procs_per_node // self.parallelism.inner})
+
+    def node_counts(self) -> list[int]:
+        """Gang sizes the job may be admitted with, ascending.
+
+        Returns:
+            ``[nodes]`` for a fixed-size job; for an elastic job every count in
+            ``[elastic.minNodes, nodes]`` whose world size is a multiple of
+            fsdp × tensor × pipeline (so only the data-parallel degree changes).
+        """
+        if self.elastic is None:
+            return [self.nodes]
+        inner = self.parallelism.inner if self.parallelism else 1
+        return [n for n in range(self.elastic.min_nodes, self.nodes + 1) if (n * self.procs_per_node) % inner == 0]
 
 
 class ConditionStatus(str, Enum):
@@ -200,6 +264,20 @@ class RankPlacement(_Model):
 
     rank: int = Field(ge=0, description="Node rank.")
     node: str = Field(description="Kubernetes node name.")
+    domains: dict[str, str] = Field(default_factory=dict, description="The node's topology domain at each configured level, keyed by the level's label key (levels the node has no label for are absent).")
+
+
+class TopologySummary(_Model):
+    """How the operator placed the gang, and why, in terms of the topology levels it was configured with."""
+
+    policy: TopologyPolicy = Field(description="spec.topology.policy the placement honoured.")
+    level: str = Field("", description="spec.topology.level asked for (empty when none).")
+    domain_level: str = Field("", description="The narrowest level at which the whole gang sits in one domain; empty when it spans the whole cluster.")
+    domain: str = Field("", description="The value of that domain's label, e.g. the rack name.")
+    spread: dict[str, int] = Field(default_factory=dict, description="Number of distinct domains the gang uses at each level.")
+    rails: int | None = Field(None, ge=0, description="Rails (NICs on separate leaf switches) per node when every node of the gang has the same count.")
+    rail_aligned: bool | None = Field(None, description="True when local rank i of every pod sits on rail i and data-parallel peers share a local rank; absent when the job requests no GPUs.")
+    reason: str = Field("", description="The placement decision in words: which domain, why it was chosen, and what could not be met.")
 
 
 JobPhase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
@@ -211,6 +289,10 @@ class TrainingJobStatus(_Model):
     phase: JobPhase | None = Field(None, description="Summary: Pending, Running, Restarting, Succeeded, Failed or Suspended.")
     conditions: list[Condition] = Field(default_factory=list, description="Latest observations, one per type.")
     placement: list[RankPlacement] = Field(default_factory=list, description="Node chosen for every rank.")
+    topology: TopologySummary | None = Field(None, description="Summary of the latest placement: domain chosen at each level and the reason.")
+    admitted_nodes: int | None = Field(None, ge=1, description="Gang size the current gang was admitted with (below spec.nodes only for elastic jobs).")
+    requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
+    requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
     restarts: int = Field(0, ge=0, description="Times the gang was restarted.")
     start_time: datetime | None = Field(None, description="When every pod of the gang first ran.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")

@@ -36,6 +36,15 @@ SCHEDULING_GATE = f"{API_GROUP}/gang"
 """Scheduling gate (KEP-3521) held on every pod until the whole gang is placed."""
 ANNOTATION_RESTART = f"{API_GROUP}/restart-count"
 """Annotation on pods: the job restart count the pod belongs to."""
+ANNOTATION_NNODES = f"{API_GROUP}/nnodes"
+"""Annotation on pods: the gang size. Set to ``spec.nodes`` at creation and to
+the admitted count when the gang is released; an elastic job's pods read
+:data:`ENV_NNODES`/:data:`ENV_PET_NNODES` from it through the Downward API, so
+the count is fixed only at admission, before any container starts."""
+ANNOTATION_PARALLELISM = f"{API_GROUP}/parallelism"
+"""Annotation on pods: :data:`ENV_PARALLELISM` for the admitted gang size
+(an elastic job's data-parallel degree scales with it); read like
+:data:`ANNOTATION_NNODES`."""
 
 # --- environment: torchrun rendezvous (read by torchrun itself) ------------
 ENV_PET_NNODES = "PET_NNODES"

@@ -54,6 +54,11 @@ def test_defaults_and_world_size():
         ({"parallelism": {"data": 4, "tensor": 3}, "nodes": 3, "procsPerNode": 4}, "spec.parallelism.tensor must divide procsPerNode"),
         ({"resources": {"gpus": 2}}, "spec.procsPerNode must not exceed spec.resources.gpus"),
         ({"topology": {"policy": "strict"}}, "spec.topology.policy"),
+        ({"elastic": {"minNodes": 3}}, "spec.elastic.minNodes must not exceed spec.nodes"),
+        ({"elastic": {"minNodes": 0}}, "spec.elastic.minNodes: Input should be greater than or equal to 1"),
+        ({"nodes": 4, "elastic": {"minNodes": 1}, "parallelism": {"data": 1, "fsdp": 8, "tensor": 2}}, "spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline"),
+        ({"runPolicy": {"gangTimeoutSeconds": 0}}, "spec.runPolicy.gangTimeoutSeconds"),
+        ({"topology": {"policy": "required"}}, "spec.topology.level is required when spec.topology.policy is required"),
     ],
 )
 def test_invalid_specs_name_the_field(spec, expected):
@@ -92,3 +97,31 @@ def test_load_manifest_file_errors(tmp_path):
 def test_to_api_is_camel_case():
     api = TrainingJob.model_validate(manifest()).to_api()
     assert api["spec"]["procsPerNode"] == 4 and "procs_per_node" not in api["spec"]
+
+
+def test_scheduling_defaults():
+    spec = TrainingJob.model_validate(manifest()).spec
+    assert spec.priority == 0 and spec.elastic is None and spec.run_policy.gang_timeout_seconds == 300
+    assert spec.node_counts() == [2]
+
+
+@pytest.mark.parametrize(
+    "spec,counts,data_at_min",
+    [
+        ({"nodes": 4, "elastic": {"minNodes": 2}}, [2, 3, 4], 8),
+        # fsdp × tensor = 8 = two nodes' worth of processes: only even counts keep it.
+        ({"nodes": 6, "elastic": {"minNodes": 2}, "parallelism": {"data": 3, "fsdp": 4, "tensor": 2}}, [2, 4, 6], 1),
+    ],
+)
+def test_elastic_counts_scale_only_data_parallel(spec, counts, data_at_min):
+    s = TrainingJob.model_validate(manifest(**spec)).spec
+    assert s.node_counts() == counts
+    par = s.effective_parallelism(counts[0])
+    assert par.data == data_at_min and par.product == counts[0] * s.procs_per_node
+    with pytest.raises(ValueError):
+        s.effective_parallelism(counts[0] + 1 if counts[0] + 1 not in counts else 99)
+
+
+def test_crd_carries_the_elastic_rules():
+    rules = schema.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
+    assert any("self.elastic.minNodes <= self.nodes" in r["rule"] for r in rules)
