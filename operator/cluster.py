@@ -7,16 +7,26 @@ every non-terminal pod bound to it. railtrain also subtracts pods that are
 pinned to a node by ``nodeSelector`` but not yet bound (gated or waiting for the
 scheduler): those are capacity promised to a gang, and counting them is what
 keeps two gangs from being admitted onto the same GPUs.
+
+Each node also carries its position in the network, read from the topology
+levels the operator is configured with (:mod:`railtrain.operator.topology`),
+and its number of rails: the NICs of a rail-optimized fabric, NIC ``i`` on the
+leaf switch of rail ``i`` (label :data:`RAILS_LABEL`, defaulting to the node's
+GPU count, one NIC per GPU as on DGX/HGX systems).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
+
+from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 QUARANTINE_LABEL = "railtrain.dev/quarantined"
 """Nodes carrying this label (any value but "false") are never chosen."""
+RAILS_LABEL = "railtrain.dev/rails"
+"""Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
 _TERMINAL = ("Succeeded", "Failed")
 
@@ -55,6 +65,10 @@ class NodeInfo:
         eligible: False when the node is cordoned, NotReady, quarantined or carries
             a NoSchedule/NoExecute taint.
         why_ineligible: a short reason when not eligible.
+        domains: the node's value at each topology level of the snapshot
+            (same order as :attr:`ClusterSnapshot.levels`), None where the node
+            lacks the label.
+        rails: rails of the node (label :data:`RAILS_LABEL`, else ``gpus``).
     """
 
     name: str
@@ -63,17 +77,35 @@ class NodeInfo:
     free_gpus: int
     eligible: bool = True
     why_ineligible: str = ""
+    domains: tuple[str | None, ...] = ()
+    rails: int = 0
 
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    """All nodes at one moment, keyed by name; build it with :func:`snapshot`."""
+    """All nodes at one moment, keyed by name; build it with :func:`snapshot`.
+
+    Attributes:
+        nodes: node name → :class:`NodeInfo`.
+        levels: topology levels, widest first, that ``NodeInfo.domains`` follows.
+    """
 
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    levels: tuple[str, ...] = DEFAULT_LEVELS
 
     def eligible(self) -> list[NodeInfo]:
         """Eligible nodes, sorted by name for determinism."""
         return sorted((n for n in self.nodes.values() if n.eligible), key=lambda n: n.name)
+
+    def reserve(self, nodes: Iterable[str], gpus_per_node: int) -> "ClusterSnapshot":
+        """A copy with ``gpus_per_node`` fewer free GPUs on each of ``nodes`` (a gang promised there).
+
+        Used by the admission pass to hand capacity promised to one job to no
+        other job of the same pass. Unknown node names are ignored.
+        """
+        taken = {name: self.nodes[name] for name in nodes if name in self.nodes}
+        updated = {name: replace(n, free_gpus=max(0, n.free_gpus - gpus_per_node)) for name, n in taken.items()}
+        return ClusterSnapshot({**self.nodes, **updated}, self.levels)
 
 
 def _node_ineligibility(node: Mapping[str, Any]) -> str:
@@ -110,17 +142,31 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> float:
     return total
 
 
-def snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], gpu_resource: str = "nvidia.com/gpu") -> ClusterSnapshot:
+def _rails(labels: Mapping[str, str], gpus: int) -> int:
+    try:
+        rails = int(labels.get(RAILS_LABEL, ""))
+    except ValueError:
+        return gpus
+    return rails if rails > 0 else gpus
+
+
+def snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    gpu_resource: str = "nvidia.com/gpu",
+    levels: tuple[str, ...] = DEFAULT_LEVELS,
+) -> ClusterSnapshot:
     """Build a :class:`ClusterSnapshot` from API objects.
 
     Args:
         nodes: v1 Node dicts.
         pods: v1 Pod dicts from every namespace (railtrain's and others').
         gpu_resource: extended resource name to account.
+        levels: topology levels (node label keys), widest first.
 
     Returns:
-        The snapshot; pods in phase Succeeded/Failed or being deleted... are
-        terminal only once their phase says so (a deleting pod still holds its GPUs).
+        The snapshot. Pods in phase Succeeded/Failed hold nothing; a pod being
+        deleted still holds its GPUs until its phase says it is terminal.
     """
     used: dict[str, float] = {}
     for pod in pods:
@@ -136,12 +182,15 @@ def snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any
         alloc = (node.get("status", {}) or {}).get("allocatable", {}) or {}
         gpus = int(parse_quantity(alloc.get(gpu_resource, 0)))
         why = _node_ineligibility(node)
+        labels = dict(meta.get("labels", {}) or {})
         out[name] = NodeInfo(
             name=name,
-            labels=dict(meta.get("labels", {}) or {}),
+            labels=labels,
             gpus=gpus,
             free_gpus=max(0, gpus - int(used.get(name, 0))),
             eligible=not why,
             why_ineligible=why,
+            domains=tuple(level_value(labels, level) for level in levels),
+            rails=_rails(labels, gpus),
         )
-    return ClusterSnapshot(out)
+    return ClusterSnapshot(out, tuple(levels))

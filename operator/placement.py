@@ -1,4 +1,4 @@
-"""All-or-nothing gang placement (pure): a node for every rank, or a reason why not.
+"""All-or-nothing, topology-aware gang placement (pure): a node for every rank, or a reason why not.
 
 A gang is placed only when every rank gets a distinct eligible node with
 enough free accelerators; otherwise nothing is promised and the result says
@@ -6,15 +6,31 @@ why in words a person can act on. This is the gang-scheduling rule of
 Kubernetes batch schedulers (the PodGroup ``minMember`` of the
 scheduler-plugins coscheduling plugin and Volcano): partial placement of a
 distributed job only holds GPUs idle while the job cannot start.
+
+Where the gang lands follows ``spec.topology`` (policies ``required``,
+``preferred`` and ``none``, searched by :func:`railtrain.operator.domains.search`)
+and the rails of a rail-optimized fabric: NIC ``i`` of every node sits on the
+leaf switch of rail ``i``, and local rank ``i`` drives GPU ``i`` and NIC ``i``.
+Data-parallel peers (the same local rank on different nodes when the mesh is
+ordered pipeline, data, fsdp, tensor, outermost first, as torchtitan does) then
+talk over one leaf switch, provided every node of the gang has the same rails
+and at least ``procsPerNode`` of them. Placement therefore tries each single
+rail layout before mixing layouts, and reports whether the gang is aligned.
+
+``place_gang`` is a pure function of a :class:`GangRequest` and a
+:class:`~railtrain.operator.cluster.ClusterSnapshot`, so simulators and
+benchmarks call it on synthetic snapshots (see ``docs/scheduling.md``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from railtrain.operator.cluster import ClusterSnapshot
+from railtrain.operator import domains as dom
+from railtrain.operator.cluster import ClusterSnapshot, NodeInfo
+from railtrain.operator.topology import level_name
 
 
 @dataclass(frozen=True)
@@ -22,66 +38,269 @@ class GangRequest:
     """What one gang needs.
 
     Attributes:
-        job: ``namespace/name`` of the job (for messages).
-        nodes: number of ranks, one pod per distinct node.
+        job: ``namespace/name`` of the job (for messages and ordering).
+        nodes: number of ranks (the maximum for an elastic job), one pod per distinct node.
         gpus_per_node: accelerators each pod requests (0 allowed).
         fixed: ranks already pinned to nodes (kept as they are).
+        counts: admissible gang sizes, ascending (``spec.node_counts()``); empty means ``(nodes,)``.
+        procs_per_node: processes per pod (local ranks; one per GPU and rail).
+        dp_stride: fsdp × tensor, the rank distance between data-parallel peers.
+        policy: ``"none"``, ``"preferred"`` or ``"required"`` (``spec.topology.policy``).
+        level: ``spec.topology.level`` or None.
+        priority: ``spec.priority`` (higher first).
+        created: ``metadata.creationTimestamp`` (RFC 3339; earlier first).
+        gpu_resource: extended resource name the GPUs are requested as.
     """
 
     job: str
     nodes: int
     gpus_per_node: int
     fixed: Mapping[int, str] = field(default_factory=dict)
+    counts: tuple[int, ...] = ()
+    procs_per_node: int = 1
+    dp_stride: int = 1
+    policy: str = "preferred"
+    level: str | None = None
+    priority: int = 0
+    created: str = ""
+    gpu_resource: str = "nvidia.com/gpu"
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Admissible gang sizes, ascending."""
+        return self.counts or (self.nodes,)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """A node per rank. ``nodes[r]`` is the node of rank ``r``."""
+    """A node per rank. ``nodes[r]`` is the node of rank ``r``.
+
+    Attributes:
+        nodes: node names in rank order (``len(nodes)`` is the admitted gang size).
+        reason: CamelCase reason for the Scheduled condition.
+        domains: per rank, level label key → the node's value (levels it lacks are absent).
+        summary: the ``status.topology`` object (camelCase keys), without the reason.
+        explanation: why this placement, one or two sentences.
+    """
 
     nodes: tuple[str, ...]
     reason: str = "GangPlaced"
+    domains: tuple[Mapping[str, str], ...] = ()
+    summary: Mapping[str, object] = field(default_factory=dict)
+    explanation: str = ""
 
     def message(self) -> str:
         """One line for Events and conditions."""
-        return f"placed {len(self.nodes)} ranks on nodes " + ", ".join(self.nodes)
+        shown = ", ".join(self.nodes[:8]) + (f" and {len(self.nodes) - 8} more" if len(self.nodes) > 8 else "")
+        head = f"placed {_plural(len(self.nodes), 'rank')} on {'node' if len(self.nodes) == 1 else 'nodes'} {shown}"
+        return f"{head}: {self.explanation}" if self.explanation else head
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a gang cannot be placed now: ``reason`` is CamelCase, ``message`` a sentence."""
+    """Why a gang cannot be placed now: ``reason`` is CamelCase, ``message`` a sentence.
+
+    ``warning`` selects the Event type: a job waiting its turn is Normal.
+    """
 
     reason: str
     message: str
+    warning: bool = True
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _wanted(request: GangRequest) -> str:
+    sizes = request.sizes
+    count = f"{sizes[0]}..{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
+    return f"gang needs {count} nodes with {request.gpus_per_node} free GPUs each"
+
+
+def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refusal:
+    """The Unschedulable refusal: too few nodes fit cluster-wide; says which and why not."""
+    need = request.gpus_per_node
+    fixed = set(request.fixed.values())
+    why = Counter(n.why_ineligible for n in cluster.nodes.values() if not n.eligible)
+    small = [n for n in cluster.eligible() if n.gpus < need]
+    busy = [n for n in cluster.eligible() if n.gpus >= need and n.free_gpus < need and n.name not in fixed]
+    parts = [f"{_wanted(request)}; {fit + len(fixed)} of {len(cluster.nodes)} nodes fit now"]
+    if busy:
+        parts.append(f"{len(busy)} busy ({sum(n.free_gpus for n in busy)} GPUs free across them, none with {need})")
+    if small:
+        parts.append(f"{len(small)} with fewer than {need} GPUs allocatable")
+    parts += [f"{count} {reason}" for reason, count in sorted(why.items())]
+    text = ", ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if parts[1:] else "")
+    big_enough = sum(1 for n in cluster.eligible() if n.gpus >= need)
+    if big_enough < request.sizes[0]:
+        largest = max((n.gpus for n in cluster.eligible()), default=0)
+        text += (
+            f". It can never fit as it is: only {big_enough} eligible nodes have {need} GPUs allocatable (largest: {largest}); "
+            "ask for fewer nodes or GPUs per pod, or add nodes"
+        )
+    else:
+        text += ". It waits until enough nodes free up"
+    return Refusal("Unschedulable", text)
+
+
+def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int, fit_total: int, cands: Sequence[NodeInfo]) -> Refusal:
+    """The TopologyUnsatisfiable refusal of a required level: what each domain offers."""
+    levels, need = cluster.levels, request.gpus_per_node
+    name = level_name(levels[level])
+    free = Counter(dom.node_path(n, level)[-1] for n in cands)
+    ranked = sorted(free.items(), key=lambda kv: (-kv[1], kv[0]))
+    offer = ", ".join(f"{k.lstrip(chr(0))}: {v}" for k, v in ranked[:4]) or "none"
+    size = Counter(dom.node_path(n, level)[-1] for n in cluster.eligible() if n.gpus >= need)
+    most = max(size.values(), default=0)
+    text = (
+        f"{_wanted(request)} inside one {levels[level]} (policy required); the most any {name} offers now is "
+        f"{max(free.values(), default=0)} ({offer}), {fit_total} nodes fit cluster-wide"
+    )
+    if most < request.sizes[0] - len(request.fixed):
+        text += f". It can never fit: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; use policy preferred or ask for fewer nodes"
+    else:
+        text += f". It waits for a {name} to free up; policy preferred would let it span {name}s"
+    return Refusal("TopologyUnsatisfiable", text)
+
+
+def rail_alignment(request: GangRequest, nodes: Sequence[NodeInfo]) -> tuple[int | None, bool | None, str]:
+    """Whether data-parallel peers of a placed gang share rails.
+
+    Args:
+        request: the gang (procs per node, GPUs per pod, ``dp_stride``).
+        nodes: the chosen nodes.
+
+    Returns:
+        ``(rails, aligned, sentence)``: ``rails`` when every node has the same
+        count (else None); ``aligned`` None when the gang requests no GPUs.
+        Aligned needs one rail count on every node, ``procsPerNode <= rails``,
+        pods that own whole nodes (a partial pod's GPU indices are the device
+        plugin's choice) and a data-parallel stride (fsdp × tensor) that is a
+        multiple or a divisor of procsPerNode, so every DP group uses the same
+        local ranks, hence the same rails, on every node.
+    """
+    if request.gpus_per_node == 0:
+        return None, None, "no GPUs requested: rails do not apply"
+    rails = {n.rails for n in nodes}
+    uniform = next(iter(rails)) if len(rails) == 1 else None
+    procs, stride = request.procs_per_node, max(1, request.dp_stride)
+    if uniform is None:
+        return None, False, f"not rail-aligned: the nodes have {', '.join(map(str, sorted(rails)))} rails"
+    if procs > uniform:
+        return uniform, False, f"not rail-aligned: {procs} processes per node share {uniform} rails"
+    if any(n.gpus != request.gpus_per_node for n in nodes):
+        return uniform, False, f"rail alignment not guaranteed: pods take {request.gpus_per_node} of a node's GPUs and the device plugin picks which"
+    if stride % procs and procs % stride:
+        return uniform, False, f"not rail-aligned: data-parallel stride fsdp×tensor={stride} neither divides nor is a multiple of procsPerNode={procs}"
+    return uniform, True, f"rail-aligned: every node has {uniform} rails and local rank i uses rail i"
+
+
+def _explain(request: GangRequest, cluster: ClusterSnapshot, choice: dom.Choice, size: int, notes: Sequence[str]) -> str:
+    """One or two sentences: where the gang went, why there, and what could not be met."""
+    levels, held = cluster.levels, len(request.fixed)
+    if choice.depth == dom.CLUSTER:
+        where = "across the cluster"
+    else:
+        where = f"inside {levels[choice.depth]}={choice.domain[-1].lstrip(chr(0))}"
+    if request.policy == "none":
+        why = "policy none: best-fit nodes, compacted by topology"
+    elif choice.depth >= 0:
+        prefix = f"policy required {request.level}: " if request.policy == "required" else ""
+        why = f"{prefix}tightest domain that fits, best fit among {_plural(choice.candidates, level_name(levels[choice.depth]))} that could hold it"
+    else:
+        why = f"no single {level_name(levels[0])} has {size} nodes with {request.gpus_per_node} free GPUs now (largest: {choice.largest.get(0, 0) + held})"
+    if request.policy == "preferred" and request.level in levels and choice.depth < levels.index(request.level):
+        lv = levels.index(request.level)
+        name = level_name(request.level)
+        why = (
+            f"policy preferred {request.level}: no single {name} has {size} nodes with {request.gpus_per_node} free GPUs now "
+            f"(largest: {choice.largest.get(lv, 0) + held}), so the gang spans {name}s"
+        )
+    return "; ".join([f"{where} ({why})", *notes])
+
+
+def _summary(request: GangRequest, cluster: ClusterSnapshot, nodes: Sequence[NodeInfo], choice: dom.Choice, rails: tuple[int | None, bool | None, str]) -> dict[str, object]:
+    levels = cluster.levels
+    spread = {lv: len({dom.node_path(n, d) for n in nodes}) for d, lv in enumerate(levels)}
+    out: dict[str, object] = {
+        "policy": request.policy,
+        "level": request.level or "",
+        "domainLevel": levels[choice.depth] if choice.depth >= 0 else "",
+        "domain": choice.domain[-1].lstrip("\0") if choice.domain else "",
+        "spread": spread,
+    }
+    if rails[0] is not None:
+        out["rails"] = rails[0]
+    if rails[1] is not None:
+        out["railAligned"] = rails[1]
+    return out
+
+
+def _better(a: dom.Choice, b: dom.Choice) -> bool:
+    """Narrower domain first, then fuller nodes (fewer free GPUs left on them)."""
+    return (a.depth, -sum(n.free_gpus for n in a.nodes)) > (b.depth, -sum(n.free_gpus for n in b.nodes))
 
 
 def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Refusal:
-    """Choose a distinct node for every rank, all or nothing.
+    """Choose a distinct node for every rank, all or nothing, honouring topology and rails.
 
     Args:
         request: the gang's needs; ranks in ``request.fixed`` keep their node.
         cluster: nodes with free capacity already net of every bound or pinned
-            pod (including this gang's own pinned pods).
+            pod (including this gang's own pinned pods) and of capacity promised
+            to earlier jobs of the same admission pass.
 
     Returns:
-        :class:`Placement` with one node per rank in rank order, or
-        :class:`Refusal` with reason ``Unschedulable`` and a message counting
-        the nodes that fit against those needed.
+        :class:`Placement` with one node per rank in rank order (an elastic gang
+        gets the largest admissible size that fits now), or :class:`Refusal`
+        with reason ``Unschedulable`` (too few nodes fit cluster-wide),
+        ``TopologyUnsatisfiable`` (no domain of the required level holds the
+        gang) or ``UnknownTopologyLevel`` (a required level the operator does
+        not know), its message naming the numbers and what would help.
     """
-    need = request.gpus_per_node
+    levels, need = cluster.levels, request.gpus_per_node
+    notes: list[str] = []
+    floor = dom.CLUSTER
+    if request.policy != "none" and request.level and request.level not in levels:
+        known = ", ".join(levels)
+        if request.policy == "required":
+            return Refusal("UnknownTopologyLevel", f"spec.topology.level {request.level} is not one of the operator's topology levels ({known}); use one of them or ask the operator's administrator to configure it (docs/topology.md)")
+        notes.append(f"spec.topology.level {request.level} is not a configured level ({known}) and was ignored")
+    elif request.policy == "required" and request.level:
+        floor = levels.index(request.level)
     taken = set(request.fixed.values())
-    candidates = [n for n in cluster.eligible() if n.free_gpus >= need and n.name not in taken]
-    missing = [r for r in range(request.nodes) if r not in request.fixed]
-    if len(candidates) < len(missing):
-        why = Counter(n.why_ineligible for n in cluster.nodes.values() if not n.eligible)
-        excluded = "".join(f", {count} {reason}" for reason, count in sorted(why.items()))
-        return Refusal(
-            "Unschedulable",
-            f"gang needs {request.nodes} nodes with {need} free GPUs each; "
-            f"{len(candidates) + len(taken)} of {len(cluster.nodes)} nodes fit now{excluded}",
-        )
-    # Best fit: prefer nodes left with the least free capacity, so whole nodes
-    # stay free for larger gangs.
-    candidates.sort(key=lambda n: (n.free_gpus - need, n.name))
-    chosen = iter(candidates)
-    nodes = tuple(request.fixed[r] if r in request.fixed else next(chosen).name for r in range(request.nodes))
-    return Placement(nodes)
+    fixed = [cluster.nodes[n] for n in dict.fromkeys(request.fixed.values()) if n in cluster.nodes]
+    cands = [n for n in cluster.eligible() if n.free_gpus >= need and n.name not in taken]
+    room = len(cands)
+    if floor >= 0:
+        must = {dom.node_path(f, floor) for f in fixed}
+        groups = Counter(dom.node_path(n, floor) for n in cands)
+        room = max((c for key, c in groups.items() if not must or {key} == must), default=0)
+    sizes = [c for c in request.sizes if c - len(request.fixed) <= room and c >= len(request.fixed)]
+    if not sizes:
+        if len(cands) + len(request.fixed) < request.sizes[0]:
+            return _shortfall(request, cluster, len(cands))
+        return _domain_shortfall(request, cluster, floor, len(cands) + len(request.fixed), cands)
+    size = sizes[-1]
+    k = size - len(request.fixed)
+    choice = None
+    if need > 0:  # one rail layout at a time first
+        layouts = sorted({n.rails for n in cands if n.rails >= request.procs_per_node and all(f.rails == n.rails for f in fixed)})
+        for rails in layouts:
+            found = dom.search([n for n in cands if n.rails == rails], k, len(levels), need, fixed, floor)
+            if found and (choice is None or _better(found, choice)):
+                choice = found
+    choice = choice or dom.search(cands, k, len(levels), need, fixed, floor)
+    if choice is None:  # counts fit but a fixed node sits outside every domain that does
+        return _domain_shortfall(request, cluster, max(floor, 0), len(cands) + len(request.fixed), cands)
+    new = iter(choice.nodes)
+    ranked = [cluster.nodes[request.fixed[r]] if r in request.fixed else next(new) for r in range(size)]
+    if size < request.sizes[-1]:
+        notes.append(f"elastic: admitted {size} of at most {request.sizes[-1]} nodes, the most that fit now")
+    rails = rail_alignment(request, ranked)
+    notes.append(rails[2])
+    explanation = _explain(request, cluster, choice, size, notes)
+    per_rank = tuple({lv: v for lv, v in zip(levels, n.domains) if v is not None} for n in ranked)
+    summary = _summary(request, cluster, ranked, choice, rails)
+    return Placement(tuple(n.name for n in ranked), "GangPlaced", per_rank, summary, explanation)

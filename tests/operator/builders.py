@@ -62,3 +62,36 @@ def other_pod(node_name, gpus, phase="Running", pinned=False) -> dict[str, Any]:
 
 
 RANK = contract.LABEL_NODE_RANK
+
+
+BLOCK, RACK, HOST = "railtrain.dev/block", "railtrain.dev/rack", "kubernetes.io/hostname"
+
+
+def fabric(blocks=2, racks=2, per_rack=4, gpus=8, used=None, rails=None, extra=None, down=()):
+    """Node dicts of a block/rack/node tree: node ``b{b}r{r}n{i}`` in rack ``b{b}-r{r}`` of block ``b{b}``.
+
+    Args:
+        used: node name → GPUs held by a non-railtrain pod (returned as pods).
+        rails: node name → value of the ``railtrain.dev/rails`` label.
+        extra: node name → extra labels (override the defaults; ``None`` values remove a label).
+        down: names of nodes to report NotReady.
+
+    Returns:
+        ``(nodes, pods)`` for :func:`railtrain.operator.cluster.snapshot`.
+    """
+    nodes = []
+    for b in range(blocks):
+        for r in range(racks):
+            for i in range(per_rack):
+                name = f"b{b}r{r}n{i}"
+                labels = {BLOCK: f"b{b}", RACK: f"b{b}-r{r}"}
+                if rails and name in rails:
+                    labels["railtrain.dev/rails"] = str(rails[name])
+                labels |= (extra or {}).get(name, {})
+                n = node(name, gpus=gpus, ready=name not in down, labels=labels)
+                n["metadata"]["labels"] = {k: v for k, v in n["metadata"]["labels"].items() if v is not None}
+                nodes.append(n)
+    pods = [other_pod(name, g) for name, g in (used or {}).items()]
+    for i, p in enumerate(pods):
+        p["metadata"]["name"] = f"x-{i}"
+    return nodes, pods

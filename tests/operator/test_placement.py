@@ -1,15 +1,165 @@
-"""All-or-nothing gang placement on cluster snapshots (pure)."""
+"""All-or-nothing, topology-aware gang placement on synthetic cluster snapshots (pure)."""
 
 import pytest
 
 from railtrain.operator.cluster import parse_quantity, snapshot
 from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.topology import PRESETS
 
-from .builders import node, other_pod
+from .builders import BLOCK, HOST, RACK, fabric, node, other_pod
 
 
-def req(nodes, gpus=8, fixed=None):
-    return GangRequest("ns/job", nodes, gpus, fixed or {})
+def req(nodes, gpus=8, fixed=None, **kw):
+    kw.setdefault("procs_per_node", gpus or 1)
+    return GangRequest("ns/job", nodes, gpus, fixed or {}, **kw)
+
+
+def full(*names, gpus=8):
+    return {n: gpus for n in names}
+
+
+def rack_of(name):
+    return name[:4]  # b0r1n2 -> b0r1
+
+
+def assert_valid(result, snap, request):
+    """Invariants every placement keeps: distinct eligible nodes with room, fixed ranks kept, ranks grouped by domain."""
+    assert len(set(result.nodes)) == len(result.nodes)
+    assert len(result.nodes) in request.sizes
+    for rank, name in enumerate(result.nodes):
+        n = snap.nodes[name]
+        assert rank in request.fixed or (n.eligible and n.free_gpus >= request.gpus_per_node)
+        assert request.fixed.get(rank, name) == name
+    if not request.fixed:  # consecutive ranks: each domain's ranks form one contiguous run
+        for depth in range(len(snap.levels) - 1):
+            runs = [snap.nodes[n].domains[: depth + 1] for n in result.nodes]
+            seen, prev = set(), None
+            for key in runs:
+                assert key == prev or key not in seen, f"domain {key} split in rank order {result.nodes}"
+                seen.add(key)
+                prev = key
+    assert len(result.domains) == len(result.nodes)
+
+
+# (id, fabric kwargs, request kwargs, expected): expected is a dict of
+#   nodes: exact node tuple | racks: set of racks used | domain: (level, value) | size: int
+#   reason: refusal reason | text: substring of the message | aligned: railAligned
+CASES = [
+    ("one-node-best-fit", dict(used={"b0r1n2": 4}), dict(nodes=1, gpus=4), dict(nodes=("b0r1n2",))),
+    ("one-node-empty-cluster", {}, dict(nodes=1), dict(nodes=("b0r0n0",), domain=(HOST, "b0r0n0"))),
+    ("rack-exact-fit", dict(used=full("b0r0n0")), dict(nodes=3), dict(nodes=("b0r0n1", "b0r0n2", "b0r0n3"), domain=(RACK, "b0-r0"))),
+    ("best-fit-rack-over-empty-rack", dict(used=full("b1r1n0", "b1r1n1")), dict(nodes=2), dict(racks={"b1r1"})),
+    ("required-rack-on-fragmented-racks", dict(used=full("b0r0n0", "b0r0n1", "b0r1n0", "b1r0n0", "b1r0n1", "b1r1n0", "b1r1n1")),
+     dict(nodes=3, policy="required", level=RACK), dict(racks={"b0r1"})),
+    ("required-rack-waits-for-a-rack", dict(used=full("b0r0n0", "b0r1n0", "b1r0n0", "b1r1n0")),
+     dict(nodes=4, policy="required", level=RACK), dict(reason="TopologyUnsatisfiable", text="waits for a rack to free up")),
+    ("required-rack-never-fits", {}, dict(nodes=5, policy="required", level=RACK),
+     dict(reason="TopologyUnsatisfiable", text="It can never fit: the largest rack has 4")),
+    ("required-block-spans-racks", dict(used=full("b0r0n0")), dict(nodes=6, policy="required", level=BLOCK),
+     dict(domain=(BLOCK, "b0"), racks={"b0r0", "b0r1"})),  # best fit: b0 is left with 1 free node, b1 would keep 2
+    ("required-block-too-big", {}, dict(nodes=9, policy="required", level=BLOCK), dict(reason="TopologyUnsatisfiable")),
+    ("preferred-rack-spans-within-block", dict(used=full("b0r0n0", "b1r0n0", "b1r1n0")), dict(nodes=6, policy="preferred", level=RACK),
+     dict(domain=(BLOCK, "b1"), text="no single rack has 6 nodes")),
+    ("preferred-block-must-span-blocks", dict(used=full("b0r0n0", "b1r0n0")), dict(nodes=10, policy="preferred", level=BLOCK),
+     dict(domain=("", ""), text="so the gang spans blocks", size=10)),
+    ("tightest-domain-beats-best-fit-block", dict(racks=2, used=full("b0r0n0", "b0r0n1", "b0r1n0", "b0r1n1", "b1r1n0", "b1r1n1", "b1r1n2", "b1r1n3")),
+     dict(nodes=4), dict(racks={"b1r0"})),
+    ("never-refused-because-tightest-too-small", dict(used=full("b0r0n0", "b0r1n0", "b1r0n0", "b1r1n0")), dict(nodes=11), dict(size=11)),
+    ("fewest-racks-when-spanning", dict(blocks=1, racks=4, used=full("b0r0n0", "b0r0n1", "b0r0n2", "b0r1n0", "b0r1n1", "b0r2n0")),
+     dict(nodes=7), dict(racks={"b0r3", "b0r2"})),
+    ("policy-none-places-anywhere", dict(used=full("b0r0n0")), dict(nodes=14, policy="none"), dict(size=14)),
+    ("unknown-required-level", {}, dict(nodes=2, policy="required", level="example.com/pod"),
+     dict(reason="UnknownTopologyLevel", text="not one of the operator's topology levels")),
+    ("unknown-preferred-level-is-noted", {}, dict(nodes=2, policy="preferred", level="example.com/pod"), dict(size=2, text="was ignored")),
+    ("total-suffices-no-node-fits", dict(blocks=1, racks=1, used={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=2),
+     dict(reason="Unschedulable", text="0 of 4 nodes fit now; 4 busy (16 GPUs free across them, none with 8)")),
+    ("pods-larger-than-any-node", {}, dict(nodes=1, gpus=16), dict(reason="Unschedulable", text="It can never fit as it is")),
+    ("not-ready-nodes-excluded", dict(blocks=1, racks=1, down=("b0r0n0", "b0r0n1")), dict(nodes=3), dict(reason="Unschedulable", text="2 NotReady")),
+    ("elastic-largest-count-that-fits", dict(blocks=1, racks=2, used=full("b0r0n0", "b0r0n1", "b0r1n0")), dict(nodes=8, counts=tuple(range(2, 9))),
+     dict(size=5, text="elastic: admitted 5 of at most 8")),
+    ("elastic-below-min-refused", dict(blocks=1, racks=1, used=full("b0r0n0", "b0r0n1", "b0r0n2")), dict(nodes=4, counts=(2, 3, 4)),
+     dict(reason="Unschedulable", text="gang needs 2..4 nodes")),
+    ("elastic-admissible-counts-only", dict(blocks=1, racks=2, used=full("b0r0n0", "b0r0n1", "b0r1n0")), dict(nodes=6, counts=(2, 4, 6)), dict(size=4)),
+    ("elastic-within-required-rack", dict(used=full("b0r0n0", "b0r1n0", "b1r0n0", "b1r1n0")), dict(nodes=4, counts=(1, 2, 3, 4), policy="required", level=RACK),
+     dict(size=3, racks={"b0r0"})),
+    ("rails-one-layout-first", dict(blocks=1, racks=2, rails={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=3),
+     dict(racks={"b0r1"}, aligned=True)),
+    ("rails-mixed-when-no-layout-fits", dict(blocks=1, racks=2, rails={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=6),
+     dict(size=6, aligned=False, text="not rail-aligned: the nodes have 4, 8 rails")),
+    ("rails-fewer-than-procs", dict(blocks=1, racks=1, rails={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=2),
+     dict(aligned=False, text="8 processes per node share 4 rails")),
+    ("rails-partial-node-pods", {}, dict(nodes=2, gpus=4), dict(aligned=False, text="device plugin picks which")),
+    ("rails-dp-stride-misaligned", {}, dict(nodes=3, dp_stride=3), dict(aligned=False, text="stride fsdp×tensor=3")),
+    ("rails-dp-stride-whole-nodes", {}, dict(nodes=4, dp_stride=16), dict(aligned=True)),
+    ("cpu-only-gang", {}, dict(nodes=3, gpus=0), dict(size=3, aligned=None, text="rails do not apply")),
+    ("fixed-ranks-pull-the-rest-into-their-rack", dict(used=full("b0r0n0")), dict(nodes=3, fixed={0: "b1r1n2"}, policy="required", level=RACK),
+     dict(racks={"b1r1"})),
+    ("fixed-ranks-rack-without-room", dict(used=full("b0r0n0", "b0r0n1", "b0r0n2")), dict(nodes=3, fixed={0: "b0r0n3"}, policy="required", level=RACK),
+     dict(reason="TopologyUnsatisfiable")),
+    ("unlabelled-nodes-are-their-own-domains", dict(blocks=1, racks=1, extra={f"b0r0n{i}": {BLOCK: None, RACK: None} for i in range(4)}),
+     dict(nodes=2, policy="required", level=RACK), dict(reason="TopologyUnsatisfiable", text="It can never fit")),
+    ("unlabelled-nodes-preferred-still-place", dict(blocks=1, racks=1, extra={f"b0r0n{i}": {BLOCK: None, RACK: None} for i in range(4)}),
+     dict(nodes=4), dict(size=4, domain=("", ""))),
+    ("large-fabric-job-in-one-block", dict(blocks=4, racks=4, per_rack=8), dict(nodes=32), dict(domain=(BLOCK, "b0"))),
+    ("large-fabric-one-rack", dict(blocks=4, racks=4, per_rack=8, used=full("b0r0n0")), dict(nodes=8), dict(racks={"b0r1"})),
+]
+
+
+@pytest.mark.parametrize("name,shape,request_kw,expected", CASES, ids=[c[0] for c in CASES])
+def test_placement_table(name, shape, request_kw, expected):
+    snap = snapshot(*fabric(**shape))
+    request = req(**request_kw)
+    result = place_gang(request, snap)
+    text = result.message if isinstance(result, Refusal) else result.message()
+    if "reason" in expected:
+        assert isinstance(result, Refusal), text
+        assert result.reason == expected["reason"], text
+    else:
+        assert isinstance(result, Placement), text
+        assert_valid(result, snap, request)
+    if "text" in expected:
+        assert expected["text"] in text, text
+    if "nodes" in expected:
+        assert result.nodes == expected["nodes"]
+    if "racks" in expected:
+        assert {rack_of(n) for n in result.nodes} == expected["racks"], result.nodes
+    if "size" in expected:
+        assert len(result.nodes) == expected["size"]
+    if "domain" in expected:
+        assert (result.summary["domainLevel"], result.summary["domain"]) == expected["domain"]
+    if "aligned" in expected:
+        assert result.summary.get("railAligned") == expected["aligned"], text
+
+
+def test_summary_records_spread_and_domains_per_rank():
+    snap = snapshot(*fabric(used=full("b0r0n0", "b1r0n0")))
+    result = place_gang(req(10, policy="preferred", level=BLOCK), snap)
+    assert result.summary["spread"] == {BLOCK: 2, RACK: 3, HOST: 10}
+    assert result.summary["rails"] == 8 and result.summary["policy"] == "preferred" and result.summary["level"] == BLOCK
+    assert result.domains[0] == {BLOCK: "b0", RACK: "b0-r0", HOST: result.nodes[0]}
+    assert [d[BLOCK] for d in result.domains] == ["b0"] * 7 + ["b1"] * 3  # block by block
+
+
+def test_placement_is_deterministic():
+    shape = fabric(blocks=3, racks=3, per_rack=3, used=full("b0r0n0", "b1r2n1", "b2r1n2"))
+    results = {place_gang(req(7), snapshot(*shape)).nodes for _ in range(5)}
+    assert len(results) == 1
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_places_on_its_own_labels(preset):
+    levels = PRESETS[preset]
+    nodes = []
+    for i in range(8):
+        labels = {}
+        for depth, level in enumerate(levels[:-1]):
+            key = level.split("|")[-1]  # the alternative key, to check alternatives resolve
+            labels[key] = f"d{depth}-{i // (2 ** (len(levels) - 1 - depth))}"
+        nodes.append(node(f"n{i}", labels=labels))
+    snap = snapshot(nodes, [], levels=levels)
+    result = place_gang(req(2, policy="required", level=levels[-2]), snap)
+    assert isinstance(result, Placement), result
+    assert result.summary["domainLevel"] == levels[-2]
 
 
 @pytest.mark.parametrize(
@@ -70,3 +220,9 @@ def test_fixed_ranks_are_kept():
     snap = snapshot([node("a"), node("b"), node("c")], [])
     result = place_gang(req(3, fixed={1: "c"}), snap)
     assert result.nodes[1] == "c" and len(set(result.nodes)) == 3
+
+
+def test_reserve_takes_gpus_off_the_named_nodes_only():
+    snap = snapshot([node("a"), node("b")], [])
+    after = snap.reserve(["a", "ghost"], 8)
+    assert after.nodes["a"].free_gpus == 0 and after.nodes["b"].free_gpus == 8 and snap.nodes["a"].free_gpus == 8

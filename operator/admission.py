@@ -1,0 +1,75 @@
+"""Gang admission across jobs (pure): one pass over every waiting job, in queue order, on one ledger.
+
+The operator calls :func:`schedule` with every job that waits for placement
+(its gang is not fully released to nodes) and a snapshot whose free capacity is
+already net of every bound or pinned pod. Jobs are taken in queue order
+(:func:`queue_key`): a job that already holds part of its gang first (it is
+mid-release), then higher ``spec.priority``, then earlier creationTimestamp,
+then name. Each job that fits is placed on what earlier jobs left, and its
+nodes are subtracted before the next job is tried, so within one pass no two
+jobs are promised the same GPUs and no job ever holds part of the cluster while
+waiting for the rest.
+
+The admission rule (``docs/scheduling.md``): a later job may start ahead of an
+earlier one only if it cannot delay an earlier job that fits now. Earlier jobs
+that fit are placed first in the same pass, even when their pods are still
+being created, so a later job sees only what they leave. An earlier job that
+does not fit now does not block later ones (no head-of-line blocking): waiting
+for it would leave GPUs idle with no promise that it will ever fit, as in
+Kueue's BestEffortFIFO queueing. There is no preemption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from railtrain.operator.cluster import ClusterSnapshot
+from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The pass's answer for one job: ``result`` is a :class:`Placement` or a :class:`Refusal`."""
+
+    job: str
+    result: Placement | Refusal
+
+
+def queue_key(request: GangRequest) -> tuple[int, int, str, str]:
+    """Sort key of the admission queue: partly pinned gangs, then priority (high first), creation time, name."""
+    return (0 if request.fixed else 1, -request.priority, request.created, request.job)
+
+
+def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot) -> list[Decision]:
+    """Admit waiting gangs in queue order on one shared ledger of promised capacity.
+
+    Args:
+        requests: every job waiting for placement that requests the GPU
+            resource ``cluster`` accounts (one pass per resource name).
+        cluster: free capacity net of every bound or pinned pod.
+
+    Returns:
+        One :class:`Decision` per request, in queue order. A job that would fit
+        the free capacity but not what earlier jobs of this pass left gets the
+        refusal ``WaitingForEarlierJobs`` (a Normal Event), naming them.
+    """
+    free = cluster
+    ahead: list[GangRequest] = []
+    out: list[Decision] = []
+    for request in sorted(requests, key=queue_key):
+        result = place_gang(request, free)
+        if isinstance(result, Placement):
+            new = [node for rank, node in enumerate(result.nodes) if rank not in request.fixed]
+            free = free.reserve(new, request.gpus_per_node)
+            ahead.append(request)
+        elif ahead and isinstance(place_gang(request, cluster), Placement):
+            names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
+            result = Refusal(
+                "WaitingForEarlierJobs",
+                f"the gang fits the free capacity, but it is promised to jobs ahead in the queue: {names}; "
+                "it is admitted once they are placed if capacity is left",
+                warning=False,
+            )
+        out.append(Decision(request.job, result))
+    return out
