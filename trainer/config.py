@@ -1,0 +1,211 @@
+"""The trainer's configuration: one dataclass, its command line, its validation.
+
+Each field's docstring is its ``--help`` text (read from the source with
+:mod:`ast`, the way torchtitan's ``tyro`` does). Fields left at ``None`` are
+filled from the pod environment (:mod:`railtrain.crds.contract`) when the
+operator or ``railtrain run --local`` launched us; flags always win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import Sequence
+
+from railtrain.crds import contract
+from railtrain.trainer.model import PRESETS
+
+PARALLEL_MODES = ("ddp", "fsdp")
+DEFAULT_CHECKPOINT_INTERVAL = 100
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs; see each field's docstring."""
+
+    data: str = ""
+    """Training text: a file, directory, glob, or pkg://<package>/<glob> (e.g. 'pkg://email/*.py'). Required."""
+    preset: str = "tiny"
+    """Model size preset."""
+    steps: int = 200
+    """Train until this optimizer step (counting steps already done by a resumed checkpoint)."""
+    batch_size: int = 8
+    """Global batch in sequences per step, split evenly across data-parallel ranks."""
+    seq_len: int = 128
+    """Tokens (bytes) per sequence."""
+    lr: float = 3e-3
+    """Peak AdamW learning rate."""
+    warmup_steps: int = 20
+    """Steps of linear learning-rate warmup from 0 to --lr."""
+    lr_decay_steps: int = 0
+    """If > 0, cosine-decay the learning rate to 10% of --lr at this step (0: constant after warmup, so a run can be extended)."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay (not applied to norms)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient L2 norm to this value (0 disables)."""
+    seed: int = 0
+    """Seed of the model initialisation and of the data stream."""
+    parallel: str | None = None
+    """Data parallelism: 'ddp' or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2), else ddp."""
+    checkpoint_dir: str | None = None
+    """Directory for checkpoints (step-<N>/ below it); resume from the newest complete one. Default: from the pod environment, else none."""
+    checkpoint_interval: int | None = None
+    """Save a checkpoint every this many steps, and at the last step. Default: from the pod environment, else 100."""
+    checkpoint_keep: int = 2
+    """Keep this many newest complete checkpoints; older ones are deleted (0 keeps all)."""
+    device: str = "auto"
+    """'cpu', 'cuda', or 'auto' (cuda when available)."""
+    mixed_precision: str = "auto"
+    """'bf16' (bfloat16 compute, float32 master weights), 'fp32', or 'auto' (bf16 on cuda, fp32 on cpu)."""
+    threads: int = 0
+    """CPU threads per process (0: 1 when several processes share the job, else torch's default)."""
+    log_every: int = 1
+    """Print a step line every this many steps (the first and last step always print)."""
+    metrics_file: str = ""
+    """If set, rank 0 appends one JSON object per step (full-precision loss) to this file."""
+    job_name: str = ""
+    """Name shown in the log. Default: the TrainingJob's name from the pod environment."""
+
+    def validate(self) -> None:
+        """Check every field on its own.
+
+        Raises:
+            ValueError: one sentence naming the offending flag.
+        """
+        if not self.data:
+            raise ValueError("--data is required (a path, glob, or pkg://<package>/<glob>)")
+        if self.preset not in PRESETS:
+            raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        for name in ("steps", "batch_size", "seq_len", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "lr_decay_steps", "checkpoint_keep", "threads", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+        max_len = PRESETS[self.preset].max_seq_len
+        if self.seq_len > max_len:
+            raise ValueError(f"--seq-len {self.seq_len} exceeds preset {self.preset!r}'s max_seq_len {max_len}")
+        if self.parallel is not None and self.parallel not in PARALLEL_MODES:
+            raise ValueError(f"--parallel must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
+            raise ValueError(f"--checkpoint-interval must be >= 1, got {self.checkpoint_interval}")
+        if self.checkpoint_dir and "://" in self.checkpoint_dir and not self.checkpoint_dir.startswith("file://"):
+            raise ValueError(f"--checkpoint-dir {self.checkpoint_dir!r}: only local paths are supported so far")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        if self.mixed_precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"--mixed-precision must be auto, bf16 or fp32, got {self.mixed_precision!r}")
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What the launcher told us, beyond flags.
+
+    Attributes:
+        pod: the pod contract when ``RAILTRAIN_*`` variables are set, else ``None``.
+        parallelism: degrees parsed from ``pod.parallelism`` (``{}`` when absent).
+    """
+
+    pod: contract.PodEnvironment | None = None
+    parallelism: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def read_launch_context(environ: dict[str, str]) -> LaunchContext:
+    """Read the pod contract if the launcher set it (detected by its job-name variable).
+
+    Raises:
+        ValueError: (:class:`contract.ContractError`) a contract variable is
+            missing or malformed; the message names the variable.
+    """
+    if contract.ENV_JOB_NAME not in environ:
+        return LaunchContext()
+    pod = contract.read_env(environ)
+    return LaunchContext(pod=pod, parallelism=contract.parse_parallelism(pod.parallelism))
+
+
+def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig:
+    """Fill the fields left at ``None``/empty from the pod contract, then from defaults.
+
+    Returns:
+        A new, validated config whose ``checkpoint_dir`` is a str ('' = off) and
+        ``checkpoint_interval`` an int. ``parallel`` is left as given: the
+        degrees are resolved with the world size in :mod:`railtrain.trainer.parallel`.
+
+    Raises:
+        ValueError: the merged config is invalid.
+    """
+    updates: dict[str, object] = {}
+    pod = ctx.pod
+    if config.checkpoint_dir is None:
+        updates["checkpoint_dir"] = pod.checkpoint_dir if pod else ""
+    if config.checkpoint_interval is None:
+        updates["checkpoint_interval"] = pod.checkpoint_interval if pod else DEFAULT_CHECKPOINT_INTERVAL
+    if not config.job_name and pod:
+        updates["job_name"] = pod.job_name
+    merged = dataclasses.replace(config, **updates)
+    if merged.checkpoint_interval is not None and merged.checkpoint_interval < 1:
+        raise ValueError(f"{contract.ENV_CHECKPOINT_INTERVAL} must be >= 1, got {merged.checkpoint_interval}")
+    merged.validate()
+    return merged
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each dataclass field of ``cls`` to the docstring written under it (``{}`` if no source)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field."""
+    parser = argparse.ArgumentParser(
+        prog="python -m railtrain.trainer",
+        description="Train a byte-level transformer LM (launch under torchrun for several processes).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    docs = field_docs(TrainConfig)
+    types = {"int": int, "float": float, "str": str, "str | None": str, "int | None": int}
+    for f in dataclasses.fields(TrainConfig):
+        kwargs: dict[str, object] = {"type": types[str(f.type)], "default": f.default, "help": docs.get(f.name, "").replace("%", "%%")}
+        if f.name == "preset":
+            kwargs["choices"] = list(PRESETS)
+        elif f.name == "parallel":
+            kwargs["choices"] = list(PARALLEL_MODES)
+        elif f.name == "device":
+            kwargs["choices"] = ["auto", "cpu", "cuda"]
+        elif f.name == "mixed_precision":
+            kwargs["choices"] = ["auto", "bf16", "fp32"]
+        parser.add_argument(f"--{_flag(f.name)}", dest=f.name, **kwargs)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> TrainConfig:
+    """Parse a command line into a validated :class:`TrainConfig` (not yet merged with the pod contract).
+
+    Raises:
+        SystemExit: code 2 for argparse usage errors (its own convention, which
+            matches :data:`contract.EXIT_USER_ERROR`), code 0 for ``--help``.
+        ValueError: a value is out of range; the message names the flag.
+    """
+    ns = build_parser().parse_args(argv)
+    config = TrainConfig(**vars(ns))
+    config.validate()
+    return config

@@ -1,0 +1,224 @@
+"""A decoder-only byte-level transformer language model and its size presets.
+
+Architecture (the LLaMA recipe, see Touvron et al. 2023, "LLaMA: Open and
+Efficient Foundation Language Models"): pre-norm RMSNorm, causal multi-head
+self-attention through ``F.scaled_dot_product_attention`` with rotary position
+embeddings (Su et al. 2021, "RoFormer"), a SwiGLU MLP (Shazeer 2020, "GLU
+Variants Improve Transformer") and an untied output head. The vocabulary is the
+256 byte values, so no tokenizer is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VOCAB_SIZE = 256
+"""Byte-level vocabulary: one token per byte value."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a :class:`Transformer`.
+
+    Attributes:
+        dim: width of the residual stream.
+        n_layers: number of transformer blocks.
+        n_heads: attention heads; must divide ``dim``.
+        hidden_dim: inner width of the SwiGLU MLP.
+        max_seq_len: longest sequence the rotary table covers, in tokens.
+        vocab_size: number of token ids (256 for bytes).
+        norm_eps: epsilon of every RMSNorm.
+        rope_theta: base of the rotary frequencies.
+    """
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    hidden_dim: int
+    max_seq_len: int = 2048
+    vocab_size: int = VOCAB_SIZE
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError(f"model dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if (self.dim // self.n_heads) % 2:
+            raise ValueError(f"head dim {self.dim // self.n_heads} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head: ``dim // n_heads``."""
+        return self.dim // self.n_heads
+
+    def num_params(self) -> int:
+        """Exact parameter count of the model this config builds (no instantiation)."""
+        attn = 4 * self.dim * self.dim
+        mlp = 3 * self.dim * self.hidden_dim
+        norms = 2 * self.dim
+        embed_and_head = 2 * self.vocab_size * self.dim + self.dim  # + final norm
+        return self.n_layers * (attn + mlp + norms) + embed_and_head
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # ~1.8M parameters: a couple of hundred steps in about a minute on 2 CPU cores.
+    "tiny": ModelConfig(dim=192, n_layers=4, n_heads=6, hidden_dim=512, max_seq_len=1024),
+    # ~10.7M parameters: CPU-trainable, slowly.
+    "small": ModelConfig(dim=384, n_layers=6, n_heads=6, hidden_dim=1024, max_seq_len=2048),
+    # ~310M parameters: one GPU.
+    "300m": ModelConfig(dim=1024, n_layers=24, n_heads=16, hidden_dim=2816, max_seq_len=2048),
+    # ~1.23B parameters: FSDP across GPUs.
+    "1b": ModelConfig(dim=2048, n_layers=24, n_heads=16, hidden_dim=5632, max_seq_len=2048),
+}
+
+
+def rotary_table(head_dim: int, max_seq_len: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
+    """Cosines and sines of the rotary angles.
+
+    Returns:
+        float32 tensor of shape ``(max_seq_len, head_dim // 2, 2)`` holding
+        ``(cos, sin)`` of ``position * theta ** (-2i / head_dim)`` (RoFormer eq. 15).
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
+    return torch.stack((angles.cos(), angles.sin()), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotate consecutive pairs of channels of ``x`` by the angles in ``table``.
+
+    Args:
+        x: ``(batch, heads, seq, head_dim)``.
+        table: ``(seq, head_dim // 2, 2)`` from :func:`rotary_table`, sliced to ``seq``.
+
+    Returns:
+        A tensor shaped and typed like ``x``.
+    """
+    pairs = x.float().unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    cos, sin = table[..., 0], table[..., 1]
+    rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention with rotary positions and no biases."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.wq = nn.Linear(config.dim, config.dim, bias=False)
+        self.wk = nn.Linear(config.dim, config.dim, bias=False)
+        self.wv = nn.Linear(config.dim, config.dim, bias=False)
+        self.wo = nn.Linear(config.dim, config.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """Map ``(batch, seq, dim)`` to ``(batch, seq, dim)``; ``rope`` is ``(seq, head_dim//2, 2)``."""
+        bsz, seq, dim = x.shape
+        q, k, v = (w(x).view(bsz, seq, self.n_heads, -1).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(bsz, seq, dim))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU MLP: ``w2(silu(w1 x) * w3 x)``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(config.dim, config.hidden_dim, bias=False)
+        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
+        self.w3 = nn.Linear(config.dim, config.hidden_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``(..., dim)`` to ``(..., dim)``."""
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    """One pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """Map ``(batch, seq, dim)`` to ``(batch, seq, dim)``."""
+        x = x + self.attention(self.attention_norm(x), rope)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    """The language model: token ids in, next-token logits out.
+
+    ``layers`` is an ``nn.ModuleList`` of :class:`TransformerBlock`, the unit
+    that FSDP2 shards one at a time.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        # Derived from the config, so kept out of the state dict (persistent=False).
+        self.register_buffer("rope", torch.empty(config.max_seq_len, config.head_dim // 2, 2), persistent=False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and the rotary table, drawing from torch's global RNG.
+
+        Linear and embedding weights ~ N(0, 0.02); residual output projections
+        (``wo``, ``w2``) are scaled by ``1/sqrt(2 * n_layers)`` as in GPT-2
+        (Radford et al. 2019, section 2.3); norms start at 1.
+        """
+        std = 0.02
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        nn.init.normal_(self.tok_embeddings.weight, std=std)
+        for block in self.layers:
+            for lin in (block.attention.wq, block.attention.wk, block.attention.wv, block.feed_forward.w1, block.feed_forward.w3):
+                nn.init.normal_(lin.weight, std=std)
+            nn.init.normal_(block.attention.wo.weight, std=residual_std)
+            nn.init.normal_(block.feed_forward.w2.weight, std=residual_std)
+            block.attention_norm.reset_parameters()
+            block.ffn_norm.reset_parameters()
+        self.norm.reset_parameters()
+        nn.init.normal_(self.output.weight, std=std)
+        c = self.config
+        self.rope.copy_(rotary_table(c.head_dim, c.max_seq_len, c.rope_theta, device=self.rope.device))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits.
+
+        Args:
+            tokens: int64 ``(batch, seq)`` with ``seq <= config.max_seq_len``.
+
+        Returns:
+            ``(batch, seq, vocab_size)`` logits; position ``t`` predicts token ``t + 1``.
+
+        Raises:
+            ValueError: ``seq`` exceeds ``config.max_seq_len``.
+        """
+        seq = tokens.shape[1]
+        if seq > self.config.max_seq_len:
+            raise ValueError(f"sequence length {seq} exceeds the model's max_seq_len {self.config.max_seq_len}")
+        h = self.tok_embeddings(tokens)
+        rope = self.rope[:seq]
+        for block in self.layers:
+            h = block(h, rope)
+        return self.output(self.norm(h))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (nats per token) of ``(batch, seq, vocab)`` logits against ``(batch, seq)`` targets."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
