@@ -1,8 +1,11 @@
-"""``python -m railtrain.operator [--namespace NS] [--kubeconfig PATH]``."""
+"""``python -m railtrain.operator [--namespace NS] [--kubeconfig PATH] [--topology-preset P | --topology-levels K1,K2,...]``."""
 
 from __future__ import annotations
 
 import argparse
+import os
+
+from railtrain.operator.topology import ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
 
 
 def main() -> None:
@@ -11,10 +14,22 @@ def main() -> None:
     parser.add_argument("--namespace", default=None, help="Watch only this namespace (default: all).")
     parser.add_argument("--kubeconfig", default=None, help="Kubeconfig path (default: $KUBECONFIG or in-cluster).")
     parser.add_argument("--resync-seconds", type=float, default=2.0, help="Period of the resync of unfinished jobs.")
+    parser.add_argument(
+        "--topology-preset", choices=sorted(PRESETS), default=None,
+        help=f"Node labels of a known platform (docs/topology.md); default ${ENV_PRESET}, else railtrain.",
+    )
+    parser.add_argument(
+        "--topology-levels", default=None,
+        help=f"Comma-separated node label keys of the topology levels, widest first (overrides the preset; default ${ENV_LEVELS}).",
+    )
     args = parser.parse_args()
+    try:
+        resolve_levels(args.topology_preset, args.topology_levels, os.environ)
+    except ValueError as err:
+        parser.error(str(err))
     from railtrain.operator.main import run
 
-    run(args.namespace, args.kubeconfig, args.resync_seconds)
+    run(args.namespace, args.kubeconfig, args.resync_seconds, args.topology_preset, args.topology_levels)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,27 @@
-"""One reconcile of one TrainingJob: read, plan (pure), apply, write status once, emit Events.
+"""Reconciles and admission passes: read, plan (pure), apply, write status once, emit Events.
+
+Two entry points:
+
+* :func:`reconcile_job` brings one job one step closer to its desired state
+  (creates its gated gang, follows pod phases, restarts, times out); when the
+  job waits for nodes it asks for an admission pass;
+* :func:`admission_pass` lists every job, pod and node once, runs the pure
+  :func:`railtrain.operator.admission.schedule` over all waiting jobs, and
+  releases each ready gang it admitted (pin, annotate, ungate) and records each
+  refusal, job by job.
 
 Concurrency rules:
 
-* one lock per job, so the pod-event, job-event and resync paths never act on
-  the same job at once;
-* one process-wide scheduling lock around snapshot → placement → pin, so two
-  gangs never both count the same free GPUs. The pins themselves (nodeSelectors
+* one lock per job, so the pod-event, job-event, resync and admission paths
+  never act on the same job at once;
+* one process-wide scheduling lock around a whole admission pass (snapshot →
+  schedule → pin), taken before any job lock and never while holding one, so
+  two passes never count the same free GPUs. The pins themselves (nodeSelectors
   on unbound pods) are the ledger of promised capacity that the next snapshot
   subtracts, which keeps admission all-or-nothing across jobs and across
-  operator restarts.
+  operator restarts;
+* requests for a pass coalesce: a caller whose request predates the start of
+  a pass that ran while it waited skips its own pass.
 """
 
 from __future__ import annotations
@@ -17,17 +30,21 @@ import logging
 import threading
 from collections import defaultdict
 from datetime import datetime, timezone
+from typing import Any
 
+from railtrain.crds import contract
+from railtrain.operator import admission, reconcile
 from railtrain.operator import cluster as cluster_model
-from railtrain.operator import reconcile
 from railtrain.operator.kube import Kube
-from railtrain.operator.placement import place_gang
+from railtrain.operator.placement import GangRequest, Placement, Refusal
+from railtrain.operator.topology import DEFAULT_LEVELS
 
 log = logging.getLogger("railtrain.operator")
 
 _job_locks: dict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 _job_locks_guard = threading.Lock()
 _scheduling_lock = threading.Lock()
+_passes_started = 0
 
 
 def _lock_for(namespace: str, name: str) -> threading.Lock:
@@ -35,13 +52,18 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
         return _job_locks[(namespace, name)]
 
 
-def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = None) -> reconcile.Plan | None:
-    """Bring one job one step closer to its desired state.
+def _now(now: datetime | None) -> datetime:
+    return now or datetime.now(timezone.utc)
+
+
+def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS) -> reconcile.Plan | None:
+    """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
     Args:
         kube: API verbs.
         namespace, name: the TrainingJob.
         now: the current time (UTC); defaults to the wall clock.
+        levels: the operator's topology levels, widest first.
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -56,27 +78,83 @@ def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = 
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
         pods = kube.list_job_pods(namespace, name)
-        placement = None
-        request = reconcile.gang_request(job, pods)
-        if request is not None:
-            with _scheduling_lock:
-                spec_gpu = (job["spec"].get("resources") or {}).get("gpuResourceName", "nvidia.com/gpu")
-                snap = cluster_model.snapshot(kube.list_nodes(), kube.list_active_pods(), spec_gpu)
-                placement = place_gang(request, snap)
-                p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now or datetime.now(timezone.utc), placement)
-                _apply_pods(kube, namespace, p)
-        else:
-            p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now or datetime.now(timezone.utc))
-            _apply_pods(kube, namespace, p)
-        if p.status_changed:
-            kube.patch_status(namespace, name, p.status)
-            for type_, reason, message in p.events:
-                kube.emit_event(job, type_, reason, message)
-        log.debug("reconciled %s/%s: phase=%s", namespace, name, p.status.get("phase"))
-        return p
+        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now))
+        _apply(kube, job, p)
+        waits = reconcile.gang_request(job, pods, _now(now)) is not None
+    if waits:
+        admission_pass(kube, now, levels)
+    return p
 
 
-def _apply_pods(kube: Kube, namespace: str, p: reconcile.Plan) -> None:
+def admission_pass(kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS) -> list[admission.Decision]:
+    """Admit waiting gangs across all jobs in queue order, and apply the decisions of ready ones.
+
+    Args:
+        kube: API verbs.
+        now: the current time (UTC); defaults to the wall clock.
+        levels: the operator's topology levels, widest first.
+
+    Returns:
+        Every decision of the pass (also those of jobs not ready to be released),
+        or ``[]`` when a pass that started after this call was made already ran.
+    """
+    global _passes_started
+    seen = _passes_started
+    with _scheduling_lock:
+        if _passes_started > seen:
+            return []
+        _passes_started += 1
+        at = _now(now)
+        gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
+        jobs = [j for j in kube.list_jobs() if j["metadata"].get("namespace") not in gone]
+        by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for pod in kube.list_railtrain_pods():
+            meta = pod["metadata"]
+            by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+        waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+        requests: dict[str, list[GangRequest]] = defaultdict(list)
+        for job in jobs:
+            meta = job["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+            if entry is not None:
+                request, ready = entry
+                waiting[request.job] = (job, ready, request)
+                requests[request.gpu_resource].append(request)
+        if not waiting:
+            return []
+        nodes, active = kube.list_nodes(), kube.list_active_pods()
+        decisions: list[admission.Decision] = []
+        for resource, group in sorted(requests.items()):
+            snap = cluster_model.snapshot(nodes, active, resource, levels)
+            decisions.extend(admission.schedule(group, snap))
+        for decision in decisions:
+            job, ready, request = waiting[decision.job]
+            if ready:
+                _decide(kube, job, request, decision.result, at)
+        return decisions
+
+
+def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:
+    """Apply one admission decision to a job, if its gang still asks what the pass answered."""
+    meta = seen["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    with _lock_for(namespace, name):
+        job = kube.get_job(namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        pods = kube.list_job_pods(namespace, name)
+        if reconcile.gang_request(job, pods, now) != request:
+            return  # changed since the pass listed it; the next pass decides again
+        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now, result)
+        _apply(kube, job, p)
+        for type_, reason, message in p.events:
+            log.info("%s/%s %s: %s", namespace, name, reason, message)
+
+
+def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
+    namespace = job["metadata"]["namespace"]
     if p.create_service is not None:
         kube.create(p.create_service)
     for pod in p.create_pods:
@@ -84,4 +162,8 @@ def _apply_pods(kube: Kube, namespace: str, p: reconcile.Plan) -> None:
     for name in p.delete_pods:
         kube.delete_pod(namespace, name)
     for name in p.ungate:
-        kube.release_pod(namespace, name, p.pin.get(name))
+        kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name))
+    if p.status_changed:
+        kube.patch_status(namespace, job["metadata"]["name"], p.status)
+        for type_, reason, message in p.events:
+            kube.emit_event(job, type_, reason, message)

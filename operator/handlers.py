@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 from railtrain.crds import contract
 from railtrain.operator import controller
 from railtrain.operator.kube import Kube, connect
+from railtrain.operator.topology import DEFAULT_LEVELS
 
 log = logging.getLogger("railtrain.operator")
 
@@ -28,10 +29,12 @@ class OperatorConfig:
     Attributes:
         kubeconfig: path, or None for $KUBECONFIG / in-cluster.
         resync_seconds: period of the level-triggered resync of unfinished jobs.
+        topology_levels: node label keys of the topology levels, widest first.
     """
 
     kubeconfig: str | None = None
     resync_seconds: float = 2.0
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     kube: Kube | None = None
 
 
@@ -83,7 +86,7 @@ async def _resync_loop() -> None:
                 if (job.get("status") or {}).get("phase") in ("Succeeded",):
                     continue
                 meta = job["metadata"]
-                await loop.run_in_executor(None, controller.reconcile_job, _kube(), meta["namespace"], meta["name"])
+                await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"])
         except asyncio.CancelledError:
             raise
         except ApiException as err:
@@ -99,10 +102,14 @@ def on_job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
     """Any change to a TrainingJob (and the initial listing on startup) → reconcile it."""
     if type == "DELETED":
         return
-    controller.reconcile_job(_kube(), namespace, name)
+    _reconcile(namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
 def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
-    controller.reconcile_job(_kube(), namespace, labels[contract.LABEL_JOB_NAME])
+    _reconcile(namespace, labels[contract.LABEL_JOB_NAME])
+
+
+def _reconcile(namespace: str, name: str) -> None:
+    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels)

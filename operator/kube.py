@@ -70,9 +70,19 @@ class Kube:
                 return False
             raise
 
+    def terminating_namespaces(self) -> set[str]:
+        """Names of namespaces being deleted (no new pods can be created there)."""
+        res = self._json(self.core.list_namespace(_preload_content=False))["items"]
+        return {ns["metadata"]["name"] for ns in res if (ns.get("status") or {}).get("phase") == "Terminating"}
+
     def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node, as dicts."""
         return self._json(self.core.list_node(_preload_content=False))["items"]
+
+    def list_railtrain_pods(self) -> list[dict[str, Any]]:
+        """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present)."""
+        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False)
+        return self._json(res)["items"]
 
     def list_active_pods(self) -> list[dict[str, Any]]:
         """Every non-terminal pod in the cluster (they hold node capacity)."""
@@ -83,7 +93,7 @@ class Kube:
 
     # --- writes ----------------------------------------------------------------
     def create(self, manifest: dict[str, Any]) -> bool:
-        """Create a Pod or Service; returns False when it already existed."""
+        """Create a Pod or Service; returns False when it already existed or its namespace is being deleted."""
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
@@ -94,7 +104,7 @@ class Kube:
                 raise ValueError(f"cannot create kind {manifest['kind']}")
             return True
         except ApiException as err:
-            if err.status == 409:
+            if err.status == 409 or (err.status == 403 and "NamespaceTerminating" in str(err.body)):
                 return False
             raise
 
@@ -106,15 +116,20 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def release_pod(self, namespace: str, name: str, node: str | None) -> None:
-        """Pin a gated pod to ``node`` (nodeSelector addition) and lift the gang gate, in one JSON patch.
+    def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
+        """Pin a gated pod to ``node`` (nodeSelector addition), set ``annotations`` and lift the gang gate, in one JSON patch.
 
         Adding nodeSelector entries to a gated pod is allowed by the API server
-        (KEP-3838, mutable scheduling directives for gated pods).
+        (KEP-3838, mutable scheduling directives for gated pods); annotations
+        are always mutable. One patch makes the three changes atomic: a pod is
+        never ungated without its node and its admitted gang size.
         """
         ops: list[dict[str, Any]] = []
         if node:
             ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
+        for key, value in (annotations or {}).items():
+            escaped = key.replace("~", "~0").replace("/", "~1")
+            ops.append({"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value})
         ops.append({"op": "remove", "path": "/spec/schedulingGates"})
         try:
             self.core.patch_namespaced_pod(

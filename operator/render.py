@@ -37,27 +37,32 @@ def job_labels(name: str) -> dict[str, str]:
     return {contract.LABEL_JOB_NAME: name, contract.LABEL_MANAGED_BY: contract.MANAGED_BY}
 
 
-def pod_environment(spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None) -> contract.PodEnvironment:
+def pod_environment(
+    spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None, nnodes: int | None = None
+) -> contract.PodEnvironment:
     """The contract values for node ``rank`` of a job.
 
     Args:
         spec: the job spec.
         name: job name; namespace: its namespace.
-        rank: node rank in ``[0, spec.nodes)``.
+        rank: node rank in ``[0, nnodes)``.
         restarts: the job's restart count (a new gang per restart).
         rdzv_addr: override of node rank 0's address (``127.0.0.1`` for local runs);
             defaults to the headless-Service DNS name.
+        nnodes: the admitted gang size (default ``spec.nodes``); an elastic
+            job's data-parallel degree scales with it.
 
     Raises:
-        ValueError: rank out of range.
+        ValueError: rank out of range, or ``nnodes`` not admissible for the spec.
     """
-    if not 0 <= rank < spec.nodes:
-        raise ValueError(f"rank must be in [0, {spec.nodes}), got {rank}")
-    par = spec.effective_parallelism()
+    n = spec.nodes if nnodes is None else nnodes
+    if not 0 <= rank < n:
+        raise ValueError(f"rank must be in [0, {n}), got {rank}")
+    par = spec.effective_parallelism(n)
     return contract.PodEnvironment(
         job_name=name,
         namespace=namespace,
-        nnodes=spec.nodes,
+        nnodes=n,
         node_rank=rank,
         procs_per_node=spec.procs_per_node,
         rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
@@ -68,12 +73,47 @@ def pod_environment(spec: TrainingJobSpec, name: str, namespace: str, rank: int,
     )
 
 
+_FROM_ANNOTATION = {
+    contract.ENV_NNODES: contract.ANNOTATION_NNODES,
+    contract.ENV_PET_NNODES: contract.ANNOTATION_NNODES,
+    contract.ENV_PARALLELISM: contract.ANNOTATION_PARALLELISM,
+}
+
+
 def container_env(spec: TrainingJobSpec, env: contract.PodEnvironment) -> list[dict[str, str]]:
     """Container ``env`` list: the contract first, then the user's variables (which may override)."""
     merged = contract.pod_env(env)
     for var in spec.env:
         merged[var.name] = var.value
     return [{"name": k, "value": v} for k, v in merged.items()]
+
+
+def gang_annotations(spec: TrainingJobSpec, nnodes: int) -> dict[str, str]:
+    """Pod annotations describing a gang of ``nnodes``: :data:`~railtrain.crds.contract.ANNOTATION_NNODES` and the parallelism.
+
+    Raises:
+        ValueError: ``nnodes`` is not admissible for the spec.
+    """
+    par = spec.effective_parallelism(nnodes)
+    return {
+        contract.ANNOTATION_NNODES: str(nnodes),
+        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+    }
+
+
+def _from_annotations(items: list[dict[str, str]], keep: set[str]) -> list[dict[str, Any]]:
+    """Read the gang size and parallelism from the pod's annotations (Downward API ``fieldRef``).
+
+    Variables named in ``keep`` (the user's own ``spec.env``) stay literal.
+    """
+    out: list[dict[str, Any]] = []
+    for item in items:
+        key = _FROM_ANNOTATION.get(item["name"])
+        if key and item["name"] not in keep:
+            out.append({"name": item["name"], "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}})
+        else:
+            out.append(item)
+    return out
 
 
 def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
@@ -112,6 +152,11 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
 def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0) -> dict[str, Any]:
     """The gated pod of node ``rank``.
 
+    An elastic job's pods read the gang size and parallelism from their
+    annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
+    the operator sets to the admitted size in the same patch that pins and
+    ungates the pod, before any container starts.
+
     Returns:
         A v1 Pod manifest with ``schedulingGates`` set and no ``nodeSelector``
         yet; :func:`pin_to_node` adds the node once the gang is placed.
@@ -122,10 +167,13 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     name = job.metadata.name
     spec = job.spec
     env = pod_environment(spec, name, namespace, rank, restarts)
+    env_items: list[dict[str, Any]] = list(container_env(spec, env))
+    if spec.elastic is not None:  # the size is known only at admission
+        env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
-        "env": container_env(spec, env),
+        "env": env_items,
         "ports": [
             {"name": "rendezvous", "containerPort": contract.DEFAULT_RDZV_PORT},
             {"name": "metrics", "containerPort": contract.DEFAULT_METRICS_PORT},
@@ -148,7 +196,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
             "name": contract.pod_name(name, rank),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {contract.ANNOTATION_RESTART: str(restarts)},
+            "annotations": {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)},
             "ownerReferences": [owner_reference(name, uid)],
         },
         "spec": {

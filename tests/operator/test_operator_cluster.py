@@ -11,39 +11,16 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 
+from .clusterkit import G, P, V, condition, job_body, job_status, pods_of
 from .conftest import wait_for
 
 pytestmark = pytest.mark.cluster
-
-G, V, P = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
-
-
-def job_body(name, nodes=2, gpus=8, procs=8, **spec):
-    return {
-        "apiVersion": f"{G}/{V}",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {"image": "ghcr.io/railtrain/trainer:0.1.0", "command": ["torchrun", "-m", "railtrain.trainer"],
-                 "nodes": nodes, "procsPerNode": procs, "resources": {"gpus": gpus}} | spec,
-    }
 
 
 @pytest.fixture
 def api(cluster):
     c = cluster.api_client()
     return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
-def pods_of(core, ns, name):
-    return core.list_namespaced_pod(ns, label_selector=f"{contract.LABEL_JOB_NAME}={name}").items
-
-
-def job_status(custom, ns, name):
-    return custom.get_namespaced_custom_object(G, V, ns, P, name).get("status") or {}
-
-
-def condition(status, type_):
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 def test_gang_is_created_gated_then_bound_to_distinct_nodes(api, namespace, gpu_nodes, operator):
@@ -122,6 +99,8 @@ def test_deleting_the_job_removes_its_pods(api, namespace, gpu_nodes, operator):
         ({"nodes": 1, "procsPerNode": 4, "resources": {"gpus": 4}, "parallelism": {"data": 4, "tensor": 3}}, "spec.parallelism"),
         ({"nodes": 0}, "spec.nodes"),
         ({"procsPerNode": 9, "resources": {"gpus": 8}}, "spec.procsPerNode"),
+        ({"elastic": {"minNodes": 3}}, "spec.elastic.minNodes"),
+        ({"topology": {"policy": "required"}}, "spec.topology.level"),
     ],
 )
 def test_invalid_manifest_is_refused_by_the_api_server_with_the_field_path(api, namespace, spec, field):

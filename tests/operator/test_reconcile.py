@@ -125,3 +125,97 @@ def test_invalid_stored_spec_fails_without_raising():
     obj["spec"]["nodes"] = "many"
     p = reconcile.plan(obj, [], True, NOW)
     assert p.status["phase"] == "Failed" and find(p.status["conditions"], "Failed")["reason"] == "InvalidSpec"
+
+
+def placed(nodes, explanation="inside railtrain.dev/rack=r0 (best fit)"):
+    domains = tuple({"railtrain.dev/rack": "r0", "kubernetes.io/hostname": n} for n in nodes)
+    summary = {"policy": "preferred", "level": "", "domainLevel": "railtrain.dev/rack", "domain": "r0", "spread": {"railtrain.dev/rack": 1}}
+    return Placement(tuple(nodes), "GangPlaced", domains, summary, explanation)
+
+
+def test_placement_writes_topology_and_domains_that_later_reconciles_keep():
+    obj = job_obj(nodes=2)
+    p = reconcile.plan(obj, gang(obj), True, NOW, placed(["a", "b"]))
+    assert p.status["topology"]["domainLevel"] == "railtrain.dev/rack" and p.status["topology"]["reason"].startswith("inside")
+    assert p.status["placement"][1] == {"rank": 1, "node": "b", "domains": {"railtrain.dev/rack": "r0", "kubernetes.io/hostname": "b"}}
+    assert p.status["admittedNodes"] == 2
+    assert p.annotate["llm-0"][contract.ANNOTATION_NNODES] == "2"
+    running = reconcile.plan(obj | {"status": p.status}, gang(obj, phase="Running", gated=False, nodes=["a", "b"]), True, NOW)
+    assert running.status["placement"] == p.status["placement"]
+    assert find(running.status["conditions"], "Scheduled")["message"] == find(p.status["conditions"], "Scheduled")["message"]
+
+
+def released_gang(obj, nodes, phase="Pending", nnodes=None):
+    pods = gang(obj, phase=phase, gated=False, nodes=nodes)
+    for p in pods:
+        if nnodes is not None:
+            p["metadata"]["annotations"][contract.ANNOTATION_NNODES] = str(nnodes)
+    return pods
+
+
+def test_gang_not_running_within_timeout_is_released_and_requeued_with_backoff():
+    obj = job_obj(nodes=2, runPolicy={"gangTimeoutSeconds": 60})
+    first = reconcile.plan(obj, gang(obj), True, NOW, placed(["a", "b"]))
+    status = first.status
+    pods = released_gang(obj, ["a", "b"])
+    pods[0]["status"]["phase"] = "Running"
+    early = reconcile.plan(obj | {"status": status}, pods, True, NOW + timedelta(seconds=59))
+    assert early.delete_pods == [] and early.status["phase"] == "Pending"
+    late = reconcile.plan(obj | {"status": status}, pods, True, NOW + timedelta(seconds=60))
+    assert sorted(late.delete_pods) == ["llm-0", "llm-1"]
+    c = find(late.status["conditions"], "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "GangTimeout") and "1 of 2 ranks Running" in c["message"]
+    assert late.status["requeues"] == 1 and late.status["requeueAfter"] == "2026-11-29T12:01:10Z"  # + 10 s backoff
+    assert ("Warning", "GangTimeout") in [e[:2] for e in late.events]
+    # While backing off, the job is not in the admission queue; afterwards it is.
+    waiting = obj | {"status": late.status}
+    fresh = gang(obj)
+    assert reconcile.admission_request(waiting, fresh, NOW + timedelta(seconds=65)) is None
+    assert reconcile.gang_request(waiting, fresh, NOW + timedelta(seconds=71)).nodes == 2
+
+
+def test_requeue_backoff_doubles_up_to_a_cap():
+    from railtrain.operator.gang import requeue_delay
+
+    assert [requeue_delay(n).total_seconds() for n in (1, 2, 3, 7, 20)] == [10, 20, 40, 600, 600]
+
+
+def test_elastic_gang_is_admitted_with_fewer_nodes():
+    obj = job_obj(nodes=4, procs=8, gpus=8, elastic={"minNodes": 2})
+    pods = gang(obj)
+    env = {e["name"]: e for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{contract.ANNOTATION_NNODES}']"
+    assert pods[0]["metadata"]["annotations"][contract.ANNOTATION_NNODES] == "4"
+    request = reconcile.gang_request(obj, pods, NOW)
+    assert request.sizes == (2, 3, 4)
+    p = reconcile.plan(obj, pods, True, NOW, placed(["a", "b", "c"]))
+    assert p.delete_pods == ["llm-3"] and sorted(p.ungate) == ["llm-0", "llm-1", "llm-2"]
+    assert p.annotate["llm-2"] == {contract.ANNOTATION_NNODES: "3", contract.ANNOTATION_PARALLELISM: "data=24,fsdp=1,tensor=1,pipeline=1"}
+    assert p.status["admittedNodes"] == 3
+    # Released pods carry the admitted size: rank 3 is not re-created, and 3 Running ranks are the whole gang.
+    running = released_gang(obj, ["a", "b", "c", "d"], phase="Running", nnodes=3)[:3]
+    nxt = reconcile.plan(obj | {"status": p.status}, running, True, NOW)
+    assert nxt.create_pods == [] and nxt.status["phase"] == "Running" and nxt.status["admittedNodes"] == 3
+    assert reconcile.admission_request(obj | {"status": nxt.status}, running, NOW) is None
+
+
+def test_fixed_size_pods_carry_literal_values():
+    obj = job_obj(nodes=2)
+    env = {e["name"]: e for e in gang(obj)[1]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == {"name": "PET_NNODES", "value": "2"}
+
+
+def test_not_ready_job_holds_its_turn_only_for_a_while():
+    obj = job_obj(nodes=3, runPolicy={"gangTimeoutSeconds": 30})
+    obj["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
+    pods = gang(obj)[:2]  # rank 2 not created yet
+    request, ready = reconcile.admission_request(obj, pods, NOW + timedelta(seconds=10))
+    assert not ready and request.nodes == 3
+    assert reconcile.gang_request(obj, pods, NOW) is None
+    assert reconcile.admission_request(obj, pods, NOW + timedelta(seconds=31)) is None
+
+
+def test_suspend_marks_the_gang_unscheduled():
+    obj = job_obj(nodes=1, runPolicy={"suspend": True}, status={"phase": "Running", "conditions": []})
+    p = reconcile.plan(obj, gang(obj, phase="Running", gated=False, nodes=["a"]), True, NOW)
+    assert find(p.status["conditions"], "Scheduled")["reason"] == "Suspended"

@@ -1,0 +1,172 @@
+"""What the pods of a job say about its gang (pure): rank, gate, admitted size, and the admission request.
+
+The pods are the record of what was decided: a pod pinned by nodeSelector is
+capacity promised to its gang, a pod without the gang gate has been released,
+and a released pod's :data:`~railtrain.crds.contract.ANNOTATION_NNODES` is the
+size the gang was admitted with. Reading these back, rather than trusting a
+status the operator may have crashed before writing, keeps admission correct
+across operator restarts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from railtrain.crds import contract
+from railtrain.crds.api import TrainingJob, TrainingJobSpec
+from railtrain.operator import conditions as cond
+from railtrain.operator.cluster import pod_node
+from railtrain.operator.placement import GangRequest
+
+REQUEUE_BASE_SECONDS = 10
+"""Backoff after the first gang timeout; it doubles with each further timeout."""
+REQUEUE_MAX_SECONDS = 600
+"""Longest backoff between gang timeouts."""
+
+
+def parse_job(obj: dict[str, Any]) -> TrainingJob:
+    """Validate a TrainingJob object read from the API server (status ignored).
+
+    Raises:
+        pydantic.ValidationError: the stored spec does not match the models.
+    """
+    return TrainingJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": obj["metadata"]["name"]}})
+
+
+def restart_of(pod: dict[str, Any]) -> int:
+    """The restart count a pod belongs to (its annotation), -1 when malformed."""
+    try:
+        return int((pod["metadata"].get("annotations") or {}).get(contract.ANNOTATION_RESTART, "0"))
+    except ValueError:
+        return -1
+
+
+def rank_of(pod: dict[str, Any]) -> int:
+    """A pod's node rank (its label), -1 when malformed."""
+    try:
+        return int((pod["metadata"].get("labels") or {}).get(contract.LABEL_NODE_RANK, "-1"))
+    except ValueError:
+        return -1
+
+
+def phase(pod: dict[str, Any]) -> str:
+    """``status.phase`` of a pod, Pending when absent."""
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def is_gated(pod: dict[str, Any]) -> bool:
+    """Whether the pod still carries railtrain's gang scheduling gate."""
+    return any(g.get("name") == contract.SCHEDULING_GATE for g in (pod["spec"].get("schedulingGates") or []))
+
+
+def current_gang(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods of the job's current restart count, not being deleted, ordered by rank."""
+    restarts = int((obj.get("status") or {}).get("restarts", 0))
+    live = [p for p in pods if restart_of(p) == restarts and not p["metadata"].get("deletionTimestamp")]
+    return sorted(live, key=rank_of)
+
+
+def admitted_nodes(spec: TrainingJobSpec, gang: list[dict[str, Any]]) -> int:
+    """The gang size: the admitted count a released pod carries, else ``spec.nodes`` (not yet admitted).
+
+    Returns:
+        An int in ``[1, spec.nodes]``; a malformed annotation falls back to ``spec.nodes``.
+    """
+    for pod in gang:
+        if not is_gated(pod):
+            try:
+                n = int((pod["metadata"].get("annotations") or {}).get(contract.ANNOTATION_NNODES, spec.nodes))
+            except ValueError:
+                return spec.nodes
+            return n if 1 <= n <= spec.nodes else spec.nodes
+    return spec.nodes
+
+
+def requeue_delay(requeues: int) -> timedelta:
+    """Backoff before the ``requeues``-th re-admission: 10 s, 20 s, 40 s ... at most 600 s."""
+    return timedelta(seconds=min(REQUEUE_MAX_SECONDS, REQUEUE_BASE_SECONDS * 2 ** max(0, requeues - 1)))
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Parse an RFC 3339 time as the API server writes it; None when absent."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def waiting_since(obj: dict[str, Any]) -> datetime | None:
+    """When the job started waiting for its current gang: Scheduled turning False, else creation."""
+    c = cond.find((obj.get("status") or {}).get("conditions") or [], cond.SCHEDULED)
+    if c and c.get("status") != "True":
+        return parse_time(c.get("lastTransitionTime"))
+    return parse_time(obj["metadata"].get("creationTimestamp"))
+
+
+def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> tuple[GangRequest, bool] | None:
+    """The job's entry in the admission queue, if it waits for placement.
+
+    Args:
+        obj: the TrainingJob as read from the API server.
+        pods: every pod labelled with the job's name.
+        now: the current time (UTC); None skips the time-based rules.
+
+    Returns:
+        ``(request, ready)``, or None when the job does not wait: terminal,
+        suspended, invalid, backing off after a gang timeout
+        (``status.requeueAfter`` in the future), or every rank already released.
+        ``ready`` is True when every pod of the gang exists so placement can be
+        applied now. A job that is not ready (pods still being created, or the
+        previous gang still terminating) still takes its turn in the queue, and
+        so holds back later jobs, for at most ``runPolicy.gangTimeoutSeconds``
+        after it started waiting; after that it is left out, so a job whose pods
+        cannot be created never blocks the queue.
+    """
+    status = obj.get("status") or {}
+    if status.get("phase") in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
+        return None
+    try:
+        job = parse_job(obj)
+    except ValidationError:
+        return None
+    spec = job.spec
+    after = parse_time(status.get("requeueAfter"))
+    if now is not None and after is not None and now < after:
+        return None
+    gang = current_gang(obj, pods)
+    n = admitted_nodes(spec, gang)
+    gang = [p for p in gang if 0 <= rank_of(p) < n]
+    ranks = {rank_of(p) for p in gang}
+    ready = len(ranks) == n
+    if ready and not any(is_gated(p) for p in gang):
+        return None
+    since = waiting_since(obj)
+    if not ready and now is not None and since is not None and now - since > timedelta(seconds=spec.run_policy.gang_timeout_seconds):
+        return None
+    released = any(not is_gated(p) for p in gang)
+    par = spec.effective_parallelism()
+    meta = obj["metadata"]
+    request = GangRequest(
+        job=f"{meta.get('namespace', '')}/{meta['name']}",
+        nodes=n,
+        gpus_per_node=spec.resources.gpus,
+        fixed={rank_of(p): node for p in gang if (node := pod_node(p))},
+        counts=(n,) if released else tuple(spec.node_counts()),
+        procs_per_node=spec.procs_per_node,
+        dp_stride=par.fsdp * par.tensor,
+        policy=str(spec.topology.policy),
+        level=spec.topology.level,
+        priority=spec.priority,
+        created=meta.get("creationTimestamp", ""),
+        gpu_resource=spec.resources.gpu_resource_name,
+    )
+    return request, ready
+
+
+def gang_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> GangRequest | None:
+    """The placement request of a job whose whole gang exists and waits for nodes, else None.
+
+    Same as :func:`admission_request`, keeping only ready jobs.
+    """
+    entry = admission_request(obj, pods, now)
+    return entry[0] if entry and entry[1] else None
