@@ -1,0 +1,37 @@
+"""Package layout rules: import boundaries, and the top-level ``operator/`` folder never hides the standard library."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def imported_modules(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "statement,forbidden",
+    [
+        ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema", {"torch", "kopf"}),
+        ("import railtrain.operator.main, railtrain.operator.handlers", {"torch"}),
+        ("import railtrain.trainer.train", {"kopf"}),
+        ("import railtrain.cli.main", {"torch", "kopf"}),
+    ],
+)
+def test_import_boundaries(statement, forbidden):
+    assert imported_modules(statement) & forbidden == set()
+
+
+@pytest.mark.parametrize("flags", [[], ["-S"]])
+def test_repo_root_on_sys_path_keeps_the_stdlib_operator(flags):
+    """``python -m venv`` / ``-m pytest`` from the checkout put the root first on sys.path."""
+    code = "import collections, operator; assert operator.eq(1, 1) and operator.__file__.endswith('operator.py'); print(operator.__file__)"
+    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert str(REPO) not in out.stdout
