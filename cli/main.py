@@ -14,6 +14,7 @@ Kubernetes client errors in one place.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -292,12 +293,25 @@ def _import_controlplane() -> Any:
 def operator(
     namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Watch only this namespace; default: every namespace.")] = None,
     kubeconfig: KubeconfigOption = None,
+    topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
+    topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
 ) -> None:
     """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
     try:
         from railtrain.operator import main as operator_main
+        from railtrain.operator import topology
     except ModuleNotFoundError as err:
         raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
+    try:
+        topology.resolve_levels(topology_preset, topology_levels, os.environ)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    # The operator reads its topology from the environment when run() is not told.
+    if topology_preset:
+        os.environ[topology.ENV_PRESET] = topology_preset
+        os.environ.pop(topology.ENV_LEVELS, None)
+    if topology_levels:
+        os.environ[topology.ENV_LEVELS] = topology_levels
     operator_main.run(namespace, kubeconfig)
 
 

@@ -86,18 +86,42 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
     return table
 
 
-def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
-    """The view of one job: summary, conditions (type/status/reason/message/age) and placement (rank → node)."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+def _gang_line(spec: dict[str, Any], status: dict[str, Any]) -> str:
+    """``4 nodes × 8 procs (world size 32)``; an elastic job shows its admitted count and range."""
     nodes, procs = spec.get("nodes", 1), spec.get("procsPerNode", 1)
+    elastic = spec.get("elastic") or {}
+    if not elastic:
+        return f"{nodes} nodes × {procs} procs (world size {nodes * procs})"
+    span = f"{elastic.get('minNodes', nodes)}..{nodes}"
+    admitted = status.get("admittedNodes")
+    if admitted:
+        return f"{admitted} of {span} nodes × {procs} procs (world size {admitted * procs}), elastic"
+    return f"{span} nodes × {procs} procs, elastic (not admitted yet)"
+
+
+def _label_column(key: str) -> str:
+    """Column title of a topology level: ``railtrain.dev/rack`` → ``RACK``."""
+    return key.split("|")[0].rsplit("/", 1)[-1].upper()
+
+
+def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
+    """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
     summary.add_row("Name:", meta.get("name", ""))
     summary.add_row("Namespace:", meta.get("namespace", ""))
     summary.add_row("Phase:", status.get("phase") or "Pending")
-    summary.add_row("Gang:", f"{nodes} nodes × {procs} procs (world size {nodes * procs})")
+    summary.add_row("Gang:", _gang_line(spec, status))
+    topology = spec.get("topology") or {}
+    asked = " ".join(filter(None, [f"policy {topology.get('policy', 'preferred')}", topology.get("level")]))
+    summary.add_row("Topology:", asked + (f", priority {spec['priority']}" if spec.get("priority") else ""))
+    if (status.get("topology") or {}).get("reason"):
+        summary.add_row("Placed:", status["topology"]["reason"])
     summary.add_row("Restarts:", str(status.get("restarts", 0)))
+    if status.get("requeues"):
+        summary.add_row("Requeues:", f"{status['requeues']} (gang timeout; not admitted before {status.get('requeueAfter', '?')})")
     summary.add_row("Age:", age(meta.get("creationTimestamp"), now))
     parts: list[RenderableType] = [summary, Text("")]
 
@@ -118,8 +142,13 @@ def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
         table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
         table.add_column("RANK", justify="right")
         table.add_column("NODE")
+        hostname = "kubernetes.io/hostname"
+        levels = list(dict.fromkeys(k for p in placement for k in (p.get("domains") or {}) if k != hostname))
+        for level in levels:
+            table.add_column(_label_column(level))
         for p in placement:
-            table.add_row(str(p.get("rank", "")), p.get("node", ""))
+            domains = p.get("domains") or {}
+            table.add_row(str(p.get("rank", "")), p.get("node", ""), *(domains.get(level, "") for level in levels))
         parts.append(table)
     else:
         parts.append(Text("Placement: not placed yet"))

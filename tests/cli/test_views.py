@@ -95,3 +95,33 @@ def test_yaml_drops_managed_fields():
     out = views.to_yaml(obj("a"))
     assert "managedFields" not in out and "name: a" in out
     assert views.to_yaml([obj("a"), obj("b")]).startswith("apiVersion: v1\nkind: List\n")
+
+
+def test_job_detail_shows_topology_decision_and_domains():
+    job = obj(
+        "llama", phase="Running",
+        placement=[
+            {"rank": 1, "node": "gpu-b", "domains": {"railtrain.dev/block": "b0", "railtrain.dev/rack": "r1", "kubernetes.io/hostname": "gpu-b"}},
+            {"rank": 0, "node": "gpu-a", "domains": {"railtrain.dev/block": "b0", "railtrain.dev/rack": "r0", "kubernetes.io/hostname": "gpu-a"}},
+        ],
+    )
+    job["spec"]["topology"] = {"policy": "preferred", "level": "railtrain.dev/rack"}
+    job["status"]["topology"] = {"policy": "preferred", "reason": "inside railtrain.dev/block=b0 (policy preferred railtrain.dev/rack: no single rack has 2 nodes)"}
+    text = render(views.job_detail(job, NOW))
+    assert "Topology:   policy preferred railtrain.dev/rack" in text
+    assert "Placed:     inside railtrain.dev/block=b0" in text
+    lines = text.splitlines()
+    header = next(line for line in lines if line.strip().startswith("RANK"))
+    assert header.split() == ["RANK", "NODE", "BLOCK", "RACK"]
+    assert [line.split() for line in lines if line.strip().startswith(("0 ", "1 "))] == [["0", "gpu-a", "b0", "r0"], ["1", "gpu-b", "b0", "r1"]]
+
+
+def test_job_detail_shows_elastic_admission_and_requeues():
+    job = obj("stretch", phase="Running", nodes=4)
+    job["spec"]["elastic"] = {"minNodes": 2}
+    job["status"] |= {"admittedNodes": 3, "requeues": 1, "requeueAfter": ts(-10)}
+    text = render(views.job_detail(job, NOW))
+    assert "3 of 2..4 nodes × 8 procs (world size 24), elastic" in text
+    assert "Requeues:   1 (gang timeout" in text
+    job["status"].pop("admittedNodes")
+    assert "2..4 nodes × 8 procs, elastic (not admitted yet)" in render(views.job_detail(job, NOW))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 
 from typer.testing import CliRunner
 
@@ -59,3 +60,19 @@ def test_operator_runs_in_the_foreground(monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     runner.invoke(app, ["operator"])
     assert calls[-1] == (None, None)
+
+
+def test_operator_topology_flags_reach_the_operator_through_its_environment(monkeypatch):
+    from railtrain.operator import main as operator_main
+    from railtrain.operator import topology
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig: seen.append(topology.resolve_levels(environ=dict(os.environ))))
+    monkeypatch.setenv(topology.ENV_LEVELS, "a.example/x")  # monkeypatch restores both variables afterwards
+    monkeypatch.delenv(topology.ENV_PRESET, raising=False)
+    assert runner.invoke(app, ["operator", "--topology-preset", "gke"]).exit_code == 0
+    assert seen[-1] == topology.PRESETS["gke"]
+    assert runner.invoke(app, ["operator", "--topology-levels", "railtrain.dev/rack,kubernetes.io/hostname"]).exit_code == 0
+    assert seen[-1] == ("railtrain.dev/rack", "kubernetes.io/hostname")
+    bad = runner.invoke(app, ["operator", "--topology-preset", "azure"])
+    assert bad.exit_code == 1 and "unknown preset 'azure'" in bad.stderr
