@@ -108,7 +108,15 @@ class ClusterSnapshot:
         return ClusterSnapshot({**self.nodes, **updated}, self.levels)
 
 
-def _node_ineligibility(node: Mapping[str, Any]) -> str:
+def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
+    """Why no gang pod may land on ``node`` ("" when it may).
+
+    ``tolerated`` is the GPU resource name: railtrain's pods tolerate a
+    NoSchedule taint of that key, as the ExtendedResourceToleration admission
+    plugin does for pods requesting an extended resource (GKE and AKS taint
+    GPU nodes ``nvidia.com/gpu=present:NoSchedule``); see
+    :func:`railtrain.operator.render.gang_tolerations`.
+    """
     spec = node.get("spec", {}) or {}
     labels = (node.get("metadata", {}) or {}).get("labels", {}) or {}
     if spec.get("unschedulable"):
@@ -116,6 +124,8 @@ def _node_ineligibility(node: Mapping[str, Any]) -> str:
     if labels.get(QUARANTINE_LABEL, "false") != "false":
         return "quarantined"
     for taint in spec.get("taints", []) or []:
+        if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
+            continue
         if taint.get("effect") in ("NoSchedule", "NoExecute"):
             return f"taint {taint.get('key')}"
     conditions = (node.get("status", {}) or {}).get("conditions", []) or []
@@ -181,7 +191,7 @@ def snapshot(
         name = meta["name"]
         alloc = (node.get("status", {}) or {}).get("allocatable", {}) or {}
         gpus = int(parse_quantity(alloc.get(gpu_resource, 0)))
-        why = _node_ineligibility(node)
+        why = _node_ineligibility(node, gpu_resource)
         labels = dict(meta.get("labels", {}) or {})
         out[name] = NodeInfo(
             name=name,

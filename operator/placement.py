@@ -124,14 +124,22 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
     fixed = set(request.fixed.values())
     why = Counter(n.why_ineligible for n in cluster.nodes.values() if not n.eligible)
     small = [n for n in cluster.eligible() if n.gpus < need]
-    busy = [n for n in cluster.eligible() if n.gpus >= need and n.free_gpus < need and n.name not in fixed]
-    parts = [f"{_wanted(request)}; {fit + len(fixed)} of {len(cluster.nodes)} nodes fit now"]
-    if busy:
-        parts.append(f"{len(busy)} busy ({sum(n.free_gpus for n in busy)} GPUs free across them, none with {need})")
+    room = [n for n in cluster.eligible() if n.gpus >= need and n.name not in fixed]
+    full = [n for n in room if n.free_gpus == 0 < need]
+    partial = [n for n in room if 0 < n.free_gpus < need]
+    spread = sum(n.free_gpus for n in partial)
+    parts = []
+    if full:
+        parts.append(f"{len(full)} full")
+    if partial:
+        parts.append(f"{len(partial)} with fewer than {need} free GPUs ({spread} free across them)")
     if small:
         parts.append(f"{len(small)} with fewer than {need} GPUs allocatable")
     parts += [f"{count} {reason}" for reason, count in sorted(why.items())]
-    text = ", ".join(parts[:1]) + ("; " + ", ".join(parts[1:]) if parts[1:] else "")
+    text = f"{_wanted(request)}; {fit + len(fixed)} of {len(cluster.nodes)} nodes fit now" + (f": {', '.join(parts)}" if parts else "")
+    missing = request.sizes[0] - fit - len(fixed)
+    if partial and spread >= missing * need:
+        text += f"; the free GPUs add up to enough but are spread over nodes, and each pod needs {need} on one node"
     big_enough = sum(1 for n in cluster.eligible() if n.gpus >= need)
     if big_enough < request.sizes[0]:
         largest = max((n.gpus for n in cluster.eligible()), default=0)

@@ -128,6 +128,17 @@ def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
+def gang_tolerations(spec: TrainingJobSpec) -> list[dict[str, str]]:
+    """Tolerations of every gang pod: the NoSchedule taint keyed by the GPU resource name.
+
+    This is the toleration Kubernetes' ExtendedResourceToleration admission
+    plugin adds to pods requesting an extended resource; adding it here makes
+    pods behave the same on clusters without that plugin, and it is the one
+    taint :func:`railtrain.operator.cluster.snapshot` treats as tolerated.
+    """
+    return [{"key": spec.resources.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"}]
+
+
 def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
     """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published)."""
     name = job.metadata.name
@@ -205,6 +216,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
+            "tolerations": gang_tolerations(spec),
             "containers": [container],
         },
     }

@@ -28,7 +28,8 @@ class OperatorProcess:
         log = open(self.log_path, "ab")
         env = os.environ | {"PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "railtrain.operator", "--kubeconfig", str(self.kubeconfig), "--resync-seconds", "1"],
+            [sys.executable, "-m", "railtrain.operator", "--kubeconfig", str(self.kubeconfig), "--resync-seconds", "1",
+             "--topology-preset", "railtrain"],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
 

@@ -72,7 +72,7 @@ CASES = [
      dict(reason="UnknownTopologyLevel", text="not one of the operator's topology levels")),
     ("unknown-preferred-level-is-noted", {}, dict(nodes=2, policy="preferred", level="example.com/pod"), dict(size=2, text="was ignored")),
     ("total-suffices-no-node-fits", dict(blocks=1, racks=1, used={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=2),
-     dict(reason="Unschedulable", text="0 of 4 nodes fit now; 4 busy (16 GPUs free across them, none with 8)")),
+     dict(reason="Unschedulable", text="0 of 4 nodes fit now: 4 with fewer than 8 free GPUs (16 free across them); the free GPUs add up to enough but are spread")),
     ("pods-larger-than-any-node", {}, dict(nodes=1, gpus=16), dict(reason="Unschedulable", text="It can never fit as it is")),
     ("not-ready-nodes-excluded", dict(blocks=1, racks=1, down=("b0r0n0", "b0r0n1")), dict(nodes=3), dict(reason="Unschedulable", text="2 NotReady")),
     ("elastic-largest-count-that-fits", dict(blocks=1, racks=2, used=full("b0r0n0", "b0r0n1", "b0r1n0")), dict(nodes=8, counts=tuple(range(2, 9))),
@@ -197,6 +197,12 @@ def test_ineligible_nodes_are_excluded_and_named(bad, why):
     snap = snapshot([node("a"), node("b", **bad)], [])
     result = place_gang(req(2), snap)
     assert isinstance(result, Refusal) and why in result.message
+
+
+def test_gpu_resource_taint_is_tolerated_like_extended_resource_toleration():
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    snap = snapshot([node("a", taints=gpu_taint), node("b", taints=[{"key": "nvidia.com/gpu", "effect": "NoExecute"}])], [])
+    assert snap.nodes["a"].eligible and not snap.nodes["b"].eligible
 
 
 def test_pinned_unbound_pods_count_as_promised_capacity():

@@ -32,6 +32,7 @@ def test_pods_carry_the_contract():
     assert parsed.rdzv_addr == "llm-0.llm.team.svc"
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert pod["metadata"]["labels"][contract.LABEL_NODE_RANK] == "1"
+    assert pod["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def test_existing_gang_is_not_recreated():

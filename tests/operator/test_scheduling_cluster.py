@@ -62,10 +62,10 @@ def test_spread_free_gpus_no_node_fits_pending_without_churn_others_run(api, nam
     wait_for(lambda: all_running(core, namespace, "halves", 3), 60, "halves Running")
     submit(job_body("wide", nodes=1, gpus=8, procs=8))
     c = wait_for(lambda: refused(custom, namespace, "wide", "Unschedulable"), 60, "wide refused")
-    assert "0 of 3 nodes fit now; 3 busy (12 GPUs free across them, none with 8)" in c["message"]
+    assert "0 of 3 nodes fit now: 3 with fewer than 8 free GPUs (12 free across them); the free GPUs add up to enough but are spread" in c["message"]
     submit(job_body("small", nodes=1, gpus=4, procs=4))
     wait_for(lambda: all_running(core, namespace, "small", 1), 60, "a later job that fits runs")
-    wait_for(lambda: "8 GPUs free" in refused(custom, namespace, "wide", "Unschedulable")["message"], 30, "wide's reason updated once")
+    wait_for(lambda: "(8 free across them)" in refused(custom, namespace, "wide", "Unschedulable")["message"], 30, "wide's reason updated once")
 
     def state():
         wide = pods_of(core, namespace, "wide")
