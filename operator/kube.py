@@ -140,7 +140,7 @@ class Kube:
                 raise
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Replace the job's status through the status subresource (merge patch)."""
+        """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key)."""
         self.custom.patch_namespaced_custom_object_status(
             contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
             field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",

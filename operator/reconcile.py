@@ -81,6 +81,21 @@ class Plan:
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns status ``old`` into ``new``.
+
+    A merge patch keeps keys it does not mention, so every key of ``old``
+    (at any depth of nested objects) missing from ``new`` is sent as null,
+    which deletes it. Lists are replaced whole, as merge patches do.
+    """
+    out: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        out[key] = status_patch(before, value) if isinstance(value, dict) and isinstance(before, dict) else value
+    out.update({key: None for key in old if key not in new})
+    return out
+
+
 def _terminated(pod: dict[str, Any]) -> tuple[int, str]:
     """Exit code and termination message of the trainer container of a finished pod."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:

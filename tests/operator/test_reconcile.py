@@ -220,3 +220,10 @@ def test_suspend_marks_the_gang_unscheduled():
     obj = job_obj(nodes=1, runPolicy={"suspend": True}, status={"phase": "Running", "conditions": []})
     p = reconcile.plan(obj, gang(obj, phase="Running", gated=False, nodes=["a"]), True, NOW)
     assert find(p.status["conditions"], "Scheduled")["reason"] == "Suspended"
+
+
+def test_status_patch_deletes_what_the_new_status_dropped():
+    old = {"phase": "Pending", "requeueAfter": "t", "topology": {"rails": 8, "policy": "none"}, "placement": [{"rank": 0}]}
+    new = {"phase": "Running", "topology": {"policy": "none"}, "placement": []}
+    patch = reconcile.status_patch(old, new)
+    assert patch == {"phase": "Running", "topology": {"policy": "none", "rails": None}, "placement": [], "requeueAfter": None}

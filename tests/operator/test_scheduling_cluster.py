@@ -162,6 +162,7 @@ def test_gang_not_running_in_time_is_released_and_requeued(api, namespace, gpu_n
     assert "runPolicy.gangTimeoutSeconds=2" in c["message"] and "re-queued" in c["message"]
     status = job_status(custom, namespace, "stuck")
     assert status["requeues"] == 1 and status["requeueAfter"] and status["phase"] == "Pending"
+    assert "admittedNodes" not in status  # dropped keys are deleted on the server (merge patch with null)
     wait_for(lambda: (pods := pods_of(core, namespace, "stuck")) and unreleased(pods) and len(pods) == 2, 60, "a fresh gated gang while backing off")
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck").items
     assert any(e.reason == "GangTimeout" and e.type == "Warning" for e in events)
