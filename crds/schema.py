@@ -22,6 +22,8 @@ from railtrain.crds import contract
 from railtrain.crds.api import DNS_1035, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
+HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "crds" / "trainingjob.yaml"
+"""The Helm chart's copy (Helm installs CRDs from a chart's crds/ folder); present in a source checkout."""
 
 _DROP = {"title"}
 

@@ -17,9 +17,10 @@ def manifest(**spec):
     }
 
 
-def test_crd_file_is_up_to_date():
-    """Fails when crds/trainingjob.yaml was not regenerated after a model change."""
+def test_crd_files_are_up_to_date():
+    """Fails when crds/trainingjob.yaml or the Helm chart's copy was not regenerated after a model change."""
     assert schema.CRD_PATH.read_text() == schema.render(), "run `python -m railtrain.crds`"
+    assert schema.HELM_CRD_PATH.read_text() == schema.render(), "run `python -m railtrain.crds`"
 
 
 def test_crd_schema_is_structural():
