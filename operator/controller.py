@@ -56,7 +56,9 @@ def _now(now: datetime | None) -> datetime:
     return now or datetime.now(timezone.utc)
 
 
-def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS) -> reconcile.Plan | None:
+def reconcile_job(
+    kube: Kube, namespace: str, name: str, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, admit: bool = True
+) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
     Args:
@@ -64,6 +66,8 @@ def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = 
         namespace, name: the TrainingJob.
         now: the current time (UTC); defaults to the wall clock.
         levels: the operator's topology levels, widest first.
+        admit: run an admission pass when the job waits (the resync runs one
+            pass after reconciling every job instead).
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -81,7 +85,7 @@ def reconcile_job(kube: Kube, namespace: str, name: str, now: datetime | None = 
         p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now))
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
-    if waits:
+    if waits and admit:
         admission_pass(kube, now, levels)
     return p
 

@@ -86,7 +86,9 @@ async def _resync_loop() -> None:
                 if (job.get("status") or {}).get("phase") in ("Succeeded",):
                     continue
                 meta = job["metadata"]
-                await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"])
+                await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"], False)
+            # One admission pass for the whole resync, not one per waiting job.
+            await loop.run_in_executor(None, controller.admission_pass, _kube(), None, OperatorConfig.topology_levels)
         except asyncio.CancelledError:
             raise
         except ApiException as err:
@@ -111,5 +113,5 @@ def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     _reconcile(namespace, labels[contract.LABEL_JOB_NAME])
 
 
-def _reconcile(namespace: str, name: str) -> None:
-    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels)
+def _reconcile(namespace: str, name: str, admit: bool = True) -> None:
+    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit)

@@ -1,0 +1,140 @@
+"""The admission pass and reconcile loop against an in-memory API (no cluster)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+
+from railtrain.crds import contract
+from railtrain.operator import controller
+from railtrain.operator.conditions import find
+
+from .builders import job_obj, node
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+class FakeKube:
+    """The verbs of :class:`railtrain.operator.kube.Kube` over dicts in memory."""
+
+    def __init__(self, nodes, jobs, terminating=()):
+        self.nodes = nodes
+        self.jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.services: set[tuple[str, str]] = set()
+        self.terminating = set(terminating)
+        self.events: list[tuple[str, str, str]] = []
+
+    def get_job(self, ns, name):
+        return copy.deepcopy(self.jobs.get((ns, name)))
+
+    def list_jobs(self, namespace=None):
+        return [copy.deepcopy(j) for j in self.jobs.values()]
+
+    def list_job_pods(self, ns, name):
+        return [copy.deepcopy(p) for (pns, _), p in self.pods.items() if pns == ns and p["metadata"]["labels"][contract.LABEL_JOB_NAME] == name]
+
+    def list_railtrain_pods(self):
+        return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def list_active_pods(self):
+        return [copy.deepcopy(p) for p in self.pods.values() if p["status"]["phase"] not in ("Succeeded", "Failed")]
+
+    def list_nodes(self):
+        return self.nodes
+
+    def terminating_namespaces(self):
+        return set(self.terminating)
+
+    def service_exists(self, ns, name):
+        return (ns, name) in self.services
+
+    def create(self, manifest):
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        if manifest["kind"] == "Service":
+            self.services.add((ns, name))
+        else:
+            self.pods[(ns, name)] = copy.deepcopy(manifest) | {"status": {"phase": "Pending"}}
+        return True
+
+    def delete_pod(self, ns, name):
+        self.pods.pop((ns, name), None)
+
+    def release_pod(self, ns, name, node, annotations=None):
+        pod = self.pods[(ns, name)]
+        if node:
+            pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        pod["metadata"]["annotations"].update(annotations or {})
+        pod["spec"].pop("schedulingGates", None)
+
+    def patch_status(self, ns, name, patch):
+        status = self.jobs[(ns, name)].setdefault("status", {})
+        for key, value in patch.items():
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = value
+
+    def emit_event(self, job, type_, reason, message):
+        self.events.append((job["metadata"]["name"], type_, reason))
+
+
+def reconcile_all(kube):
+    for ns, name in list(kube.jobs):
+        controller.reconcile_job(kube, ns, name, NOW, admit=False)
+
+
+def scheduled(kube, ns, name):
+    return find(kube.jobs[(ns, name)]["status"]["conditions"], "Scheduled")
+
+
+def pinned(kube, name):
+    return {p["spec"].get("nodeSelector", {}).get("kubernetes.io/hostname") for p in kube.pods.values()
+            if p["metadata"]["labels"][contract.LABEL_JOB_NAME] == name} - {None}
+
+
+def test_one_pass_admits_the_earlier_job_whole_and_keeps_the_other_waiting():
+    first = job_obj("first", nodes=3)
+    second = job_obj("second", nodes=3)
+    first["metadata"]["creationTimestamp"] = "2026-11-29T11:00:00Z"
+    second["metadata"]["creationTimestamp"] = "2026-11-29T11:00:01Z"
+    kube = FakeKube([node(f"n{i}") for i in range(4)], [first, second])
+    reconcile_all(kube)  # services and gated pods
+    decisions = controller.admission_pass(kube, NOW)
+    assert {d.job for d in decisions} == {"team/first", "team/second"}
+    assert len(pinned(kube, "first")) == 3 and pinned(kube, "second") == set()
+    assert all(not p["spec"].get("schedulingGates") for p in kube.pods.values() if p["metadata"]["name"].startswith("first"))
+    assert scheduled(kube, "team", "first")["status"] == "True"
+    assert scheduled(kube, "team", "second")["reason"] == "WaitingForEarlierJobs"
+    # The next pass sees the pins as used capacity: the second job is now simply short of nodes.
+    controller.admission_pass(kube, NOW)
+    assert scheduled(kube, "team", "second")["reason"] == "Unschedulable" and pinned(kube, "second") == set()
+
+
+def test_jobs_in_terminating_namespaces_are_left_out():
+    gone = job_obj("gone", ns="old", nodes=1)
+    kube = FakeKube([node("n0")], [gone], terminating={"old"})
+    reconcile_all(kube)
+    assert controller.admission_pass(kube, NOW) == []
+    assert pinned(kube, "gone") == set()
+
+
+def test_jobs_of_different_gpu_resources_do_not_compete():
+    nv = job_obj("nv", nodes=1)
+    amd = job_obj("amd", nodes=1)
+    amd["spec"]["resources"] = {"gpus": 8, "gpuResourceName": "amd.com/gpu"}
+    amd_node = node("m0")
+    amd_node["status"]["allocatable"] = {"amd.com/gpu": "8"}
+    kube = FakeKube([node("n0"), amd_node], [nv, amd])
+    reconcile_all(kube)
+    controller.admission_pass(kube, NOW)
+    assert pinned(kube, "nv") == {"n0"} and pinned(kube, "amd") == {"m0"}
+
+
+def test_reconcile_runs_a_pass_for_a_waiting_job():
+    kube = FakeKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
+    controller.reconcile_job(kube, "team", "solo", NOW)  # creates the gang
+    controller.reconcile_job(kube, "team", "solo", NOW)  # the gang exists and waits: a pass places it
+    assert pinned(kube, "solo") == {"n0", "n1"}
+    assert kube.jobs[("team", "solo")]["status"]["placement"][0]["domains"]["kubernetes.io/hostname"] in {"n0", "n1"}
+    assert ("solo", "Normal", "GangPlaced") in kube.events
