@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,19 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def revision() -> dict[str, Any]:
+    """The git commit of the checkout and the paths under operator/ and crds/ that differ from it."""
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": git("status", "--porcelain", "--", "operator", "crds").splitlines()}
 
 
 def command_line() -> str:
@@ -132,6 +146,6 @@ def write_json(name: str, record: dict[str, Any], path: Path | None = None) -> P
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = Path(path) if path else RESULTS_DIR / f"{name}-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    full = {"benchmark": name, "command": command_line(), "finished_utc": stamp, **record}
+    full = {"benchmark": name, "command": command_line(), "finished_utc": stamp, "revision": revision(), **record}
     path.write_text(json.dumps(full, indent=1, sort_keys=False) + "\n")
     return path
