@@ -57,7 +57,13 @@ def _now(now: datetime | None) -> datetime:
 
 
 def reconcile_job(
-    kube: Kube, namespace: str, name: str, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, admit: bool = True
+    kube: Kube,
+    namespace: str,
+    name: str,
+    now: datetime | None = None,
+    levels: tuple[str, ...] = DEFAULT_LEVELS,
+    admit: bool = True,
+    watch_namespace: str | None = None,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -68,6 +74,7 @@ def reconcile_job(
         levels: the operator's topology levels, widest first.
         admit: run an admission pass when the job waits (the resync runs one
             pass after reconciling every job instead).
+        watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -86,17 +93,21 @@ def reconcile_job(
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
-        admission_pass(kube, now, levels)
+        admission_pass(kube, now, levels, watch_namespace)
     return p
 
 
-def admission_pass(kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS) -> list[admission.Decision]:
+def admission_pass(
+    kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, watch_namespace: str | None = None
+) -> list[admission.Decision]:
     """Admit waiting gangs across all jobs in queue order, and apply the decisions of ready ones.
 
     Args:
         kube: API verbs.
         now: the current time (UTC); defaults to the wall clock.
         levels: the operator's topology levels, widest first.
+        watch_namespace: admit only this namespace's jobs (an operator run with
+            ``--namespace``); capacity is still counted over every namespace.
 
     Returns:
         Every decision of the pass (also those of jobs not ready to be released),
@@ -110,7 +121,7 @@ def admission_pass(kube: Kube, now: datetime | None = None, levels: tuple[str, .
         _passes_started += 1
         at = _now(now)
         gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
-        jobs = [j for j in kube.list_jobs() if j["metadata"].get("namespace") not in gone]
+        jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
         by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
         for pod in kube.list_railtrain_pods():
             meta = pod["metadata"]

@@ -30,9 +30,11 @@ class OperatorConfig:
         kubeconfig: path, or None for $KUBECONFIG / in-cluster.
         resync_seconds: period of the level-triggered resync of unfinished jobs.
         topology_levels: node label keys of the topology levels, widest first.
+        namespace: the only namespace watched and admitted, or None for all.
     """
 
     kubeconfig: str | None = None
+    namespace: str | None = None
     resync_seconds: float = 2.0
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     kube: Kube | None = None
@@ -81,14 +83,14 @@ async def _resync_loop() -> None:
     while True:
         await asyncio.sleep(OperatorConfig.resync_seconds)
         try:
-            jobs = await loop.run_in_executor(None, _kube().list_jobs)
+            jobs = await loop.run_in_executor(None, _kube().list_jobs, OperatorConfig.namespace)
             for job in jobs:
                 if (job.get("status") or {}).get("phase") in ("Succeeded",):
                     continue
                 meta = job["metadata"]
                 await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"], False)
             # One admission pass for the whole resync, not one per waiting job.
-            await loop.run_in_executor(None, controller.admission_pass, _kube(), None, OperatorConfig.topology_levels)
+            await loop.run_in_executor(None, controller.admission_pass, _kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
         except asyncio.CancelledError:
             raise
         except ApiException as err:
@@ -114,4 +116,4 @@ def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
 
 
 def _reconcile(namespace: str, name: str, admit: bool = True) -> None:
-    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit)
+    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit, watch_namespace=OperatorConfig.namespace)

@@ -36,6 +36,7 @@ def run(
         # kopf's default login handler and our client both read $KUBECONFIG.
         os.environ["KUBECONFIG"] = kubeconfig
     handlers.OperatorConfig.kubeconfig = kubeconfig
+    handlers.OperatorConfig.namespace = namespace
     handlers.OperatorConfig.resync_seconds = resync_seconds
     handlers.OperatorConfig.topology_levels = levels
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -29,7 +29,7 @@ class FakeKube:
         return copy.deepcopy(self.jobs.get((ns, name)))
 
     def list_jobs(self, namespace=None):
-        return [copy.deepcopy(j) for j in self.jobs.values()]
+        return [copy.deepcopy(j) for (ns, _), j in self.jobs.items() if namespace in (None, ns)]
 
     def list_job_pods(self, ns, name):
         return [copy.deepcopy(p) for (pns, _), p in self.pods.items() if pns == ns and p["metadata"]["labels"][contract.LABEL_JOB_NAME] == name]
@@ -138,3 +138,10 @@ def test_reconcile_runs_a_pass_for_a_waiting_job():
     assert pinned(kube, "solo") == {"n0", "n1"}
     assert kube.jobs[("team", "solo")]["status"]["placement"][0]["domains"]["kubernetes.io/hostname"] in {"n0", "n1"}
     assert ("solo", "Normal", "GangPlaced") in kube.events
+
+
+def test_an_operator_watching_one_namespace_admits_only_its_jobs():
+    kube = FakeKube([node("n0"), node("n1")], [job_obj("mine", ns="a", nodes=1), job_obj("theirs", ns="b", nodes=1)])
+    reconcile_all(kube)
+    controller.admission_pass(kube, NOW, watch_namespace="a")
+    assert pinned(kube, "mine") and pinned(kube, "theirs") == set()
