@@ -33,6 +33,10 @@ from railtrain.operator.cluster import ClusterSnapshot, NodeInfo
 from railtrain.operator.topology import level_name
 
 
+PINNED_NODE_UNAVAILABLE = "PinnedNodeUnavailable"
+"""Refusal reason: a rank is pinned to a node that is gone or ineligible; only a new gang can fix it."""
+
+
 @dataclass(frozen=True)
 class GangRequest:
     """What one gang needs.
@@ -264,10 +268,16 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         gets the largest admissible size that fits now), or :class:`Refusal`
         with reason ``Unschedulable`` (too few nodes fit cluster-wide),
         ``TopologyUnsatisfiable`` (no domain of the required level holds the
-        gang) or ``UnknownTopologyLevel`` (a required level the operator does
-        not know), its message naming the numbers and what would help.
+        gang), ``UnknownTopologyLevel`` (a required level the operator does
+        not know) or :data:`PINNED_NODE_UNAVAILABLE` (a rank already pinned to
+        a node that is gone or ineligible: the caller must recreate the gang),
+        its message naming the numbers and what would help.
     """
     levels, need = cluster.levels, request.gpus_per_node
+    lost = {r: n for r, n in sorted(request.fixed.items()) if n not in cluster.nodes or not cluster.nodes[n].eligible}
+    if lost:
+        why = ", ".join(f"rank {r} on {n} ({cluster.nodes[n].why_ineligible if n in cluster.nodes else 'node gone'})" for r, n in lost.items())
+        return Refusal(PINNED_NODE_UNAVAILABLE, f"part of the gang is pinned to nodes it can no longer use: {why}; the gang is deleted and admitted again")
     notes: list[str] = []
     floor = dom.CLUSTER
     if request.policy != "none" and request.level and request.level not in levels:

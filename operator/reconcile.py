@@ -49,7 +49,7 @@ from railtrain.operator.gang import (
     requeue_delay,
     restart_of,
 )
-from railtrain.operator.placement import Placement, Refusal
+from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
 
 __all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang"]
 
@@ -286,6 +286,8 @@ def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, 
 
     if isinstance(placement, Refusal):
         set_c(cond.SCHEDULED, False, placement.reason, placement.message, "Warning" if placement.warning else "Normal")
+        if placement.reason == PINNED_NODE_UNAVAILABLE:  # pinned pods cannot move: start the gang over
+            out.delete_pods = sorted(set(out.delete_pods) | {p["metadata"]["name"] for p in gang})
     elif isinstance(placement, Placement):
         gang = _release(out, placement, gang, job)
         n = released = len(placement.nodes)

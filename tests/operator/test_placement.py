@@ -228,6 +228,12 @@ def test_fixed_ranks_are_kept():
     assert result.nodes[1] == "c" and len(set(result.nodes)) == 3
 
 
+@pytest.mark.parametrize("nodes", [[node("a"), node("b")], [node("a"), node("b"), node("c", unschedulable=True)]])
+def test_rank_pinned_to_a_lost_node_asks_for_a_new_gang(nodes):
+    result = place_gang(req(2, fixed={0: "c"}), snapshot(nodes, []))
+    assert isinstance(result, Refusal) and result.reason == "PinnedNodeUnavailable" and "rank 0 on c" in result.message
+
+
 def test_reserve_takes_gpus_off_the_named_nodes_only():
     snap = snapshot([node("a"), node("b")], [])
     after = snap.reserve(["a", "ghost"], 8)

@@ -227,3 +227,12 @@ def test_status_patch_deletes_what_the_new_status_dropped():
     new = {"phase": "Running", "topology": {"policy": "none"}, "placement": []}
     patch = reconcile.status_patch(old, new)
     assert patch == {"phase": "Running", "topology": {"policy": "none", "rails": None}, "placement": [], "requeueAfter": None}
+
+
+def test_a_gang_pinned_to_a_lost_node_is_deleted_to_start_over():
+    obj = job_obj(nodes=2)
+    pods = gang(obj)
+    pods[0]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gone"}
+    pods[0]["spec"].pop("schedulingGates")
+    p = reconcile.plan(obj, pods, True, NOW, Refusal("PinnedNodeUnavailable", "rank 0 on gone (node gone)"))
+    assert sorted(p.delete_pods) == ["llm-0", "llm-1"] and p.status["phase"] == "Pending"
