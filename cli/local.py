@@ -5,7 +5,9 @@ The gang is rendered exactly as the operator renders it
 pod-environment contract a cluster pod sees; only what cannot hold on one host
 is changed: node rank 0 is ``127.0.0.1`` on a free port, every node gets its own
 metrics port, a relative checkpoint location becomes absolute (against the
-directory ``railtrain`` was started in), and the container image is ignored.
+directory ``railtrain`` was started in), the node-local checkpoint tiers get a
+directory per node rank on this host (:func:`local_tier_dirs`), and the
+container image is ignored.
 ``torchrun`` and ``python`` run from this interpreter, so the local run uses
 the same torch as the command line.
 
@@ -26,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -90,6 +93,23 @@ def resolve_location(location: str, base: Path) -> str:
     if not location or "://" in location:
         return location
     return os.path.abspath(os.path.join(base, os.path.expanduser(location)))
+
+
+def local_tier_dirs(pod_env: contract.PodEnvironment, job_name: str, rank: int) -> dict[str, str]:
+    """This host's stand-ins for the node-local checkpoint tiers' volumes, one pair per node rank.
+
+    memory: ``/dev/shm/railtrain/local/<job>/node-<rank>`` (tmpfs, outlives the
+    processes); local: ``<tmp>/railtrain/local/<job>/node-<rank>``. Each node
+    rank gets its own, as each pod gets its own node, so the memory tier's
+    copy on the next node is a real second copy.
+    """
+    out = {}
+    if pod_env.checkpoint_memory_dir:
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        out["checkpoint_memory_dir"] = os.path.join(shm, "railtrain", LOCAL_NAMESPACE, job_name, f"node-{rank}")
+    if pod_env.checkpoint_local_dir:
+        out["checkpoint_local_dir"] = os.path.join(tempfile.gettempdir(), "railtrain", LOCAL_NAMESPACE, job_name, f"node-{rank}")
+    return out
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -161,6 +181,7 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
             rdzv_port=rdzv_port,
             metrics_port=metrics_ports[rank],
             checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+            **local_tier_dirs(pod_env, name, rank),
         )
         env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}
         argv = local_argv(container.get("command", []), container.get("args", []), python)

@@ -114,11 +114,51 @@ class Topology(_Model):
     level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).")
 
 
-class Checkpoint(_Model):
-    """Periodic checkpoints of model and optimizer state."""
+class TierVolume(str, Enum):
+    """Which volume holds a node-local checkpoint tier."""
 
-    interval: int = Field(100, ge=1, description="Training steps between checkpoints.")
-    location: str = Field("", description="Directory or fsspec URI (s3://, gs://) for checkpoints; empty disables them.")
+    NODE = "node"
+    POD = "pod"
+
+
+class MemoryTier(_Model):
+    """The fastest tier: each rank's shard in node RAM (tmpfs), plus a copy in the RAM of the next node, so losing one node loses nothing."""
+
+    interval: int = Field(10, ge=1, description="Training steps between saves to memory.")
+    keep: int = Field(1, ge=1, le=16, description="Newest complete memory checkpoints kept (each costs its shards plus the previous node's copies in RAM).")
+    volume: TierVolume = Field(
+        TierVolume.NODE,
+        description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
+    )
+    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
+
+
+class LocalTier(_Model):
+    """A node-local disk tier (e.g. NVMe): each rank's shard on its own node."""
+
+    interval: int = Field(50, ge=1, description="Training steps between saves to the node-local disk.")
+    keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
+    volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
+    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
+
+
+class Checkpoint(_Model):
+    """Periodic checkpoints of model and optimizer state in up to three tiers.
+
+    interval, location, keep and volumeClaim describe the persistent tier
+    (shared storage, reshardable to another world size); memory and local add
+    the node-local tiers. On start the trainer loads the newest complete and
+    valid step from the fastest tier that has it.
+    """
+
+    interval: int = Field(100, ge=1, description="Training steps between checkpoints to the persistent location.")
+    location: str = Field("", description="Persistent tier: a directory every pod sees, or an fsspec URI (s3://, gs://); empty disables it.")
+    keep: int = Field(2, ge=0, description="Newest complete persistent checkpoints kept (0 keeps all).")
+    volume_claim: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="PersistentVolumeClaim (ReadWriteMany) mounted at location in every pod; location must then be an absolute path.")
+    memory: MemoryTier | None = Field(None, description="In-memory tier with a copy on the neighbouring node; omitted means off.")
+    local: LocalTier | None = Field(None, description="Node-local disk tier; omitted means off.")
 
 
 class RunPolicy(_Model):
@@ -176,6 +216,12 @@ SPEC_RULES: tuple[Rule, ...] = (
         check=lambda s: s.elastic is None or s.parallelism is None or (s.elastic.min_nodes * s.procs_per_node) % s.parallelism.inner == 0,
         message="spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline: an elastic job scales only its data-parallel degree",
         field_path=".elastic.minNodes",
+    ),
+    Rule(
+        cel="!has(self.checkpoint.volumeClaim) || self.checkpoint.location.startsWith('/')",
+        check=lambda s: s.checkpoint.volume_claim is None or s.checkpoint.location.startswith("/"),
+        message="spec.checkpoint.location must be an absolute path when spec.checkpoint.volumeClaim is set (the claim is mounted there)",
+        field_path=".checkpoint.location",
     ),
 )
 

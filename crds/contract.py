@@ -15,6 +15,9 @@ joins the right gang with no flags. The same values are also published under
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Mapping
 
@@ -66,10 +69,26 @@ ENV_CHECKPOINT_DIR = "RAILTRAIN_CHECKPOINT_DIR"
 ENV_CHECKPOINT_INTERVAL = "RAILTRAIN_CHECKPOINT_INTERVAL"
 ENV_METRICS_PORT = "RAILTRAIN_METRICS_PORT"
 ENV_RESTART_COUNT = "RAILTRAIN_RESTART_COUNT"
+ENV_CHECKPOINT_KEEP = "RAILTRAIN_CHECKPOINT_KEEP"
+ENV_CHECKPOINT_MEMORY_DIR = "RAILTRAIN_CHECKPOINT_MEMORY_DIR"
+ENV_CHECKPOINT_MEMORY_INTERVAL = "RAILTRAIN_CHECKPOINT_MEMORY_INTERVAL"
+ENV_CHECKPOINT_MEMORY_KEEP = "RAILTRAIN_CHECKPOINT_MEMORY_KEEP"
+ENV_CHECKPOINT_LOCAL_DIR = "RAILTRAIN_CHECKPOINT_LOCAL_DIR"
+ENV_CHECKPOINT_LOCAL_INTERVAL = "RAILTRAIN_CHECKPOINT_LOCAL_INTERVAL"
+ENV_CHECKPOINT_LOCAL_KEEP = "RAILTRAIN_CHECKPOINT_LOCAL_KEEP"
+ENV_TERMINATION_MESSAGE_PATH = "RAILTRAIN_TERMINATION_MESSAGE_PATH"
+"""Optional: where :func:`write_termination_message` writes (default :data:`TERMINATION_MESSAGE_PATH`); tests and local runs."""
+ENV_FAULT_HOLD_CHECKPOINT_STEP = "RAILTRAIN_FAULT_HOLD_CHECKPOINT_STEP"
+"""Fault injection, for tests only: the background writer of this step's checkpoint stops
+after writing its data, before any manifest, and never finishes (the process is then killed)."""
 
 DEFAULT_RDZV_PORT = 29500
 DEFAULT_METRICS_PORT = 9400
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+MEMORY_TIER_MOUNT = "/var/run/railtrain/checkpoint-memory"
+"""Where the memory checkpoint tier's volume is mounted in the training container."""
+LOCAL_TIER_MOUNT = "/var/run/railtrain/checkpoint-local"
+"""Where the node-local checkpoint tier's volume is mounted in the training container."""
 
 # --- exit codes: the trainer's verdict, read by the operator ---------------
 EXIT_OK = 0
@@ -77,6 +96,19 @@ EXIT_FAILED = 1
 """A failure the operator may retry (counts against runPolicy.backoffLimit)."""
 EXIT_USER_ERROR = 2
 """Bad configuration or data: retrying cannot help, the job fails at once."""
+
+# --- termination message: the trainer's verdict in words --------------------
+# torchrun reports any failed worker as exit code 1, so a worker's exit code 2
+# does not reach the pod; the termination message (a small JSON object the
+# kubelet copies into containerStatuses[].state.terminated.message) does.
+VERDICT_RETRYABLE = "retryable"
+"""Restarting the gang may help (node or network trouble, a crash): counts against backoffLimit."""
+VERDICT_USER_ERROR = "user-error"
+"""The job's own input is wrong (flags, data, parallel degrees): fail the job now."""
+VERDICTS = (VERDICT_RETRYABLE, VERDICT_USER_ERROR)
+TERMINATION_MESSAGE_MAX_BYTES = 4096
+"""The kubelet keeps at most this many bytes of a termination message."""
+_REASON = re.compile(r"[A-Z][A-Za-z0-9]*\Z")
 
 
 @dataclass(frozen=True)
@@ -94,8 +126,15 @@ class PodEnvironment:
             (``<job>-0.<job>.<namespace>.svc`` in a cluster, ``127.0.0.1`` locally).
         rdzv_port: TCP port of the rendezvous store on node rank 0.
         parallelism: degrees as ``"data=D,fsdp=F,tensor=T,pipeline=P"``.
-        checkpoint_dir: path or fsspec URI for checkpoints; ``""`` disables them.
-        checkpoint_interval: steps between checkpoints, >= 1.
+        checkpoint_dir: persistent tier: path or fsspec URI; ``""`` disables it.
+        checkpoint_interval: steps between persistent checkpoints, >= 1.
+        checkpoint_keep: persistent checkpoints kept (0 keeps all).
+        checkpoint_memory_dir: memory tier directory (tmpfs) in the container; ``""`` disables it.
+        checkpoint_memory_interval: steps between memory checkpoints.
+        checkpoint_memory_keep: memory checkpoints kept.
+        checkpoint_local_dir: node-local disk tier directory in the container; ``""`` disables it.
+        checkpoint_local_interval: steps between local checkpoints.
+        checkpoint_local_keep: local checkpoints kept.
         metrics_port: Prometheus port of the local rank 0 process.
         restart_count: how many times the operator restarted this gang.
     """
@@ -112,6 +151,13 @@ class PodEnvironment:
     checkpoint_interval: int = 100
     metrics_port: int = DEFAULT_METRICS_PORT
     restart_count: int = 0
+    checkpoint_keep: int = 2
+    checkpoint_memory_dir: str = ""
+    checkpoint_memory_interval: int = 10
+    checkpoint_memory_keep: int = 1
+    checkpoint_local_dir: str = ""
+    checkpoint_local_interval: int = 50
+    checkpoint_local_keep: int = 2
 
     @property
     def world_size(self) -> int:
@@ -132,6 +178,13 @@ _RAILTRAIN_NAMES = {
     "checkpoint_interval": ENV_CHECKPOINT_INTERVAL,
     "metrics_port": ENV_METRICS_PORT,
     "restart_count": ENV_RESTART_COUNT,
+    "checkpoint_keep": ENV_CHECKPOINT_KEEP,
+    "checkpoint_memory_dir": ENV_CHECKPOINT_MEMORY_DIR,
+    "checkpoint_memory_interval": ENV_CHECKPOINT_MEMORY_INTERVAL,
+    "checkpoint_memory_keep": ENV_CHECKPOINT_MEMORY_KEEP,
+    "checkpoint_local_dir": ENV_CHECKPOINT_LOCAL_DIR,
+    "checkpoint_local_interval": ENV_CHECKPOINT_LOCAL_INTERVAL,
+    "checkpoint_local_keep": ENV_CHECKPOINT_LOCAL_KEEP,
 }
 
 
@@ -227,3 +280,68 @@ def pod_name(job_name: str, node_rank: int) -> str:
 def rdzv_host(job_name: str, namespace: str) -> str:
     """DNS name of node rank 0 behind the headless Service (pod hostname + subdomain)."""
     return f"{pod_name(job_name, 0)}.{service_name(job_name)}.{namespace}.svc"
+
+
+def format_termination_message(verdict: str, reason: str, message: str) -> str:
+    """The termination message: ``{"verdict": ..., "reason": ..., "message": ...}`` as compact JSON.
+
+    Args:
+        verdict: one of :data:`VERDICTS`.
+        reason: one CamelCase word, e.g. ``InvalidConfiguration``.
+        message: one human-readable sentence; shortened so the whole text fits
+            :data:`TERMINATION_MESSAGE_MAX_BYTES`.
+
+    Raises:
+        ValueError: unknown verdict or a reason that is not CamelCase.
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
+    if not _REASON.match(reason):
+        raise ValueError(f"reason must be one CamelCase word, got {reason!r}")
+    text = json.dumps({"verdict": verdict, "reason": reason, "message": message}, separators=(",", ":"))
+    while len(text.encode()) > TERMINATION_MESSAGE_MAX_BYTES:
+        message = message[: max(0, len(message) - (len(text.encode()) - TERMINATION_MESSAGE_MAX_BYTES) - 4)] + "..."
+        text = json.dumps({"verdict": verdict, "reason": reason, "message": message}, separators=(",", ":"))
+    return text
+
+
+def parse_termination_message(text: str | None) -> dict[str, str] | None:
+    """Read a termination message back: ``{"verdict", "reason", "message"}``, or ``None``.
+
+    ``None`` means the container left no verdict: an empty message, or (with
+    ``terminationMessagePolicy: FallbackToLogsOnError``) the tail of its log,
+    or JSON that is not this format. Treat that as :data:`VERDICT_RETRYABLE`.
+    """
+    if not text:
+        return None
+    try:
+        data = json.loads(text.strip())
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
+        return None
+    reason, message = data.get("reason"), data.get("message", "")
+    if not isinstance(reason, str) or not _REASON.match(reason) or not isinstance(message, str):
+        return None
+    return {"verdict": data["verdict"], "reason": reason, "message": message}
+
+
+def write_termination_message(verdict: str, reason: str, message: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Write the termination message if this process runs where one is collected.
+
+    The path is :data:`ENV_TERMINATION_MESSAGE_PATH` if set, else
+    :data:`TERMINATION_MESSAGE_PATH`. The file must already exist (the kubelet
+    creates it before the container starts), so a local run writes nothing.
+
+    Returns:
+        Whether the message was written.
+    """
+    path = environ.get(ENV_TERMINATION_MESSAGE_PATH) or TERMINATION_MESSAGE_PATH
+    if not os.path.isfile(path) or not os.access(path, os.W_OK):
+        return False
+    try:
+        with open(path, "w") as fh:
+            fh.write(format_termination_message(verdict, reason, message))
+    except OSError:
+        return False
+    return True

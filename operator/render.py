@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract
-from railtrain.crds.api import TrainingJob, TrainingJobSpec
+from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 
 CONTAINER_NAME = "trainer"
 
@@ -69,6 +69,7 @@ def pod_environment(
         parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
         checkpoint_dir=spec.checkpoint.location,
         checkpoint_interval=spec.checkpoint.interval,
+        **checkpoint_tier_environment(spec.checkpoint),
         restart_count=restarts,
     )
 
@@ -114,6 +115,45 @@ def _from_annotations(items: list[dict[str, str]], keep: set[str]) -> list[dict[
         else:
             out.append(item)
     return out
+
+
+def checkpoint_tier_environment(ck: Checkpoint) -> dict[str, Any]:
+    """:class:`~railtrain.crds.contract.PodEnvironment` fields of the node-local tiers (mount paths, intervals, keeps)."""
+    out: dict[str, Any] = {"checkpoint_keep": ck.keep}
+    if ck.memory is not None:
+        out |= {"checkpoint_memory_dir": contract.MEMORY_TIER_MOUNT, "checkpoint_memory_interval": ck.memory.interval, "checkpoint_memory_keep": ck.memory.keep}
+    if ck.local is not None:
+        out |= {"checkpoint_local_dir": contract.LOCAL_TIER_MOUNT, "checkpoint_local_interval": ck.local.interval, "checkpoint_local_keep": ck.local.keep}
+    return out
+
+
+def checkpoint_volumes(ck: Checkpoint, name: str, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pod volumes and container mounts of the checkpoint tiers.
+
+    memory: the node's tmpfs through ``hostPath`` (``<hostPath>/<namespace>/<job>``,
+    outlives the pod, so a gang restarted on the same node finds it) or a
+    memory-backed ``emptyDir`` (survives container restarts only). local: the
+    same choice on disk. persistent: the ``volumeClaim`` mounted at
+    ``location``; a URI or an unmanaged path needs no volume.
+    """
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for vol_name, tier, mount, medium in (
+        ("checkpoint-memory", ck.memory, contract.MEMORY_TIER_MOUNT, {"medium": "Memory"}),
+        ("checkpoint-local", ck.local, contract.LOCAL_TIER_MOUNT, {}),
+    ):
+        if tier is None:
+            continue
+        if tier.volume == TierVolume.NODE.value:
+            source: dict[str, Any] = {"hostPath": {"path": f"{tier.host_path.rstrip('/')}/{namespace}/{name}", "type": "DirectoryOrCreate"}}
+        else:
+            source = {"emptyDir": {**medium, **({"sizeLimit": tier.size_limit} if tier.size_limit else {})}}
+        volumes.append({"name": vol_name, **source})
+        mounts.append({"name": vol_name, "mountPath": mount})
+    if ck.volume_claim:
+        volumes.append({"name": "checkpoint-persistent", "persistentVolumeClaim": {"claimName": ck.volume_claim}})
+        mounts.append({"name": "checkpoint-persistent", "mountPath": ck.location})
+    return volumes, mounts
 
 
 def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
@@ -199,6 +239,9 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     resources = _resources(spec)
     if resources:
         container["resources"] = resources
+    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace)
+    if mounts:
+        container["volumeMounts"] = mounts
     labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
     return {
         "apiVersion": "v1",
@@ -218,6 +261,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
             "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
             "tolerations": gang_tolerations(spec),
             "containers": [container],
+            **({"volumes": volumes} if volumes else {}),
         },
     }
 
