@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         note="medians of the repeats; 'vs floor' = median / the floor's median in the same run",
     )
     table.print()
+    print(f"1-minute load average during the measurements (median): {record['load1_median']:.2f} on {record['machine_before']['cpus']} CPUs")
     record["table"] = table.plain()
     print(f"JSON: {write_json('gang_startup', record, args.json)}")
 

@@ -250,7 +250,7 @@ def measure(bc: BenchCluster, mode: str, namespace: str, workload: Workload, nod
         calls = [lambda p=p: bc.core.create_namespaced_pod(namespace, p, _preload_content=False) for p in pods]
     timeline = act_and_watch(bc.core, namespace, workload.pods, lambda: in_parallel(calls, workers), timeout)
     bc.empty(namespace)
-    sample: dict[str, Any] = {"workload": workload.label, "mode": mode, "rep": rep, **timeline.milestones()}
+    sample: dict[str, Any] = {"workload": workload.label, "mode": mode, "rep": rep, **timeline.milestones(), "load1": round(os.getloadavg()[0], 2)}
     sample["pods_per_s"] = ratio(workload.pods, sample["all_running_s"])
     if workload.jobs > 1:
         sample["job_running_s"] = [round(t, 3) for t in timeline.job_running_times()]
@@ -315,6 +315,7 @@ def run_matrix(name: str, args: argparse.Namespace, workloads: Sequence[Workload
         record["cluster"] = {"kubernetes": bc.version, "nodes": node_count, "gpus_per_node": gpus_per_node, **node_shape}
     record["machine_after"] = machine()
     record["samples"] = samples
+    record["load1_median"] = median(s["load1"] for s in samples)
     record["summary"] = summarize(samples, workloads, modes)
     return record
 

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         note="medians of the repeats; 'median job Running' = median over jobs of when a job's last pod was Running",
     )
     table.print()
+    print(f"1-minute load average during the measurements (median): {record['load1_median']:.2f} on {record['machine_before']['cpus']} CPUs")
     record["table"] = table.plain()
     print(f"JSON: {write_json('many_jobs', record, args.json)}")
 
