@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from railtrain.crds import contract
+from railtrain.crds import contract, parallel
 
 DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_NAME_LENGTH = 52
@@ -91,12 +91,12 @@ class Parallelism(_Model):
     @property
     def product(self) -> int:
         """data × fsdp × tensor × pipeline."""
-        return self.data * self.fsdp * self.tensor * self.pipeline
+        return parallel.product(self)
 
     @property
     def inner(self) -> int:
         """fsdp × tensor × pipeline: the degrees an elastic job keeps fixed while data scales."""
-        return self.fsdp * self.tensor * self.pipeline
+        return parallel.inner(self)
 
 
 class TopologyPolicy(str, Enum):
@@ -183,13 +183,13 @@ class Elastic(_Model):
 SPEC_RULES: tuple[Rule, ...] = (
     Rule(
         cel="!has(self.parallelism) || self.parallelism.data * self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline == self.nodes * self.procsPerNode",
-        check=lambda s: s.parallelism is None or s.parallelism.product == s.nodes * s.procs_per_node,
+        check=lambda s: s.parallelism is None or parallel.fills_world(s.parallelism, s.nodes * s.procs_per_node),
         message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
         field_path=".parallelism",
     ),
     Rule(
         cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
-        check=lambda s: s.parallelism is None or s.procs_per_node % s.parallelism.tensor == 0,
+        check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
         message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
         field_path=".parallelism.tensor",
     ),

@@ -1,7 +1,8 @@
-"""railtrain.trainer: a byte-level transformer LM trainer (DDP / FSDP2, DCP checkpoints).
+"""railtrain.trainer: a byte-level transformer LM trainer (DDP, FSDP2/HSDP, tensor and pipeline parallel on one DeviceMesh; DCP checkpoints).
 
-Modules: ``config`` (flags and pod contract), ``model``, ``data``, ``parallel``,
-``checkpoint``, ``train`` (the :class:`~railtrain.trainer.train.Trainer`), and
+Modules: ``config`` (flags and pod contract), ``model``, ``data``, ``parallel``
+(degrees, mesh, data parallel), ``tensor_parallel``, ``pipeline``, ``steps``
+(one step's forwards and backwards), ``checkpoint``, ``train`` (the :class:`~railtrain.trainer.train.Trainer`), and
 ``__main__`` (``python -m railtrain.trainer``). Importing this package does not
 import torch.
 """

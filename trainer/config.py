@@ -20,6 +20,7 @@ from railtrain.crds import contract
 from railtrain.trainer.model import PRESETS
 
 PARALLEL_MODES = ("ddp", "fsdp")
+PP_SCHEDULES = ("gpipe", "1f1b")
 DEFAULT_CHECKPOINT_INTERVAL = 100
 
 
@@ -50,7 +51,21 @@ class TrainConfig:
     seed: int = 0
     """Seed of the model initialisation and of the data stream."""
     parallel: str | None = None
-    """Data parallelism: 'ddp' or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2), else ddp."""
+    """Data parallelism over the ranks left by --tp and --pp: 'ddp' (replicate) or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2, HSDP with data>1 too), else ddp."""
+    tp: int | None = None
+    """Tensor-parallel degree (Megatron-style, with sequence parallel; must divide the processes per node and the preset's heads). Given with --parallel or --pp, the flags alone set the degrees. Default: from the pod's parallelism, else 1."""
+    pp: int | None = None
+    """Pipeline-parallel stages (torch.distributed.pipelining; the blocks are split evenly). Default: from the pod's parallelism, else 1."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: 'gpipe' (all forwards, then all backwards) or '1f1b' (less activation memory, same bubble)."""
+    pp_microbatches: int = 0
+    """Pipeline micro-batches per step (per accumulation step); the bubble is (pp-1)/(microbatches+pp-1). 0: the largest divisor of the per-rank batch up to 2 x --pp."""
+    grad_accum_steps: int = 1
+    """Gradient accumulation: split each rank's share of --batch-size into this many micro-steps per optimizer step."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in backward instead of keeping them (less memory, ~1/3 more compute)."""
+    cpu_offload: bool = False
+    """FSDP2 only: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
     checkpoint_dir: str | None = None
     """Directory for checkpoints (step-<N>/ below it); resume from the newest complete one. Default: from the pod environment, else none."""
     checkpoint_interval: int | None = None
@@ -99,6 +114,15 @@ class TrainConfig:
             raise ValueError(f"--checkpoint-dir {self.checkpoint_dir!r}: only local paths are supported so far")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        for name in ("tp", "pp"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.pp_schedule not in PP_SCHEDULES:
+            raise ValueError(f"--pp-schedule must be one of {', '.join(PP_SCHEDULES)}, got {self.pp_schedule!r}")
+        if self.pp_microbatches < 0:
+            raise ValueError(f"--pp-microbatches must be >= 0, got {self.pp_microbatches}")
+        if self.grad_accum_steps < 1:
+            raise ValueError(f"--grad-accum-steps must be >= 1, got {self.grad_accum_steps}")
         if self.mixed_precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"--mixed-precision must be auto, bf16 or fp32, got {self.mixed_precision!r}")
 
@@ -184,13 +208,19 @@ def build_parser() -> argparse.ArgumentParser:
     docs = field_docs(TrainConfig)
     types = {"int": int, "float": float, "str": str, "str | None": str, "int | None": int}
     for f in dataclasses.fields(TrainConfig):
-        kwargs: dict[str, object] = {"type": types[str(f.type)], "default": f.default, "help": docs.get(f.name, "").replace("%", "%%")}
+        kwargs: dict[str, object] = {"default": f.default, "help": docs.get(f.name, "").replace("%", "%%")}
+        if str(f.type) == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = types[str(f.type)]
         if f.name == "preset":
             kwargs["choices"] = list(PRESETS)
         elif f.name == "parallel":
             kwargs["choices"] = list(PARALLEL_MODES)
         elif f.name == "device":
             kwargs["choices"] = ["auto", "cpu", "cuda"]
+        elif f.name == "pp_schedule":
+            kwargs["choices"] = list(PP_SCHEDULES)
         elif f.name == "mixed_precision":
             kwargs["choices"] = ["auto", "bf16", "fp32"]
         parser.add_argument(f"--{_flag(f.name)}", dest=f.name, **kwargs)

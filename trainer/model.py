@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 VOCAB_SIZE = 256
 """Byte-level vocabulary: one token per byte value."""
@@ -55,6 +56,22 @@ class ModelConfig:
     def head_dim(self) -> int:
         """Width of one attention head: ``dim // n_heads``."""
         return self.dim // self.n_heads
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs per token (forward + backward) at sequence length ``seq_len``.
+
+        ``6 * N + 12 * n_layers * dim * seq_len``: 2 FLOPs per multiply-add and
+        weight, times 3 for forward plus backward, over the ``N`` parameters
+        that take part in matrix products (all but the embedding table, a
+        lookup), plus the attention scores and the weighted sum of values
+        (``QK^T`` and ``AV``, each ``2 * seq * dim`` per token and layer
+        forward, times 3). This is the count of Kaplan et al. 2020 (section
+        2.1) and of the PaLM paper's MFU (Chowdhery et al. 2022, appendix B);
+        the causal mask's skipped half is not subtracted, and activation
+        recomputation is not counted (model FLOPs, not hardware FLOPs).
+        """
+        n_matmul = self.num_params() - self.vocab_size * self.dim
+        return 6 * n_matmul + 12 * self.n_layers * self.dim * seq_len
 
     def num_params(self) -> int:
         """Exact parameter count of the model this config builds (no instantiation)."""
@@ -111,19 +128,24 @@ class Attention(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.n_heads = config.n_heads
+        self.head_dim = config.head_dim
         self.wq = nn.Linear(config.dim, config.dim, bias=False)
         self.wk = nn.Linear(config.dim, config.dim, bias=False)
         self.wv = nn.Linear(config.dim, config.dim, bias=False)
         self.wo = nn.Linear(config.dim, config.dim, bias=False)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        """Map ``(batch, seq, dim)`` to ``(batch, seq, dim)``; ``rope`` is ``(seq, head_dim//2, 2)``."""
-        bsz, seq, dim = x.shape
-        q, k, v = (w(x).view(bsz, seq, self.n_heads, -1).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
-        q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        """Map ``(batch, seq, dim)`` to ``(batch, seq, dim)``; ``rope`` is ``(>= seq, head_dim//2, 2)``.
+
+        The number of heads is read off the projections' output width, so
+        under tensor parallelism (``wq``/``wk``/``wv`` column-sharded) each
+        rank computes its own ``n_heads / tp`` heads.
+        """
+        bsz, seq, _ = x.shape
+        q, k, v = (w(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k = apply_rotary(q, rope[:seq]), apply_rotary(k, rope[:seq])
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(bsz, seq, dim))
+        return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
 
 
 class FeedForward(nn.Module):
@@ -141,10 +163,19 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """One pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """One pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    Attributes:
+        checkpoint_activations: when true, keep only the block's input for
+            backward and recompute the rest (``torch.utils.checkpoint``,
+            non-reentrant; Chen et al. 2016, "Training Deep Nets with Sublinear
+            Memory Cost"). Done inside ``forward`` rather than with a wrapper
+            module, so parameter names (and checkpoints) do not change.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.checkpoint_activations = False
         self.attention_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
         self.attention = Attention(config)
         self.ffn_norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
@@ -152,6 +183,11 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """Map ``(batch, seq, dim)`` to ``(batch, seq, dim)``."""
+        if self.checkpoint_activations and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, rope, use_reentrant=False)
+        return self._forward(x, rope)
+
+    def _forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), rope)
         return x + self.feed_forward(self.ffn_norm(x))
 
@@ -159,17 +195,23 @@ class TransformerBlock(nn.Module):
 class Transformer(nn.Module):
     """The language model: token ids in, next-token logits out.
 
-    ``layers`` is an ``nn.ModuleList`` of :class:`TransformerBlock`, the unit
-    that FSDP2 shards one at a time.
+    ``layers`` maps ``"0"``, ``"1"``, ... to :class:`TransformerBlock` (the
+    unit FSDP2 shards and activation checkpointing recomputes). It is an
+    ``nn.ModuleDict`` rather than a list so a pipeline stage can drop the blocks
+    it does not own and keep the others' names (``layers.7.attention.wq.weight``
+    on every stage and in every checkpoint). A stage may also lack
+    ``tok_embeddings`` (input is then the previous stage's hidden state) or
+    ``norm``/``output`` (the hidden state is returned); see
+    :mod:`railtrain.trainer.pipeline`.
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
-        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
-        self.norm = nn.RMSNorm(config.dim, eps=config.norm_eps)
-        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(config) for i in range(config.n_layers)})
+        self.norm: nn.RMSNorm | None = nn.RMSNorm(config.dim, eps=config.norm_eps)
+        self.output: nn.Linear | None = nn.Linear(config.dim, config.vocab_size, bias=False)
         # Derived from the config, so kept out of the state dict (persistent=False).
         self.register_buffer("rope", torch.empty(config.max_seq_len, config.head_dim // 2, 2), persistent=False)
         self.init_weights()
@@ -184,16 +226,19 @@ class Transformer(nn.Module):
         """
         std = 0.02
         residual_std = std / math.sqrt(2 * self.config.n_layers)
-        nn.init.normal_(self.tok_embeddings.weight, std=std)
-        for block in self.layers:
+        if self.tok_embeddings is not None:
+            nn.init.normal_(self.tok_embeddings.weight, std=std)
+        for block in self.layers.values():
             for lin in (block.attention.wq, block.attention.wk, block.attention.wv, block.feed_forward.w1, block.feed_forward.w3):
                 nn.init.normal_(lin.weight, std=std)
             nn.init.normal_(block.attention.wo.weight, std=residual_std)
             nn.init.normal_(block.feed_forward.w2.weight, std=residual_std)
             block.attention_norm.reset_parameters()
             block.ffn_norm.reset_parameters()
-        self.norm.reset_parameters()
-        nn.init.normal_(self.output.weight, std=std)
+        if self.norm is not None:
+            self.norm.reset_parameters()
+        if self.output is not None:
+            nn.init.normal_(self.output.weight, std=std)
         c = self.config
         self.rope.copy_(rotary_table(c.head_dim, c.max_seq_len, c.rope_theta, device=self.rope.device))
 
@@ -201,22 +246,27 @@ class Transformer(nn.Module):
         """Next-token logits.
 
         Args:
-            tokens: int64 ``(batch, seq)`` with ``seq <= config.max_seq_len``.
+            tokens: int64 ``(batch, seq)`` with ``seq <= config.max_seq_len``
+                (on a pipeline stage without ``tok_embeddings``: the previous
+                stage's float ``(batch, seq, dim)`` output).
 
         Returns:
-            ``(batch, seq, vocab_size)`` logits; position ``t`` predicts token ``t + 1``.
+            ``(batch, seq, vocab_size)`` logits; position ``t`` predicts token
+            ``t + 1`` (on a stage without ``output``: its hidden state).
 
         Raises:
             ValueError: ``seq`` exceeds ``config.max_seq_len``.
         """
-        seq = tokens.shape[1]
-        if seq > self.config.max_seq_len:
-            raise ValueError(f"sequence length {seq} exceeds the model's max_seq_len {self.config.max_seq_len}")
-        h = self.tok_embeddings(tokens)
-        rope = self.rope[:seq]
-        for block in self.layers:
-            h = block(h, rope)
-        return self.output(self.norm(h))
+        h = tokens
+        if self.tok_embeddings is not None:
+            if tokens.shape[1] > self.config.max_seq_len:
+                raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's max_seq_len {self.config.max_seq_len}")
+            h = self.tok_embeddings(tokens)
+        for block in self.layers.values():
+            h = block(h, self.rope)
+        if self.norm is not None:
+            h = self.norm(h)
+        return self.output(h) if self.output is not None else h
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,93 +1,191 @@
-"""Data parallelism: degrees (pure arithmetic), process group, mesh, wrapping.
+"""Parallel dimensions, the process group, the DeviceMesh, and data-parallel wrapping.
 
-Two modes over one code path, gloo on CPU and nccl on CUDA:
+One 4-D ``DeviceMesh`` with the dimensions of :mod:`railtrain.crds.parallel`,
+``("pp", "dp_replicate", "dp_shard", "tp")`` (size-1 dimensions included, so
+every slice below exists for every job), over one code path: gloo on CPU,
+nccl on CUDA. What runs on it (torchtitan's layout):
 
-* ``ddp``: ``DistributedDataParallel`` over a 1-D ``("dp_replicate",)`` mesh.
-* ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard``) on each transformer
-  block, then on the root, over ``("dp_shard",)``, or over the 2-D mesh
-  ``("dp_replicate", "dp_shard")`` (HSDP) when the pod asks for both
-  ``data>1`` and ``fsdp>1``. This is torchtitan's ``apply_fsdp`` layout.
+* ``tp``: tensor parallel (:mod:`railtrain.trainer.tensor_parallel`);
+* ``pp``: pipeline stages (:mod:`railtrain.trainer.pipeline`);
+* ``dp_shard``: FSDP2 (``fully_shard``) on each transformer block, then on the
+  root; with ``dp_replicate`` too, HSDP over the 2-D slice
+  ``("dp_replicate", "dp_shard")``;
+* ``dp_replicate`` alone: ``DistributedDataParallel``, except when tensor
+  parallel is on: DDP does not take DTensor parameters, so replication is
+  then FSDP2's HSDP with a shard dimension of 1 (parameters replicated,
+  gradients all-reduced; the same arithmetic as DDP).
 
 Without torchrun the trainer runs as one plain process and nothing is wrapped.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from railtrain.crds import contract
+from railtrain.crds import parallel as rule
+from railtrain.crds.parallel import MESH_DIMS, Degrees
+from railtrain.trainer.model import ModelConfig
+
+FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp"}
+"""The trainer flag that sets each degree (data and fsdp both come from ``--parallel``)."""
 
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """Data-parallel degrees of a job; ``data * fsdp == world_size``.
+    """The parallel degrees of a job, validated by :func:`railtrain.crds.parallel.problems` (the operator's rule).
 
     Attributes:
-        mode: ``"ddp"`` or ``"fsdp"``.
-        data: replicas (DDP ranks, or HSDP replica groups).
-        fsdp: ranks each parameter is sharded over (1 for DDP).
+        degrees: data (replicate), fsdp (shard), tensor, pipeline.
         world_size: processes in the job.
+        procs_per_node: processes per node (torchrun's ``LOCAL_WORLD_SIZE``),
+            for the "tensor inside a node" check; ``None`` skips it.
+
+    Raises:
+        ValueError: the degrees break the rule; one sentence per problem, each
+            naming the degree.
     """
 
-    mode: str
-    data: int
-    fsdp: int
+    degrees: Degrees
     world_size: int
+    procs_per_node: int | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("ddp", "fsdp"):
-            raise ValueError(f"parallel mode must be ddp or fsdp, got {self.mode!r}")
-        if self.data < 1 or self.fsdp < 1:
-            raise ValueError(f"parallel degrees must be >= 1, got data={self.data} fsdp={self.fsdp}")
-        if self.data * self.fsdp != self.world_size:
-            raise ValueError(f"data={self.data} x fsdp={self.fsdp} does not equal the world size {self.world_size}")
-        if self.mode == "ddp" and self.fsdp != 1:
-            raise ValueError(f"ddp needs fsdp=1, got fsdp={self.fsdp}")
+        errors = rule.problems(self.degrees, self.world_size, self.procs_per_node)
+        if errors:
+            raise ValueError("; ".join(f"parallel degrees: {msg}" for _, msg in errors))
+
+    @property
+    def mode(self) -> str:
+        """``"fsdp"`` when parameters are sharded (``fsdp > 1``, HSDP included), else ``"ddp"``."""
+        return "fsdp" if self.degrees.fsdp > 1 else "ddp"
+
+    @property
+    def uses_fsdp(self) -> bool:
+        """Whether FSDP2 wraps the model: sharding, or replication under tensor parallel (see the module docstring)."""
+        d = self.degrees
+        return d.fsdp > 1 or (d.data > 1 and d.tensor > 1)
 
     @property
     def dp_degree(self) -> int:
-        """Ranks that each get a different slice of the batch (all of them: no tensor/pipeline parallelism)."""
-        return self.data * self.fsdp
+        """Ranks that each get a different slice of the batch: data × fsdp."""
+        return self.degrees.dp
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree."""
+        return self.degrees.tensor
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages."""
+        return self.degrees.pipeline
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """``rank``'s index along each mesh dimension (see :func:`railtrain.crds.parallel.coordinates`)."""
+        return rule.coordinates(rank, self.degrees)
+
+    def dp_rank(self, rank: int) -> int:
+        """Which slice of the batch ``rank`` trains on."""
+        return rule.dp_rank(rank, self.degrees)
 
     def describe(self) -> str:
-        """One line for the log, e.g. ``fsdp data=1 fsdp=4 world=4``."""
-        return f"{self.mode} data={self.data} fsdp={self.fsdp} world={self.world_size}"
+        """One line for the log, e.g. ``fsdp data=1 fsdp=2 tensor=2 pipeline=1 world=4``."""
+        return f"{self.mode} {self.degrees.describe()} world={self.world_size}"
 
 
-def resolve_dims(flag_mode: str | None, pod_degrees: dict[str, int], world_size: int) -> ParallelDims:
-    """Decide the degrees from ``--parallel``, else the pod's parallelism, else DDP.
+def resolve_dims(
+    flag_mode: str | None,
+    pod_degrees: dict[str, int],
+    world_size: int,
+    procs_per_node: int | None = None,
+    flag_tp: int | None = None,
+    flag_pp: int | None = None,
+) -> ParallelDims:
+    """Decide the degrees from the flags, else the pod's parallelism, else DDP over every rank.
+
+    Any of ``--parallel``, ``--tp``, ``--pp`` given means the flags alone
+    decide: tensor and pipeline default to 1 and the data-parallel ranks are
+    the rest, replicated (``ddp``, the default) or sharded (``fsdp``).
+    Otherwise the pod's four degrees are taken as they are.
 
     Args:
-        flag_mode: ``"ddp"``, ``"fsdp"`` or ``None`` (flag not given). A flag
-            uses every rank for its mode and overrides the pod.
-        pod_degrees: ``contract.parse_parallelism`` output (``{}`` if none);
-            ``fsdp > 1`` selects FSDP2, HSDP when ``data > 1`` too.
-        world_size: processes in the job (torch.distributed's world size).
+        flag_mode: ``"ddp"``, ``"fsdp"`` or ``None``.
+        pod_degrees: ``contract.parse_parallelism`` output (``{}`` if none).
+        world_size: processes in the job.
+        procs_per_node: processes per node, for the tensor-in-a-node check.
+        flag_tp: ``--tp`` or ``None``.
+        flag_pp: ``--pp`` or ``None``.
 
     Raises:
-        ValueError: the pod asks for tensor or pipeline parallelism (not
-            implemented) or its degrees do not multiply to the world size; the
-            message names the environment variable.
+        ValueError: the degrees break the rule of
+            :func:`railtrain.crds.parallel.problems`; the message names the
+            flags or the environment variable and the degree.
     """
-    if flag_mode == "fsdp":
-        return ParallelDims("fsdp", 1, world_size, world_size)
-    if flag_mode == "ddp" or not pod_degrees:
-        return ParallelDims("ddp", world_size, 1, world_size)
+    if flag_mode or flag_tp or flag_pp:
+        tp, pp = flag_tp or 1, flag_pp or 1
+        if world_size % (tp * pp):
+            raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world_size}")
+        dp = world_size // (tp * pp)
+        degrees = Degrees(1, dp, tp, pp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp)
+        errors = rule.problems(degrees, world_size, procs_per_node)
+        if errors:
+            raise ValueError("; ".join(f"{FLAG_OF_FIELD.get(field, 'parallel flags')}: {msg}" for field, msg in errors))
+        return ParallelDims(degrees, world_size, procs_per_node)
+    if not pod_degrees:
+        return ParallelDims(Degrees(data=world_size), world_size, procs_per_node)
     env = contract.ENV_PARALLELISM
-    for name in ("tensor", "pipeline"):
-        if pod_degrees.get(name, 1) != 1:
-            raise ValueError(f"{env} asks for {name}={pod_degrees[name]}, but this trainer only does data parallelism (ddp/fsdp)")
-    data, fsdp = pod_degrees.get("data", 1), pod_degrees.get("fsdp", 1)
-    if data * fsdp != world_size:
-        raise ValueError(f"{env} data={data} x fsdp={fsdp} does not match the world size {world_size}")
-    return ParallelDims("fsdp" if fsdp > 1 else "ddp", data, fsdp, world_size)
+    unknown = sorted(set(pod_degrees) - set(rule.FIELDS))
+    if unknown:
+        raise ValueError(f"{env} names unknown degrees {', '.join(unknown)}; allowed: {', '.join(rule.FIELDS)}")
+    degrees = Degrees(**pod_degrees)
+    errors = rule.problems(degrees, world_size, procs_per_node)
+    if errors:
+        raise ValueError("; ".join(f"{env} {msg}" for _, msg in errors))
+    return ParallelDims(degrees, world_size, procs_per_node)
+
+
+def check_model_fits(dims: ParallelDims, model: ModelConfig, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int) -> None:
+    """Refuse degrees the model or the batch cannot be divided by.
+
+    Args:
+        local_batch: sequences per data-parallel rank per step.
+        microbatches: pipeline micro-batches per accumulation step (ignored without pipeline parallel).
+
+    Raises:
+        ValueError: one sentence naming the flag: ``--tp`` must divide the
+            heads, widths and vocabulary and ``--seq-len`` (sequence parallel
+            shards it); ``--pp`` must not exceed the blocks nor the
+            micro-batches; the local batch must split into accumulation steps
+            and micro-batches.
+    """
+    tp, pp = dims.tp, dims.pp
+    if tp > 1:
+        for what, n in (("n_heads", model.n_heads), ("hidden_dim", model.hidden_dim), ("vocab_size", model.vocab_size)):
+            if n % tp:
+                raise ValueError(f"--tp {tp} must divide the model's {what} ({n})")
+        if seq_len % tp:
+            raise ValueError(f"--seq-len {seq_len} must be divisible by --tp {tp} (sequence parallel shards the sequence)")
+    if pp > model.n_layers:
+        raise ValueError(f"--pp {pp} exceeds the model's {model.n_layers} transformer blocks")
+    if pp > 1 and microbatches < pp:
+        raise ValueError(
+            f"--pp {pp} needs at least {pp} micro-batches per step so every stage has work, got {microbatches} "
+            "(raise --pp-microbatches or the per-rank batch)"
+        )
+    per_step = grad_accum_steps * (microbatches if pp > 1 else 1)
+    if local_batch % per_step:
+        what = "--grad-accum-steps x --pp-microbatches" if pp > 1 else "--grad-accum-steps"
+        raise ValueError(f"the per-rank batch of {local_batch} sequences (--batch-size / data-parallel degree) is not divisible by {what} = {per_step}")
 
 
 def check_pod_world_size(pod: contract.PodEnvironment | None, world_size: int) -> None:
@@ -116,6 +214,7 @@ class DistInfo:
         local_rank: rank on this node, used to pick the GPU.
         device: where the model lives.
         distributed: whether a process group was initialised.
+        local_world_size: processes on this node (torchrun's ``LOCAL_WORLD_SIZE``).
     """
 
     rank: int
@@ -123,6 +222,7 @@ class DistInfo:
     local_rank: int
     device: torch.device
     distributed: bool
+    local_world_size: int = 1
 
 
 def init_distributed(device_type: str) -> DistInfo:
@@ -147,7 +247,8 @@ def init_distributed(device_type: str) -> DistInfo:
         return DistInfo(0, 1, 0, device, False)
     backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
     dist.init_process_group(backend=backend, device_id=device if device_type == "cuda" else None)
-    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, True)
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))  # set by torchrun
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, True, local_world_size)
 
 
 def shutdown_distributed() -> None:
@@ -157,43 +258,94 @@ def shutdown_distributed() -> None:
 
 
 def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
-    """The data-parallel ``DeviceMesh``: 1-D for DDP or plain FSDP, 2-D for HSDP."""
-    if dims.mode == "ddp":
-        return init_device_mesh(device_type, (dims.data,), mesh_dim_names=("dp_replicate",))
-    if dims.data == 1:
-        return init_device_mesh(device_type, (dims.fsdp,), mesh_dim_names=("dp_shard",))
-    return init_device_mesh(device_type, (dims.data, dims.fsdp), mesh_dim_names=("dp_replicate", "dp_shard"))
+    """The job's ``DeviceMesh``: shape ``(pipeline, data, fsdp, tensor)``, named :data:`railtrain.crds.parallel.MESH_DIMS`."""
+    return init_device_mesh(device_type, dims.degrees.mesh_shape, mesh_dim_names=MESH_DIMS)
 
 
-def apply_data_parallel(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, device: torch.device, bf16: bool) -> nn.Module:
-    """Wrap ``model`` (already on ``device``, identically initialised on every rank) for ``dims``.
+def dp_mesh(dims: ParallelDims, mesh: DeviceMesh) -> DeviceMesh:
+    """The data-parallel slice FSDP2 runs on: ``("dp_replicate", "dp_shard")`` for HSDP, else ``("dp_shard",)``."""
+    return mesh["dp_replicate", "dp_shard"] if dims.degrees.data > 1 else mesh["dp_shard"]
+
+
+def apply_data_parallel(
+    model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, device: torch.device, bf16: bool, cpu_offload: bool = False
+) -> nn.Module:
+    """Wrap ``model`` (already on ``device``, tensor-parallelised if ``tp > 1``) for the data-parallel degrees.
 
     Args:
-        model: a :class:`railtrain.trainer.model.Transformer`.
+        model: a :class:`railtrain.trainer.model.Transformer` or one pipeline stage of it.
         bf16: FSDP2 only: gather parameters in bfloat16 and reduce gradients in
-            float32 (DDP uses autocast in the train step instead).
+            float32 (otherwise the train step uses autocast).
+        cpu_offload: FSDP2 only: keep sharded parameters, gradients and the
+            optimizer step on the CPU (``CPUOffloadPolicy``; ZeRO-Offload, Ren
+            et al. 2021), copying each block to the device for its compute.
 
     Returns:
-        The module to call in the train step: a ``DistributedDataParallel``, or
-        ``model`` itself turned into an ``FSDPModule`` in place.
+        The module to call in the train step: a ``DistributedDataParallel``,
+        ``model`` itself turned into an ``FSDPModule`` in place, or ``model``
+        unchanged when there is a single data-parallel rank.
     """
-    if dims.mode == "ddp":
+    if not dims.uses_fsdp:
+        if dims.degrees.data == 1:
+            return model
         return DistributedDataParallel(
-            model, process_group=mesh.get_group(), device_ids=[device.index] if device.type == "cuda" else None
+            model, process_group=mesh["dp_replicate"].get_group(), device_ids=[device.index] if device.type == "cuda" else None
         )
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
-    n_blocks = len(model.layers)
-    for i, block in enumerate(model.layers):
-        # The last block's parameters are needed right away by backward, so keep them gathered.
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=i < n_blocks - 1)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+    offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
+    fsdp_mesh = dp_mesh(dims, mesh)
+    blocks = list(model.layers.values())
+    for i, block in enumerate(blocks):
+        # The last block's parameters are needed right away by backward, so keep them gathered. Under
+        # pipeline parallel every block runs once per micro-batch: keep them all gathered (torchtitan).
+        reshard = dims.pp == 1 and i < len(blocks) - 1
+        fully_shard(block, mesh=fsdp_mesh, mp_policy=mp, offload_policy=offload, reshard_after_forward=reshard)
+    fully_shard(model, mesh=fsdp_mesh, mp_policy=mp, offload_policy=offload, reshard_after_forward=dims.pp == 1)
     return model
 
 
-def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    """Average a scalar tensor over all ranks (identity when running alone); returns a new tensor."""
-    out = value.detach().clone()
-    if info.distributed and info.world_size > 1:
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        out /= info.world_size
-    return out
+def clip_grad_norm_(params: list[nn.Parameter], max_norm: float, pp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Clip the global L2 norm of the gradients to ``max_norm``; return the norm before clipping.
+
+    Works on plain tensors and on DTensor gradients (FSDP2 shards, tensor-parallel
+    shards and replicas: DTensor's norm reduces each placement correctly). Under
+    pipeline parallel each stage holds only its own parameters, so the squared
+    norms are summed over ``pp_group`` (torchtitan's ``clip_grad_norm_``).
+
+    Args:
+        params: this rank's parameters (of its pipeline stage).
+        max_norm: ``inf`` only measures.
+        pp_group: the pipeline group, or ``None`` without pipeline parallel.
+
+    Returns:
+        A 0-d float tensor, equal on every rank.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    if pp_group is not None:
+        squared = total.float() ** 2
+        dist.all_reduce(squared, group=pp_group)
+        total = squared.sqrt()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
+def mean_loss(loss: torch.Tensor, dims: ParallelDims, info: DistInfo) -> torch.Tensor:
+    """The global batch's mean loss: the mean over data-parallel ranks of their local mean loss.
+
+    Only one rank per data-parallel slice holds the loss that counts: the one
+    on the last pipeline stage with tensor-parallel index 0 (the others of its
+    tensor group hold the same value; earlier stages hold none). So each rank
+    adds its loss or 0, and the sum over all ranks is divided by data × fsdp.
+    Identity when running alone; returns a new tensor.
+    """
+    out = loss.detach().clone().float()
+    if not (info.distributed and info.world_size > 1):
+        return out
+    c = dims.coordinates(info.rank)
+    if c["pp"] != dims.pp - 1 or c["tp"] != 0:
+        out.zero_()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out / dims.dp_degree

@@ -10,7 +10,6 @@ global batch.) A resumed run first prints ``resumed from step N``.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
@@ -20,22 +19,28 @@ from typing import Mapping
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.trainer.checkpoint import Checkpointer, LocalStorage, should_save
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
-from railtrain.trainer.model import PRESETS, Transformer, lm_loss
+from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
     ParallelDims,
-    all_reduce_mean,
     apply_data_parallel,
     build_mesh,
+    check_model_fits,
     check_pod_world_size,
+    clip_grad_norm_,
     init_distributed,
+    mean_loss,
     resolve_dims,
     shutdown_distributed,
 )
+from railtrain.trainer.pipeline import auto_microbatches, bubble_fraction, build_schedule, keep_stage
+from railtrain.trainer.steps import ForwardBackward
+from railtrain.trainer.tensor_parallel import apply_tensor_parallel
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -72,14 +77,41 @@ def resolve_device(flag: str) -> str:
     return flag
 
 
-def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool) -> nn.Module:
-    """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device and wrapped for ``dims``."""
+def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None) -> nn.Module:
+    """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device, cut to
+    this rank's pipeline stage, tensor-parallelised, and wrapped for the data-parallel degrees of ``dims``.
+
+    Raises:
+        ValueError: ``--cpu-offload`` without FSDP2.
+    """
+    if config.cpu_offload and not dims.uses_fsdp:
+        raise ValueError(f"--cpu-offload needs FSDP2 (fsdp > 1), but the degrees are {dims.degrees.describe()}")
     torch.manual_seed(config.seed)
     with torch.device(info.device):
         model = Transformer(PRESETS[config.preset])
-    if not info.distributed:
+    for block in model.layers.values():
+        block.checkpoint_activations = config.activation_checkpointing
+    if mesh is None:
         return model
-    return apply_data_parallel(model, dims, build_mesh(dims, info.device.type), info.device, bf16)
+    if dims.pp > 1:
+        keep_stage(model, dims.coordinates(info.rank)["pp"], dims.pp)
+    if dims.tp > 1:
+        apply_tensor_parallel(model, mesh["tp"])
+    return apply_data_parallel(model, dims, mesh, info.device, bf16, config.cpu_offload)
+
+
+def build_forward_backward(
+    config: TrainConfig, dims: ParallelDims, info: DistInfo, model: nn.Module, mesh: DeviceMesh | None, bf16: bool, microbatches: int
+) -> ForwardBackward:
+    """The step's forward/backward runner: plain, or this rank's pipeline schedule when ``dims.pp > 1``."""
+    autocast = bf16 and not dims.uses_fsdp  # FSDP2 casts parameters itself (MixedPrecisionPolicy)
+    common = dict(accum_steps=config.grad_accum_steps, autocast=autocast, device_type=info.device.type)
+    if dims.pp == 1 or mesh is None:
+        return ForwardBackward(model, **common)
+    stage = dims.coordinates(info.rank)["pp"]
+    loss_fn = ForwardBackward.pipeline_loss_fn(microbatches, config.grad_accum_steps)
+    schedule = build_schedule(model, stage, dims.pp, info.device, mesh["pp"].get_group(), config.pp_schedule, microbatches, loss_fn)
+    return ForwardBackward(model, **common, schedule=schedule, stage=stage, stages=dims.pp, microbatches=microbatches)
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -128,12 +160,17 @@ class Trainer:
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        self.dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size)
-        rank_in_dp = info.rank  # every rank is a data-parallel rank (no tensor/pipeline parallelism)
-        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, rank_in_dp, self.dims.dp_degree)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp)
+        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree)
+        per_part = self.sampler.local_batch // config.grad_accum_steps
+        self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
+        check_model_fits(dims, PRESETS[config.preset], config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
         mp = config.mixed_precision
         self.bf16 = mp == "bf16" or (mp == "auto" and info.device.type == "cuda")
-        self.model = build_model(config, self.dims, info, self.bf16)
+        self.mesh = build_mesh(dims, info.device.type) if info.distributed else None
+        self.model = build_model(config, dims, info, self.bf16, self.mesh)
+        self.forward_backward = build_forward_backward(config, dims, info, self.model, self.mesh, self.bf16, self.microbatches)
+        self.pp_group = self.mesh["pp"].get_group() if self.mesh is not None and dims.pp > 1 else None
         self.optimizer = build_optimizer(self.model, config)
         self.checkpointer = build_checkpointer(config, info)
         self.step = 0
@@ -143,29 +180,20 @@ class Trainer:
         if self.info.rank == 0:
             print(line, flush=True)
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        # FSDP2 casts parameters itself (MixedPrecisionPolicy); DDP and single-process use autocast.
-        if self.bf16 and self.dims.mode != "fsdp":
-            return torch.autocast(self.info.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     def train_step(self, step: int) -> tuple[torch.Tensor, float, float]:
         """One optimizer step on this rank's slice of ``step``'s batch.
 
         Returns:
-            ``(local mean loss as a 0-d tensor, global gradient norm before clipping, learning rate)``.
+            ``(local mean loss as a 0-d tensor (0 on pipeline stages but the last), global gradient norm before
+            clipping, learning rate)``.
         """
         inputs, targets = (t.to(self.info.device, non_blocking=True) for t in self.sampler.batch(step))
         lr = lr_at(step, self.config)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with self._autocast():
-            loss = lm_loss(self.model(inputs), targets)
-        loss.backward()
+        loss = self.forward_backward(inputs, targets)
         max_norm = self.config.grad_clip or float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
-            grad_norm = grad_norm.full_tensor()
+        grad_norm = clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach(), float(grad_norm), lr
@@ -190,12 +218,17 @@ class Trainer:
     def train(self) -> None:
         """Resume if possible, then train until ``config.steps``, logging and checkpointing."""
         c, info = self.config, self.info
-        n_params = sum(p.numel() for p in self.model.parameters())  # sharded numel under FSDP2 is still the global size
+        n_params = PRESETS[c.preset].num_params()  # of the whole model, whatever this rank holds
         self.log(
             f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} parallel={self.dims.describe()} "
             f"device={info.device.type} bf16={self.bf16} data_files={len(self.corpus.names)} data_bytes={len(self.corpus)} "
             f"batch_size={c.batch_size} seq_len={c.seq_len} steps={c.steps}"
         )
+        if self.dims.pp > 1:
+            self.log(
+                f"pipeline schedule={c.pp_schedule} stages={self.dims.pp} microbatches={self.microbatches} "
+                f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
+            )
         self.resume()
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len
@@ -205,7 +238,7 @@ class Trainer:
                 self.step += 1
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self.train_step(self.step)
-                loss_value = all_reduce_mean(loss, info).item()
+                loss_value = mean_loss(loss, self.dims, info).item()
                 tokens_per_s = tokens_per_step / (time.perf_counter() - t0)
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")

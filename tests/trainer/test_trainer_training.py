@@ -161,12 +161,12 @@ def test_tiny_model_learns_real_text(single: Run) -> None:
 
 def test_ddp_matches_single_process(workdir: Path, single: Run) -> None:
     ddp = run_torchrun(workdir / "ddp", 2, "--parallel", "ddp", "--steps", str(N))
-    assert "parallel=ddp data=2 fsdp=1 world=2" in ddp.stdout
+    assert "parallel=ddp data=2 fsdp=1 tensor=1 pipeline=1 world=2" in ddp.stdout
     assert _max_diff(ddp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
 
 
 def test_fsdp_matches_single_process(fsdp: Run, single: Run) -> None:
-    assert "parallel=fsdp data=1 fsdp=2 world=2" in fsdp.stdout
+    assert "parallel=fsdp data=1 fsdp=2 tensor=1 pipeline=1 world=2" in fsdp.stdout
     assert _max_diff(fsdp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
 
 
@@ -176,7 +176,7 @@ def test_hsdp_from_pod_contract_matches_single_process(workdir: Path, single: Ru
         rdzv_addr="127.0.0.1", rdzv_port=_free_port(), parallelism=contract.format_parallelism(2, 2, 1, 1),
     )  # fmt: skip
     hsdp = run_pods(workdir / "hsdp", pod, "--steps", str(K))
-    assert "parallel=fsdp data=2 fsdp=2 world=4" in hsdp.stdout
+    assert "parallel=fsdp data=2 fsdp=2 tensor=1 pipeline=1 world=4" in hsdp.stdout
     assert _max_diff(hsdp.losses, single.losses, range(1, K + 1)) < PARALLEL_TOL
 
 
@@ -207,7 +207,7 @@ def test_fsdp_resume_on_two_nodes_from_pod_contract(workdir: Path, fsdp: Run) ->
         checkpoint_dir=str(ckpt), checkpoint_interval=K,
     )  # fmt: skip
     second = run_pods(base, pod, "--steps", str(N))
-    assert "job=resume-test" in second.stdout and "parallel=fsdp data=1 fsdp=2 world=2" in second.stdout
+    assert "job=resume-test" in second.stdout and "parallel=fsdp data=1 fsdp=2 tensor=1 pipeline=1 world=2" in second.stdout
     assert f"resumed from step {K}" in second.stdout
     assert sorted(second.losses) == list(range(K + 1, N + 1))
     assert _max_diff(second.losses, fsdp.losses, range(K + 1, N + 1)) <= RESUME_TOL

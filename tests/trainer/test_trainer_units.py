@@ -23,7 +23,6 @@ from railtrain.trainer.config import (
 )
 from railtrain.trainer.data import ByteCorpus, WindowSampler, batch_seed, glob_regex, resolve_files
 from railtrain.trainer.model import PRESETS, Transformer
-from railtrain.trainer.parallel import ParallelDims, check_pod_world_size, resolve_dims
 from railtrain.trainer.train import format_step, lr_at
 
 # --- data --------------------------------------------------------------------
@@ -144,57 +143,6 @@ def test_model_is_causal() -> None:
     assert not torch.allclose(out[:, 10:], out2[:, 10:])
     with pytest.raises(ValueError, match="max_seq_len"):
         model(torch.zeros(1, PRESETS["tiny"].max_seq_len + 1, dtype=torch.int64))
-
-
-# --- parallel degrees ----------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "flag, pod, world, expected",
-    [
-        (None, {}, 1, ("ddp", 1, 1)),
-        (None, {}, 4, ("ddp", 4, 1)),
-        ("fsdp", {}, 4, ("fsdp", 1, 4)),
-        ("ddp", {"data": 1, "fsdp": 4}, 4, ("ddp", 4, 1)),  # the flag wins
-        (None, {"data": 1, "fsdp": 4, "tensor": 1, "pipeline": 1}, 4, ("fsdp", 1, 4)),
-        (None, {"data": 2, "fsdp": 2}, 4, ("fsdp", 2, 2)),  # HSDP
-        (None, {"data": 4, "fsdp": 1}, 4, ("ddp", 4, 1)),
-    ],
-)
-def test_resolve_dims(flag: str | None, pod: dict[str, int], world: int, expected: tuple[str, int, int]) -> None:
-    dims = resolve_dims(flag, pod, world)
-    assert (dims.mode, dims.data, dims.fsdp) == expected
-    assert dims.dp_degree == world
-
-
-@pytest.mark.parametrize(
-    "pod, world, message",
-    [
-        ({"data": 2, "fsdp": 2}, 8, "does not match the world size 8"),
-        ({"data": 1, "fsdp": 2, "tensor": 2}, 4, "tensor=2"),
-        ({"data": 2, "pipeline": 2}, 4, "pipeline=2"),
-    ],
-)
-def test_resolve_dims_rejects_pod_degrees(pod: dict[str, int], world: int, message: str) -> None:
-    with pytest.raises(ValueError, match=message) as err:
-        resolve_dims(None, pod, world)
-    assert contract.ENV_PARALLELISM in str(err.value)
-
-
-def test_parallel_dims_validate_themselves() -> None:
-    with pytest.raises(ValueError, match="does not equal the world size"):
-        ParallelDims("fsdp", 2, 2, 8)
-    with pytest.raises(ValueError, match="ddp needs fsdp=1"):
-        ParallelDims("ddp", 1, 2, 2)
-
-
-def test_pod_and_process_group_must_agree_on_size() -> None:
-    pod = read_launch_context(_pod_environ()).pod  # 2 nodes x 1 process
-    check_pod_world_size(pod, 2)
-    check_pod_world_size(None, 3)  # standalone: nothing to compare
-    with pytest.raises(ValueError, match="promises 2 processes but torch.distributed has 1") as err:
-        check_pod_world_size(pod, 1)
-    assert contract.ENV_NNODES in str(err.value)
 
 
 # --- checkpoint policy ---------------------------------------------------------

@@ -1,0 +1,156 @@
+"""GPU check: train the 1b preset (1.23B parameters) in bf16 on one GPU for a few dozen steps; print tokens/s and MFU.
+
+The same code path as every other run: the railtrain ``Trainer`` (built from
+the trainer's own flags, ``--device cuda --mixed-precision bf16``, so
+autocast in bfloat16 over float32 master weights), its real step loop, real
+text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
+
+* tokens/s: ``batch_size × seq_len × steps ÷ seconds``;
+* model TFLOP/s: tokens/s × the model's training FLOPs per token
+  (``ModelConfig.flops_per_token``: ``6 N + 12 · layers · dim · seq_len``,
+  embedding excluded, recomputation not counted);
+* MFU: model FLOP/s ÷ ``--peak-flops`` (default 989e12: the dense bf16 peak
+  of one H100 or H200 SXM);
+* peak GPU memory, and the loss at the first and last step.
+
+    python bench/gpu_check.py                                   # needs a CUDA device
+    python bench/gpu_check.py --batch-size 4 --activation-checkpointing
+    python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2   # a dry run on CPU
+
+Without a CUDA device (and without ``--device cpu``) it exits with status 1
+and one sentence on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import Table, machine, write_json
+
+H100_BF16_DENSE_FLOPS = 989e12
+"""Peak dense bf16 FLOP/s of one H100 / H200 SXM (NVIDIA data sheets; 1,979e12 is with 2:4 sparsity)."""
+
+NO_CUDA = "gpu_check: torch sees no CUDA device (torch.cuda.is_available() is False), so run it on a machine with a GPU, or pass --device cpu for a dry run."
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The check's flags (errors exit 2 with argparse's usage line)."""
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="1b", help="Model preset (default 1b, 1.23B parameters).")
+    parser.add_argument("--steps", type=int, default=30, help="Timed optimizer steps (default 30).")
+    parser.add_argument("--warmup", type=int, default=5, help="Untimed steps first: allocator, kernels, autotuning (default 5).")
+    parser.add_argument("--batch-size", type=int, default=8, help="Sequences per step (default 8).")
+    parser.add_argument("--seq-len", type=int, default=2048, help="Tokens per sequence (default 2048).")
+    parser.add_argument("--peak-flops", type=float, default=H100_BF16_DENSE_FLOPS, help="Peak FLOP/s of the GPU in bf16, dense (default 989e12, H100/H200 SXM).")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cuda (default), or cpu for a dry run of the same path.")
+    parser.add_argument("--mixed-precision", default="bf16", choices=["bf16", "fp32"], help="Trainer --mixed-precision (default bf16).")
+    parser.add_argument("--lr", type=float, default=3e-4, help="Peak learning rate (default 3e-4, stable for 1b in a short run).")
+    parser.add_argument("--activation-checkpointing", action="store_true", help="Recompute block activations in backward (less memory; model FLOPs unchanged, so MFU drops).")
+    parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
+    parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 1:
+        parser.error("--steps, --batch-size and --seq-len must be >= 1, --warmup >= 0")
+    if not args.peak_flops > 0:
+        parser.error("--peak-flops must be > 0")
+    return args
+
+
+def model_flops(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> tuple[float, float]:
+    """``(model FLOP/s, MFU)`` of one device: ``flops_per_token × tokens_per_s`` and that ÷ ``peak_flops``."""
+    achieved = flops_per_token * tokens_per_s
+    return achieved, achieved / peak_flops
+
+
+def trainer_argv(args: argparse.Namespace, metrics_file: Path) -> list[str]:
+    """The trainer command line the check runs (``--steps`` is raised as the check goes)."""
+    argv = [
+        "--data", args.data, "--preset", args.preset, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+        "--device", args.device, "--mixed-precision", args.mixed_precision, "--lr", str(args.lr), "--warmup-steps", "10",
+        "--steps", str(max(args.warmup, 1)), "--log-every", "10", "--metrics-file", str(metrics_file),
+    ]  # fmt: skip
+    return argv + (["--activation-checkpointing"] if args.activation_checkpointing else [])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Train and time; returns the figures (see the module docstring)."""
+    import torch
+
+    from railtrain.trainer.config import parse_args as trainer_args
+    from railtrain.trainer.model import PRESETS
+    from railtrain.trainer.train import Trainer
+
+    config = PRESETS[args.preset]
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics_file = Path(tmp) / "metrics.jsonl"
+        trainer = Trainer(trainer_args(trainer_argv(args, metrics_file)), environ={})
+        try:
+            trainer.config.steps = args.warmup
+            with contextlib.redirect_stdout(io.StringIO()):
+                trainer.train()  # warm-up steps
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            trainer.config.steps += args.steps
+            t0 = time.perf_counter()
+            trainer.train()  # prints the trainer's own step lines
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+            peak_mem = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+            device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+            bf16 = trainer.bf16
+        finally:
+            trainer.close()
+        losses = [json.loads(line)["loss"] for line in metrics_file.read_text().splitlines()]
+    tokens_per_s = args.batch_size * args.seq_len * args.steps / seconds
+    flops_per_token = config.flops_per_token(args.seq_len)
+    achieved, mfu = model_flops(flops_per_token, tokens_per_s, args.peak_flops)
+    return {
+        "device_name": device_name, "params": config.num_params(), "bf16": bf16, "seconds": seconds,
+        "step_s": seconds / args.steps, "tokens_per_s": tokens_per_s, "flops_per_token": flops_per_token,
+        "model_flops_per_s": achieved, "mfu": mfu, "peak_memory_bytes": peak_mem,
+        "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check; 0 on success, 1 without a CUDA device (one sentence on stderr)."""
+    args = parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(NO_CUDA, file=sys.stderr, flush=True)
+            return 1
+    before = machine()
+    r = run(args)
+    table = Table(
+        f"gpu check: preset {args.preset} ({r['params'] / 1e6:,.0f}M params) on {r['device_name']}, "
+        f"{'bf16' if r['bf16'] else 'fp32'}, batch {args.batch_size} x {args.seq_len}, {args.steps} steps after {args.warmup}",
+        ["metric", "value"],
+        note=f"MFU = model FLOPs/token ({r['flops_per_token'] / 1e9:.2f} GFLOP) x tokens/s / peak {args.peak_flops / 1e12:.0f} TFLOP/s",
+    )
+    table.add("tokens/s", f"{r['tokens_per_s']:.0f}")
+    table.add("step time", f"{r['step_s'] * 1000:.1f} ms")
+    table.add("model TFLOP/s", f"{r['model_flops_per_s'] / 1e12:.1f}")
+    table.add("MFU", f"{100 * r['mfu']:.1f}%")
+    table.add("peak GPU memory", f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if args.device == "cuda" else "-")
+    table.add("loss first -> last", f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}")
+    table.print()
+    params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    path = write_json("gpu_check", {"machine": before, "params": params, "result": r}, args.json)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

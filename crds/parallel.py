@@ -1,0 +1,146 @@
+"""Parallel degrees of a job: the one rule the operator and the trainer both apply.
+
+A job's processes form one 4-D grid, outermost dimension first::
+
+    pp × dp_replicate × dp_shard × tp      (the DeviceMesh dimension names)
+    pipeline × data × fsdp × tensor        (the API / pod-contract field names)
+
+and the product of the four degrees is the world size. Rank ``r`` sits at the
+row-major coordinates of ``r`` in that shape (what ``init_device_mesh``
+does), so ``tp`` is innermost: the ``tensor`` ranks of one group are
+consecutive, and they share a node exactly when ``tensor`` divides the
+processes per node. That is required because tensor parallelism all-reduces
+activations in every layer and needs the node's NVLink bandwidth (Shoeybi et
+al. 2019, "Megatron-LM", section 3).
+
+Pure arithmetic, importing neither torch nor kopf: the API's ``SPEC_RULES``
+(:mod:`railtrain.crds.api`) and the trainer's ``ParallelDims``
+(:mod:`railtrain.trainer.parallel`) both call :func:`problems`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+FIELDS = ("data", "fsdp", "tensor", "pipeline")
+"""API field names of the degrees."""
+
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+"""DeviceMesh dimension names, outermost first."""
+
+MESH_FIELDS = ("pipeline", "data", "fsdp", "tensor")
+"""The API field of each :data:`MESH_DIMS` entry, in the same order."""
+
+
+class HasDegrees(Protocol):
+    """Anything with the four degree attributes (the API's ``Parallelism``, :class:`Degrees`)."""
+
+    data: int
+    fsdp: int
+    tensor: int
+    pipeline: int
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """The four parallel degrees of a job (omitted ones are 1).
+
+    Attributes:
+        data: data-parallel replicas (DDP, or the replicate dimension of HSDP).
+        fsdp: ranks each parameter is sharded over (FSDP2 / ZeRO-3).
+        tensor: tensor-parallel degree (Megatron-style, inside a node).
+        pipeline: pipeline stages.
+    """
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+
+    @classmethod
+    def of(cls, d: HasDegrees) -> "Degrees":
+        """Copy the degrees of any :class:`HasDegrees` object."""
+        return cls(d.data, d.fsdp, d.tensor, d.pipeline)
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int, int]:
+        """``(pipeline, data, fsdp, tensor)``: the sizes of :data:`MESH_DIMS`."""
+        return (self.pipeline, self.data, self.fsdp, self.tensor)
+
+    @property
+    def dp(self) -> int:
+        """data × fsdp: ranks that each see a different slice of the batch."""
+        return self.data * self.fsdp
+
+    def describe(self) -> str:
+        """``data=D fsdp=F tensor=T pipeline=P``."""
+        return " ".join(f"{name}={getattr(self, name)}" for name in FIELDS)
+
+
+def product(d: HasDegrees) -> int:
+    """data × fsdp × tensor × pipeline: the world size the degrees need."""
+    return d.data * d.fsdp * d.tensor * d.pipeline
+
+
+def inner(d: HasDegrees) -> int:
+    """fsdp × tensor × pipeline: what an elastic job keeps fixed while ``data`` scales."""
+    return d.fsdp * d.tensor * d.pipeline
+
+
+def fills_world(d: HasDegrees, world_size: int) -> bool:
+    """Whether the degrees multiply to ``world_size``."""
+    return product(d) == world_size
+
+
+def tensor_fits_node(tensor: int, procs_per_node: int) -> bool:
+    """Whether a tensor-parallel group (consecutive ranks) stays inside one node of ``procs_per_node`` processes."""
+    return procs_per_node % tensor == 0
+
+
+def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) -> list[tuple[str, str]]:
+    """Every way the degrees break the rule, as ``(field, sentence)`` pairs.
+
+    Args:
+        d: the degrees.
+        world_size: processes in the job (nodes × procs per node).
+        procs_per_node: processes per node; ``None`` skips the node check
+            (a caller that does not know it).
+
+    Returns:
+        ``[]`` when valid; else one pair per problem, ``field`` being one of
+        :data:`FIELDS` (``""`` for the product rule, which involves all of
+        them), so each caller can prefix it with its own name for the field
+        (``spec.parallelism.tensor``, ``--tp``, ``RAILTRAIN_PARALLELISM``).
+    """
+    out = [(name, f"{name}={getattr(d, name)} must be >= 1") for name in FIELDS if getattr(d, name) < 1]
+    if out:
+        return out
+    if not fills_world(d, world_size):
+        out.append(("", f"data × fsdp × tensor × pipeline = {product(d)} ({Degrees.of(d).describe()}) must equal the world size {world_size}"))
+    if procs_per_node is not None and not tensor_fits_node(d.tensor, procs_per_node):
+        out.append(("tensor", f"tensor={d.tensor} must divide the processes per node ({procs_per_node}): a tensor-parallel group must fit inside one node"))
+    return out
+
+
+def coordinates(rank: int, d: HasDegrees) -> dict[str, int]:
+    """Where ``rank`` sits in the grid: ``{"pp": i, "dp_replicate": j, "dp_shard": k, "tp": l}`` (row-major, tp innermost).
+
+    Raises:
+        ValueError: ``rank`` is outside ``[0, product(d))``.
+    """
+    shape = Degrees.of(d).mesh_shape
+    size = product(d)
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is outside [0, {size})")
+    coords: dict[str, int] = {}
+    for name, n in zip(reversed(MESH_DIMS), reversed(shape)):
+        coords[name] = rank % n
+        rank //= n
+    return {name: coords[name] for name in MESH_DIMS}
+
+
+def dp_rank(rank: int, d: HasDegrees) -> int:
+    """Index of ``rank``'s slice of the batch among the ``data × fsdp`` data-parallel ranks."""
+    c = coordinates(rank, d)
+    return c["dp_replicate"] * d.fsdp + c["dp_shard"]

@@ -1,0 +1,79 @@
+"""The parallel-degree rule (railtrain.crds.parallel): table-driven, and the same verdict as the API's SPEC_RULES."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from railtrain.crds import parallel
+from railtrain.crds.api import SPEC_RULES, Parallelism
+from railtrain.crds.parallel import Degrees
+
+# (data, fsdp, tensor, pipeline), nodes, procs per node, fields with a problem ("" = the product rule)
+CASES = [
+    ((8, 1, 1, 1), 2, 4, set()),
+    ((1, 8, 1, 1), 2, 4, set()),
+    ((2, 2, 2, 1), 2, 4, set()),
+    ((1, 2, 4, 2), 4, 4, set()),  # tensor = a whole node
+    ((1, 1, 8, 1), 1, 8, set()),
+    ((3, 1, 1, 1), 2, 4, {""}),
+    ((1, 1, 8, 1), 2, 4, {"tensor"}),  # 8 = world, but a TP group would span two nodes
+    ((4, 1, 3, 1), 3, 4, {"tensor"}),
+    ((1, 1, 3, 1), 1, 4, {"", "tensor"}),
+]
+
+
+@pytest.mark.parametrize("degrees, nodes, ppn, bad", CASES)
+def test_problems_name_the_fields(degrees: tuple[int, int, int, int], nodes: int, ppn: int, bad: set[str]) -> None:
+    found = parallel.problems(Degrees(*degrees), nodes * ppn, ppn)
+    assert {field for field, _ in found} == bad
+    for field, sentence in found:
+        assert (f"{field}=" in sentence) if field else "world size" in sentence
+
+
+@pytest.mark.parametrize("degrees, nodes, ppn, bad", CASES)
+def test_operator_rules_agree_with_the_trainer_rule(degrees: tuple[int, int, int, int], nodes: int, ppn: int, bad: set[str]) -> None:
+    """The API's parallelism rules (what the operator and kube-apiserver enforce) fail exactly when the shared rule does."""
+    spec = SimpleNamespace(parallelism=Parallelism(**dict(zip(parallel.FIELDS, degrees))), nodes=nodes, procs_per_node=ppn)
+    rules = [r for r in SPEC_RULES if r.field_path.startswith(".parallelism")]
+    assert len(rules) == 2
+    failed = {r.field_path for r in rules if not r.check(spec)}
+    assert failed == {".parallelism" + (f".{f}" if f else "") for f in bad}
+
+
+def test_node_check_is_skipped_without_procs_per_node() -> None:
+    assert parallel.problems(Degrees(tensor=8), 8) == []
+    assert parallel.problems(Degrees(tensor=8), 8, 4) != []
+
+
+def test_degrees_below_one_are_reported_alone() -> None:
+    found = parallel.problems(Degrees(data=0, fsdp=4), 4, 4)
+    assert found == [("data", "data=0 must be >= 1")]
+
+
+def test_rank_layout_is_row_major_with_tensor_innermost() -> None:
+    d = Degrees(data=2, fsdp=2, tensor=2, pipeline=2)  # 16 ranks
+    coords = [parallel.coordinates(r, d) for r in range(16)]
+    assert coords[0] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "tp": 0}
+    assert coords[1] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "tp": 1}
+    assert coords[2] == {"pp": 0, "dp_replicate": 0, "dp_shard": 1, "tp": 0}
+    assert coords[15] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "tp": 1}
+    # Every TP group is a run of consecutive ranks, so it fits a node whenever tensor divides procs per node.
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r, c in enumerate(coords):
+        groups.setdefault((c["pp"], c["dp_replicate"], c["dp_shard"]), []).append(r)
+    assert all(g == list(range(g[0], g[0] + 2)) for g in groups.values())
+    # The data-parallel rank numbers the 4 batch slices; both pipeline stages and both TP ranks of a slice share it.
+    assert sorted({parallel.dp_rank(r, d) for r in range(16)}) == [0, 1, 2, 3]
+    assert [parallel.dp_rank(r, d) for r in (0, 1, 8, 9)] == [0, 0, 0, 0]
+    assert parallel.dp_rank(6, d) == 3
+    with pytest.raises(ValueError, match="outside"):
+        parallel.coordinates(16, d)
+
+
+def test_api_parallelism_uses_the_shared_arithmetic() -> None:
+    p = Parallelism(data=2, fsdp=4, tensor=2, pipeline=3)
+    assert p.product == parallel.product(p) == 48
+    assert p.inner == parallel.inner(p) == 24
+    assert Degrees.of(p).mesh_shape == (3, 2, 4, 2)
