@@ -96,13 +96,25 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _terminated(pod: dict[str, Any]) -> tuple[int, str]:
-    """Exit code and termination message of the trainer container of a finished pod."""
+def _terminated(pod: dict[str, Any]) -> tuple[int, str, bool]:
+    """Exit code, message and whether retrying can help, for the trainer container of a finished pod.
+
+    The trainer's verdict comes from its termination message
+    (:func:`railtrain.crds.contract.parse_termination_message`); torchrun turns a
+    worker's exit code 2 into 1, so the message, not the code, carries "user
+    error". Without a verdict, exit code 2 still means a user error and any
+    other failure is retryable.
+    """
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
         if term:
-            return int(term.get("exitCode", contract.EXIT_FAILED)), (term.get("message") or term.get("reason") or "").strip()
-    return contract.EXIT_FAILED, (pod.get("status") or {}).get("message", "")
+            code = int(term.get("exitCode", contract.EXIT_FAILED))
+            raw = (term.get("message") or "").strip()
+            verdict = contract.parse_termination_message(raw)
+            if verdict:
+                return code, f"{verdict['reason']}: {verdict['message']}", verdict["verdict"] != contract.VERDICT_USER_ERROR
+            return code, raw or (term.get("reason") or ""), code != contract.EXIT_USER_ERROR
+    return contract.EXIT_FAILED, (pod.get("status") or {}).get("message", ""), True
 
 
 def _stop(plan: Plan, gang: list[dict[str, Any]]) -> None:
@@ -237,11 +249,11 @@ def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, 
 
     failed = [p for p in gang if phase(p) == "Failed"]
     if failed:
-        rank, (code, message) = rank_of(failed[0]), _terminated(failed[0])
+        rank, (code, message, retryable) = rank_of(failed[0]), _terminated(failed[0])
         detail = f"rank {rank} exited with code {code}" + (f": {message}" if message else "")
         _stop(out, gang)
         set_c(cond.RUNNING, False, "PodFailed", detail)
-        if code == contract.EXIT_USER_ERROR:
+        if not retryable:
             set_c(cond.FAILED, True, "UserError", detail + " (a configuration error: not retried)", "Warning")
             return finish(cond.FAILED, released)
         if restarts >= spec.run_policy.backoff_limit:

@@ -236,3 +236,17 @@ def test_a_gang_pinned_to_a_lost_node_is_deleted_to_start_over():
     pods[0]["spec"].pop("schedulingGates")
     p = reconcile.plan(obj, pods, True, NOW, Refusal("PinnedNodeUnavailable", "rank 0 on gone (node gone)"))
     assert sorted(p.delete_pods) == ["llm-0", "llm-1"] and p.status["phase"] == "Pending"
+
+
+def test_trainer_verdict_in_termination_message_decides_retry():
+    """torchrun reports exit code 1 for a worker's code 2; the JSON verdict still says user error."""
+    obj = job_obj(nodes=1)
+    msg = contract.format_termination_message(contract.VERDICT_USER_ERROR, "InvalidConfiguration", "--data matches no files")
+    pod = fail(gang(obj, gated=False, nodes=["a"])[0], code=1, message=msg)
+    p = reconcile.plan(obj, [pod], True, NOW)
+    failed = find(p.status["conditions"], "Failed")
+    assert p.status["phase"] == "Failed" and failed["reason"] == "UserError"
+    assert "InvalidConfiguration: --data matches no files" in failed["message"]
+    retry = contract.format_termination_message(contract.VERDICT_RETRYABLE, "NcclTimeout", "all-reduce timed out")
+    p2 = reconcile.plan(obj, [fail(gang(obj, gated=False, nodes=["a"])[0], code=2, message=retry)], True, NOW)
+    assert p2.status["phase"] == "Restarting"
