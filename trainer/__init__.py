@@ -1,8 +1,10 @@
-"""railtrain.trainer: a byte-level transformer LM trainer (DDP, FSDP2/HSDP, tensor and pipeline parallel on one DeviceMesh; DCP checkpoints).
+"""railtrain.trainer: a byte-level transformer LM trainer (DDP, FSDP2/HSDP, tensor and pipeline parallel on one DeviceMesh; checkpoints in memory, local and persistent tiers).
 
 Modules: ``config`` (flags and pod contract), ``model``, ``data``, ``parallel``
 (degrees, mesh, data parallel), ``tensor_parallel``, ``pipeline``, ``steps``
-(one step's forwards and backwards), ``checkpoint``, ``train`` (the :class:`~railtrain.trainer.train.Trainer`), and
+(one step's forwards and backwards), ``checkpoint`` (tiers, async saves, fallback; with
+``checkpoint_files``, ``checkpoint_state``, ``checkpoint_tiers``), ``metrics`` (Prometheus),
+``train`` (the :class:`~railtrain.trainer.train.Trainer`), and
 ``__main__`` (``python -m railtrain.trainer``). Importing this package does not
 import torch.
 """

@@ -2,14 +2,23 @@
 
 Exit codes follow :mod:`railtrain.crds.contract`: 0 done, 2 bad input (one
 line on stderr naming the flag or variable, no traceback), 1 anything else.
+On failure the process also leaves its verdict in the termination message
+(:func:`railtrain.crds.contract.write_termination_message`), because torchrun
+turns every failed worker's exit code into 1: ``user-error`` for bad input
+(and for running out of device memory, which a retry with the same settings
+would repeat), ``retryable`` for anything else, with the exception's class as
+the reason.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Sequence
 
-from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR
+import torch
+
+from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR, VERDICT_RETRYABLE, VERDICT_USER_ERROR, write_termination_message
 from railtrain.trainer.config import parse_args
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
@@ -21,13 +30,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = Trainer(parse_args(argv))
     except ValueError as err:  # includes contract.ContractError
         print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
+        write_termination_message(VERDICT_USER_ERROR, "InvalidConfiguration", str(err))
         shutdown_distributed()
         return EXIT_USER_ERROR
+    except SystemExit as exit_:
+        if exit_.code == EXIT_USER_ERROR:  # argparse's usage error, already printed
+            write_termination_message(VERDICT_USER_ERROR, "InvalidArguments", "the trainer's command line was rejected; see the log")
+        raise
     try:
         trainer.train()
+    except Exception as err:
+        write_termination_message(*verdict_of(err), f"{type(err).__name__}: {err}")
+        raise
     finally:
         trainer.close()
     return EXIT_OK
+
+
+def verdict_of(err: BaseException) -> tuple[str, str]:
+    """``(verdict, reason)`` of an exception raised while training."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return VERDICT_USER_ERROR, "OutOfMemory"
+    if isinstance(err, FloatingPointError):
+        return VERDICT_RETRYABLE, "LossNotFinite"
+    name = type(err).__name__
+    return VERDICT_RETRYABLE, name if re.fullmatch(r"[A-Z][A-Za-z0-9]*", name) else "TrainerFailed"
 
 
 if __name__ == "__main__":

@@ -1,100 +1,58 @@
-"""Checkpoints: DCP save/load of model + optimizer + train state, behind a small storage protocol.
+"""Checkpoints in up to three tiers, written in the background, restored from the fastest valid copy.
 
-Layout: ``<dir>/step-<N>/`` holds one ``torch.distributed.checkpoint`` (DCP)
-checkpoint, written collectively by all ranks (each writes its own shards), and
-then, once ``dcp.save`` has returned on rank 0 (DCP's coordinator writes the
-``.metadata`` file after every rank's writes are done), the marker
-:data:`MANIFEST`. A ``step-<N>/`` without the marker is a save that was cut
-short and is never loaded. Checkpoints hold sharded state (``get_state_dict``),
-so a job can resume with another world size or parallel mode.
+Tiers (:mod:`railtrain.trainer.checkpoint_tiers`), fastest first:
 
-"Should I save now", "which one do I resume from" and "what do I delete" are
-pure functions of step numbers, tested with a fake :class:`CheckpointStorage`.
+* ``memory``: each rank's shard in RAM that outlives the trainer (tmpfs), plus
+  a copy on the next node, so losing one node loses nothing;
+* ``local``: each rank's shard on its node's own disk;
+* ``persistent``: one DCP checkpoint in shared storage (a path or an fsspec
+  URI), the only tier that loads at another world size (DCP reshards).
+
+Saving step N (every rank calls :meth:`Checkpointer.save` when a tier is due):
+wait for the previous save (one in flight at a time), copy the state into CPU
+RAM, and return; a background thread then serializes this rank's shard once
+(one sha256), writes it to the due node-local tiers, swaps copies with the
+neighbouring nodes, DCP-saves the persistent tier and checksums its files, and
+only then writes every manifest and applies each tier's retention. A process
+killed at any point leaves steps without manifests, which are never loaded.
+
+Resuming (:meth:`Checkpointer.load_latest`): every rank lists the manifests it
+can reach; the candidates are the steps complete in some tier, newest first,
+the fastest tier first for the same step. Each candidate is verified
+(checksums of every file or shard that would be read) before anything is
+restored; a missing or corrupt shard makes it fall back to a copy on the
+neighbouring node, the same step in a slower tier, or an older step, and rank
+0 logs each decision.
+
+"Should I save now" and retention are pure functions of step numbers, tested
+with a fake :class:`~railtrain.trainer.checkpoint_files.CheckpointStorage`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
-import shutil
+import threading
 import time
 import warnings
-from typing import Iterator, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-MANIFEST = "railtrain-complete.json"
-"""Written last into ``step-<N>/``; its presence is what makes a checkpoint complete."""
+from railtrain.crds import contract
+from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage, sha256_bytes
+from railtrain.trainer.checkpoint_state import Stager, serialize, to_local
+from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, ShardTier, TierResult
 
-_STEP_DIR = re.compile(r"step-(\d+)\Z")
+__all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
 
+TIERS = ("memory", "local", "persistent")
+"""Tier names, fastest first."""
 
-class CheckpointStorage(Protocol):
-    """Where checkpoints live; the only part of this module that touches files besides DCP itself."""
-
-    def list_steps(self) -> list[int]:
-        """Steps that have a ``step-<N>`` directory, complete or not, ascending."""
-        ...
-
-    def is_complete(self, step: int) -> bool:
-        """Whether ``step``'s checkpoint has its completion marker."""
-        ...
-
-    def mark_complete(self, step: int, manifest: dict) -> None:
-        """Write the completion marker of ``step`` atomically."""
-        ...
-
-    def remove(self, step: int) -> None:
-        """Delete ``step``'s checkpoint (missing is fine)."""
-        ...
-
-    def path(self, step: int) -> str:
-        """The DCP ``checkpoint_id`` (a directory path) of ``step``."""
-        ...
-
-
-class LocalStorage:
-    """:class:`CheckpointStorage` on a local (or mounted) directory; ``file://`` prefixes are stripped."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root.removeprefix("file://")
-
-    def path(self, step: int) -> str:
-        """``<root>/step-<step>``."""
-        return os.path.join(self.root, f"step-{step}")
-
-    def list_steps(self) -> list[int]:
-        """Steps with a ``step-<N>`` directory under the root, ascending (``[]`` if the root is missing)."""
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        steps = (_STEP_DIR.match(n) for n in names)
-        return sorted(int(m.group(1)) for m in steps if m and os.path.isdir(os.path.join(self.root, m.group(0))))
-
-    def is_complete(self, step: int) -> bool:
-        """Whether ``step-<step>/`` holds :data:`MANIFEST`."""
-        return os.path.isfile(os.path.join(self.path(step), MANIFEST))
-
-    def mark_complete(self, step: int, manifest: dict) -> None:
-        """Write :data:`MANIFEST` via a temporary file and ``os.replace`` so it is never half-written."""
-        final = os.path.join(self.path(step), MANIFEST)
-        tmp = final + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(manifest, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-
-    def remove(self, step: int) -> None:
-        """Delete ``step-<step>/`` and everything in it."""
-        shutil.rmtree(self.path(step), ignore_errors=True)
+Observer = Callable[[str, str, float, int], None]
+"""``observe(event, tier, seconds, bytes)`` with event ``"save"``, ``"load"`` or ``"blocked"``."""
 
 
 def should_save(step: int, interval: int, last_step: int) -> bool:
@@ -126,25 +84,84 @@ def steps_to_prune(storage: CheckpointStorage, keep: int) -> list[int]:
     return sorted(old_complete + stale)
 
 
+@dataclass(frozen=True)
+class TierConfig:
+    """One tier of a job: ``name`` in :data:`TIERS`, a directory or URI, steps between saves, checkpoints kept."""
+
+    name: str
+    location: str
+    interval: int
+    keep: int
+
+
+@dataclass
+class SaveReport:
+    """What one save did: per-tier results on this rank, and errors seen on any rank."""
+
+    step: int
+    results: list[TierResult]
+    errors: list[str]
+    seconds: float
+
+
 class Checkpointer:
-    """Saves and restores a run's state at step boundaries.
+    """Saves and restores a run's state across its tiers.
 
     Args:
-        storage: where checkpoints go.
-        interval: steps between saves (see :func:`should_save`).
-        keep: newest complete checkpoints to keep (0 keeps all).
-        rank: this process's global rank; rank 0 writes markers and deletes.
-        distributed: whether a process group is up (collectives are used then).
+        tiers: the job's tiers (any order, each name at most once).
+        rank, world_size: this process's place in the job.
+        local_world_size: processes per node (ranks are node-major), for the memory tier's peers.
+        distributed: whether a process group is up; the constructor is then a
+            collective (it creates the checkpoint group).
+        layout: the run's parallel layout, e.g. ``"fsdp data=1 fsdp=4 world=4"``;
+            per-rank shards load only into the layout they were saved from.
+        async_save: write in a background thread after staging.
+        cuda: the state lives on a GPU (pinned staging buffers).
+        log: prints a line on rank 0 (the caller decides; called from the writer thread too).
+        observe: metrics callback (:data:`Observer`).
+        hold_step: fault injection: the writer of this step stops before its manifests.
     """
 
-    def __init__(self, storage: CheckpointStorage, interval: int, keep: int, rank: int, distributed: bool) -> None:
-        self.storage = storage
-        self.interval = interval
-        self.keep = keep
-        self.rank = rank
-        self.distributed = distributed
+    def __init__(
+        self, tiers: list[TierConfig], *, rank: int, world_size: int, local_world_size: int, distributed: bool, layout: str,
+        async_save: bool = True, cuda: bool = False, log: Callable[[str], None] = lambda line: None,
+        observe: Observer | None = None, hold_step: int | None = None,
+    ) -> None:  # fmt: skip
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names) or not set(names) <= set(TIERS):
+            raise ValueError(f"checkpoint tiers must be distinct names among {', '.join(TIERS)}, got {names}")
+        self.rank, self.world_size, self.layout = rank, world_size, layout
+        self.async_save, self.log, self.hold_step = async_save, log, hold_step
+        self.observe = observe or (lambda *a: None)
+        lws = local_world_size if 0 < local_world_size <= world_size and world_size % local_world_size == 0 else world_size
+        peers = Peers(world_size, lws) if world_size > lws else None
+        self.tiers: list[ShardTier | PersistentTier] = []
+        for t in sorted(tiers, key=lambda t: TIERS.index(t.name)):
+            if t.name == "persistent":
+                self.tiers.append(PersistentTier(t.location, t.interval, t.keep, rank, world_size))
+            else:
+                self.tiers.append(ShardTier(t.name, t.location, t.interval, t.keep, rank, world_size, peers if t.name == "memory" else None, fsync=t.name != "memory"))
+        self.comm = Comm.start(distributed)
+        self.stager = Stager(cuda)
+        self._thread: threading.Thread | None = None
+        self._outcome: SaveReport | BaseException | None = None
+        self.loaded_from: str = ""
+        """After a resume: ``"tier <name>"`` plus what had to be skipped."""
 
-    def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: dict[str, int]) -> dict:
+    @property
+    def interval(self) -> int:
+        """The shortest interval of any tier."""
+        return min(t.interval for t in self.tiers)
+
+    def describe(self) -> str:
+        """One line for the log: the tiers and whether saves are asynchronous."""
+        return " ".join(t.describe() for t in self.tiers) + (" async" if self.async_save else " sync")
+
+    def due(self, step: int, last_step: int) -> list[str]:
+        """Names of the tiers that save after ``step``."""
+        return [t.name for t in self.tiers if should_save(step, t.interval, last_step)]
+
+    def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int]) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         return {"model": model_sd, "optim": optim_sd, "train": {k: torch.tensor(v, dtype=torch.int64) for k, v in train.items()}}
 
@@ -153,52 +170,156 @@ class Checkpointer:
         # DCP warns on every single-process save/load that it assumes no_dist, even when asked for it.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is .*unavailable or uninitialized")
+            warnings.filterwarnings("ignore", message="Detected an existing checkpoint")
+            warnings.filterwarnings("ignore", message="fsync not supported for this stream")  # object stores: a put is durable
             yield
 
-    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, train: dict[str, int]) -> float:
-        """Save collectively (every rank must call), mark complete, prune.
+    # --- save -----------------------------------------------------------------------
 
-        Args:
-            train: integers to restore with the weights, e.g. ``{"step": 10, "data_seed": 0}``.
+    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int], last_step: int) -> float:
+        """Checkpoint ``step`` to the tiers that are due (every rank must call).
 
         Returns:
-            Seconds the save took on this rank.
+            Seconds the caller was blocked: waiting for the previous save,
+            staging, and with ``async_save=False`` the whole write.
+
+        Raises:
+            RuntimeError: the previous background save failed outright.
         """
+        tiers = [t for t in self.tiers if should_save(step, t.interval, last_step)]
+        if not tiers:
+            return 0.0
         start = time.perf_counter()
-        with self._quiet():
-            dcp.save(self._state(model, optimizer, train), checkpoint_id=self.storage.path(step), no_dist=not self.distributed)
-        if self.rank == 0:
-            self.storage.mark_complete(step, {"step": step, "train": train, "saved_at": time.time()})
-            for old in steps_to_prune(self.storage, self.keep):
-                self.storage.remove(old)
-        return time.perf_counter() - start
+        self.wait()
+        staged = self.stager.stage(self._state(model, optimizer, train))
+        job = (step, staged, dict(train), tiers)
+        if self.async_save:
+            self._thread = threading.Thread(target=self._run, args=job, name=f"checkpoint-{step}", daemon=True)
+            self._thread.start()
+        else:
+            self._run(*job)
+            self._raise_failure()
+        blocked = time.perf_counter() - start
+        self.observe("blocked", "", blocked, 0)
+        return blocked
 
-    def _agree_on_latest(self) -> int | None:
-        """Rank 0 picks the newest complete checkpoint, removes newer partial ones, and tells everyone."""
-        choice: list[int | None] = [None]
-        if self.rank == 0:
-            choice[0] = latest_complete(self.storage)
-            for step in self.storage.list_steps():
-                if (choice[0] is None or step > choice[0]) and not self.storage.is_complete(step):
-                    self.storage.remove(step)  # cut short; this run will write it again
-        if self.distributed:
-            dist.broadcast_object_list(choice, src=0)
-        return choice[0]
+    def wait(self) -> SaveReport | None:
+        """Wait for the save in flight, if any; returns its report.
 
-    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: dict[str, int]) -> dict[str, int] | None:
-        """Restore the newest complete checkpoint into ``model`` and ``optimizer`` in place.
+        Raises:
+            RuntimeError: it failed outright (per-tier I/O errors are only logged).
+        """
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self._raise_failure()
 
-        Every rank must call this. ``train`` gives the keys (and current values)
-        of the integers saved alongside.
+    def _raise_failure(self) -> SaveReport | None:
+        outcome, self._outcome = self._outcome, None
+        if isinstance(outcome, BaseException):
+            raise RuntimeError(f"checkpoint save failed: {type(outcome).__name__}: {outcome}") from outcome
+        return outcome
+
+    def _run(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[ShardTier | PersistentTier]) -> None:
+        try:
+            with self._quiet():
+                self._outcome = self._write(step, staged, train, tiers)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
+            self._outcome = exc
+
+    def _write(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[ShardTier | PersistentTier]) -> SaveReport:
+        start = time.perf_counter()
+        results: list[TierResult] = []
+        shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
+        if shard_tiers:
+            payload = serialize(to_local(staged))
+            manifest = {
+                "format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout,
+                "bytes": len(payload), "sha256": sha256_bytes(payload), "train": train, "saved_at": time.time(),
+            }  # fmt: skip
+            serialize_s = time.perf_counter() - start
+            for tier in shard_tiers:
+                result = tier.write_data(step, payload, manifest, self.comm)
+                result.seconds += serialize_s  # each tier's figure includes the (shared) serialization
+                results.append(result)
+            del payload
+        for tier in tiers:
+            if isinstance(tier, PersistentTier):
+                results.append(tier.write_data(step, staged, self.comm))
+        if step == self.hold_step:
+            self.log(f"checkpoint step={step}: holding before the manifests ({contract.ENV_FAULT_HOLD_CHECKPOINT_STEP})")
+            threading.Event().wait()  # until the process is killed
+        for tier in tiers:
+            if isinstance(tier, PersistentTier):
+                tier.write_manifests(step, train, self.layout)
+            else:
+                tier.write_manifests(step)
+        for tier in tiers:
+            tier.prune()
+        errors = [e for errs in self.comm.all_gather([f"{r.tier}: {r.error}" for r in results if r.error]) for e in errs]
+        report = SaveReport(step, results, errors, time.perf_counter() - start)
+        for r in results:
+            self.observe("save", r.tier, r.seconds, r.bytes)
+        failed = {e.split(":", 1)[0] for e in errors}
+        for r in results:
+            state = "failed" if r.tier in failed else "complete"
+            self.log(f"checkpoint step={step} tier={r.tier} {state} seconds={r.seconds:.3f} bytes={r.bytes}")
+        for e in errors:
+            self.log(f"checkpoint step={step} warning: {e}")
+        return report
+
+    # --- load -----------------------------------------------------------------------
+
+    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int]) -> dict[str, int] | None:
+        """Restore the newest complete and valid checkpoint reachable in any tier (every rank must call).
+
+        ``train`` gives the keys (and current values) of the integers saved
+        alongside. Sets :attr:`loaded_from`.
 
         Returns:
-            The saved ``train`` integers, or ``None`` when there is no complete checkpoint.
+            The saved ``train`` integers, or ``None`` when no tier holds a usable checkpoint.
         """
-        step = self._agree_on_latest()
-        if step is None:
+        self.log(f"checkpoint: tiers {self.describe()}")
+        gathered = self.comm.all_gather({t.name: t.claims() for t in self.tiers})
+        candidates: list[tuple[int, int]] = []
+        found = []
+        for index, tier in enumerate(self.tiers):
+            views = [g[tier.name] for g in gathered]
+            if isinstance(tier, ShardTier):
+                steps, notes = tier.candidates(views, self.layout)
+                for note in notes:
+                    self.log(f"checkpoint: ignored {note}")
+            else:
+                steps = sorted(views[0], reverse=True)
+            found.append(f"{tier.name}={steps}")
+            candidates += [(step, index) for step in steps]
+        if not candidates:
             return None
-        state = self._state(model, optimizer, train)
-        with self._quiet():
-            dcp.load(state, checkpoint_id=self.storage.path(step), no_dist=not self.distributed)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        return {k: int(v.item()) for k, v in state["train"].items()}
+        self.log(f"checkpoint: complete steps {' '.join(found)}")
+        # Built only now: get_state_dict gives the optimizer its state (a zero step), which a fresh run must not have.
+        template = self._state(model, optimizer, train)
+        rejected: list[str] = []
+        for step, index in sorted(candidates, key=lambda c: (-c[0], c[1])):
+            tier = self.tiers[index]
+            with self._quiet():
+                if isinstance(tier, ShardTier):
+                    state, result = tier.try_load(step, template, [g[tier.name] for g in gathered], self.comm)
+                else:
+                    state, result = tier.try_load(step, template, gathered[0][tier.name][step], self.comm)
+            if state is None:
+                self.log(f"checkpoint: rejected {result.error}; falling back")
+                rejected.append(f"{tier.name} step {step}")
+                continue
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            self.observe("load", tier.name, result.seconds, result.bytes)
+            why = "newest complete step" if not rejected else f"after rejecting {', '.join(rejected)}"
+            self.loaded_from = f"tier {tier.name}, {why}" + "".join(f"; {n}" for n in result.notes)
+            self.log(f"checkpoint: loaded step {step} from {tier.name} ({why}) seconds={result.seconds:.3f} bytes={result.bytes}")
+            return {k: int(v.item()) for k, v in state["train"].items()}
+        self.log(f"checkpoint: no valid copy of any step ({', '.join(rejected)}); starting from scratch")
+        optimizer.state.clear()  # as fresh as a run that found nothing
+        return None
+
+    def close(self) -> None:
+        """Release staging buffers (a save still in flight is abandoned: it never gets its manifests)."""
+        self.stager.close()

@@ -67,11 +67,29 @@ class TrainConfig:
     cpu_offload: bool = False
     """FSDP2 only: keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
     checkpoint_dir: str | None = None
-    """Directory for checkpoints (step-<N>/ below it); resume from the newest complete one. Default: from the pod environment, else none."""
+    """Persistent checkpoint tier: a shared directory or an fsspec URI (s3://, gs://, memory://), step-<N>/ below it; on start the trainer resumes from the newest complete and valid checkpoint of any tier. Default: from the pod environment, else none."""
     checkpoint_interval: int | None = None
-    """Save a checkpoint every this many steps, and at the last step. Default: from the pod environment, else 100."""
-    checkpoint_keep: int = 2
-    """Keep this many newest complete checkpoints; older ones are deleted (0 keeps all)."""
+    """Save to --checkpoint-dir every this many steps, and at the last step. Default: from the pod environment, else 100."""
+    checkpoint_keep: int | None = None
+    """Keep this many newest complete checkpoints in --checkpoint-dir; older ones are deleted (0 keeps all). Default: from the pod environment, else 2."""
+    checkpoint_memory_dir: str | None = None
+    """Memory tier: a directory in RAM that outlives the trainer (e.g. under /dev/shm), one per node; each rank keeps its shard there and a copy on the next node. Default: from the pod environment, else off."""
+    checkpoint_memory_interval: int | None = None
+    """Steps between memory-tier saves. Default: from the pod environment, else --checkpoint-interval."""
+    checkpoint_memory_keep: int | None = None
+    """Memory-tier checkpoints kept. Default: from the pod environment, else 1."""
+    checkpoint_local_dir: str | None = None
+    """Local tier: a directory on the node's own disk; each rank keeps its shard there. Default: from the pod environment, else off."""
+    checkpoint_local_interval: int | None = None
+    """Steps between local-tier saves. Default: from the pod environment, else --checkpoint-interval."""
+    checkpoint_local_keep: int | None = None
+    """Local-tier checkpoints kept. Default: from the pod environment, else 2."""
+    checkpoint_async: bool = True
+    """Write checkpoints in the background: the step loop waits only for a copy of the state in RAM (--no-checkpoint-async: until every tier is written)."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port from local rank 0 (0: off). Default: from the pod environment, else off."""
+    peak_tflops: float = 0.0
+    """Peak dense TFLOP/s of one device in the training precision, for the MFU metric (e.g. 989 for an H100 SXM in bf16); 0: no MFU."""
     device: str = "auto"
     """'cpu', 'cuda', or 'auto' (cuda when available)."""
     mixed_precision: str = "auto"
@@ -98,7 +116,7 @@ class TrainConfig:
         for name in ("steps", "batch_size", "seq_len", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "lr_decay_steps", "checkpoint_keep", "threads", "weight_decay", "grad_clip"):
+        for name in ("warmup_steps", "lr_decay_steps", "threads", "weight_decay", "grad_clip", "peak_tflops"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -108,10 +126,13 @@ class TrainConfig:
             raise ValueError(f"--seq-len {self.seq_len} exceeds preset {self.preset!r}'s max_seq_len {max_len}")
         if self.parallel is not None and self.parallel not in PARALLEL_MODES:
             raise ValueError(f"--parallel must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}")
-        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
-            raise ValueError(f"--checkpoint-interval must be >= 1, got {self.checkpoint_interval}")
-        if self.checkpoint_dir and "://" in self.checkpoint_dir and not self.checkpoint_dir.startswith("file://"):
-            raise ValueError(f"--checkpoint-dir {self.checkpoint_dir!r}: only local paths are supported so far")
+        for name, low in (("checkpoint_interval", 1), ("checkpoint_memory_interval", 1), ("checkpoint_local_interval", 1),
+                          ("checkpoint_keep", 0), ("checkpoint_memory_keep", 1), ("checkpoint_local_keep", 1), ("metrics_port", 0)):
+            if getattr(self, name) is not None and getattr(self, name) < low:
+                raise ValueError(f"--{_flag(name)} must be >= {low}, got {getattr(self, name)}")
+        for name in ("checkpoint_memory_dir", "checkpoint_local_dir"):
+            if getattr(self, name) and "://" in getattr(self, name):
+                raise ValueError(f"--{_flag(name)} must be a local directory, got {getattr(self, name)!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         for name in ("tp", "pp"):
@@ -170,6 +191,13 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
         updates["checkpoint_dir"] = pod.checkpoint_dir if pod else ""
     if config.checkpoint_interval is None:
         updates["checkpoint_interval"] = pod.checkpoint_interval if pod else DEFAULT_CHECKPOINT_INTERVAL
+    interval = updates.get("checkpoint_interval", config.checkpoint_interval)
+    for name, default in (
+        ("checkpoint_keep", 2), ("checkpoint_memory_dir", ""), ("checkpoint_memory_interval", interval), ("checkpoint_memory_keep", 1),
+        ("checkpoint_local_dir", ""), ("checkpoint_local_interval", interval), ("checkpoint_local_keep", 2), ("metrics_port", 0),
+    ):  # fmt: skip
+        if getattr(config, name) is None:
+            updates[name] = getattr(pod, name) if pod else default
     if not config.job_name and pod:
         updates["job_name"] = pod.job_name
     merged = dataclasses.replace(config, **updates)

@@ -14,16 +14,19 @@ import gc
 import json
 import math
 import os
+import sys
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from railtrain.trainer.checkpoint import Checkpointer, LocalStorage, should_save
+from railtrain.crds import contract
+from railtrain.trainer.checkpoint import Checkpointer, TierConfig
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
+from railtrain.trainer.metrics import TrainerMetrics
 from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
@@ -124,12 +127,48 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def build_checkpointer(config: TrainConfig, info: DistInfo) -> Checkpointer | None:
-    """A :class:`Checkpointer` on ``config.checkpoint_dir``, or ``None`` when it is empty."""
-    if not config.checkpoint_dir:
+def checkpoint_tiers(config: TrainConfig) -> list[TierConfig]:
+    """The checkpoint tiers the flags (filled from the pod environment) turn on: memory, local, persistent."""
+    tiers = []
+    for name, location, interval, keep in (
+        ("memory", config.checkpoint_memory_dir, config.checkpoint_memory_interval, config.checkpoint_memory_keep),
+        ("local", config.checkpoint_local_dir, config.checkpoint_local_interval, config.checkpoint_local_keep),
+        ("persistent", config.checkpoint_dir, config.checkpoint_interval, config.checkpoint_keep),
+    ):
+        if location:
+            assert interval is not None and keep is not None  # filled by apply_launch_context
+            tiers.append(TierConfig(name, location, interval, keep))
+    return tiers
+
+
+def build_checkpointer(
+    config: TrainConfig, info: DistInfo, layout: str, log: Callable[[str], None], observe: Callable[[str, str, float, int], None], environ: Mapping[str, str]
+) -> Checkpointer | None:
+    """A :class:`Checkpointer` over :func:`checkpoint_tiers` (``None`` when there are none); a collective.
+
+    Raises:
+        ValueError: ``--checkpoint-dir`` is a URI fsspec cannot open.
+    """
+    tiers = checkpoint_tiers(config)
+    if not tiers:
         return None
-    assert config.checkpoint_interval is not None  # filled by apply_launch_context
-    return Checkpointer(LocalStorage(config.checkpoint_dir), config.checkpoint_interval, config.checkpoint_keep, info.rank, info.distributed)
+    hold = environ.get(contract.ENV_FAULT_HOLD_CHECKPOINT_STEP)
+    return Checkpointer(
+        tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
+        layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
+        hold_step=int(hold) if hold else None,
+    )  # fmt: skip
+
+
+def build_metrics(config: TrainConfig, info: DistInfo) -> TrainerMetrics:
+    """Prometheus metrics, served on ``--metrics-port`` by local rank 0 (a port that is taken only costs a warning)."""
+    metrics = TrainerMetrics(PRESETS[config.preset].flops_per_token(config.seq_len), config.peak_tflops * 1e12, info.world_size)
+    if config.metrics_port and info.local_rank == 0:
+        try:
+            metrics.serve(config.metrics_port)
+        except OSError as err:
+            print(f"warning: metrics port {config.metrics_port}: {err}; no metrics endpoint", file=sys.stderr, flush=True)
+    return metrics
 
 
 def set_threads(config: TrainConfig, info: DistInfo) -> None:
@@ -172,7 +211,8 @@ class Trainer:
         self.forward_backward = build_forward_backward(config, dims, info, self.model, self.mesh, self.bf16, self.microbatches)
         self.pp_group = self.mesh["pp"].get_group() if self.mesh is not None and dims.pp > 1 else None
         self.optimizer = build_optimizer(self.model, config)
-        self.checkpointer = build_checkpointer(config, info)
+        self.prometheus = build_metrics(config, info)
+        self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
         self.step = 0
 
     def log(self, line: str) -> None:
@@ -209,7 +249,7 @@ class Trainer:
         if saved is None:
             return
         self.step = saved.pop("step")
-        self.log(f"resumed from step {self.step}")
+        self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         current = self.sampler.state()
         changed = [f"{k} {saved[k]}->{current[k]}" for k in current if k in saved and saved[k] != current[k]]
         if changed:
@@ -239,7 +279,9 @@ class Trainer:
                 t0 = time.perf_counter()
                 loss, grad_norm, lr = self.train_step(self.step)
                 loss_value = mean_loss(loss, self.dims, info).item()
-                tokens_per_s = tokens_per_step / (time.perf_counter() - t0)
+                step_s = time.perf_counter() - t0
+                tokens_per_s = tokens_per_step / step_s
+                self.prometheus.observe_step(self.step, loss_value, tokens_per_s, step_s)
                 if not math.isfinite(loss_value):
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
@@ -248,9 +290,11 @@ class Trainer:
                     record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s}
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
-                if self.checkpointer and should_save(self.step, self.checkpointer.interval, c.steps):
-                    seconds = self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state())
-                    self.log(f"checkpoint step={self.step} seconds={seconds:.2f}")
+                if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):
+                    blocked = self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state(), c.steps)
+                    self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
+            if self.checkpointer:
+                self.checkpointer.wait()  # the last save completes before the run reports done
         finally:
             if metrics:
                 metrics.close()
@@ -258,6 +302,10 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the process group and free the model and optimizer (idempotent)."""
+        if getattr(self, "checkpointer", None) is not None:
+            self.checkpointer.close()
+        if getattr(self, "prometheus", None) is not None:
+            self.prometheus.close()
         shutdown_distributed()
         # Free FSDP2 modules, DTensors and optimizer state now, while the interpreter is fully
         # alive: left to interpreter finalization they abort the process now and then

@@ -231,7 +231,8 @@ def test_every_flag_has_help() -> None:
         (["--data", "x", "--lr", "0"], "--lr must be > 0"),
         (["--data", "x", "--seq-len", "5000"], "--seq-len 5000 exceeds"),
         (["--data", "x", "--checkpoint-interval", "0"], "--checkpoint-interval must be >= 1"),
-        (["--data", "x", "--checkpoint-dir", "s3://bucket/x"], "--checkpoint-dir"),
+        (["--data", "x", "--checkpoint-local-dir", "s3://bucket/x"], "--checkpoint-local-dir must be a local directory"),
+        (["--data", "x", "--checkpoint-memory-keep", "0"], "--checkpoint-memory-keep must be >= 1"),
     ],
 )
 def test_config_errors_name_the_flag(argv: list[str], message: str) -> None:

@@ -1,0 +1,113 @@
+"""The state a checkpoint holds, and its three forms.
+
+* **live**: ``{"model": ..., "optim": ..., "train": {name: int64 tensor}}`` from
+  ``get_state_dict`` (DTensors under FSDP2/TP: each rank holds its shard);
+* **staged**: a copy of it in CPU RAM (:class:`Stager`), taken at a step
+  boundary, which the background writer saves while training goes on;
+* **local**: the staged state with every DTensor replaced by this rank's local
+  tensor (:func:`to_local`), serialized with ``torch.save`` as one rank's
+  shard of the per-rank tiers, and put back with :func:`rebuild`.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.tensor import DTensor
+
+
+class ShardMismatch(ValueError):
+    """A per-rank shard does not fit this run's state (another layout, preset or optimizer); the message says where."""
+
+
+class Stager:
+    """Copies the live state into CPU buffers that are reused from one save to the next.
+
+    Uses torch's ``DefaultStager`` (the staging of ``dcp.async_save``): pinned
+    memory and non-blocking copies on CUDA, plain copies on CPU.
+    """
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self._stager = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda))
+
+    def stage(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A CPU copy of ``state`` that later training steps do not change."""
+        staged = self._stager.stage(state)
+        if self.cuda:
+            torch.cuda.synchronize()
+        return staged  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Release the cached buffers."""
+        self._stager.close()
+
+
+def to_local(obj: Any) -> Any:
+    """``obj`` with every DTensor replaced by this rank's local tensor (containers copied, tensors shared)."""
+    if isinstance(obj, DTensor):
+        return obj.to_local()
+    if isinstance(obj, dict):
+        return {k: to_local(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_local(v) for v in obj)
+    return obj
+
+
+def serialize(obj: Any) -> memoryview:
+    """``torch.save`` of ``obj`` into memory."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getbuffer()
+
+
+def deserialize(data: bytes | bytearray | memoryview) -> Any:
+    """Inverse of :func:`serialize` (``weights_only``: tensors and plain containers only)."""
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+
+
+def rebuild(template: Any, loaded: Any, path: str = "") -> Any:
+    """Put a local shard back into the shape of the live state.
+
+    Args:
+        template: the live state (as from ``get_state_dict``); not modified.
+        loaded: :func:`deserialize` output of a shard saved at the same layout.
+
+    Returns:
+        ``template``'s structure with the loaded values: DTensors rebuilt
+        around the loaded local tensors (same mesh and placements), tensors
+        moved to the template's device, other values taken from ``loaded``.
+
+    Raises:
+        ShardMismatch: keys, lengths, shapes or dtypes differ; names the path.
+    """
+    if isinstance(template, DTensor):
+        local = template.to_local()
+        _check_tensor(local, loaded, path)
+        return DTensor.from_local(
+            loaded.to(local.device), template.device_mesh, template.placements, run_check=False, shape=template.shape, stride=template.stride()
+        )
+    if isinstance(template, torch.Tensor):
+        _check_tensor(template, loaded, path)
+        return loaded.to(template.device)
+    if isinstance(template, dict):
+        if not isinstance(loaded, dict) or set(template) != set(loaded):
+            extra = sorted(map(str, set(loaded) - set(template))) if isinstance(loaded, dict) else []
+            missing = sorted(map(str, set(template) - set(loaded))) if isinstance(loaded, dict) else []
+            raise ShardMismatch(f"{path or 'state'}: keys differ (missing {missing[:3]}, unexpected {extra[:3]})")
+        return {k: rebuild(v, loaded[k], f"{path}.{k}" if path else str(k)) for k, v in template.items()}
+    if isinstance(template, (list, tuple)):
+        if not isinstance(loaded, (list, tuple)) or len(loaded) != len(template):
+            raise ShardMismatch(f"{path}: expected a sequence of {len(template)}")
+        return type(template)(rebuild(t, v, f"{path}[{i}]") for i, (t, v) in enumerate(zip(template, loaded)))
+    return loaded
+
+
+def _check_tensor(expected: torch.Tensor, loaded: Any, path: str) -> None:
+    if not isinstance(loaded, torch.Tensor):
+        raise ShardMismatch(f"{path}: expected a tensor, found {type(loaded).__name__}")
+    if loaded.shape != expected.shape or loaded.dtype != expected.dtype:
+        raise ShardMismatch(f"{path}: saved {tuple(loaded.shape)} {loaded.dtype}, this run has {tuple(expected.shape)} {expected.dtype}")
