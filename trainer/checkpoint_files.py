@@ -292,6 +292,10 @@ class ShardDir:
         """``<root>/step-<step>``."""
         return os.path.join(self.root, f"step-{step}")
 
+    def data_path(self, step: int, kind: str, rank: int) -> str:
+        """The file of a shard's bytes."""
+        return self._paths(step, kind, rank)[0]
+
     def _paths(self, step: int, kind: str, rank: int) -> tuple[str, str]:
         base = os.path.join(self.step_dir(step), f"{kind}-{rank}")
         return base + ".pt", base + ".json"

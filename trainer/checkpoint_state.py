@@ -69,6 +69,11 @@ def deserialize(data: bytes | bytearray | memoryview) -> Any:
     return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
 
+def load_file(path: str) -> Any:
+    """:func:`deserialize` of a file, read straight into tensors."""
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
 def rebuild(template: Any, loaded: Any, path: str = "") -> Any:
     """Put a local shard back into the shape of the live state.
 

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, SHARD_FORMAT, ShardDir, open_storage, prune_plan, sha256_bytes
-from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, rebuild
+from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, SHARD_FORMAT, ShardDir, open_storage, prune_plan, sha256_bytes, sha256_stream
+from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, load_file, rebuild
 
 
 class Comm:
@@ -237,7 +237,7 @@ class ShardTier:
             in ``result.error`` (the same on every rank).
         """
         result, start = TierResult(self.name), time.perf_counter()
-        own, own_err = self._read_verified(step, "rank", self.rank, gathered[self.rank]["own"].get(step))
+        own_err = self._verify_file(step, "rank", self.rank, gathered[self.rank]["own"].get(step))
         own_errs = comm.all_gather(own_err)
         # Ranks whose own shard is missing or bad get the copy from its holder.
         needy = [r for r, e in enumerate(own_errs) if e]
@@ -256,28 +256,44 @@ class ShardTier:
             result.error = f"{self.name} step {step}: {detail}"
             return None, result
         received = comm.exchange(sends, [self.peers.dst(self.rank)] if self.peers and self.rank in needy else [])
-        payload = own if self.rank not in needy else received[self.peers.dst(self.rank)]  # type: ignore[union-attr]
-        if self.rank in needy:
+        payload = received.get(self.peers.dst(self.rank)) if self.peers and self.rank in needy else None
+        if payload is not None:
             result.notes.append(f"rank {self.rank}'s shard came from the copy on rank {self.peers.dst(self.rank)}")  # type: ignore[union-attr]
         state, err = None, ""
         try:
-            state = rebuild(template, deserialize(payload))
-        except (ShardMismatch, RuntimeError, ValueError) as exc:
+            # The own shard is read straight from its (verified) file into tensors: no intermediate bytes.
+            loaded = deserialize(payload) if payload is not None else load_file(self.dir.data_path(step, "rank", self.rank))
+            state = rebuild(template, loaded)
+        except (ShardMismatch, RuntimeError, ValueError, OSError) as exc:
             err = _describe(exc)
         errs = comm.all_gather(err)
         if any(errs):
             result.error = f"{self.name} step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in enumerate(errs) if e)
             return None, result
-        if self.rank in needy:  # put this node's own shard back, so the next failure finds two copies again
+        if payload is not None:  # put this node's own shard back, so the next failure finds two copies again
             try:
                 self.dir.write_data(step, "rank", self.rank, payload)
                 self.dir.write_manifest(step, "rank", self.rank, gathered[self.peers.dst(self.rank)]["peer"][step])  # type: ignore[union-attr]
             except OSError:
                 pass
-        result.bytes, result.seconds = len(payload), time.perf_counter() - start
+        result.bytes = len(payload) if payload is not None else int(gathered[self.rank]["own"][step]["bytes"])
+        result.seconds = time.perf_counter() - start
         restored_from = comm.all_gather(result.notes)
         result.notes = [n for notes in restored_from for n in notes]
         return state, result
+
+    def _verify_file(self, step: int, kind: str, rank: int, manifest: dict[str, Any] | None) -> str:
+        """``""`` if the shard's file matches its manifest (hashed as it is read, not kept), else the reason."""
+        if manifest is None:
+            return "no shard"
+        try:
+            with open(self.dir.data_path(step, kind, rank), "rb") as fh:
+                digest, size = sha256_stream(fh)
+        except OSError as err:
+            return f"unreadable ({err.strerror or err})"
+        if size != manifest.get("bytes") or digest != manifest.get("sha256"):
+            return f"{kind}-{rank}.pt does not match its sha256 (corrupt)"
+        return ""
 
     def _read_verified(self, step: int, kind: str, rank: int, manifest: dict[str, Any] | None) -> tuple[bytes, str]:
         """``(bytes, "")`` if the shard is present and matches its manifest, else ``(b"", reason)``."""
