@@ -249,7 +249,10 @@ def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, 
 
     failed = [p for p in gang if phase(p) == "Failed"]
     if failed:
-        rank, (code, message, retryable) = rank_of(failed[0]), _terminated(failed[0])
+        # One rank's configuration error takes the others down with retryable
+        # errors; the user-error verdict, from whichever rank, decides.
+        verdicts = sorted(((_terminated(p), rank_of(p)) for p in failed), key=lambda v: (v[0][2], v[1]))
+        (code, message, retryable), rank = verdicts[0]
         detail = f"rank {rank} exited with code {code}" + (f": {message}" if message else "")
         _stop(out, gang)
         set_c(cond.RUNNING, False, "PodFailed", detail)

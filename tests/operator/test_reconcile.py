@@ -250,3 +250,13 @@ def test_trainer_verdict_in_termination_message_decides_retry():
     retry = contract.format_termination_message(contract.VERDICT_RETRYABLE, "NcclTimeout", "all-reduce timed out")
     p2 = reconcile.plan(obj, [fail(gang(obj, gated=False, nodes=["a"])[0], code=2, message=retry)], True, NOW)
     assert p2.status["phase"] == "Restarting"
+
+
+def test_user_error_from_any_failed_rank_wins():
+    obj = job_obj(nodes=2)
+    pods = gang(obj, gated=False, nodes=["a", "b"])
+    fail(pods[0], code=1, message=contract.format_termination_message(contract.VERDICT_RETRYABLE, "PeerGone", "rank 1 vanished"))
+    fail(pods[1], code=1, message=contract.format_termination_message(contract.VERDICT_USER_ERROR, "InvalidConfiguration", "bad --data"))
+    p = reconcile.plan(obj, pods, True, NOW)
+    failed = find(p.status["conditions"], "Failed")
+    assert p.status["phase"] == "Failed" and failed["reason"] == "UserError" and "rank 1" in failed["message"]
