@@ -178,7 +178,6 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
         kube.delete_pod(namespace, name)
     for name in p.ungate:
         kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name))
-    if p.status_changed:
-        kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status))
+    if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)

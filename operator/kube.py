@@ -139,12 +139,22 @@ class Kube:
             if err.status not in (404, 422):  # gone, or gate already lifted
                 raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key)."""
-        self.custom.patch_namespaced_custom_object_status(
-            contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
-            field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
-        )
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+        """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key).
+
+        Returns:
+            False when the job was deleted meanwhile (404), True when the write succeeded.
+        """
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
+                field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
 
     def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (shown by ``kubectl describe tj``)."""

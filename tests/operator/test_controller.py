@@ -68,12 +68,15 @@ class FakeKube:
         pod["spec"].pop("schedulingGates", None)
 
     def patch_status(self, ns, name, patch):
+        if (ns, name) not in self.jobs:
+            return False
         status = self.jobs[(ns, name)].setdefault("status", {})
         for key, value in patch.items():
             if value is None:
                 status.pop(key, None)
             else:
                 status[key] = value
+        return True
 
     def emit_event(self, job, type_, reason, message):
         self.events.append((job["metadata"]["name"], type_, reason))
