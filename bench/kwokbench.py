@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -39,6 +38,7 @@ from harness import RESULTS_DIR, Table, fmt_s, fmt_x, machine, median, ratio
 from timeline import act_and_watch
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
+from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
 from railtrain.operator import render
@@ -112,43 +112,11 @@ def in_parallel(calls: Sequence[Callable[[], Any]], workers: int) -> None:
             future.result()
 
 
-class Operator:
+class Operator(OperatorProcess):
     """``python -m railtrain.operator --namespace NS`` as a subprocess, logging to a file."""
 
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, resync_seconds: float | None = None):
-        self.args = [sys.executable, "-m", "railtrain.operator", "--kubeconfig", str(kubeconfig), "--namespace", namespace]
-        if resync_seconds is not None:
-            self.args += ["--resync-seconds", str(resync_seconds)]
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        """Start the process (its output appended to :attr:`log_path`)."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-
-    def check(self) -> None:
-        """Raise RuntimeError with the log tail if the process has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"the operator exited with {self.proc.returncode}:\n{self.tail()}")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 20 s."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        super().__init__(kubeconfig, log_path, namespace=namespace, resync_seconds=resync_seconds)
 
 
 class BenchCluster:

@@ -2,57 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from railtrain.cli.controlplane.operator_process import OperatorProcess
 from tests.conftest import _FAILED
-
-
-class OperatorProcess:
-    """``python -m railtrain.operator`` against the test cluster, restartable.
-
-    Logs go to ``log_path``; :meth:`tail` returns the end for failure messages.
-    """
-
-    def __init__(self, kubeconfig: Path, log_path: Path):
-        self.kubeconfig = kubeconfig
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        log = open(self.log_path, "ab")
-        env = os.environ | {"PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "railtrain.operator", "--kubeconfig", str(self.kubeconfig), "--resync-seconds", "1",
-             "--topology-preset", "railtrain"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, as a crashed operator pod."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +29,10 @@ def operator_process(cluster, tmp_path_factory):
             raise
 
     wait_for(served, 60, "the TrainingJob API to be served")
-    op = OperatorProcess(Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log")
+    op = OperatorProcess(
+        Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
+        resync_seconds=1, extra_args=("--topology-preset", "railtrain"),
+    )
     op.start()
     yield op
     op.stop()
@@ -82,7 +41,7 @@ def operator_process(cluster, tmp_path_factory):
 @pytest.fixture
 def operator(operator_process, request):
     """The running operator; its log tail is printed when the test fails."""
-    if operator_process.proc.poll() is not None:
+    if not operator_process.running():
         operator_process.start()
     yield operator_process
     if request.node.stash.get(_FAILED, False):
