@@ -16,7 +16,7 @@ from .kind_support import KindE2E, write_job
 
 pytestmark = pytest.mark.kind
 
-STEP_LINE = re.compile(r"^\[rank 0\] step=(\d+) loss=([0-9.]+)", re.MULTILINE)
+STEP_LINE = re.compile(r"^(?:\[rank 0\] )?step=(\d+) loss=([0-9.]+)", re.MULTILINE)  # a pod logs its own rank only
 RESUMED = re.compile(r"resumed from step (\d+)")
 TINY = "examples/tiny/trainingjob.yaml"
 # torchrun is PID 1 of the trainer container; its worker is the other process running the module.
@@ -36,6 +36,16 @@ def losses(log: str) -> dict[int, float]:
 
 def workers_of(kind_cluster: KindE2E, name: str, ns: str) -> dict[int, str]:
     return {p["rank"]: p["node"] for p in kind_cluster.job(name, ns).get("status", {}).get("placement", [])}
+
+
+def test_second_dev_up_reuses_the_cached_node_image_and_has_every_node_ready_within_a_minute(kind_cluster):
+    """`railtrain dev up --kind` ran twice (with `dev down` between) for this session; the second start built nothing."""
+    first, second = kind_cluster.node_image_ids
+    assert first and first == second, kind_cluster.node_image_ids
+    assert kind_cluster.timings["second_dev_up"] <= 60, kind_cluster.timings
+    nodes = kind_cluster.kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.railtrain\\.dev/rack} {.status.capacity.nvidia\\.com/gpu}{'\\n'}{end}").stdout
+    workers = sorted(line.split() for line in nodes.splitlines() if "-worker" in line)
+    assert [w[1:] for w in workers] == [["rack-0", "8"], ["rack-0", "8"], ["rack-1", "8"]], nodes
 
 
 def test_tiny_example_trains_in_two_pods_and_is_visible_with_get_describe_and_events(kind_cluster, kind_ns, tmp_path):

@@ -28,6 +28,9 @@ KUBE_ROUTER_VERSION="${RAILTRAIN_KUBE_ROUTER_VERSION:-v2.1.0}"
 export RAILTRAIN_K8S_VERSION="$K8S_VERSION"
 log() { echo "[kind-images] $*" >&2; }
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+dbuild() { # docker build -q ARGS...; its output only when it fails
+  docker build -q "$@" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; return 1; }
+}
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -61,7 +64,7 @@ on_image() { # image-name base binary [entrypoint-json]
   have_image "$img" && return 0
   mkdir -p "$dir" && cp "$bin" "$dir/"
   { echo "FROM $base"; echo "COPY $(basename "$bin") /usr/local/bin/"; [[ -n "$entry" ]] && echo "ENTRYPOINT $entry"; } > "$dir/Dockerfile"
-  docker build -q -t "$img" "$dir" >/dev/null
+  dbuild -t "$img" "$dir"
 }
 
 node_image() {
@@ -142,7 +145,7 @@ RUN chmod 755 /kind /kind/bin /kind/bin/* /usr/local/bin/* /usr/bin/kubelet /usr
 ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 DOCKERFILE
-  docker build -q -t "$name-unloaded" "$ctx" >/dev/null
+  dbuild -t "$name-unloaded" "$ctx"
 
   # Import the component images into the node's containerd (what kind's own
   # node-image build does), in a throwaway container of the new image.
@@ -228,11 +231,11 @@ app_images() { # repo
   tr="ghcr.io/railtrain/trainer:$version-cpu"
   log "building $op"
   wheelhouse "$repo" operator "" "$WORK/op/wheels"
-  docker build -q -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" -t "$op" "$WORK/op" >/dev/null
+  dbuild -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" -t "$op" "$WORK/op"
   log "building $tr (torch without its CUDA libraries: nvidia-*, triton)"
   wheelhouse "$repo" trainer '^(nvidia-|triton$)' "$WORK/tr/wheels"
   libs="$(cuda_libs "$repo" "$WHEELHOUSE_DEPS")"
-  docker build -q -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop -t "$tr" "$WORK/tr" >/dev/null
+  dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop -t "$tr" "$WORK/tr"
   echo "$op"
   echo "$tr"
   echo "$libs"

@@ -43,7 +43,7 @@ RACKS_PER_BLOCK = 2
 CUDA_LIBS_NODE_PATH = "/opt/railtrain-cuda-libs"
 """Where a worker sees the host's CUDA-library folder (kind extraMounts, read-only)."""
 CUDA_LIBS_CONTAINER_PATH = "/opt/railtrain/lib/python3.11/site-packages/nvidia"
-"""Where every container on such a worker sees it: the trainer image's venv, where the nvidia-* wheels install."""
+"""Where every container on such a node sees it: the trainer image's venv, where the nvidia-* wheels install."""
 BASE_SPEC_NODE_PATH = "/etc/containerd/cri-base-railtrain.json"
 
 
@@ -103,7 +103,7 @@ def kind_config(
             CAP_SYS_RESOURCE needs (see the module docstring).
         cuda_libs: a host folder holding ``nvidia/`` (the CUDA libraries the
             CPU trainer image leaves out); with ``base_spec`` (an OCI base
-            spec from :func:`base_spec_with_cuda_libs`) every worker mounts
+            spec from :func:`base_spec_with_cuda_libs`) every node mounts
             both and containerd starts each container from that spec.
 
     Returns:
@@ -125,7 +125,7 @@ def kind_config(
             {"hostPath": str(cuda_libs), "containerPath": CUDA_LIBS_NODE_PATH, "readOnly": True},
             {"hostPath": str(base_spec), "containerPath": BASE_SPEC_NODE_PATH, "readOnly": True},
         ]
-        for node in nodes[1:]:
+        for node in nodes:  # the containerd patch reaches every node, so every node needs the files
             node["extraMounts"] = mounts
         patches.append(f'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  base_runtime_spec = "{BASE_SPEC_NODE_PATH}"\n')
     if patches:
