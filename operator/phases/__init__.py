@@ -42,7 +42,7 @@ machine also enforces the agreement at the end of the pass
 
 from __future__ import annotations
 
-from railtrain.operator.phases import admission, deadline, failure, gang_timeout, housekeeping, success, suspend, terminal
+from railtrain.operator.phases import admission, agreement, deadline, failure, gang_timeout, housekeeping, success, suspend, terminal
 from railtrain.operator.phases.step import Plan, Step
 from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
 
@@ -62,7 +62,7 @@ MACHINE: tuple[Transition, ...] = (
     admission.REFUSED,
     admission.PLACED,
     admission.BOUND,
-    admission.ALL_RUNNING,
+    admission.HEALTHY,
     admission.WAITING,
 )
 """The rows, in priority order."""
@@ -88,6 +88,7 @@ def advance(step: Step, machine: tuple[Transition, ...] = MACHINE) -> tuple[str,
             fired.append(row.name)
             nxt = row.act(step)
             if nxt is not None:
+                agreement.agree(step, nxt)
                 return nxt, fired
     raise RuntimeError(f"the phase machine ended without a phase (rows fired: {fired})")
 

@@ -16,7 +16,7 @@ from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
 from railtrain.operator.gang import is_gated, rank_of, restart_of
-from railtrain.operator.phases.step import Step
+from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition, always
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
 
@@ -90,14 +90,14 @@ def _mark_scheduled(step: Step) -> None:
     step.set_condition(cond.SCHEDULED, True, "GangPlaced", "every rank has a node")
 
 
-def _all_running(step: Step) -> bool:
-    return step.complete() and all(p == "Running" for p in step.phases())
-
-
 def _run(step: Step) -> str:
     if not step.status.get("startTime"):
         step.status["startTime"] = cond.rfc3339(step.now)
-    step.set_condition(cond.RUNNING, True, "AllRanksRunning", f"all {step.n} ranks are Running", "Normal")
+    done = step.phases().count("Succeeded")
+    if done:  # ranks may finish at different times: the gang is still healthy
+        step.set_condition(cond.RUNNING, True, "RanksFinishing", f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")
+    else:
+        step.set_condition(cond.RUNNING, True, "AllRanksRunning", f"all {step.n} ranks are Running", "Normal")
     return cond.RUNNING
 
 
@@ -112,5 +112,8 @@ CREATE_MISSING = Transition(
 REFUSED = Transition("refused", ACTIVE, _refused, _keep_refusal, "The admission pass refused: Scheduled False with its reason; a gang pinned to a lost node is deleted.")
 PLACED = Transition("placed", ACTIVE, _placed, _apply_placement, "The admission pass placed the gang: pin, annotate and ungate every rank; Scheduled True.")
 BOUND = Transition("bound", ACTIVE, _bound_without_pass, _mark_scheduled, "Every rank released without a recorded placement: Scheduled True.")
-ALL_RUNNING = Transition("all-running", ACTIVE, _all_running, _run, "Every rank Running: phase Running, startTime set.")
+HEALTHY = Transition(
+    "healthy", ACTIVE, healthy, _run,
+    "Every rank Running or Succeeded (not all Succeeded): phase Running, startTime set when first reached.",
+)
 WAITING = Transition("waiting", ACTIVE, always, _wait, "Otherwise the job waits: phase Pending (Restarting until a restarted gang's first pod exists).")

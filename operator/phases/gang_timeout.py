@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time, requeue_delay
-from railtrain.operator.phases.step import Step
+from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
 
@@ -22,11 +22,26 @@ def released_at(step: Step) -> datetime | None:
     return parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
 
 
+def ran_since(step: Step, since: datetime) -> bool:
+    """Whether the gang has been fully Running (healthy) at some moment since ``since``.
+
+    The Running condition is False when a gang is released (it is set False
+    when the previous gang stopped, or absent for a new job), so a Running
+    condition that is True now, or that turned False again after ``since``,
+    records that the gang did run.
+    """
+    running = cond.find(step.conds, cond.RUNNING)
+    if not running:
+        return False
+    changed = parse_time(running.get("lastTransitionTime"))
+    return running.get("status") == "True" or bool(changed and changed > since)
+
+
 def _timed_out(step: Step) -> bool:
     since = released_at(step)
     timeout = step.job.spec.run_policy.gang_timeout_seconds
     return bool(
-        step.released and since and not all(p == "Running" for p in step.phases())
+        step.released and since and not healthy(step) and not ran_since(step, since)
         and step.now >= since + timedelta(seconds=timeout)
     )
 
@@ -49,5 +64,5 @@ def _requeue(step: Step) -> str:
 
 GANG_TIMEOUT = Transition(
     "gang-timeout", ACTIVE, _timed_out, _requeue,
-    "A released gang not fully Running within runPolicy.gangTimeoutSeconds: every pod is deleted and the job re-queued with backoff (phase Pending).",
+    "A released gang that has not once been healthy within runPolicy.gangTimeoutSeconds: every pod is deleted and the job re-queued with backoff (phase Pending).",
 )

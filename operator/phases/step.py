@@ -128,6 +128,15 @@ class Step:
         return bool(self.gang) and len(self.gang) == self.n
 
 
+HEALTHY_POD_PHASES = frozenset({"Running", "Succeeded"})
+"""A rank is healthy while its pod runs or after it exited 0 (ranks may finish at different times)."""
+
+
+def healthy(step: Step) -> bool:
+    """Whether the gang is healthy: every rank below the gang size has a pod, each Running or Succeeded."""
+    return step.complete() and all(p in HEALTHY_POD_PHASES for p in step.phases())
+
+
 def placement_entries(gang: list[dict[str, Any]], old: list[dict[str, Any]], placed: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
     """``status.placement`` from the pinned pods, keeping the domains known for the same rank and node."""
     known = {(e.get("rank"), e.get("node")): e.get("domains") for e in old}
