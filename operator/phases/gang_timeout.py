@@ -52,6 +52,7 @@ def _requeue(step: Step) -> str:
     requeues = int(step.status.get("requeues", 0)) + 1
     step.status["requeues"], step.status["requeueAfter"] = requeues, cond.rfc3339(step.now + requeue_delay(requeues))
     step.delete(step.gang)
+    step.released = None  # every node is freed: no admitted gang any more
     step.set_condition(cond.RUNNING, False, "GangTimeout", f"{running} of {n} ranks were Running")
     step.set_condition(
         cond.SCHEDULED, False, "GangTimeout",
