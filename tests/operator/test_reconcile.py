@@ -26,7 +26,9 @@ def test_new_job_creates_service_and_gated_pods():
 def test_pods_carry_the_contract():
     obj = job_obj(nodes=2, procs=4, gpus=4)
     pod = reconcile.plan(obj, [], False, NOW).create_pods[1]
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    from_pod = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in pod["spec"]["containers"][0]["env"] if "valueFrom" in e}
+    assert from_pod == {contract.ENV_NODE_NAME: "spec.nodeName"}  # Downward API: the node the pod landed on
     parsed = contract.read_env(env)
     assert (parsed.nnodes, parsed.node_rank, parsed.procs_per_node) == (2, 1, 4)
     assert parsed.rdzv_addr == "llm-0.llm.team.svc"
