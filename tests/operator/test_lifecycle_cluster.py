@@ -8,6 +8,8 @@ import time
 import pytest
 from kubernetes import client
 
+from railtrain.crds import contract
+
 from .clusterkit import G, P, V, condition, job_body, job_status, observe, pods_of
 from .conftest import wait_for
 
@@ -84,3 +86,38 @@ def test_suspended_time_does_not_count_against_the_deadline(api, namespace, gpu_
     status = wait_for(lambda: phase_is(custom, namespace, "dl", "Failed"), deadline + 30, "DeadlineExceeded")
     assert time.monotonic() - resumed_at >= deadline - 2
     assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    node = gpu_nodes(2)[0]
+    labels = {contract.LABEL_JOB_NAME: "demo", contract.LABEL_NODE_RANK: "0"}
+    hand = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "demo-0", "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "someone/else:1", "command": ["sleep", "inf"]}]}}
+    core.create_namespaced_pod(namespace, hand)
+    wait_for(lambda: core.read_namespaced_pod("demo-0", namespace).status.phase == "Running", 60, "the hand-made pod Running")
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("demo", nodes=1))
+
+    def reported():
+        c = condition(job_status(custom, namespace, "demo"), "Scheduled")
+        return c if c and c["reason"] == "PodNameTaken" else None
+
+    c = wait_for(reported, 60, "Scheduled=False PodNameTaken")
+    assert c["status"] == "False" and "demo-0 (no controller ownerReference)" in c["message"]
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=demo").items
+    assert any(e.reason == "PodNameTaken" and e.type == "Warning" and "demo-0" in e.message for e in events)
+    # Several resyncs: the job never reports progress it did not make, and the pod stays someone else's.
+    seen = observe(lambda: (job_status(custom, namespace, "demo").get("phase"), "startTime" in job_status(custom, namespace, "demo")), 3)
+    assert seen == [("Pending", False)]
+    pod = core.read_namespaced_pod("demo-0", namespace)
+    assert not pod.metadata.owner_references and pod.spec.containers[0].image == "someone/else:1" and pod.metadata.deletion_timestamp is None
+    # Deleting the job leaves the pod it never owned; freeing the name lets a new job run its own pod.
+    custom.delete_namespaced_custom_object(G, V, namespace, P, "demo")
+    wait_for(lambda: not custom.list_namespaced_custom_object(G, V, namespace, P)["items"], 30, "job deleted")
+    assert core.read_namespaced_pod("demo-0", namespace).metadata.deletion_timestamp is None
+    core.delete_namespaced_pod("demo-0", namespace, grace_period_seconds=0)
+    wait_for(lambda: not pods_of(core, namespace, "demo"), 60, "the hand-made pod gone")
+    created = custom.create_namespaced_custom_object(G, V, namespace, P, job_body("demo", nodes=1))
+    wait_for(lambda: phase_is(custom, namespace, "demo", "Running"), 90, "Running with its own pod")
+    refs = core.read_namespaced_pod("demo-0", namespace).metadata.owner_references
+    assert [(r.uid, r.controller) for r in refs] == [(created["metadata"]["uid"], True)]

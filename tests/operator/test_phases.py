@@ -75,3 +75,23 @@ def test_terminal_job_is_left_alone_even_with_a_spec_that_no_longer_parses():
     obj["spec"]["nodes"] = "many"
     p = reconcile.plan(obj, [], True, NOW)
     assert p.status["phase"] == "Succeeded" and not p.create_pods
+
+
+@pytest.mark.parametrize("owner", [None, {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "uid-other", "controller": True}])
+def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_adopted(owner):
+    obj = job_obj(nodes=2)
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    pods[0]["metadata"]["ownerReferences"] = [owner] if owner else []
+    p = reconcile.plan(obj, pods, True, NOW)
+    assert p.status["phase"] == "Pending" and "startTime" not in p.status
+    assert [m["metadata"]["name"] for m in p.create_pods] == []  # rank 0's name is taken; rank 1 exists
+    assert "llm-0" not in p.delete_pods
+    c = find(p.status["conditions"], "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "llm-0 (" in c["message"]
+    assert ("Warning", "PodNameTaken") in [e[:2] for e in p.events]
+    assert reconcile.admission_request(obj, pods, NOW)[1] is False  # not a complete gang
+    # Labels alone never make a pod the job's, whatever its name.
+    stray = gang(obj, phase="Running", gated=False, nodes=["a", "b"])[1]
+    stray["metadata"]["name"], stray["metadata"]["ownerReferences"] = "unrelated", []
+    q = reconcile.plan(obj, [stray], True, NOW)
+    assert sorted(m["metadata"]["name"] for m in q.create_pods) == ["llm-0", "llm-1"] and q.delete_pods == []
