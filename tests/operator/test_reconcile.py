@@ -169,6 +169,7 @@ def test_gang_not_running_within_timeout_is_released_and_requeued_with_backoff()
     c = find(late.status["conditions"], "Scheduled")
     assert (c["status"], c["reason"]) == ("False", "GangTimeout") and "1 of 2 ranks Running" in c["message"]
     assert late.status["requeues"] == 1 and late.status["requeueAfter"] == "2026-11-29T12:01:10Z"  # + 10 s backoff
+    assert "admittedNodes" not in late.status
     assert ("Warning", "GangTimeout") in [e[:2] for e in late.events]
     # While backing off, the job is not in the admission queue; afterwards it is.
     waiting = obj | {"status": late.status}
