@@ -165,7 +165,7 @@ class RunPolicy(_Model):
     """Lifecycle limits of the job (mirrors batch/v1 Job semantics)."""
 
     backoff_limit: int = Field(3, ge=0, description="Gang restarts allowed after retryable failures before the job is Failed.")
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds after startTime after which the job is Failed with reason DeadlineExceeded.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds the job may run, counted from status.startTime (when the gang was first fully Running), after which it is Failed with reason DeadlineExceeded. As for batch/v1 Job, suspending stops the timer and resuming restarts it.")
     suspend: bool = Field(False, description="When true, no pods exist; setting it back to false admits the job again.")
     gang_timeout_seconds: int = Field(
         300,
@@ -340,7 +340,7 @@ class TrainingJobStatus(_Model):
     requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
     requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
     restarts: int = Field(0, ge=0, description="Times the gang was restarted.")
-    start_time: datetime | None = Field(None, description="When every pod of the gang first ran.")
+    start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 

@@ -60,6 +60,15 @@ class Kube:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
         return self._json(res)["items"]
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One pod by name as a dict, or None when it does not exist."""
+        try:
+            return self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def service_exists(self, namespace: str, name: str) -> bool:
         """Whether the job's rendezvous Service exists."""
         try:
@@ -108,12 +117,24 @@ class Kube:
                 return False
             raise
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod; a pod that is already gone is fine."""
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
+        """Delete a pod; a pod that is already gone is fine.
+
+        Args:
+            uid: when given, delete only the pod with this uid (a precondition:
+                a pod of the same name created meanwhile by someone else is
+                left alone, answered with 409 Conflict, tolerated here).
+            force: delete immediately (grace period 0), for a pod whose node
+                is gone and whose kubelet will never confirm the deletion.
+        """
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+            grace_period_seconds=0 if force else None,
+        )
         try:
-            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
         except ApiException as err:
-            if err.status != 404:
+            if err.status not in (404, 409):
                 raise
 
     def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
