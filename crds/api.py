@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from railtrain.crds import contract, parallel
@@ -200,7 +200,7 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".procsPerNode",
     ),
     Rule(
-        cel="self.topology.policy != 'required' || has(self.topology.level)",
+        cel="self.topology.policy != 'required' || (has(self.topology.level) && self.topology.level != '')",
         check=lambda s: s.topology.policy != TopologyPolicy.REQUIRED.value or bool(s.topology.level),
         message="spec.topology.level is required when spec.topology.policy is required (the level the whole gang must stay inside)",
         field_path=".topology.level",
@@ -226,6 +226,10 @@ SPEC_RULES: tuple[Rule, ...] = (
 )
 
 
+LIST_MAP_KEYS: dict[str, str] = {"env": "name"}
+"""Spec lists that are maps keyed by one field (``x-kubernetes-list-type: map``): the key must be unique."""
+
+
 class TrainingJobSpec(_Model):
     """Desired state of a TrainingJob: what to run and how to place it."""
 
@@ -242,6 +246,16 @@ class TrainingJobSpec(_Model):
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        # env is a list-map keyed by name in the CRD (LIST_MAP_KEYS): the server refuses duplicates.
+        names = [e.name for e in env]
+        dup = next((i for i, n in enumerate(names) if n in names[:i]), None)
+        if dup is not None:
+            raise ValueError(f"spec.env[{dup}]: duplicate name {names[dup]} (each environment variable may appear once)")
+        return env
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
