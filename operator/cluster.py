@@ -25,6 +25,8 @@ from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 QUARANTINE_LABEL = "railtrain.dev/quarantined"
 """Nodes carrying this label (any value but "false") are never chosen."""
+QUARANTINE_TAINT = "railtrain.dev/quarantined"
+"""Nodes carrying this taint (set by the operator on a verdict, :mod:`railtrain.operator.quarantine`) are never chosen."""
 RAILS_LABEL = "railtrain.dev/rails"
 """Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
@@ -97,6 +99,11 @@ class ClusterSnapshot:
         """Eligible nodes, sorted by name for determinism."""
         return sorted((n for n in self.nodes.values() if n.eligible), key=lambda n: n.name)
 
+    def excluding(self, names: Iterable[str], why: str) -> "ClusterSnapshot":
+        """A copy in which the eligible nodes among ``names`` are ineligible for reason ``why`` (unknown names are ignored)."""
+        hit = {n: replace(self.nodes[n], eligible=False, why_ineligible=why) for n in names if n in self.nodes and self.nodes[n].eligible}
+        return ClusterSnapshot({**self.nodes, **hit}, self.levels) if hit else self
+
     def reserve(self, nodes: Iterable[str], gpus_per_node: int) -> "ClusterSnapshot":
         """A copy with ``gpus_per_node`` fewer free GPUs on each of ``nodes`` (a gang promised there).
 
@@ -123,6 +130,9 @@ def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
         return "cordoned"
     if labels.get(QUARANTINE_LABEL, "false") != "false":
         return "quarantined"
+    quarantine = next((t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT), None)
+    if quarantine is not None:
+        return f"quarantined ({quarantine.get('value') or 'by an administrator'})"
     for taint in spec.get("taints", []) or []:
         if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
             continue

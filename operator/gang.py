@@ -193,6 +193,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         priority=spec.priority,
         created=meta.get("creationTimestamp", ""),
         gpu_resource=spec.resources.gpu_resource_name,
+        avoid=frozenset(status.get("avoidNodes") or []),
     )
     return request, ready
 

@@ -54,6 +54,7 @@ class GangRequest:
         priority: ``spec.priority`` (higher first).
         created: ``metadata.creationTimestamp`` (RFC 3339; earlier first).
         gpu_resource: extended resource name the GPUs are requested as.
+        avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
     """
 
     job: str
@@ -68,6 +69,7 @@ class GangRequest:
     priority: int = 0
     created: str = ""
     gpu_resource: str = "nvidia.com/gpu"
+    avoid: frozenset[str] = frozenset()
 
     @property
     def sizes(self) -> tuple[int, ...]:
