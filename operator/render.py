@@ -235,7 +235,8 @@ def merge_template(pod_spec: dict[str, Any], template: TemplatePodSpec) -> dict[
     out["containers"] = [merge_trainer(trainer, entry), *(c for c in template.containers if c.get("name") != TRAINER)]
     for key in ("volumes", "tolerations"):
         if given.get(key):
-            out[key] = [*pod_spec.get(key, []), *given[key]]
+            mine = pod_spec.get(key, [])
+            out[key] = [*mine, *(item for item in given[key] if item not in mine)]
     if given.get("initContainers"):
         out["initContainers"] = list(given["initContainers"])
     return out
