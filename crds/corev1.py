@@ -126,8 +126,8 @@ def _structural(node: Any, key: str = "") -> Any:
     for k, v in node.items():
         if k.startswith("x-kubernetes-patch") or k in ("x-kubernetes-unions", "x-kubernetes-group-version-kind"):
             continue
-        if k == "default" and isinstance(v, (dict, list)):
-            continue  # object defaults would be applied inside the job; only scalar defaults carry meaning
+        if k == "default" and (isinstance(v, (dict, list)) or v in ("", 0, False)):
+            continue  # object defaults and Go zero values (which would fill a missing required name with "") carry no meaning; e.g. protocol TCP does
         if k == "properties":
             out[k] = {name: _structural(s, name) for name, s in v.items()}
         elif k == "items":
@@ -136,6 +136,10 @@ def _structural(node: Any, key: str = "") -> Any:
             out[k] = _structural(v)
     if "properties" in out:
         out.setdefault("type", "object")
+    items = out.get("items", {})
+    for k in out.get("x-kubernetes-list-map-keys", []):  # a map key must be required or defaulted
+        if k not in items.get("required", []) and "default" not in items["properties"][k]:
+            items["properties"][k]["default"] = {"string": "", "integer": 0}[items["properties"][k]["type"]]
     if out.get("type") == "array" and key in MAX_ITEMS:
         out["maxItems"] = MAX_ITEMS[key]
     if out.get("type") == "string" and key in MAX_LENGTH:
@@ -207,7 +211,7 @@ def check(value: Any, schema: dict[str, Any], path: str) -> list[str]:
             elif props is not None:
                 out.append(f"{path}.{k}: unknown field")
             elif isinstance(schema.get("additionalProperties"), dict):
-                out += check(v, schema["additionalProperties"], f"{path}[{k}]")
+                out += check(v, schema["additionalProperties"], f"{path}.{k}")  # the API server writes map keys this way
     elif isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             out.append(f"{path}: must have at most {schema['maxItems']} items")

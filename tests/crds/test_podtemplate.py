@@ -57,7 +57,7 @@ def test_a_realistic_template_is_accepted_as_written():
         ({"spec": {"volumes": [{"persistentVolumeClaim": {"claimName": "c"}}]}}, "spec.template.spec.volumes[0].name: required field is missing"),
         ({"spec": {"volumes": [{"name": "d", "gcePersistentDisk": {"pdName": "x"}}]}}, "spec.template.spec.volumes[0].gcePersistentDisk: unknown field"),
         ({"spec": {"tolerations": {"key": "a"}}}, "spec.template.spec.tolerations: must be of type array, got dict"),
-        ({"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"rdma/ib": "lots"}}}]}}, "spec.template.spec.containers[0].resources.limits[rdma/ib]: 'lots' is not a Kubernetes quantity"),
+        ({"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"rdma/ib": "lots"}}}]}}, "spec.template.spec.containers[0].resources.limits.rdma/ib: 'lots' is not a Kubernetes quantity"),
         ({"spec": {"hostNetwork": "yes"}}, "spec.template.spec.hostNetwork: must be of type boolean, got str"),
         ({"spec": {"schedulerName": "volcano"}}, "spec.template.spec.schedulerName: unknown field"),
         ({"spec": {"volumes": [{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}]}}, "spec.template.spec.volumes[1]: duplicate entry with name=d"),
@@ -110,3 +110,12 @@ def test_vendored_schema_is_the_release_and_lists_are_bounded_for_cel():
     assert "persistentVolumeClaim" in volumes["items"]["properties"] and "gitRepo" not in volumes["items"]["properties"]
     limits = corev1.property_schema("containers")["items"]["properties"]["resources"]["properties"]["limits"]
     assert limits["additionalProperties"]["x-kubernetes-int-or-string"] is True
+
+
+def test_crd_stays_under_the_client_side_apply_annotation_limit():
+    """`kubectl apply` (client-side) stores the object as compact JSON in an annotation of at most 256 KiB."""
+    import json
+
+    from railtrain.crds import schema
+
+    assert len(json.dumps(schema.crd(), separators=(",", ":"))) < 262144
