@@ -95,6 +95,11 @@ def resolve_location(location: str, base: Path) -> str:
     return os.path.abspath(os.path.join(base, os.path.expanduser(location)))
 
 
+def local_node_name(rank: int) -> str:
+    """The stand-in for ``spec.nodeName`` of node rank ``rank`` in a local run: ``local-<rank>``."""
+    return f"local-{rank}"
+
+
 def local_tier_dirs(pod_env: contract.PodEnvironment, job_name: str, rank: int) -> dict[str, str]:
     """This host's stand-ins for the node-local checkpoint tiers' volumes, one pair per node rank.
 
@@ -181,6 +186,7 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
             rdzv_port=rdzv_port,
             metrics_port=metrics_ports[rank],
             checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+            node_name=local_node_name(rank),
             **local_tier_dirs(pod_env, name, rank),
         )
         env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}

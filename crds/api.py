@@ -18,28 +18,16 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, model_validator
 
 from railtrain.crds import contract, parallel
+from railtrain.crds.base import Model as _Model
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 
 DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_NAME_LENGTH = 52
 """Job names leave room for ``-<rank>`` pod suffixes inside the 63-character DNS label limit."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-    )
-
-    def to_api(self) -> dict[str, Any]:
-        """Return the camelCase JSON form the API server stores, without unset optionals."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 @dataclass(frozen=True)
@@ -167,13 +155,16 @@ class RunPolicy(_Model):
     """Lifecycle limits of the job (mirrors batch/v1 Job semantics)."""
 
     backoff_limit: int = Field(3, ge=0, description="Gang restarts allowed after retryable failures before the job is Failed.")
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds after startTime after which the job is Failed with reason DeadlineExceeded.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds the job may run, counted from status.startTime (when the gang was first fully Running), after which it is Failed with reason DeadlineExceeded. As for batch/v1 Job, suspending stops the timer and resuming restarts it.")
     suspend: bool = Field(False, description="When true, no pods exist; setting it back to false admits the job again.")
     gang_timeout_seconds: int = Field(
         300,
         ge=1,
         description="Seconds after the gang is released to its nodes within which every rank must be Running; otherwise every pod is deleted, the nodes are freed and the job is re-queued with exponential backoff.",
     )
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failed gang's verdict leads to (fail, restart, restart without spending backoffLimit, quarantine or avoid the named nodes); see docs/operator.md for the defaults.")
+    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.RUNNING, description="Pods of a finished job (Succeeded or Failed): Running deletes the pods still running and keeps the finished ones, with their logs and termination messages, for inspection; All deletes every pod. No pod of a finished job keeps running either way.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
 
 
 class Elastic(_Model):
@@ -218,6 +209,12 @@ SPEC_RULES: tuple[Rule, ...] = (
         check=lambda s: s.elastic is None or s.parallelism is None or (s.elastic.min_nodes * s.procs_per_node) % s.parallelism.inner == 0,
         message="spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline: an elastic job scales only its data-parallel degree",
         field_path=".elastic.minNodes",
+    ),
+    Rule(
+        cel="!has(self.runPolicy) || !has(self.runPolicy.failurePolicy) || !has(self.runPolicy.failurePolicy.rules) || self.runPolicy.failurePolicy.rules.all(r, self.runPolicy.failurePolicy.rules.exists_one(o, o.verdict == r.verdict))",
+        check=lambda s: unique_verdicts(s.run_policy.failure_policy),
+        message="spec.runPolicy.failurePolicy.rules may hold at most one rule per verdict",
+        field_path=".runPolicy.failurePolicy.rules",
     ),
     Rule(
         cel="!has(self.checkpoint.volumeClaim) || self.checkpoint.location.startsWith('/')",
@@ -342,8 +339,13 @@ class TrainingJobStatus(_Model):
     admitted_nodes: int | None = Field(None, ge=1, description="Gang size the current gang was admitted with (below spec.nodes only for elastic jobs).")
     requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
     requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
-    restarts: int = Field(0, ge=0, description="Times the gang was restarted.")
-    start_time: datetime | None = Field(None, description="When every pod of the gang first ran.")
+    restarts: int = Field(0, ge=0, description="Times the gang was restarted, for any cause (the restart count pods carry).")
+    job_restarts: int = Field(0, ge=0, description="Restarts caused by the job (retryable and hang verdicts, a failed rank without verdict); only these spend runPolicy.backoffLimit.")
+    infrastructure_restarts: int = Field(0, ge=0, description="Restarts caused by the infrastructure (node lost, node quarantined or avoided, a rank's pod deleted, evicted or preempted); they do not spend backoffLimit.")
+    quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
+    suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
+    avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
+    start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 

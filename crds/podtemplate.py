@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from railtrain.crds import contract, corev1
+from railtrain.crds.base import Model as _Model
 
 if TYPE_CHECKING:
     from railtrain.crds.api import TrainingJobSpec
@@ -58,10 +58,6 @@ CORE_V1 = "x-railtrain-corev1"
 CONTRACT_ENV = tuple(sorted(contract.pod_env(contract.PodEnvironment("j", "n", 1, 0, 1, "a")).keys()))
 """Variables of the pod-environment contract; the operator sets them in the training container."""
 OPERATOR_PORTS = (contract.DEFAULT_RDZV_PORT, contract.DEFAULT_METRICS_PORT)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 def _k8s(name: str, default: Any = None, owned: str = "") -> Any:

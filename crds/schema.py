@@ -105,7 +105,7 @@ def crd() -> dict[str, Any]:
     Returns:
         The CRD as a dict: structural schema with descriptions, CEL rules from
         :data:`railtrain.crds.api.SPEC_RULES`, the status subresource and
-        printer columns (Phase, Nodes, Restarts, Age).
+        printer columns (Phase, Nodes, Restarts (job), Infra-Restarts, Age).
     """
     spec = structural_schema(TrainingJobSpec)
     spec["x-kubernetes-validations"] = [
@@ -166,7 +166,8 @@ def crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
                         {"name": "Procs", "type": "integer", "jsonPath": ".spec.procsPerNode", "priority": 1},
-                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.jobRestarts"},
+                        {"name": "Infra-Restarts", "type": "integer", "jsonPath": ".status.infrastructureRestarts"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {"openAPIV3Schema": root},

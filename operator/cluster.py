@@ -25,6 +25,8 @@ from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 QUARANTINE_LABEL = "railtrain.dev/quarantined"
 """Nodes carrying this label (any value but "false") are never chosen."""
+QUARANTINE_TAINT = "railtrain.dev/quarantined"
+"""Nodes carrying this taint (set by the operator on a verdict, :mod:`railtrain.operator.quarantine`) are never chosen."""
 RAILS_LABEL = "railtrain.dev/rails"
 """Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
@@ -110,6 +112,15 @@ class ClusterSnapshot:
         """Eligible nodes, sorted by name for determinism."""
         return sorted((n for n in self.nodes.values() if n.eligible), key=lambda n: n.name)
 
+    def excluding(self, names: Iterable[str], why: str) -> "ClusterSnapshot":
+        """A copy in which the eligible nodes among ``names`` are ineligible for reason ``why`` (unknown names are ignored).
+
+        The reason is also the node's ``blocked`` reason, so a gang's own view
+        (:func:`railtrain.operator.nodefit.restrict`) keeps it out whatever the gang tolerates.
+        """
+        hit = {n: replace(self.nodes[n], eligible=False, why_ineligible=why, blocked=why) for n in names if n in self.nodes and self.nodes[n].eligible}
+        return ClusterSnapshot({**self.nodes, **hit}, self.levels) if hit else self
+
     def reserve(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
         """A copy with ``gpus_per_node`` fewer free GPUs, and ``requests`` less of each other resource, on each of ``nodes``.
 
@@ -140,6 +151,9 @@ def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
         return "cordoned"
     if labels.get(QUARANTINE_LABEL, "false") != "false":
         return "quarantined"
+    quarantine = next((t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT), None)
+    if quarantine is not None:
+        return f"quarantined ({quarantine.get('value') or 'by an administrator'})"
     for taint in spec.get("taints", []) or []:
         if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
             continue
@@ -266,6 +280,7 @@ def snapshot(
             taints=taints,
             allocatable=alloc,
             free={k: v - held.get(k, 0.0) for k, v in alloc.items()},
-            blocked=_node_ineligibility({**node, "spec": {**spec, "taints": []}}),
+            # Taints are matched per gang (nodefit.restrict); the quarantine taint blocks every gang.
+            blocked=_node_ineligibility({**node, "spec": {**spec, "taints": [t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT]}}),
         )
     return ClusterSnapshot(out, tuple(levels))

@@ -88,7 +88,7 @@ def reconcile_job(
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
-        pods = kube.list_job_pods(namespace, name)
+        pods = _snapshot_pods(kube, job)
         p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now))
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
@@ -159,13 +159,24 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
-        pods = kube.list_job_pods(namespace, name)
+        pods = _snapshot_pods(kube, job)
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
         p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now, result)
         _apply(kube, job, p)
         for type_, reason, message in p.events:
             log.info("%s/%s %s: %s", namespace, name, reason, message)
+
+
+def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The job's labelled pods, plus any pod holding a rank's name that the label list lacks (read by name)."""
+    meta = job["metadata"]
+    pods = kube.list_job_pods(meta["namespace"], meta["name"])
+    for name in reconcile.missing_names(job, pods):
+        pod = kube.get_pod(meta["namespace"], name)
+        if pod is not None:
+            pods.append(pod)
+    return pods
 
 
 def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
@@ -175,7 +186,7 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     for pod in p.create_pods:
         kube.create(pod)
     for name in p.delete_pods:
-        kube.delete_pod(namespace, name)
+        kube.delete_pod(namespace, name, p.uids.get(name))
     for name in p.ungate:
         kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name))
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):

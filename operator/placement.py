@@ -57,6 +57,7 @@ class GangRequest:
         gpu_resource: extended resource name the GPUs are requested as.
         needs: what each pod needs besides GPUs (other resources, node
             selector, required node affinity, tolerations; ``spec.template``).
+        avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
     """
 
     job: str
@@ -72,6 +73,7 @@ class GangRequest:
     created: str = ""
     gpu_resource: str = "nvidia.com/gpu"
     needs: PodNeeds = field(default_factory=PodNeeds)
+    avoid: frozenset[str] = frozenset()
 
     @property
     def sizes(self) -> tuple[int, ...]:

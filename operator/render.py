@@ -120,6 +120,16 @@ def _from_annotations(items: list[dict[str, str]], keep: set[str]) -> list[dict[
     return out
 
 
+def _downward_api(items: list[dict[str, Any]], keep: set[str]) -> list[dict[str, Any]]:
+    """Variables of :data:`~railtrain.crds.contract.DOWNWARD_API_FIELDS` (the node name) read from the pod itself
+    (``valueFrom.fieldRef``); variables named in ``keep`` (the user's own ``spec.env``) stay literal."""
+    fields = contract.DOWNWARD_API_FIELDS
+    return [
+        {"name": i["name"], "valueFrom": {"fieldRef": {"fieldPath": fields[i["name"]]}}} if i["name"] in fields and i["name"] not in keep else i
+        for i in items
+    ]
+
+
 def checkpoint_tier_environment(ck: Checkpoint) -> dict[str, Any]:
     """:class:`~railtrain.crds.contract.PodEnvironment` fields of the node-local tiers (mount paths, intervals, keeps)."""
     out: dict[str, Any] = {"checkpoint_keep": ck.keep}
@@ -284,6 +294,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     env_items: list[dict[str, Any]] = list(container_env(spec, env))
     if spec.elastic is not None:  # the size is known only at admission
         env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
+    env_items = _downward_api(env_items, {v.name for v in spec.env})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,

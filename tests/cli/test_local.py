@@ -62,6 +62,7 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
             job_name="tiny", namespace=local.LOCAL_NAMESPACE, nnodes=3, node_rank=node.rank, procs_per_node=2,
             rdzv_addr="127.0.0.1", rdzv_port=23456, parallelism="data=1,fsdp=6,tensor=1,pipeline=1",
             checkpoint_dir=str(tmp_path / "runs" / "x"), checkpoint_interval=7, metrics_port=24001 + node.rank,
+            node_name=f"local-{node.rank}",
         )
         # torchrun's own variables agree with the contract
         assert node.env == contract.pod_env(pod) | {"EXTRA": "1"}
