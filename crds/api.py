@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.podtemplate import PodTemplate, template_problems
 
 DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_NAME_LENGTH = 52
@@ -61,6 +62,7 @@ class Resources(_Model):
     gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
     cpu: str | None = Field(None, description="CPU request and limit per pod as a Kubernetes quantity, e.g. \"16\" or \"500m\".")
     memory: str | None = Field(None, description="Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+    shm: str | None = Field(None, description="Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
 
 
 class Parallelism(_Model):
@@ -243,6 +245,7 @@ class TrainingJobSpec(_Model):
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
+    template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")
 
     @field_validator("env")
     @classmethod
@@ -256,7 +259,7 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.message for r in SPEC_RULES if not r.check(self)]
+        failed = [r.message for r in SPEC_RULES if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self

@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from railtrain.crds import contract
+from railtrain.crds import contract, corev1
 from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
+from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
 HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "crds" / "trainingjob.yaml"
@@ -34,6 +35,9 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         return [_resolve(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
+    if CORE_V1 in node:  # a pod field: the Kubernetes release's own schema (railtrain.crds.corev1)
+        out = corev1.property_schema(node[CORE_V1])
+        return {**out, "description": node["description"]} if "description" in node else out
     if "$ref" in node:
         target = defs[node["$ref"].split("/")[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
@@ -126,7 +130,7 @@ def crd() -> dict[str, Any]:
     """
     spec = structural_schema(TrainingJobSpec)
     spec["x-kubernetes-validations"] = [
-        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in SPEC_RULES
+        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in (*SPEC_RULES, *TEMPLATE_RULES)
     ]
     spec["required"] = sorted(set(spec.get("required", [])) | {"image"})
     _integers_only(spec, "spec")
