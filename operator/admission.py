@@ -65,7 +65,7 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot) -> list[
         result = place_gang(request, free.excluding(request.avoid, AVOIDED))
         if isinstance(result, Placement):
             new = [node for rank, node in enumerate(result.nodes) if rank not in request.fixed]
-            free = free.reserve(new, request.gpus_per_node)
+            free = free.reserve(new, request.gpus_per_node, request.needs.requests)
             ahead.append(request)
         elif ahead and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
             names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob, TrainingJobSpec
 from railtrain.operator import conditions as cond
+from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
+from railtrain.operator.nodefit import pod_needs
 from railtrain.operator.placement import GangRequest
 
 REQUEUE_BASE_SECONDS = 10
@@ -193,6 +195,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         priority=spec.priority,
         created=meta.get("creationTimestamp", ""),
         gpu_resource=spec.resources.gpu_resource_name,
+        needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
         avoid=frozenset(status.get("avoidNodes") or []),
     )
     return request, ready

@@ -139,26 +139,26 @@ class Kube:
                 raise
 
     def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
-        """Pin a gated pod to ``node`` (nodeSelector addition), set ``annotations`` and lift the gang gate, in one JSON patch.
+        """Pin a gated pod to ``node`` (a nodeSelector entry), set ``annotations`` and lift the gang gate, in one patch.
 
         Adding nodeSelector entries to a gated pod is allowed by the API server
-        (KEP-3838, mutable scheduling directives for gated pods); annotations
-        are always mutable. One patch makes the three changes atomic: a pod is
-        never ungated without its node and its admitted gang size.
+        (KEP-3838, mutable scheduling directives for gated pods: entries may be
+        added, none removed or changed); annotations are always mutable. A
+        strategic merge patch adds the ``kubernetes.io/hostname`` entry next to
+        the template's own nodeSelector, and the one patch makes the three
+        changes atomic: a pod is never ungated without its node and its
+        admitted gang size. A pod already released (422) or gone (404) is left as it is.
         """
-        ops: list[dict[str, Any]] = []
+        spec: dict[str, Any] = {"schedulingGates": None}
         if node:
-            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
-        for key, value in (annotations or {}).items():
-            escaped = key.replace("~", "~0").replace("/", "~1")
-            ops.append({"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value})
-        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        body = {"metadata": {"annotations": dict(annotations or {})}, "spec": spec}
         try:
             self.core.patch_namespaced_pod(
-                name, namespace, ops, field_manager=FIELD_MANAGER, _content_type="application/json-patch+json", _preload_content=False
+                name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False
             )
         except ApiException as err:
-            if err.status not in (404, 422):  # gone, or gate already lifted
+            if err.status not in (404, 422):  # gone, or already released
                 raise
 
     def force_delete_pod(self, namespace: str, name: str) -> None:
