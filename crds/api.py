@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Callable, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
@@ -193,7 +193,7 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".procsPerNode",
     ),
     Rule(
-        cel="self.topology.policy != 'required' || has(self.topology.level)",
+        cel="self.topology.policy != 'required' || (has(self.topology.level) && self.topology.level != '')",
         check=lambda s: s.topology.policy != TopologyPolicy.REQUIRED.value or bool(s.topology.level),
         message="spec.topology.level is required when spec.topology.policy is required (the level the whole gang must stay inside)",
         field_path=".topology.level",
@@ -225,6 +225,10 @@ SPEC_RULES: tuple[Rule, ...] = (
 )
 
 
+LIST_MAP_KEYS: dict[str, str] = {"env": "name"}
+"""Spec lists that are maps keyed by one field (``x-kubernetes-list-type: map``): the key must be unique."""
+
+
 class TrainingJobSpec(_Model):
     """Desired state of a TrainingJob: what to run and how to place it."""
 
@@ -242,6 +246,16 @@ class TrainingJobSpec(_Model):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
     template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        # env is a list-map keyed by name in the CRD (LIST_MAP_KEYS): the server refuses duplicates.
+        names = [e.name for e in env]
+        dup = next((i for i, n in enumerate(names) if n in names[:i]), None)
+        if dup is not None:
+            raise ValueError(f"spec.env[{dup}]: duplicate name {names[dup]} (each environment variable may appear once)")
+        return env
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from railtrain.crds import contract, corev1
-from railtrain.crds.api import DNS_1035, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
+from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
 from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
@@ -94,6 +94,27 @@ def structural_schema(model: type) -> dict[str, Any]:
     return _resolve(raw, defs)
 
 
+def _integers_only(node: Any, path: str) -> None:
+    """Add ``type(self) == int`` to every integer field under ``node``.
+
+    kube-apiserver's schema check accepts a number with an integral value
+    (``2.0``) for ``type: integer``, but a CEL rule reading it then fails with
+    "expected int, got float64": whether ``2.0`` passes would depend on which
+    rules read the field. This rule makes every integer field refuse it, so the
+    server and ``railtrain validate`` (pydantic strict mode) agree.
+    """
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        node.setdefault("x-kubernetes-validations", []).append(
+            {"rule": "type(self) == int", "message": f"{path} must be an integer", "reason": "FieldValueInvalid"}
+        )
+    for name, child in (node.get("properties") or {}).items():
+        _integers_only(child, f"{path}.{name}")
+    if "items" in node:
+        _integers_only(node["items"], f"{path}[*]")
+
+
 def _list_map(schema: dict[str, Any], key: str) -> None:
     schema["x-kubernetes-list-type"] = "map"
     schema["x-kubernetes-list-map-keys"] = [key]
@@ -112,7 +133,9 @@ def crd() -> dict[str, Any]:
         {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in (*SPEC_RULES, *TEMPLATE_RULES)
     ]
     spec["required"] = sorted(set(spec.get("required", [])) | {"image"})
-    _list_map(spec["properties"]["env"], "name")
+    _integers_only(spec, "spec")
+    for name, key in LIST_MAP_KEYS.items():
+        _list_map(spec["properties"][name], key)
     # Default nested objects to {} so the server fills their own defaults and
     # CEL rules can read e.g. self.resources.gpus when the user omitted it.
     for name in ("resources", "topology", "checkpoint", "runPolicy"):
