@@ -45,6 +45,16 @@ BAD_MANIFESTS = [
         "spec.parallelism.tensor must divide procsPerNode",
     ),
     ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line"),
+    (
+        "template type",
+        manifests.job(template={"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}),
+        "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got int",
+    ),
+    (
+        "template conflict",
+        manifests.job(template={"spec": {"containers": [{"name": "trainer", "image": "other:1"}]}}),
+        "spec.template.spec.containers[trainer].image conflicts with spec.image",
+    ),
 ]
 
 
