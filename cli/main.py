@@ -117,13 +117,18 @@ def _root(
 
 
 @app.command()
-def validate(file: ManifestArgument) -> None:
+def validate(
+    file: ManifestArgument,
+    old: Annotated[Optional[Path], typer.Option("--old", help="The stored object (e.g. 'kubectl get tj NAME -o yaml'): check FILE as an update of it, as the API server will (fields that define the gang change only while the job is suspended).", show_default=False)] = None,
+) -> None:
     """Check a TrainingJob manifest the way the API server will, without a cluster.
 
     Prints the gang shape when valid; raises ManifestError (one sentence per
     problem, exit status 1) when not.
     """
-    job = load_manifest(file)
+    from railtrain.crds.validation import check_update, read_manifest_data
+
+    job = load_manifest(file) if old is None else check_update(read_manifest_data(old), read_manifest_data(file), str(file))
     spec = job.spec
     typer.echo(f"{file}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from railtrain.crds import contract, corev1
+from railtrain.crds import contract, corev1, mutability
 from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
 from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
@@ -157,6 +157,7 @@ def crd() -> dict[str, Any]:
             "status": status,
         },
         "x-kubernetes-validations": [
+            *mutability.cel_rules(),
             {
                 "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS_1035}')",
                 "message": f"metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter) of at most {MAX_NAME_LENGTH} characters",

@@ -124,6 +124,68 @@ def prune_nulls(value: Any, schema: dict[str, Any] | None = None) -> Any:
     return value
 
 
+def apply_defaults(value: Any, schema: dict[str, Any] | None = None) -> Any:
+    """Fill the structural schema's defaults into absent fields, at any depth, as kube-apiserver's defaulting does.
+
+    Args:
+        value: a manifest or a part of it (already :func:`prune_nulls`-ed).
+        schema: its structural schema; default: the whole TrainingJob's.
+
+    Returns:
+        A new value; a default that is itself an object gets its own fields' defaults.
+    """
+    if schema is None:
+        schema = _root_schema()
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        out = {k: apply_defaults(v, props.get(k, {})) for k, v in value.items()}
+        for name, sub in props.items():
+            if name not in out and "default" in sub:
+                out[name] = apply_defaults(json.loads(json.dumps(sub["default"])), sub)
+        return out
+    if isinstance(value, list):
+        return [apply_defaults(v, schema.get("items") or {}) for v in value]
+    return value
+
+
+def server_view(data: dict[str, Any]) -> dict[str, Any]:
+    """A manifest as kube-apiserver stores it: nulls of known fields pruned, then defaults applied."""
+    return apply_defaults(prune_nulls(data))
+
+
+def check_update(old: Any, new: Any, source: str = "manifest") -> TrainingJob:
+    """Validate ``new`` as an update of the stored object ``old``, the way kube-apiserver does.
+
+    Args:
+        old: the object as stored (e.g. ``kubectl get tj NAME -o yaml``), with its status.
+        new: the updated manifest.
+
+    Returns:
+        The parsed ``new`` job.
+
+    Raises:
+        ManifestError: ``new`` is invalid on its own, ``old`` is not a
+            TrainingJob, the names differ, or a gang-defining field changed
+            while that is not allowed (:mod:`railtrain.crds.mutability`).
+    """
+    from railtrain.crds import mutability
+
+    job = parse_manifest(new, source)
+    if not isinstance(old, dict):
+        raise ManifestError(["--old: the old object must be a TrainingJob mapping"], source)
+    try:
+        TrainingJob.model_validate_json(json.dumps(prune_nulls({k: v for k, v in old.items() if k != "status"}), default=_yaml_scalar))
+    except ValidationError as err:
+        raise ManifestError([f"--old: {e}" for e in format_validation_error(err)], source) from None
+    old_name = (old.get("metadata") or {}).get("name")
+    if old_name != job.metadata.name:
+        raise ManifestError([f"metadata.name: the old object is {old_name}; an update keeps the name"], source)
+    errors = mutability.update_errors(server_view(old), server_view(new))
+    if errors:
+        raise ManifestError(errors, source)
+    return job
+
+
 @functools.cache
 def _root_schema() -> dict[str, Any]:
     from railtrain.crds.schema import crd
@@ -170,6 +232,16 @@ def load_manifest(path: str | Path) -> TrainingJob:
         ManifestError: the file is missing, is not YAML, holds more or fewer
             than one document, or does not match the API.
     """
+    return parse_manifest(read_manifest_data(path), str(path))
+
+
+def read_manifest_data(path: str | Path) -> Any:
+    """Read the one YAML document of a manifest file, unvalidated.
+
+    Raises:
+        ManifestError: the file is missing, is not YAML, or holds more or
+            fewer than one document.
+    """
     p = Path(path)
     try:
         text = p.read_text()
@@ -185,4 +257,4 @@ def load_manifest(path: str | Path) -> TrainingJob:
         raise ManifestError([f"not valid YAML{where}"], str(p)) from None
     if len(docs) != 1:
         raise ManifestError([f"expected exactly one TrainingJob document, found {len(docs)}"], str(p))
-    return parse_manifest(docs[0], str(p))
+    return docs[0]
