@@ -54,7 +54,10 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def observe(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Step:
+def observe(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
@@ -65,6 +68,8 @@ def observe(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: boo
         step.job = parse_job(obj)
     except ValidationError as err:
         step.spec_error = str(err.errors()[0].get("msg"))
+    step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
+    step.grow_to = grow_to
     step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
@@ -91,7 +96,10 @@ def finish(step: Step, phase: str) -> Plan:
     return out
 
 
-def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Plan:
+def plan(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
     Args:
@@ -105,11 +113,14 @@ def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, 
         now: current time (UTC, timezone-aware).
         placement: the admission pass's answer for this job, when it was asked
             (:func:`gang_request` returned a request).
+        nodes: every v1 Node, when read (node loss and quarantine are judged only then).
+        grow_to: for an elastic gang below spec.nodes, the largest size that
+            fits now (:func:`railtrain.operator.resize.grow_size`).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -36,6 +36,9 @@ class Plan:
         status: the full new ``status`` object.
         status_changed: whether ``status`` differs from the observed one.
         events: ``(type, reason, message)`` to emit after the status write succeeds.
+        force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
+        quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
+        delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
     """
 
     create_service: dict[str, Any] | None = None
@@ -48,6 +51,9 @@ class Plan:
     status: dict[str, Any] = field(default_factory=dict)
     status_changed: bool = False
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    quarantine: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_job: bool = False
 
 
 @dataclass
@@ -89,6 +95,8 @@ class Step:
     placed: dict[int, dict[str, str]] = field(default_factory=dict)
     out: Plan = field(default_factory=Plan)
     spec_error: str = ""
+    nodes: dict[str, dict[str, Any]] | None = None
+    grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
 
     @property
