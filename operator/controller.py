@@ -89,7 +89,8 @@ def reconcile_job(
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
         pods = _snapshot_pods(kube, job)
-        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now))
+        nodes = {n: kube.get_node(n) for n in reconcile.nodes_to_read(pods)}
+        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now), nodes=nodes)
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
@@ -187,6 +188,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
         kube.create(pod)
     for name in p.delete_pods:
         kube.delete_pod(namespace, name, p.uids.get(name))
+    for name in p.force_delete:
+        kube.delete_pod(namespace, name, p.uids.get(name), force=True)
     for name in p.ungate:
         kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name))
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):

@@ -36,7 +36,7 @@ from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
+__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names", "nodes_to_read"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -54,13 +54,17 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def observe(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Step:
+def observe(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime,
+    placement: Placement | Refusal | None = None, nodes: dict[str, dict[str, Any] | None] | None = None,
+) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
     mine = owned(obj, pods)
     step = Step(obj, None, mine, service_exists, now, placement, old, status, list(status.get("conditions") or []))
     step.foreign = in_the_way(obj, pods)
+    step.nodes = dict(nodes or {})
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
@@ -74,6 +78,11 @@ def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
     """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels."""
     have = {p["metadata"]["name"] for p in pods}
     return [name for name in rank_names(obj) if name not in have]
+
+
+def nodes_to_read(pods: list[dict[str, Any]]) -> list[str]:
+    """Names of the nodes of terminating pods: the controller reads these so the plan can tell a lost node."""
+    return sorted({n for p in pods if p["metadata"].get("deletionTimestamp") and (n := (p.get("spec") or {}).get("nodeName"))})
 
 
 def finish(step: Step, phase: str) -> Plan:
@@ -91,7 +100,10 @@ def finish(step: Step, phase: str) -> Plan:
     return out
 
 
-def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Plan:
+def plan(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime,
+    placement: Placement | Refusal | None = None, nodes: dict[str, dict[str, Any] | None] | None = None,
+) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
     Args:
@@ -105,11 +117,14 @@ def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, 
         now: current time (UTC, timezone-aware).
         placement: the admission pass's answer for this job, when it was asked
             (:func:`gang_request` returned a request).
+        nodes: node name → Node, or None when it does not exist, for the nodes
+            of the job's terminating pods (:func:`nodes_to_read`); a pod on a
+            node missing from this mapping is never force-deleted.
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement)
+    step = observe(obj, pods, service_exists, now, placement, nodes)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -21,6 +21,7 @@ keeps its failure, success and startup policies):
 ``failure``         a failed rank: restart the gang or fail the job
 ``success``         every rank exited 0
 ``gang_timeout``    a released gang that never became fully Running
+``terminating``     the previous gang's pods in the way: named, force-deleted on lost nodes
 ``ownership``       pods the job does not own in the way of a rank's name
 ``admission``       create gated ranks, apply placement/refusal, Running, waiting
 ==================  ==========================================================
@@ -43,7 +44,7 @@ machine also enforces the agreement at the end of the pass
 
 from __future__ import annotations
 
-from railtrain.operator.phases import admission, agreement, deadline, failure, gang_timeout, housekeeping, ownership, success, suspend, terminal
+from railtrain.operator.phases import admission, agreement, deadline, failure, gang_timeout, housekeeping, ownership, success, suspend, terminal, terminating
 from railtrain.operator.phases.step import Plan, Step
 from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
 
@@ -59,6 +60,8 @@ MACHINE: tuple[Transition, ...] = (
     failure.RANK_FAILED,
     success.ALL_SUCCEEDED,
     gang_timeout.GANG_TIMEOUT,
+    terminating.WAITING_FOR_OLD_PODS,
+    terminating.OLD_PODS_GONE,
     ownership.FOREIGN_PODS,
     ownership.FOREIGN_PODS_GONE,
     admission.CREATE_MISSING,

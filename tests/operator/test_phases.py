@@ -95,3 +95,30 @@ def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_ado
     stray["metadata"]["name"], stray["metadata"]["ownerReferences"] = "unrelated", []
     q = reconcile.plan(obj, [stray], True, NOW)
     assert sorted(m["metadata"]["name"] for m in q.create_pods) == ["llm-0", "llm-1"] and q.delete_pods == []
+
+
+def not_ready(since):
+    return {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]}}
+
+
+@pytest.mark.parametrize(
+    "finalizers,nodes,later,forced,says",
+    [
+        ([], {}, 60, False, "llm-1 (Terminating since 2026-11-29T12:00:00Z on node b)"),
+        (["example.com/hold"], {"b": None}, 600, False, "held by finalizer example.com/hold: not force-deleted"),
+        ([], {"b": None}, 10, False, "node b is gone: force-deleted at 2026-11-29T12:00:15Z if still there"),
+        ([], {"b": None}, 15, True, "node b is gone: force-deleting it"),
+        ([], {"b": not_ready("2026-11-29T11:59:00Z")}, 60, False, "on node b)"),  # not Ready only briefly: not lost
+        ([], {"b": not_ready("2026-11-29T11:50:00Z")}, 60, True, "has not been Ready since 2026-11-29T11:50:00Z"),
+    ],
+)
+def test_a_gang_waiting_for_old_pods_names_them_and_force_deletes_only_on_lost_nodes(finalizers, nodes, later, forced, says):
+    obj = job_obj(nodes=2, status={"restarts": 1, "phase": "Restarting"})
+    old = gang(obj, restarts=0, phase="Running", gated=False, nodes=["a", "b"])[1]
+    old["metadata"] |= {"uid": "old-1", "deletionTimestamp": "2026-11-29T12:00:30Z", "deletionGracePeriodSeconds": 30, "finalizers": finalizers}
+    p = reconcile.plan(obj, [old], True, NOW + timedelta(seconds=later), nodes=nodes)
+    c = find(p.status["conditions"], "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "WaitingForOldPods") and says in c["message"], c["message"]
+    assert [m["metadata"]["name"] for m in p.create_pods] == ["llm-0"]  # rank 1 waits for its name
+    assert p.force_delete == (["llm-1"] if forced else []) and (p.uids.get("llm-1") == "old-1" if forced else True)
+    assert (("Warning", "ForceDeleted") in [e[:2] for e in p.events]) == forced
