@@ -94,6 +94,8 @@ app = typer.Typer(
 )
 dev_app = typer.Typer(help="A local control plane (etcd, kube-apiserver, scheduler, kwok nodes) for trying railtrain.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
+node_app = typer.Typer(help="Nodes the operator quarantined (taint railtrain.dev/quarantined): list them, clear one.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
 
 KubeconfigOption = Annotated[
     Optional[str],
@@ -250,6 +252,33 @@ def get(
         say("no trainingjobs in " + ("any namespace" if all_namespaces else f"namespace {ns}"))
     else:
         out.print(views.jobs_table(items, now, all_namespaces=all_namespaces))
+
+
+@node_app.command("clear")
+def node_clear(
+    node: Annotated[str, typer.Argument(help="The node's name.", show_default=False)],
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Return a quarantined node to service: remove its railtrain.dev/quarantined taint (an administrator's decision)."""
+    from railtrain.cli import k8s
+
+    was = k8s.clear_quarantine(k8s.connect(kubeconfig), node)
+    if was is None:
+        say(f"node {node} is not quarantined; nothing to clear")
+        return
+    typer.echo(f"node/{node} cleared (was quarantined for a {was} verdict)")
+
+
+@node_app.command("list")
+def node_list(kubeconfig: KubeconfigOption = None) -> None:
+    """List the quarantined nodes and the verdict that quarantined each."""
+    from railtrain.cli import k8s
+
+    nodes = k8s.quarantined_nodes(k8s.connect(kubeconfig))
+    if not nodes:
+        say("no node is quarantined")
+    for name, verdict in nodes:
+        typer.echo(f"{name}\t{verdict}")
 
 
 @dev_app.command("up")

@@ -164,6 +164,7 @@ class RunPolicy(_Model):
     )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failed gang's verdict leads to (fail, restart, restart without spending backoffLimit, quarantine or avoid the named nodes); see docs/operator.md for the defaults.")
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.RUNNING, description="Pods of a finished job (Succeeded or Failed): Running deletes the pods still running and keeps the finished ones, with their logs and termination messages, for inspection; All deletes every pod. No pod of a finished job keeps running either way.")
+    node_lost_grace_seconds: int = Field(30, ge=0, le=3600, description="Seconds a node under the gang may be NotReady before it counts as lost: then the whole gang restarts on other nodes (reason NodeLost) and the job's pods on that node are force-deleted. A deleted Node is lost at once.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
 
 
@@ -171,6 +172,7 @@ class Elastic(_Model):
     """Elastic admission: the gang may start with fewer nodes than spec.nodes (the maximum)."""
 
     min_nodes: int = Field(ge=1, le=4096, description="Fewest nodes the job may be admitted with; the operator admits the largest count between minNodes and nodes that fits now.")
+    grow_interval_seconds: int = Field(300, ge=0, le=86400, description="Least time between the start of a gang smaller than nodes and a restart that grows it back when capacity returns (each grow restarts the whole gang).")
 
 
 SPEC_RULES: tuple[Rule, ...] = (
@@ -360,6 +362,7 @@ class TrainingJobStatus(_Model):
     suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
     avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
     start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
+    last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 

@@ -103,6 +103,24 @@ def _schemas() -> dict[str, Any]:
     return json.loads(VENDORED.read_text())["schemas"]
 
 
+DESCRIPTION_CHARS = 300
+"""Descriptions keep their first paragraph, whole sentences up to about this many characters: the
+full core/v1 text would push the CRD past the 256 KiB a client-side ``kubectl apply`` can store."""
+
+
+def brief(text: str, limit: int = DESCRIPTION_CHARS) -> str:
+    """The first paragraph of ``text``, cut after the last whole sentence within ``limit`` characters (at least one sentence)."""
+    para = text.split("\n\n")[0].strip()
+    if len(para) <= limit:
+        return para
+    out = ""
+    for sentence in re.split(r"(?<=\.)\s+", para):
+        if out and len(out) + len(sentence) + 1 > limit:
+            break
+        out += (" " if out else "") + sentence
+    return out
+
+
 def _structural(node: Any, key: str = "") -> Any:
     """One OpenAPI v3 node as a structural CRD schema node (``key`` is the property name it sits under)."""
     if isinstance(node, list):
@@ -128,7 +146,9 @@ def _structural(node: Any, key: str = "") -> Any:
             continue
         if k == "default" and (isinstance(v, (dict, list)) or v in ("", 0, False)):
             continue  # object defaults and Go zero values (which would fill a missing required name with "") carry no meaning; e.g. protocol TCP does
-        if k == "properties":
+        if k == "description":
+            out[k] = brief(v)
+        elif k == "properties":
             out[k] = {name: _structural(s, name) for name, s in v.items()}
         elif k == "items":
             out[k] = _structural(v)

@@ -88,9 +88,10 @@ class Kube:
         """Every Node, as dicts."""
         return self._json(self.core.list_node(_preload_content=False))["items"]
 
-    def list_railtrain_pods(self) -> list[dict[str, Any]]:
-        """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present)."""
-        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False)
+    def list_railtrain_pods(self, node: str | None = None) -> list[dict[str, Any]]:
+        """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present); only those bound to ``node`` if given."""
+        selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
+        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False, **selector)
         return self._json(res)["items"]
 
     def list_active_pods(self) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names", "nodes_to_read"]
+__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +55,8 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def observe(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime,
-    placement: Placement | Refusal | None = None, nodes: dict[str, dict[str, Any] | None] | None = None,
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
@@ -64,11 +64,12 @@ def observe(
     mine = owned(obj, pods)
     step = Step(obj, None, mine, service_exists, now, placement, old, status, list(status.get("conditions") or []))
     step.foreign = in_the_way(obj, pods)
-    step.nodes = dict(nodes or {})
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
         step.spec_error = str(err.errors()[0].get("msg"))
+    step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
+    step.grow_to = grow_to
     step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
@@ -78,11 +79,6 @@ def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
     """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels."""
     have = {p["metadata"]["name"] for p in pods}
     return [name for name in rank_names(obj) if name not in have]
-
-
-def nodes_to_read(pods: list[dict[str, Any]]) -> list[str]:
-    """Names of the nodes of terminating pods: the controller reads these so the plan can tell a lost node."""
-    return sorted({n for p in pods if p["metadata"].get("deletionTimestamp") and (n := (p.get("spec") or {}).get("nodeName"))})
 
 
 def finish(step: Step, phase: str) -> Plan:
@@ -101,8 +97,8 @@ def finish(step: Step, phase: str) -> Plan:
 
 
 def plan(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime,
-    placement: Placement | Refusal | None = None, nodes: dict[str, dict[str, Any] | None] | None = None,
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
@@ -117,14 +113,14 @@ def plan(
         now: current time (UTC, timezone-aware).
         placement: the admission pass's answer for this job, when it was asked
             (:func:`gang_request` returned a request).
-        nodes: node name → Node, or None when it does not exist, for the nodes
-            of the job's terminating pods (:func:`nodes_to_read`); a pod on a
-            node missing from this mapping is never force-deleted.
+        nodes: every v1 Node, when read (node loss and quarantine are judged only then).
+        grow_to: for an elastic gang below spec.nodes, the largest size that
+            fits now (:func:`railtrain.operator.resize.grow_size`).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -31,12 +31,14 @@ class Plan:
         pin: pod name → node name to pin with a nodeSelector (gated pods only).
         annotate: pod name → annotations to set in the same patch (the admitted gang size).
         ungate: names of pods whose scheduling gate to lift.
-        force_delete: names of pods to delete with grace period 0 (their node is lost).
         uids: pod name → uid, the precondition of each delete (never delete a
             pod of the same name created by someone else meanwhile).
         status: the full new ``status`` object.
         status_changed: whether ``status`` differs from the observed one.
         events: ``(type, reason, message)`` to emit after the status write succeeds.
+        force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
+        quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
+        delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
     """
 
     create_service: dict[str, Any] | None = None
@@ -45,11 +47,13 @@ class Plan:
     pin: dict[str, str] = field(default_factory=dict)
     annotate: dict[str, dict[str, str]] = field(default_factory=dict)
     ungate: list[str] = field(default_factory=list)
-    force_delete: list[str] = field(default_factory=list)
     uids: dict[str, str] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     status_changed: bool = False
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    quarantine: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_job: bool = False
 
 
 @dataclass
@@ -74,8 +78,6 @@ class Step:
         out: the actions decided so far.
         spec_error: why the stored spec does not parse (when ``job`` is None).
         foreign: pods the job does not own that hold one of its ranks' names.
-        nodes: node name → Node (None when the node does not exist) for the
-            nodes of the job's terminating pods; other nodes are absent.
     """
 
     obj: dict[str, Any]
@@ -93,8 +95,9 @@ class Step:
     placed: dict[int, dict[str, str]] = field(default_factory=dict)
     out: Plan = field(default_factory=Plan)
     spec_error: str = ""
+    nodes: dict[str, dict[str, Any]] | None = None
+    grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
-    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     @property
     def meta(self) -> dict[str, Any]:

@@ -1,16 +1,15 @@
-"""Waiting for the previous gang's pods to go away, naming them, with a bound for pods on lost nodes.
+"""Waiting for the previous gang's pods to go away, naming each and why it is still there.
 
 A rank's pod name (``<job>-<rank>``) is reused by every restart, so a new
 gang's rank waits until the old pod of that name is gone. The Scheduled
-condition names every pod it waits for and why it is still there. A pod
-whose node is gone never finishes terminating (no kubelet confirms it), so:
+condition names every pod it waits for: since when it is Terminating, on
+which node, and what holds it:
 
-* node object deleted: the pod is force-deleted (grace period 0)
-  :data:`FORCE_DELETE_AFTER_SECONDS` after its deletion was requested;
-* node not Ready: likewise, once the node has also been not Ready for
-  :data:`NODE_LOST_AFTER_SECONDS` (the node lifecycle controller's default
-  eviction delay), since a node that comes back would still run the old
-  processes beside the new rank;
+* a pod on a lost node (Node deleted, or NotReady longer than
+  ``runPolicy.nodeLostGraceSeconds``) never finishes terminating, since no
+  kubelet confirms it; the node-loss policy (:mod:`.node_loss`) force-deletes
+  it (grace period 0) in the first pass that sees the node lost, and this row
+  says so while it waits;
 * a pod held by a finalizer is someone else's to release: it is reported,
   never force-removed (a force delete would not remove it anyway).
 """
@@ -22,13 +21,10 @@ from typing import Any
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time, rank_of, restart_of
+from railtrain.operator.phases.node_loss import node_lost
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
-FORCE_DELETE_AFTER_SECONDS = 15
-"""Seconds after its deletion was requested that a pod on a lost node is force-deleted."""
-NODE_LOST_AFTER_SECONDS = 300
-"""Seconds a node must have been not Ready to count as lost (kube-controller-manager's default pod eviction timeout)."""
 REASON = "WaitingForOldPods"
 
 
@@ -46,21 +42,8 @@ def deletion_requested(pod: dict[str, Any]) -> datetime | None:
     return at - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0)) if at else None
 
 
-def node_lost(step: Step, name: str) -> str | None:
-    """Why node ``name`` counts as lost ("is gone", "has not been Ready since ..."), None when it is not."""
-    if name not in step.nodes:
-        return None
-    node = step.nodes[name]
-    if node is None:
-        return "is gone"
-    ready = cond.find((node.get("status") or {}).get("conditions") or [], "Ready")
-    since = parse_time(ready.get("lastTransitionTime")) if ready else None
-    if ready and ready.get("status") != "True" and since and step.now >= since + timedelta(seconds=NODE_LOST_AFTER_SECONDS):
-        return f"has not been Ready since {ready['lastTransitionTime']}"
-    return None
-
-
-def _describe_and_decide(step: Step, pod: dict[str, Any]) -> str:
+def describe(step: Step, pod: dict[str, Any]) -> str:
+    """One pod the gang waits for, e.g. ``llm-1 (Terminating since 2026-11-29T12:00:00Z on node b, held by finalizer x)``."""
     meta, name = pod["metadata"], pod["metadata"]["name"]
     node = (pod.get("spec") or {}).get("nodeName")
     if not meta.get("deletionTimestamp"):
@@ -69,16 +52,10 @@ def _describe_and_decide(step: Step, pod: dict[str, Any]) -> str:
     text = f"{name} (Terminating since {cond.rfc3339(deletion_requested(pod))}{where}"
     if meta.get("finalizers"):
         return text + f", held by finalizer {', '.join(meta['finalizers'])}: not force-deleted, its owner must release it)"
-    lost = node_lost(step, node) if node else None
-    if not lost:
-        return text + ")"
-    due = deletion_requested(pod) + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
-    if step.now >= due:
-        step.out.force_delete.append(name)
-        step.out.uids[name] = meta.get("uid", "")
-        step.out.events.append(("Warning", "ForceDeleted", f"force-deleted pod {name}: its node {node} {lost}, so no kubelet will confirm its deletion"))
-        return text + f"; node {node} {lost}: force-deleting it)"
-    return text + f"; node {node} {lost}: force-deleted at {cond.rfc3339(due)} if still there)"
+    lost = node_lost(step, node) if node else ""
+    if lost:
+        return text + f"; {lost}: the node-loss policy force-deletes it)"
+    return text + ")"
 
 
 def _waiting(step: Step) -> bool:
@@ -87,7 +64,7 @@ def _waiting(step: Step) -> bool:
 
 def _report(step: Step) -> None:
     pods = blocking(step)
-    names = "; ".join(_describe_and_decide(step, p) for p in pods)
+    names = "; ".join(describe(step, p) for p in pods)
     step.set_condition(cond.SCHEDULED, False, REASON, f"waiting for {len(pods)} pod(s) of the previous gang to go away: {names}")
 
 
@@ -102,6 +79,6 @@ def _clear(step: Step) -> None:
 
 WAITING_FOR_OLD_PODS = Transition(
     "waiting-for-old-pods", ACTIVE, _waiting, _report,
-    "Pods of the previous gang hold ranks' names: Scheduled False (WaitingForOldPods) names each; pods on lost nodes are force-deleted after the bound, pods held by a finalizer are reported only.",
+    "Pods of the previous gang hold ranks' names: Scheduled False (WaitingForOldPods) names each, its node and what holds it (a finalizer is reported, never force-removed).",
 )
 OLD_PODS_GONE = Transition("old-pods-gone", ACTIVE, _was_waiting, _clear, "The previous gang's pods are gone: Scheduled False (OldPodsGone).")

@@ -119,3 +119,10 @@ def test_crd_stays_under_the_client_side_apply_annotation_limit():
     from railtrain.crds import schema
 
     assert len(json.dumps(schema.crd(), separators=(",", ":"))) < 262144
+
+
+def test_descriptions_keep_whole_first_sentences():
+    text = "First sentence here. Second one is longer than the rest of it. Third.\n\nSecond paragraph."
+    assert corev1.brief(text, limit=40) == "First sentence here."
+    assert corev1.brief(text, limit=10) == "First sentence here."  # at least one sentence
+    assert corev1.brief(text) == "First sentence here. Second one is longer than the rest of it. Third."
