@@ -98,13 +98,16 @@ def not_ready(since):
     return {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]}}
 
 
+A = {"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
 @pytest.mark.parametrize(
     "finalizers,nodes,says",
     [
         ([], None, "llm-1 (Terminating since 2026-11-29T12:00:00Z on node b)"),
-        (["example.com/hold"], {"a": {}}, "held by finalizer example.com/hold: not force-deleted, its owner must release it"),
-        ([], {"a": {}, "b": not_ready("2026-11-29T11:59:50Z")}, "on node b)"),  # not Ready only briefly: not lost
-        ([], {"a": {}}, "the Node was deleted: the node-loss policy force-deletes it"),
+        (["example.com/hold"], [A], "held by finalizer example.com/hold: not force-deleted, its owner must release it"),
+        ([], [A, not_ready("2026-11-29T12:00:10Z")], "on node b)"),  # not Ready only briefly: not lost
+        ([], [A], "the Node was deleted: the node-loss policy force-deletes it"),
     ],
 )
 def test_a_gang_waiting_for_old_pods_names_each_and_what_holds_it(finalizers, nodes, says):
