@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from enum import Enum
@@ -145,8 +146,10 @@ def run(
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
 
-    Exits 0 when every node succeeds, with the first failing node's status
-    otherwise (the other nodes are stopped), 130 after Ctrl-C.
+    Exits 0 when every node succeeds, 130 after Ctrl-C. When a node fails, the
+    other nodes are stopped and spec.runPolicy decides, as on a cluster: the
+    whole gang restarts (resuming from its checkpoints) or the run ends with
+    the failing node's status (docs/operator.md, "Recovery").
     """
     from railtrain.cli import local as local_run
 
@@ -161,8 +164,18 @@ def run(
     say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     started = time.monotonic()
-    gang = local_run.LocalGang(nodes, workdir=workdir, verbose=verbose, grace=grace, notify=lambda s: say(s, style="yellow"))
-    code = gang.run()
+    from railtrain.cli.local_recovery import RecoveringRun
+
+    def plan(restarts: int) -> list[Any]:
+        if not restarts:
+            return nodes
+        fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts)
+
+    notify = lambda s: say(s, style="yellow")  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
+        runner = RecoveringRun(job, plan, lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify), Path(messages), notify)
+        code = runner.run()
     elapsed = time.monotonic() - started
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")

@@ -158,12 +158,17 @@ def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
         if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
             continue
         if taint.get("effect") in ("NoSchedule", "NoExecute"):
-            return f"taint {taint.get('key')}"
+            return untolerated(taint)
     conditions = (node.get("status", {}) or {}).get("conditions", []) or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "True":
         return "NotReady"
     return ""
+
+
+def untolerated(taint: Mapping[str, Any]) -> str:
+    """The ineligibility reason of a node whose ``taint`` a gang does not tolerate."""
+    return f"with the untolerated taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
 
 
 def pod_node(pod: Mapping[str, Any]) -> str | None:

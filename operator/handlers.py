@@ -122,7 +122,8 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], **_: Any)
     if type != "DELETED" and ready is not None and ready.get("status") == "True":
         return
     for namespace, job in controller.jobs_on_node(_kube(), name):
-        _reconcile(namespace, job)
+        if OperatorConfig.namespace in (None, namespace):
+            _reconcile(namespace, job)
 
 
 def _reconcile(namespace: str, name: str, admit: bool = True) -> None:

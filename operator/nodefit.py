@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity, pod_requests
+from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity, pod_requests, untolerated
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,25 @@ def term_matches(term: Mapping[str, Any], node: NodeInfo) -> bool:
     return all(_requirement(r, node.labels) for r in exprs) and all(_requirement(r, by_field) for r in fields)
 
 
+def _implicit(gpu_resource: str) -> dict[str, str]:
+    """The toleration every rendered pod carries (:func:`railtrain.operator.render.gang_tolerations`)."""
+    return {"key": gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _unfit(needs: PodNeeds, node: NodeInfo, tolerations: tuple[Mapping[str, Any], ...], requests: list[tuple[str, float]]) -> str:
+    if any(node.labels.get(k) != v for k, v in needs.node_selector.items()):
+        return "not matching spec.template.spec.nodeSelector"
+    if needs.terms and not any(term_matches(t, node) for t in needs.terms):
+        return "not matching the required node affinity"
+    for taint in node.taints:
+        if not any(tolerates(t, taint) for t in tolerations):
+            return untolerated(taint)
+    for name, amount in requests:
+        if node.allocatable.get(name, 0.0) < amount:
+            return f"with less than {format_quantity(name, amount)} {name} allocatable"
+    return ""
+
+
 def unfit(needs: PodNeeds, node: NodeInfo, gpu_resource: str) -> str:
     """Why a pod with ``needs`` can never use ``node`` ("" when it can), in words that group across nodes.
 
@@ -100,26 +119,19 @@ def unfit(needs: PodNeeds, node: NodeInfo, gpu_resource: str) -> str:
     NoSchedule taint is tolerated, as the rendered pods do) and allocatable
     amounts; free amounts are :func:`busy`'s.
     """
-    if any(node.labels.get(k) != v for k, v in needs.node_selector.items()):
-        return "not matching spec.template.spec.nodeSelector"
-    if needs.terms and not any(term_matches(t, node) for t in needs.terms):
-        return "not matching the required node affinity"
-    implicit = {"key": gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
-    for taint in node.taints:
-        if not any(tolerates(t, taint) for t in (implicit, *needs.tolerations)):
-            return f"with the untolerated taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
-    for name, amount in sorted(needs.requests.items()):
-        if node.allocatable.get(name, 0.0) < amount:
-            return f"with less than {format_quantity(name, amount)} {name} allocatable"
+    return _unfit(needs, node, (_implicit(gpu_resource), *needs.tolerations), sorted(needs.requests.items()))
+
+
+def _busy(node: NodeInfo, requests: list[tuple[str, float]]) -> str:
+    for name, amount in requests:
+        if node.free.get(name, 0.0) < amount:
+            return f"with less than {format_quantity(name, amount)} {name} free"
     return ""
 
 
 def busy(needs: PodNeeds, node: NodeInfo) -> str:
     """Which requested resource ``node`` lacks free right now ("" when every request fits)."""
-    for name, amount in sorted(needs.requests.items()):
-        if node.free.get(name, 0.0) < amount:
-            return f"with less than {format_quantity(name, amount)} {name} free"
-    return ""
+    return _busy(node, sorted(needs.requests.items()))
 
 
 def _with(node: NodeInfo, **fields: Any) -> NodeInfo:
@@ -141,12 +153,19 @@ def restrict(cluster: ClusterSnapshot, needs: PodNeeds, gpu_resource: str) -> Cl
     Returns:
         A snapshot with the same nodes: ``eligible``/``why_ineligible`` recomputed
         from the node's own state (cordoned, quarantined, NotReady) and
-        :func:`unfit`; ``short`` from :func:`busy`.
+        :func:`unfit`; ``short`` from :func:`busy`. ``cluster`` itself when the
+        gang needs nothing beyond GPUs and the accelerator toleration (what
+        the snapshot already assumed).
     """
+    implicit = _implicit(gpu_resource)
+    if not (needs.node_selector or needs.terms or needs.requests) and all(t == implicit for t in needs.tolerations):
+        return cluster  # what the snapshot assumed: eligibility is already the gang's
+    tolerations = (implicit, *needs.tolerations)
+    requests = sorted(needs.requests.items())
     changed = {}
     for name, node in cluster.nodes.items():
-        why = node.blocked or unfit(needs, node, gpu_resource)
-        short = "" if why else busy(needs, node)
+        why = node.blocked or _unfit(needs, node, tolerations, requests)
+        short = "" if why else _busy(node, requests)
         if (not why, why, short) != (node.eligible, node.why_ineligible, node.short):
             changed[name] = _with(node, eligible=not why, why_ineligible=why, short=short)
     return ClusterSnapshot({**cluster.nodes, **changed}, cluster.levels) if changed else cluster

@@ -83,7 +83,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
 # -- real processes -----------------------------------------------------------
 
 def test_a_failing_command_exits_with_its_status(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"], runPolicy={"backoffLimit": 0}))
     proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "exited with status 3" in proc.stderr
@@ -104,7 +104,7 @@ time.sleep(120)
 
 
 def test_one_failing_node_stops_the_others(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT], runPolicy={"backoffLimit": 0}))
     started = time.monotonic()
     proc = _run_cli(["run", str(path), "--local", "--grace", "5"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
