@@ -120,3 +120,14 @@ def test_a_gang_waiting_for_old_pods_names_each_and_what_holds_it(finalizers, no
     assert (c["status"], c["reason"]) == ("False", "WaitingForOldPods") and says in c["message"], c["message"]
     assert [m["metadata"]["name"] for m in step.out.create_pods] == ["llm-0"]  # rank 1 waits for its name
     assert ("llm-1" in step.out.force_delete_pods) == ("deleted" in says)
+
+
+def test_docs_list_every_row_of_the_machine_in_order():
+    import re
+    from pathlib import Path
+
+    from railtrain.operator.phases import MACHINE
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    table = text[text.index("## The phase machine"):]
+    assert re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.M) == [row.name for row in MACHINE]
