@@ -25,6 +25,7 @@ keeps its failure, success and startup policies):
 ``elastic``         an elastic gang grows back when capacity returns
 ``success``         every rank exited 0
 ``gang_timeout``    a released gang that never became fully Running
+``terminating``     the previous gang's pods in the way of a rank's name: named
 ``ownership``       pods the job does not own in the way of a rank's name
 ``admission``       create gated ranks, apply placement/refusal, Running, waiting
 ==================  ==========================================================
@@ -60,6 +61,7 @@ from railtrain.operator.phases import (
     success,
     suspend,
     terminal,
+    terminating,
     vanished,
     verdict,
 )
@@ -83,6 +85,8 @@ MACHINE: tuple[Transition, ...] = (
     verdict.GANG_FAILED,
     success.ALL_SUCCEEDED,
     gang_timeout.GANG_TIMEOUT,
+    terminating.WAITING_FOR_OLD_PODS,
+    terminating.OLD_PODS_GONE,
     ownership.FOREIGN_PODS,
     ownership.FOREIGN_PODS_GONE,
     admission.CREATE_MISSING,

@@ -121,3 +121,26 @@ def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(
     wait_for(lambda: phase_is(custom, namespace, "demo", "Running"), 90, "Running with its own pod")
     refs = core.read_namespaced_pod("demo-0", namespace).metadata.owner_references
     assert [(r.uid, r.controller) for r in refs] == [(created["metadata"]["uid"], True)]
+
+
+def waiting_for(custom, ns, name, *fragments):
+    c = condition(job_status(custom, ns, name), "Scheduled")
+    return c if c and c["reason"] == "WaitingForOldPods" and all(f in c["message"] for f in fragments) else None
+
+
+def test_old_pod_held_by_a_finalizer_is_named_and_never_force_removed(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(2)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("held", nodes=2, runPolicy={"backoffLimit": 2}))
+    wait_for(lambda: phase_is(custom, namespace, "held", "Running"), 90, "Running")
+    core.patch_namespaced_pod("held-1", namespace, {"metadata": {"finalizers": ["example.com/hold"]}})
+    exit_rank(core, namespace, "held", 0, code=1)  # a retryable failure: the whole gang restarts
+    c = wait_for(lambda: waiting_for(custom, namespace, "held", "held-1 (", "finalizer example.com/hold"), 60, "the condition naming held-1")
+    assert "not force-deleted" in c["message"]
+    # Over several resyncs: still there, still named, never force-removed.
+    seen = observe(lambda: (core.read_namespaced_pod("held-1", namespace).metadata.deletion_timestamp is not None,
+                            bool(waiting_for(custom, namespace, "held", "held-1"))), 5)
+    assert seen == [(True, True)]
+    core.patch_namespaced_pod("held-1", namespace, {"metadata": {"finalizers": None}})
+    wait_for(lambda: phase_is(custom, namespace, "held", "Running") and job_status(custom, namespace, "held")["restarts"] == 1, 90, "the new gang Running")
+

@@ -92,3 +92,42 @@ def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_ado
     stray["metadata"]["name"], stray["metadata"]["ownerReferences"] = "unrelated", []
     q = reconcile.plan(obj, [stray], True, NOW)
     assert sorted(m["metadata"]["name"] for m in q.create_pods) == ["llm-0", "llm-1"] and q.delete_pods == []
+
+
+def not_ready(since):
+    return {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]}}
+
+
+A = {"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize(
+    "finalizers,nodes,says",
+    [
+        ([], None, "llm-1 (Terminating since 2026-11-29T12:00:00Z on node b)"),
+        (["example.com/hold"], [A], "held by finalizer example.com/hold: not force-deleted, its owner must release it"),
+        ([], [A, not_ready("2026-11-29T12:00:10Z")], "on node b)"),  # not Ready only briefly: not lost
+        ([], [A], "the Node was deleted: the node-loss policy force-deletes it"),
+    ],
+)
+def test_a_gang_waiting_for_old_pods_names_each_and_what_holds_it(finalizers, nodes, says):
+    obj = job_obj(nodes=2, status={"restarts": 1, "phase": "Restarting"})
+    old = gang(obj, restarts=0, phase="Running", gated=False, nodes=["a", "b"])[1]
+    old["metadata"] |= {"uid": "old-1", "deletionTimestamp": "2026-11-29T12:00:30Z", "deletionGracePeriodSeconds": 30, "finalizers": finalizers}
+    step = reconcile.observe(obj, [old], True, NOW + timedelta(seconds=20), nodes=nodes)
+    advance(step)
+    c = find(step.conds, "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "WaitingForOldPods") and says in c["message"], c["message"]
+    assert [m["metadata"]["name"] for m in step.out.create_pods] == ["llm-0"]  # rank 1 waits for its name
+    assert ("llm-1" in step.out.force_delete_pods) == ("deleted" in says)
+
+
+def test_docs_list_every_row_of_the_machine_in_order():
+    import re
+    from pathlib import Path
+
+    from railtrain.operator.phases import MACHINE
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    table = text[text.index("## The phase machine"):]
+    assert re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.M) == [row.name for row in MACHINE]
