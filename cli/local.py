@@ -95,6 +95,11 @@ def resolve_location(location: str, base: Path) -> str:
     return os.path.abspath(os.path.join(base, os.path.expanduser(location)))
 
 
+def local_node_name(rank: int) -> str:
+    """The stand-in for ``spec.nodeName`` of node rank ``rank`` in a local run: ``local-<rank>``."""
+    return f"local-{rank}"
+
+
 def local_tier_dirs(pod_env: contract.PodEnvironment, job_name: str, rank: int) -> dict[str, str]:
     """This host's stand-ins for the node-local checkpoint tiers' volumes, one pair per node rank.
 
@@ -151,7 +156,7 @@ def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = N
     return ports
 
 
-def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable) -> list[LocalNode]:
+def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0) -> list[LocalNode]:
     """Render the gang as the operator would and adapt each pod to this host.
 
     Args:
@@ -160,6 +165,7 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
         metrics_ports: one metrics port per node rank.
         base_dir: directory a relative ``spec.checkpoint.location`` is resolved against.
         python: the interpreter that replaces ``torchrun``/``python``.
+        restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``).
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -172,15 +178,16 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
         raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
     name = job.metadata.name
     nodes = []
-    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID):
+    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
         container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
-        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, rdzv_addr=LOCAL_ADDR)
+        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR)
         pod_env = dataclasses.replace(
             pod_env,
             rdzv_port=rdzv_port,
             metrics_port=metrics_ports[rank],
             checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+            node_name=local_node_name(rank),
             **local_tier_dirs(pod_env, name, rank),
         )
         env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}

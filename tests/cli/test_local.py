@@ -62,6 +62,7 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
             job_name="tiny", namespace=local.LOCAL_NAMESPACE, nnodes=3, node_rank=node.rank, procs_per_node=2,
             rdzv_addr="127.0.0.1", rdzv_port=23456, parallelism="data=1,fsdp=6,tensor=1,pipeline=1",
             checkpoint_dir=str(tmp_path / "runs" / "x"), checkpoint_interval=7, metrics_port=24001 + node.rank,
+            node_name=f"local-{node.rank}",
         )
         # torchrun's own variables agree with the contract
         assert node.env == contract.pod_env(pod) | {"EXTRA": "1"}
@@ -82,7 +83,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
 # -- real processes -----------------------------------------------------------
 
 def test_a_failing_command_exits_with_its_status(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"], runPolicy={"backoffLimit": 0}))
     proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "exited with status 3" in proc.stderr
@@ -103,7 +104,7 @@ time.sleep(120)
 
 
 def test_one_failing_node_stops_the_others(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT], runPolicy={"backoffLimit": 0}))
     started = time.monotonic()
     proc = _run_cli(["run", str(path), "--local", "--grace", "5"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr

@@ -10,7 +10,10 @@ from railtrain.crds import contract
 @pytest.mark.parametrize("verdict", contract.VERDICTS)
 def test_round_trip(verdict):
     text = contract.format_termination_message(verdict, "InvalidConfiguration", "--steps must be >= 1, got 0")
-    assert contract.parse_termination_message(text) == {"verdict": verdict, "reason": "InvalidConfiguration", "message": "--steps must be >= 1, got 0"}
+    assert contract.parse_termination_message(text) == {
+        "verdict": verdict, "reason": "InvalidConfiguration", "message": "--steps must be >= 1, got 0",
+        "nodes": [], "ranks": [], "step": None, "evidence": {},
+    }  # fmt: skip
     assert contract.parse_termination_message(text + "\n") is not None  # kubelet may keep a trailing newline
 
 

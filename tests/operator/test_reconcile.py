@@ -26,7 +26,9 @@ def test_new_job_creates_service_and_gated_pods():
 def test_pods_carry_the_contract():
     obj = job_obj(nodes=2, procs=4, gpus=4)
     pod = reconcile.plan(obj, [], False, NOW).create_pods[1]
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    from_pod = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in pod["spec"]["containers"][0]["env"] if "valueFrom" in e}
+    assert from_pod == {contract.ENV_NODE_NAME: "spec.nodeName"}  # Downward API: the node the pod landed on
     parsed = contract.read_env(env)
     assert (parsed.nnodes, parsed.node_rank, parsed.procs_per_node) == (2, 1, 4)
     assert parsed.rdzv_addr == "llm-0.llm.team.svc"
@@ -167,6 +169,7 @@ def test_gang_not_running_within_timeout_is_released_and_requeued_with_backoff()
     c = find(late.status["conditions"], "Scheduled")
     assert (c["status"], c["reason"]) == ("False", "GangTimeout") and "1 of 2 ranks Running" in c["message"]
     assert late.status["requeues"] == 1 and late.status["requeueAfter"] == "2026-11-29T12:01:10Z"  # + 10 s backoff
+    assert "admittedNodes" not in late.status
     assert ("Warning", "GangTimeout") in [e[:2] for e in late.events]
     # While backing off, the job is not in the admission queue; afterwards it is.
     waiting = obj | {"status": late.status}

@@ -20,7 +20,7 @@ def job(**checkpoint):
 def _pod(j):
     pod = render.render_pod(j, "team", "uid", 1)
     container = pod["spec"]["containers"][0]
-    return pod["spec"].get("volumes", []), container.get("volumeMounts", []), {e["name"]: e["value"] for e in container["env"]}
+    return pod["spec"].get("volumes", []), container.get("volumeMounts", []), {e["name"]: e["value"] for e in container["env"] if "value" in e}
 
 
 def test_no_tiers_no_volumes():

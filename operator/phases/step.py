@@ -1,0 +1,166 @@
+"""The state one pass of the phase machine reads and writes (pure).
+
+A :class:`Step` holds what was observed (the job, its pods, the time, the
+admission pass's answer) and what the pass has decided so far (actions in
+:class:`Plan`, the new status, its conditions and Events). Transitions in
+:mod:`railtrain.operator.phases` read and extend it; nothing here talks to
+the API server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from railtrain.crds.api import TrainingJob
+from railtrain.operator import conditions as cond
+from railtrain.operator.cluster import pod_node
+from railtrain.operator.gang import phase, rank_of
+from railtrain.operator.placement import Placement, Refusal
+
+
+@dataclass
+class Plan:
+    """What to do for one job in this pass.
+
+    Attributes:
+        create_service: Service manifest to create, or None.
+        create_pods: pod manifests to create (gated).
+        delete_pods: names of pods to delete.
+        pin: pod name → node name to pin with a nodeSelector (gated pods only).
+        annotate: pod name → annotations to set in the same patch (the admitted gang size).
+        ungate: names of pods whose scheduling gate to lift.
+        uids: pod name → uid, the precondition of each delete (never delete a
+            pod of the same name created by someone else meanwhile).
+        status: the full new ``status`` object.
+        status_changed: whether ``status`` differs from the observed one.
+        events: ``(type, reason, message)`` to emit after the status write succeeds.
+        force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
+        quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
+        delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
+    """
+
+    create_service: dict[str, Any] | None = None
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    pin: dict[str, str] = field(default_factory=dict)
+    annotate: dict[str, dict[str, str]] = field(default_factory=dict)
+    ungate: list[str] = field(default_factory=list)
+    uids: dict[str, str] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    status_changed: bool = False
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    quarantine: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_job: bool = False
+
+
+@dataclass
+class Step:
+    """One pass over one job: observations plus the decisions made so far.
+
+    Attributes:
+        obj: the TrainingJob as read (metadata, spec, status).
+        job: the parsed job, None when the stored spec does not parse.
+        pods: the job's pods (every restart count, terminating ones included).
+        service_exists: whether the rendezvous Service exists.
+        now: the time of this observation (UTC, timezone-aware).
+        placement: the admission pass's answer, when it was asked.
+        old: the observed ``status``.
+        status: the new status being built (``restarts`` always present).
+        conds: the new ``status.conditions``.
+        gang: the live pods of the current restart count, by rank (the
+            transitions narrow it, e.g. to the admitted size).
+        n: the gang size (admitted, else ``spec.nodes``).
+        released: the admitted size once any rank is released, else None.
+        placed: rank → topology domains of a placement made in this pass.
+        out: the actions decided so far.
+        spec_error: why the stored spec does not parse (when ``job`` is None).
+        foreign: pods the job does not own that hold one of its ranks' names.
+    """
+
+    obj: dict[str, Any]
+    job: TrainingJob | None
+    pods: list[dict[str, Any]]
+    service_exists: bool
+    now: datetime
+    placement: Placement | Refusal | None
+    old: dict[str, Any]
+    status: dict[str, Any]
+    conds: list[dict[str, Any]]
+    gang: list[dict[str, Any]] = field(default_factory=list)
+    n: int = 0
+    released: int | None = None
+    placed: dict[int, dict[str, str]] = field(default_factory=dict)
+    out: Plan = field(default_factory=Plan)
+    spec_error: str = ""
+    nodes: dict[str, dict[str, Any]] | None = None
+    grow_to: int | None = None
+    foreign: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """``metadata`` of the job."""
+        return self.obj["metadata"]
+
+    @property
+    def restarts(self) -> int:
+        """The restart count of the current gang (``status.restarts``)."""
+        return int(self.status["restarts"])
+
+    @property
+    def old_phase(self) -> str:
+        """The phase observed at the start of the pass (Pending when none)."""
+        return self.old.get("phase") or cond.PENDING
+
+    def set_condition(self, type_: str, status: bool, reason: str, message: str, event: str | None = None) -> None:
+        """Set one condition (see :func:`railtrain.operator.conditions.set_condition`); queue an Event of type ``event`` if it changed."""
+        self.conds, changed = cond.set_condition(self.conds, type_, status, reason, message, self.now, self.meta.get("generation"))
+        if changed and event:
+            self.out.events.append((event, reason, message))
+
+    def is_true(self, type_: str) -> bool:
+        """Whether condition ``type_`` is True in the new conditions."""
+        return cond.is_true(self.conds, type_)
+
+    def delete(self, pods: list[dict[str, Any]]) -> None:
+        """Delete ``pods`` (by name, with their uid as precondition; duplicates are merged)."""
+        self.out.uids.update({p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if p["metadata"].get("uid")})
+        self.out.delete_pods = sorted(set(self.out.delete_pods) | {p["metadata"]["name"] for p in pods})
+
+    def stop(self, pods: list[dict[str, Any]]) -> None:
+        """Delete the pods among ``pods`` that have not finished (Succeeded/Failed pods are kept as a record)."""
+        self.delete([p for p in pods if phase(p) not in ("Succeeded", "Failed")])
+
+    def phases(self) -> list[str]:
+        """The pod phase of every rank of the gang, by rank."""
+        return [phase(p) for p in self.gang]
+
+    def complete(self) -> bool:
+        """Whether every rank below the gang size has a live pod."""
+        return bool(self.gang) and len(self.gang) == self.n
+
+
+HEALTHY_POD_PHASES = frozenset({"Running", "Succeeded"})
+"""A rank is healthy while its pod runs or after it exited 0 (ranks may finish at different times)."""
+
+
+def healthy(step: Step) -> bool:
+    """Whether the gang is healthy: every rank below the gang size has a pod, each Running or Succeeded."""
+    return step.complete() and all(p in HEALTHY_POD_PHASES for p in step.phases())
+
+
+def placement_entries(gang: list[dict[str, Any]], old: list[dict[str, Any]], placed: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+    """``status.placement`` from the pinned pods, keeping the domains known for the same rank and node."""
+    known = {(e.get("rank"), e.get("node")): e.get("domains") for e in old}
+    out = []
+    for p in gang:
+        node = pod_node(p)
+        if node:
+            entry: dict[str, Any] = {"rank": rank_of(p), "node": node}
+            domains = placed.get(rank_of(p)) if rank_of(p) in placed else known.get((rank_of(p), node))
+            if domains:
+                entry["domains"] = dict(domains)
+            out.append(entry)
+    return out
