@@ -17,8 +17,12 @@ for a in "${args[@]}"; do
   case "$a" in -*) ;; *) sub="$a"; break ;; esac
 done
 out=()
+done_once=""
 for a in "${args[@]}"; do
-  if [[ "$a" == "--privileged" && ( "$sub" == run || "$sub" == create || "$sub" == exec ) ]]; then
+  # Only the first --privileged: kind passes it once, among docker's own flags;
+  # a later one belongs to the command run in the container.
+  if [[ -z "$done_once" && "$a" == "--privileged" && ( "$sub" == run || "$sub" == create || "$sub" == exec ) ]]; then
+    done_once=1
     if [[ "$sub" != exec ]]; then
       out+=(--cap-add ALL --cap-drop SYS_RESOURCE --security-opt systempaths=unconfined
             --device-cgroup-rule "a *:* rwm" --device /dev/kmsg)

@@ -29,15 +29,17 @@ export RAILTRAIN_K8S_VERSION="$K8S_VERSION"
 log() { echo "[kind-images] $*" >&2; }
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 dbuild() { # docker build -q ARGS...; its output only when it fails
-  docker build -q "$@" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; return 1; }
+  docker build -q --force-rm "$@" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; return 1; }
 }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-# The app images need only the Debian root filesystems; the node image needs everything.
-KIND_CACHE="$(bash "$HERE/install-kind.sh" "$([[ "${1:-}" == app ]] && echo rootfs || echo all)")"
-ROOTFS="$(ls -d "$KIND_CACHE"/rootfs-bookworm-r* | sort -V | tail -1)"
-ROOTFS_TAG="bookworm-$(basename "$ROOTFS" | sed 's/.*-//')"
+KIND_CACHE="${RAILTRAIN_CACHE:-$HOME/.cache/railtrain}/kind"
+ensure_bits() { # all | rootfs: run install-kind.sh (a no-op when warm), then locate the rootfs tars
+  bash "$HERE/install-kind.sh" "$1" >/dev/null
+  ROOTFS="$(ls -d "$KIND_CACHE"/rootfs-bookworm-r* | sort -V | tail -1)"
+  ROOTFS_TAG="bookworm-$(basename "$ROOTFS" | sed 's/.*-//')"
+}
 
 import_rootfs() { # name -> image railtrain.dev/debian-<name>:<tag>
   local img="railtrain.dev/debian-$1:$ROOTFS_TAG"
@@ -69,14 +71,17 @@ on_image() { # image-name base binary [entrypoint-json]
 
 node_image() {
   local cp_bin node_bin kind_mod name hash pause
-  cp_bin="$(bash "$HERE/install.sh")"
-  node_bin="$KIND_CACHE/k8s-$K8S_VERSION/bin"
-  kind_mod="$(cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-  [[ -d "$kind_mod/images/base/files" ]] || { echo "kind-images.sh: kind $KIND_VERSION module not found" >&2; exit 1; }
+  # The name is a hash of everything the image is made from, so a warm start
+  # checks only that the image exists.
   hash="$(cat "$0" "$HERE/install-kind.sh" "$HERE/kind-cni.yaml" "$HERE/kind-node-entrypoint.sh" | sha256sum | cut -c1-10)"
   name="railtrain.dev/kind-node:$K8S_VERSION-$hash"
   if have_image "$name"; then echo "$name"; return 0; fi
   log "assembling $name"
+  ensure_bits all
+  cp_bin="$(bash "$HERE/install.sh")"
+  node_bin="$KIND_CACHE/k8s-$K8S_VERSION/bin"
+  kind_mod="$(cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$kind_mod/images/base/files" ]] || { echo "kind-images.sh: kind $KIND_VERSION module not found" >&2; exit 1; }
 
   # Component images, named as kubeadm asks for them.
   local net
@@ -170,12 +175,17 @@ DOCKERFILE
 # less the names matching DROP (a regex); the image installs it with
 # --no-deps. The resolved dependency wheels are kept in the cache, keyed by
 # pyproject.toml and DROP, and hard-linked into DEST.
+dependency_spec() { # python repo: the [project] dependencies and extras of pyproject.toml, one line
+  "$1" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p.get("dependencies"), sorted(p.get("optional-dependencies", {}).items()))' "$2/pyproject.toml"
+}
+
 wheelhouse() { # repo extra drop-regex dest
   local repo="$1" extra="$2" drop="$3" dest="$4" py="$1/.venv/bin/python" deps
   [[ -x "$py" ]] || py=python3
   mkdir -p "$dest"
-  "$py" -m pip wheel -q --no-deps -w "$dest" "$repo" >&2
-  deps="$KIND_CACHE/wheels/$extra-$( { cat "$repo/pyproject.toml"; echo "$drop"; } | sha256sum | cut -c1-12)"
+  # A fixed timestamp makes the wheel (and so the image layer) the same for the same code.
+  SOURCE_DATE_EPOCH=315532800 "$py" -m pip wheel -q --no-deps -w "$dest" "$repo" >&2
+  deps="$KIND_CACHE/wheels/$extra-$( { dependency_spec "$py" "$repo"; echo "$drop"; } | sha256sum | cut -c1-12)"
   if [[ ! -f "$deps/.complete" ]]; then
     log "resolving and downloading the dependencies of railtrain[$extra]"
     mkdir -p "$deps"
@@ -204,17 +214,17 @@ PY
 cuda_libs() { # repo deps-folder -> prints the folder holding nvidia/
   local repo="$1" deps="$2" py="$1/.venv/bin/python" out
   [[ -x "$py" ]] || py=python3
-  out="$deps-cuda-libs"
-  if [[ ! -f "$out/.complete" ]]; then
-    log "installing the CUDA libraries for kind nodes into $out"
-    "$py" - "$deps/report.json" > "$WORK/cuda-reqs.txt" <<'PY'
+  "$py" - "$deps/report.json" > "$WORK/cuda-reqs.txt" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
-for item in report["install"]:
+for item in sorted(report["install"], key=lambda i: i["metadata"]["name"].lower()):
     meta = item["metadata"]
     if meta["name"].lower().startswith("nvidia-"):
         print(f'{meta["name"]}=={meta["version"]}')
 PY
+  out="$KIND_CACHE/cuda-libs-$(sha256sum < "$WORK/cuda-reqs.txt" | cut -c1-12)"
+  if [[ ! -f "$out/.complete" ]]; then
+    log "installing the CUDA libraries for kind nodes into $out"
     rm -rf "$out" && mkdir -p "$out"
     "$py" -m pip install -q --no-deps --only-binary=:all: --target "$out" -r "$WORK/cuda-reqs.txt" >&2
     rm -rf "$out"/*.dist-info "$out/bin"
@@ -225,6 +235,7 @@ PY
 
 app_images() { # repo
   local repo="$1" version base op tr libs
+  ensure_bits rootfs
   version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml" | head -1)"
   base="$(import_rootfs python)"
   op="ghcr.io/railtrain/operator:$version"
