@@ -14,7 +14,7 @@ import pytest
 from .conftest import railtrain, wait_for
 from .kind_support import KindE2E, write_job
 
-pytestmark = pytest.mark.kind
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
 STEP_LINE = re.compile(r"^(?:\[rank 0\] )?step=(\d+) loss=([0-9.]+)", re.MULTILINE)  # a pod logs its own rank only
 RESUMED = re.compile(r"resumed from step (\d+)")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.kind
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
 
 def docker_run(*args: str) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import pytest
 from .conftest import wait_for
 from .test_kind import RESUMED, _restart_job, _run_until_step, rank0_log, workers_of
 
-pytestmark = pytest.mark.kind
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
 
 @pytest.mark.xfail(reason="needs the operator's node-loss handling (recovery issue); without it the gang waits on the lost node", strict=False)
