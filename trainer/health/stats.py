@@ -176,8 +176,9 @@ class SpikeDetector:
     Keeps the last ``window`` finite, accepted values; a value is a spike when its robust
     z-score ``(x - median) / max(1.4826 x MAD, rel_floor x |median|)`` exceeds
     ``threshold`` (only upward: a loss that drops is not an anomaly), once ``min_samples``
-    values are known. Values found anomalous are *not* added, so a run of bad values cannot
-    drag the statistic along.
+    values are known; before that (warming up) only a value over ``warmup_ratio`` times the
+    median magnitude counts (e.g. a loss of 1e30 from a flipped exponent bit at step 3).
+    Values found anomalous are *not* added, so a run of bad values cannot drag the statistic along.
 
     Attributes:
         threshold: robust z-score of a spike.
@@ -191,6 +192,7 @@ class SpikeDetector:
     window: int = 100
     min_samples: int = 20
     rel_floor: float = 0.05
+    warmup_ratio: float = 100.0
     values: deque = field(default_factory=deque)
 
     def score(self, x: float) -> float:
@@ -198,7 +200,8 @@ class SpikeDetector:
         if not math.isfinite(x):
             return math.inf
         if len(self.values) < self.min_samples:
-            return 0.0
+            ref = abs(statistics.median(self.values)) if self.values else 0.0
+            return math.inf if ref > 0 and abs(x) > self.warmup_ratio * ref else 0.0
         med = statistics.median(self.values)
         mad = statistics.median(abs(v - med) for v in self.values)
         scale = max(MAD_TO_SIGMA * mad, self.rel_floor * abs(med), 1e-12)
