@@ -156,7 +156,62 @@ def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = N
     return ports
 
 
-def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable) -> list[LocalNode]:
+FAULT_FLAGS = {"bitflip": "--fault-bitflip", "slow": "--fault-slow", "hang": "--fault-hang", "kill": "--fault-kill", "bad_batch": "--fault-bad-batch"}
+"""``railtrain run --local`` flag of each injectable fault (:class:`~railtrain.crds.contract.Faults` field)."""
+
+
+def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
+    """The ``RAILTRAIN_FAULT_*`` variables of the ``--fault-*`` flags that were given.
+
+    Args:
+        values: :data:`FAULT_FLAGS` key to the flag's ``key=value,...`` text (``None``: not given).
+
+    Raises:
+        CliError: a malformed value; the message names the flag and what is allowed (exit status 2).
+    """
+    faults = {}
+    for kind, text in values.items():
+        if not text:
+            continue
+        try:
+            faults[kind] = contract.parse_fault(kind, text)
+        except contract.ContractError as err:
+            raise CliError(f"{FAULT_FLAGS[kind]}: {err}", exit_code=2) from None
+    return contract.fault_env(contract.Faults(**faults))
+
+
+def read_verdicts(nodes: list[LocalNode]) -> list[contract.Verdict | None]:
+    """Each node's termination-message verdict (``None`` where it left none), from its
+    :data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH` file."""
+    out: list[contract.Verdict | None] = []
+    for node in nodes:
+        path = node.env.get(contract.ENV_TERMINATION_MESSAGE_PATH)
+        try:
+            out.append(contract.parse_termination_message(Path(path).read_text()) if path else None)
+        except OSError:
+            out.append(None)
+    return out
+
+
+def describe_verdict(verdicts: list[contract.Verdict | None]) -> str:
+    """One phrase for the summary line: ``verdict hang (NoProgress), suspect rank 3 on node local-1: <message>``; ``""`` if none.
+
+    The gang's verdict is the first node's that left one (every rank writes the same one).
+    """
+    found = next((v for v in verdicts if v is not None), None)
+    if found is None:
+        return ""
+    suspects = ""
+    if found["ranks"] or found["nodes"]:
+        suspects = f", suspect rank(s) {','.join(map(str, found['ranks'])) or '?'} on node(s) {','.join(found['nodes']) or '?'}"
+    step = f" at step {found['step']}" if found["step"] is not None else ""
+    return f"verdict {found['verdict']} ({found['reason']}){suspects}{step}: {found['message']}"
+
+
+def plan_local(
+    job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable,
+    extra_env: dict[str, str] | None = None, termination_dir: Path | None = None,
+) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
     Args:
@@ -165,6 +220,9 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
         metrics_ports: one metrics port per node rank.
         base_dir: directory a relative ``spec.checkpoint.location`` is resolved against.
         python: the interpreter that replaces ``torchrun``/``python``.
+        extra_env: variables added to every node (the ``--fault-*`` flags' variables); ``spec.env`` wins.
+        termination_dir: if given, each node gets an empty termination-message file there
+            (``node-<rank>``; the kubelet's part), read back by :func:`read_verdicts`.
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -190,6 +248,11 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
             **local_tier_dirs(pod_env, name, rank),
         )
         env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}
+        env = {**(extra_env or {}), **env}
+        if termination_dir is not None:
+            term = termination_dir / f"node-{rank}"
+            term.write_text("")
+            env[contract.ENV_TERMINATION_MESSAGE_PATH] = str(term)
         argv = local_argv(container.get("command", []), container.get("args", []), python)
         nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
     return nodes

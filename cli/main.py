@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from enum import Enum
@@ -135,11 +136,17 @@ def run(
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; default: the current one.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line of every rank (default: rank 0 fully, other ranks' errors and warnings).")] = False,
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
+    fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,mode=once|persistent,bit=0,index=0,target=param|activation' (docs/health.md).")] = None,
+    fault_slow: Annotated[Optional[str], typer.Option("--fault-slow", help="Inject: slow a rank, e.g. 'rank=1,factor=1.2,from_step=10'.")] = None,
+    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5,kind=compute|collective'.")] = None,
+    fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
+    fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
 
     Exits 0 when every node succeeds, with the first failing node's status
-    otherwise (the other nodes are stopped), 130 after Ctrl-C.
+    otherwise (the other nodes are stopped), 130 after Ctrl-C. A failed run's
+    summary line carries the trainer's verdict and its suspect rank and node.
     """
     from railtrain.cli import local as local_run
 
@@ -147,22 +154,30 @@ def run(
         raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
     if workdir is not None and not workdir.is_dir():
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
+    faults = local_run.fault_environment(
+        {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
+    )
     job = load_manifest(file)
     spec = job.spec
     ports = local_run.free_ports(spec.nodes + 1)
-    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd())
+    terminations = tempfile.TemporaryDirectory(prefix="railtrain-termination-")
+    nodes = local_run.plan_local(
+        job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults, termination_dir=Path(terminations.name)
+    )
     say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     started = time.monotonic()
     gang = local_run.LocalGang(nodes, workdir=workdir, verbose=verbose, grace=grace, notify=lambda s: say(s, style="yellow"))
-    code = gang.run()
+    with terminations:
+        code = gang.run()
+        verdict = local_run.describe_verdict(local_run.read_verdicts(nodes))
     elapsed = time.monotonic() - started
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
     elif code == 130:
         say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
     else:
-        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s", style="red")
+        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s" + (f"; {verdict}" if verdict else ""), style="red")
     raise typer.Exit(code)
 
 

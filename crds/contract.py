@@ -509,8 +509,8 @@ class HealthSettings:
     fingerprint_interval: int = 50
     kat_interval: int = 500
     timing_interval: int = 1
-    straggler_threshold: float = 0.1
-    straggler_window: int = 5
+    straggler_threshold: float = 0.12
+    straggler_window: int = 8
     straggler_action: str = "report"
     straggler_stop_share: float = 0.1
     spike_threshold: float = 12.0

@@ -321,7 +321,9 @@ class Trainer:
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
-                    record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s}
+                    record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s, "step_s": step_s}
+                    if self.health.last_times:
+                        record["compute_s"] = self.health.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):

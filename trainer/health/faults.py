@@ -5,10 +5,12 @@ Each fault models a failure the detectors must catch (docs/health.md, "Fault inj
 - bit flip (:data:`~railtrain.crds.contract.ENV_FAULT_BITFLIP`): ``target=param`` flips a bit
   of this rank's parameter bytes at the step (the replicas now disagree); ``target=activation``
   flips a bit of the model's output in that step's first forward only (a transient compute
-  error: re-executing the step gives a different answer). ``mode=persistent`` also marks the
+  error: re-executing the step gives a different answer); the element is the first at or after
+  ``index`` that the flip makes larger (:func:`raising_element`). ``mode=persistent`` also marks the
   device as bad from that step on: every later known-answer test on the rank is corrupted too,
   as a unit that keeps computing wrong would.
-- slow: every forward of the rank takes ``factor`` times its measured time (a straggler).
+- slow: every timed compute section (each block's attention and MLP forward) of the rank takes
+  ``factor`` times its measured time (a straggler).
 - hang: ``compute`` sleeps forever at the end of the step's forward; ``collective`` sleeps
   forever just before the step's first collective after the backward pass.
 - kill: SIGKILL to itself at the end of the step's compute.
@@ -28,6 +30,19 @@ from torch import nn
 
 from railtrain.crds import contract
 from railtrain.trainer.health.fingerprint import flip_bit
+
+
+def raising_element(t: torch.Tensor, start: int, bit: int) -> int:
+    """The first element at or after ``start`` (flattened, wrapping) that is >= 0 and has bit ``bit`` clear,
+    so flipping it raises the value (``start`` itself if none): a flip that lowers a logit is
+    usually harmless, and an injected fault is meant to be seen."""
+    flat = t.detach().reshape(-1)
+    words = flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()])
+    ok = ((flat >= 0) & ((words >> bit) & 1 == 0)).nonzero().reshape(-1)
+    if ok.numel() == 0:
+        return start % flat.numel()
+    after = ok[ok >= start % flat.numel()]
+    return int(after[0] if after.numel() else ok[0])
 
 
 def sleep_forever(what: str, log: Callable[[str], None]) -> None:
@@ -75,13 +90,15 @@ class FaultInjector:
             f = self.faults.bitflip
             flip_bit(result, f.index, f.bit)
 
-    def after_forward(self, output: torch.Tensor, forward_s: float) -> torch.Tensor:
+    def slowdown(self) -> float:
+        """The factor every timed compute section of this step is stretched by (1: none)."""
+        slow = self.faults.slow
+        return slow.factor if self._mine(slow) and self.step >= slow.from_step else 1.0
+
+    def after_forward(self, output: torch.Tensor) -> torch.Tensor:
         """Called with the model's output at the end of each forward; returns the (possibly corrupted) output."""
         self.forwards += 1
         step = self.step
-        slow = self.faults.slow
-        if self._mine(slow) and step >= slow.from_step and slow.factor > 1:
-            time.sleep(forward_s * (slow.factor - 1))
         hang = self.faults.hang
         if self._mine(hang) and step == hang.step and hang.kind == "compute":
             sleep_forever(f"fault: rank {self.rank} hangs in compute at step {step}", self.log)
@@ -89,8 +106,9 @@ class FaultInjector:
         if self._mine(f) and f.target == "activation" and (step == f.step and self.forwards == 1 or f.mode == "persistent" and step >= f.step):
             output = output.clone()
             with torch.no_grad():
-                flip_bit(output, f.index, f.bit)
-            self.log(f"fault: rank {self.rank} flipped bit {f.bit} of output element {f.index} at step {step}")
+                index = raising_element(output, f.index, f.bit)
+                flip_bit(output, index, f.bit)
+            self.log(f"fault: rank {self.rank} flipped bit {f.bit} of output element {index} at step {step}")
         bad = self.faults.bad_batch
         if self._mine(bad) and step == bad.step:
             output = output * float("nan")

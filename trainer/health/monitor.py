@@ -34,6 +34,7 @@ from railtrain.trainer.health.faults import FaultInjector
 from railtrain.trainer.health.fingerprint import known_answer, model_fingerprint
 from railtrain.trainer.health.metrics import HealthMetrics
 from railtrain.trainer.health.watchdog import Progress, Watchdog, open_store
+from railtrain.trainer.model import Attention, FeedForward
 
 
 @dataclass
@@ -57,6 +58,12 @@ class HealthVerdict(Exception):
     def details(self) -> dict[str, Any]:
         """Keyword arguments of :func:`railtrain.crds.contract.write_termination_message`."""
         return {"nodes": self.nodes, "ranks": self.ranks, "step": self.step, "evidence": self.evidence}
+
+
+WARMUP_SAMPLES = 2
+"""Timing samples ignored at the start of a run (allocator and cache warm-up)."""
+STOP_PERSISTENCE = 3
+"""Consecutive timing checks a rank must stay flagged before ``straggler_action=stop`` ends the job."""
 
 
 def process_group_timeout_s(settings: contract.HealthSettings) -> float:
@@ -110,24 +117,64 @@ class HealthMonitor:
         self.forward_s = 0.0
         self._t0 = 0.0
         self._flagged: list[int] = []
+        self._flagged_for = 0  # consecutive timing checks with the same flagged ranks
+        self._timed = 0
+        self.last_times: list[float] = []
+        """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
         self.watchdog: Watchdog | None = None
-        model.register_forward_pre_hook(self._pre_forward)
+        self._events: list[tuple[Any, Any]] = []
+        if not enabled and not faults.any():
+            return  # nothing to time or inject: no hooks at all (the "off" baseline of bench/health.py)
         model.register_forward_hook(self._post_forward)
+        for module in model.modules():
+            if isinstance(module, (Attention, FeedForward)):
+                module.register_forward_pre_hook(self._pre_compute)
+                module.register_forward_hook(self._post_compute)
 
     # -- hooks ------------------------------------------------------------------------------
-    def _pre_forward(self, module: nn.Module, args: Any) -> None:
+    # Compute time is the forward time of every block's attention and MLP: inside an FSDP unit (its
+    # all-gather runs in the unit's pre-forward, outside this window) and free of DDP's buffer
+    # broadcast and gradient all-reduce, so a rank's time is its own, not its wait for others.
+    # Tensor-parallel collectives run inside these modules, so under TP a slow rank slows its TP
+    # peers' figures too and the whole TP group stands out (docs/health.md). On GPU the time is
+    # CUDA-event time; on CPU it is the process's CPU time (time.process_time), not wall time, because
+    # on a shared host the wall clock mostly measures other processes' load (docs/bench-health.md).
+    def _pre_compute(self, module: nn.Module, args: Any) -> None:
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # wall clock around the forward's kernels (events would need no sync)
-        self._t0 = time.perf_counter()
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._events.append((start, None))
+        self._t0 = self._clock()
+
+    def _post_compute(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events[-1] = (self._events[-1][0], end)
+        factor = self.injector.slowdown()
+        if factor > 1:  # a slower device: stretch the section, burning the device (here: CPU) time it would
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            elapsed = self._clock() - self._t0
+            spin_until = self._clock() + elapsed * (factor - 1)
+            while self._clock() < spin_until:
+                pass
+        self.forward_s += self._clock() - self._t0
+
+    def _clock(self) -> float:
+        return time.perf_counter() if self.device.type == "cuda" else time.process_time()
 
     def _post_forward(self, module: nn.Module, args: Any, output: Any) -> Any:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        elapsed = time.perf_counter() - self._t0
-        out = self.injector.after_forward(output, elapsed) if isinstance(output, torch.Tensor) else output
-        self.forward_s += time.perf_counter() - self._t0
+        out = self.injector.after_forward(output) if isinstance(output, torch.Tensor) else output
         self.progress.mark(self.progress.step, "backward")
         return out
+
+    def compute_seconds(self) -> float:
+        """This step's compute seconds so far (CUDA event times on GPU: one synchronisation)."""
+        if self.device.type != "cuda":
+            return self.forward_s
+        torch.cuda.synchronize(self.device)
+        return sum(a.elapsed_time(b) for a, b in self._events if b is not None) / 1000.0
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,14 +214,15 @@ class HealthMonitor:
     def begin_step(self, step: int) -> None:
         """Before the step's compute."""
         self.forward_s = 0.0
+        self._events.clear()
         self.progress.mark(step, "forward")
         self.injector.step = step
         self.injector.begin_step(step, self.model)
 
     def before_collective(self, step: int) -> None:
-        """After forward/backward, before the step's next collective."""
-        self.progress.mark(step, "collective")
+        """After forward/backward, before the step's next collective (marked as entered after the hang fault)."""
         self.injector.before_collective()
+        self.progress.mark(step, "collective")
 
     def check_numeric(self, step: int, loss: float, grad_norm: float, local_loss: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> bool:
         """NaN/Inf and spike check of the step's global loss and gradient norm, before the optimizer step.
@@ -240,6 +288,7 @@ class HealthMonitor:
             HealthVerdict: ``straggler`` (action ``stop``) or ``hardware-suspect``.
         """
         self.step_times.append(step_s)
+        self.last_times = []
         if not self.enabled:
             return
         s = self.settings
@@ -258,7 +307,11 @@ class HealthMonitor:
     def check_timing(self, step: int) -> None:
         """Gather per-rank forward compute seconds and update the straggler scores."""
         self.metrics.checks.labels("timing").inc()
-        times = [row[0] for row in self._gather([self.forward_s], torch.float64)]
+        times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
+        self.last_times = times
+        self._timed += 1
+        if self._timed <= WARMUP_SAMPLES:
+            return  # the first steps time allocator and cache warm-up, not the device
         scores = self.straggler.add(times)
         for r, score in enumerate(scores):
             self.metrics.straggler_score.labels(str(r)).set(score)
@@ -270,10 +323,11 @@ class HealthMonitor:
                 f"health: step {step}: straggler rank(s) {flagged} on node(s) {[self.nodes[r] for r in flagged]} "
                 f"score(s) {[round(scores[r], 3) for r in flagged]} (threshold {self.settings.straggler_threshold})"
             )
+        self._flagged_for = self._flagged_for + 1 if flagged and flagged == self._flagged else int(bool(flagged))
         self._flagged = flagged
         s = self.settings
         costly = [r for r in flagged if self.straggler.throughput_cost(r) >= s.straggler_stop_share]
-        if s.straggler_action == "stop" and costly:
+        if s.straggler_action == "stop" and costly and self._flagged_for >= STOP_PERSISTENCE:
             raise self._verdict(
                 contract.VERDICT_STRAGGLER, contract.REASON_SLOW_RANK, step, costly,
                 f"step {step}: rank(s) {costly} computed {[f'{scores[r]:+.0%}' for r in costly]} slower than the others' median over {s.straggler_window} samples",

@@ -125,9 +125,10 @@ class StragglerDetector:
     Each :meth:`add` takes one sample of per-rank compute times (excluding time spent
     waiting in collectives, which a straggler imposes on everyone else). A rank's score is
     the median of its last ``window`` relative excesses (:func:`relative_excess`); it is
-    flagged while the score exceeds ``threshold``. With the defaults (window 5, threshold
-    0.1) a rank 20% slower than the others is flagged at the third slow sample, while a
-    single jittery sample is not enough.
+    flagged while the score exceeds ``threshold``. With the pod contract's defaults (window 8,
+    threshold 0.12) a rank 20% slower than the others is flagged at the fifth slow sample,
+    while jitter in fewer than half of the window's samples is not enough
+    (docs/bench-health.md has the measured latency and false-positive rate).
 
     Attributes:
         world_size: number of ranks.

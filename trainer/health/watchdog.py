@@ -154,7 +154,9 @@ class Watchdog(threading.Thread):
         ]  # fmt: skip
         if not stalled:
             return None
-        first = min(stalled, key=lambda b: (b.time, b.rank))  # reported wall clocks order who stopped first
+        # A rank waiting in a collective waits for someone else: name a rank that stopped elsewhere
+        # first; among those, reported wall clocks order who stopped first.
+        first = min(stalled, key=lambda b: (b.phase == "collective", b.time, b.rank))
         verdict = {
             "reason": contract.REASON_NO_PROGRESS,
             "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "
