@@ -262,3 +262,53 @@ def _url_of(err: MaxRetryError) -> str:
 
 def _one_line(obj: object) -> str:
     return " ".join(str(obj).split())
+
+
+def clear_quarantine(cluster: Cluster, node: str) -> str | None:
+    """Remove the quarantine taint (``railtrain.dev/quarantined``) from ``node``.
+
+    A merge patch carrying the node's resourceVersion replaces ``spec.taints``,
+    so a concurrent taint change is never overwritten (retried on conflict).
+
+    Returns:
+        The verdict the taint recorded (its value), or None when the node was not quarantined.
+
+    Raises:
+        CliError: the node does not exist, or the patch was refused.
+    """
+    from railtrain.operator.quarantine import TAINT_KEY, taints_without
+
+    core = client.CoreV1Api(cluster.api.api_client)
+    for _ in range(5):
+        try:
+            obj = json.loads(core.read_node(node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)
+        except ApiException as err:
+            if err.status == 404:
+                raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1) from None
+            raise
+        taints = taints_without(obj)
+        if taints is None:
+            return None
+        was = next(t.get("value", "") for t in obj["spec"]["taints"] if t.get("key") == TAINT_KEY)
+        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
+        try:
+            core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
+            return was or "unknown"
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    raise CliError(f"node {node} kept changing while its quarantine taint was being removed; try again", exit_code=1)
+
+
+def quarantined_nodes(cluster: Cluster) -> list[tuple[str, str]]:
+    """``(node, verdict)`` of every node carrying the quarantine taint, sorted by name."""
+    from railtrain.operator.quarantine import TAINT_KEY
+
+    core = client.CoreV1Api(cluster.api.api_client)
+    items = json.loads(core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)["items"]
+    out = []
+    for n in items:
+        for t in (n.get("spec") or {}).get("taints") or []:
+            if t.get("key") == TAINT_KEY:
+                out.append((n["metadata"]["name"], t.get("value", "")))
+    return sorted(out)

@@ -180,37 +180,9 @@ def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
     return contract.fault_env(contract.Faults(**faults))
 
 
-def read_verdicts(nodes: list[LocalNode]) -> list[contract.Verdict | None]:
-    """Each node's termination-message verdict (``None`` where it left none), from its
-    :data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH` file."""
-    out: list[contract.Verdict | None] = []
-    for node in nodes:
-        path = node.env.get(contract.ENV_TERMINATION_MESSAGE_PATH)
-        try:
-            out.append(contract.parse_termination_message(Path(path).read_text()) if path else None)
-        except OSError:
-            out.append(None)
-    return out
-
-
-def describe_verdict(verdicts: list[contract.Verdict | None]) -> str:
-    """One phrase for the summary line: ``verdict hang (NoProgress), suspect rank 3 on node local-1: <message>``; ``""`` if none.
-
-    The gang's verdict is the first node's that left one (every rank writes the same one).
-    """
-    found = next((v for v in verdicts if v is not None), None)
-    if found is None:
-        return ""
-    suspects = ""
-    if found["ranks"] or found["nodes"]:
-        suspects = f", suspect rank(s) {','.join(map(str, found['ranks'])) or '?'} on node(s) {','.join(found['nodes']) or '?'}"
-    step = f" at step {found['step']}" if found["step"] is not None else ""
-    return f"verdict {found['verdict']} ({found['reason']}){suspects}{step}: {found['message']}"
-
-
 def plan_local(
-    job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable,
-    extra_env: dict[str, str] | None = None, termination_dir: Path | None = None,
+    job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0,
+    extra_env: dict[str, str] | None = None,
 ) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
@@ -220,9 +192,8 @@ def plan_local(
         metrics_ports: one metrics port per node rank.
         base_dir: directory a relative ``spec.checkpoint.location`` is resolved against.
         python: the interpreter that replaces ``torchrun``/``python``.
-        extra_env: variables added to every node (the ``--fault-*`` flags' variables); ``spec.env`` wins.
-        termination_dir: if given, each node gets an empty termination-message file there
-            (``node-<rank>``; the kubelet's part), read back by :func:`read_verdicts`.
+        restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``).
+        extra_env: variables added to every node under ``spec.env`` (the ``--fault-*`` flags' variables).
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -235,10 +206,10 @@ def plan_local(
         raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
     name = job.metadata.name
     nodes = []
-    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID):
+    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
         container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
-        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, rdzv_addr=LOCAL_ADDR)
+        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR)
         pod_env = dataclasses.replace(
             pod_env,
             rdzv_port=rdzv_port,
@@ -247,12 +218,7 @@ def plan_local(
             node_name=local_node_name(rank),
             **local_tier_dirs(pod_env, name, rank),
         )
-        env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}
-        env = {**(extra_env or {}), **env}
-        if termination_dir is not None:
-            term = termination_dir / f"node-{rank}"
-            term.write_text("")
-            env[contract.ENV_TERMINATION_MESSAGE_PATH] = str(term)
+        env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
         argv = local_argv(container.get("command", []), container.get("args", []), python)
         nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
     return nodes

@@ -95,6 +95,8 @@ app = typer.Typer(
 )
 dev_app = typer.Typer(help="A local control plane (etcd, kube-apiserver, scheduler, kwok nodes) for trying railtrain.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
+node_app = typer.Typer(help="Nodes the operator quarantined (taint railtrain.dev/quarantined): list them, clear one.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
 
 KubeconfigOption = Annotated[
     Optional[str],
@@ -118,13 +120,18 @@ def _root(
 
 
 @app.command()
-def validate(file: ManifestArgument) -> None:
+def validate(
+    file: ManifestArgument,
+    old: Annotated[Optional[Path], typer.Option("--old", help="The stored object (e.g. 'kubectl get tj NAME -o yaml'): check FILE as an update of it, as the API server will (fields that define the gang change only while the job is suspended).", show_default=False)] = None,
+) -> None:
     """Check a TrainingJob manifest the way the API server will, without a cluster.
 
     Prints the gang shape when valid; raises ManifestError (one sentence per
     problem, exit status 1) when not.
     """
-    job = load_manifest(file)
+    from railtrain.crds.validation import check_update, read_manifest_data
+
+    job = load_manifest(file) if old is None else check_update(read_manifest_data(old), read_manifest_data(file), str(file))
     spec = job.spec
     typer.echo(f"{file}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
 
@@ -144,9 +151,12 @@ def run(
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
 
-    Exits 0 when every node succeeds, with the first failing node's status
-    otherwise (the other nodes are stopped), 130 after Ctrl-C. A failed run's
-    summary line carries the trainer's verdict and its suspect rank and node.
+    Exits 0 when every node succeeds, 130 after Ctrl-C. When a node fails, the
+    other nodes are stopped and spec.runPolicy decides, as on a cluster: the
+    whole gang restarts (resuming from its checkpoints) or the run ends with
+    the failing node's status (docs/operator.md, "Recovery"). The ``--fault-*``
+    flags inject faults into the first gang (docs/health.md); a failed run's
+    summary line carries the gang's verdict and its suspect rank and node.
     """
     from railtrain.cli import local as local_run
 
@@ -160,24 +170,31 @@ def run(
     job = load_manifest(file)
     spec = job.spec
     ports = local_run.free_ports(spec.nodes + 1)
-    terminations = tempfile.TemporaryDirectory(prefix="railtrain-termination-")
-    nodes = local_run.plan_local(
-        job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults, termination_dir=Path(terminations.name)
-    )
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults)
     say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     started = time.monotonic()
-    gang = local_run.LocalGang(nodes, workdir=workdir, verbose=verbose, grace=grace, notify=lambda s: say(s, style="yellow"))
-    with terminations:
-        code = gang.run()
-        verdict = local_run.describe_verdict(local_run.read_verdicts(nodes))
+    from railtrain.cli.local_recovery import RecoveringRun
+
+    def plan(restarts: int) -> list[Any]:
+        if not restarts:
+            return nodes
+        fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts)
+
+    notify = lambda s: say(s, style="yellow")  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
+        runner = RecoveringRun(job, plan, lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify), Path(messages), notify)
+        code = runner.run()
     elapsed = time.monotonic() - started
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
     elif code == 130:
         say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
     else:
-        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s" + (f"; {verdict}" if verdict else ""), style="red")
+        last = runner.history[-1] if runner.history else None
+        verdict = f"; verdict {last.verdict}: {last.detail}" if last else ""
+        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
     raise typer.Exit(code)
 
 
@@ -260,6 +277,33 @@ def get(
         say("no trainingjobs in " + ("any namespace" if all_namespaces else f"namespace {ns}"))
     else:
         out.print(views.jobs_table(items, now, all_namespaces=all_namespaces))
+
+
+@node_app.command("clear")
+def node_clear(
+    node: Annotated[str, typer.Argument(help="The node's name.", show_default=False)],
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Return a quarantined node to service: remove its railtrain.dev/quarantined taint (an administrator's decision)."""
+    from railtrain.cli import k8s
+
+    was = k8s.clear_quarantine(k8s.connect(kubeconfig), node)
+    if was is None:
+        say(f"node {node} is not quarantined; nothing to clear")
+        return
+    typer.echo(f"node/{node} cleared (was quarantined for a {was} verdict)")
+
+
+@node_app.command("list")
+def node_list(kubeconfig: KubeconfigOption = None) -> None:
+    """List the quarantined nodes and the verdict that quarantined each."""
+    from railtrain.cli import k8s
+
+    nodes = k8s.quarantined_nodes(k8s.connect(kubeconfig))
+    if not nodes:
+        say("no node is quarantined")
+    for name, verdict in nodes:
+        typer.echo(f"{name}\t{verdict}")
 
 
 @dev_app.command("up")

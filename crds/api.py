@@ -18,27 +18,16 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
+from railtrain.crds.base import Model as _Model
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.podtemplate import PodTemplate, template_problems
 
 DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_NAME_LENGTH = 52
 """Job names leave room for ``-<rank>`` pod suffixes inside the 63-character DNS label limit."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-    )
-
-    def to_api(self) -> dict[str, Any]:
-        """Return the camelCase JSON form the API server stores, without unset optionals."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 @dataclass(frozen=True)
@@ -73,6 +62,7 @@ class Resources(_Model):
     gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
     cpu: str | None = Field(None, description="CPU request and limit per pod as a Kubernetes quantity, e.g. \"16\" or \"500m\".")
     memory: str | None = Field(None, description="Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+    shm: str | None = Field(None, description="Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
 
 
 class Parallelism(_Model):
@@ -165,19 +155,24 @@ class RunPolicy(_Model):
     """Lifecycle limits of the job (mirrors batch/v1 Job semantics)."""
 
     backoff_limit: int = Field(3, ge=0, description="Gang restarts allowed after retryable failures before the job is Failed.")
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds after startTime after which the job is Failed with reason DeadlineExceeded.")
+    active_deadline_seconds: int | None = Field(None, ge=1, description="Seconds the job may run, counted from status.startTime (when the gang was first fully Running), after which it is Failed with reason DeadlineExceeded. As for batch/v1 Job, suspending stops the timer and resuming restarts it.")
     suspend: bool = Field(False, description="When true, no pods exist; setting it back to false admits the job again.")
     gang_timeout_seconds: int = Field(
         300,
         ge=1,
         description="Seconds after the gang is released to its nodes within which every rank must be Running; otherwise every pod is deleted, the nodes are freed and the job is re-queued with exponential backoff.",
     )
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="What a failed gang's verdict leads to (fail, restart, restart without spending backoffLimit, quarantine or avoid the named nodes); see docs/operator.md for the defaults.")
+    clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.RUNNING, description="Pods of a finished job (Succeeded or Failed): Running deletes the pods still running and keeps the finished ones, with their logs and termination messages, for inspection; All deletes every pod. No pod of a finished job keeps running either way.")
+    node_lost_grace_seconds: int = Field(30, ge=0, le=3600, description="Seconds a node under the gang may be NotReady before it counts as lost: then the whole gang restarts on other nodes (reason NodeLost) and the job's pods on that node are force-deleted. A deleted Node is lost at once.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
 
 
 class Elastic(_Model):
     """Elastic admission: the gang may start with fewer nodes than spec.nodes (the maximum)."""
 
     min_nodes: int = Field(ge=1, le=4096, description="Fewest nodes the job may be admitted with; the operator admits the largest count between minNodes and nodes that fits now.")
+    grow_interval_seconds: int = Field(300, ge=0, le=86400, description="Least time between the start of a gang smaller than nodes and a restart that grows it back when capacity returns (each grow restarts the whole gang).")
 
 
 SPEC_RULES: tuple[Rule, ...] = (
@@ -200,7 +195,7 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".procsPerNode",
     ),
     Rule(
-        cel="self.topology.policy != 'required' || has(self.topology.level)",
+        cel="self.topology.policy != 'required' || (has(self.topology.level) && self.topology.level != '')",
         check=lambda s: s.topology.policy != TopologyPolicy.REQUIRED.value or bool(s.topology.level),
         message="spec.topology.level is required when spec.topology.policy is required (the level the whole gang must stay inside)",
         field_path=".topology.level",
@@ -218,12 +213,22 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".elastic.minNodes",
     ),
     Rule(
+        cel="!has(self.runPolicy) || !has(self.runPolicy.failurePolicy) || !has(self.runPolicy.failurePolicy.rules) || self.runPolicy.failurePolicy.rules.all(r, self.runPolicy.failurePolicy.rules.exists_one(o, o.verdict == r.verdict))",
+        check=lambda s: unique_verdicts(s.run_policy.failure_policy),
+        message="spec.runPolicy.failurePolicy.rules may hold at most one rule per verdict",
+        field_path=".runPolicy.failurePolicy.rules",
+    ),
+    Rule(
         cel="!has(self.checkpoint.volumeClaim) || self.checkpoint.location.startsWith('/')",
         check=lambda s: s.checkpoint.volume_claim is None or s.checkpoint.location.startswith("/"),
         message="spec.checkpoint.location must be an absolute path when spec.checkpoint.volumeClaim is set (the claim is mounted there)",
         field_path=".checkpoint.location",
     ),
 )
+
+
+LIST_MAP_KEYS: dict[str, str] = {"env": "name"}
+"""Spec lists that are maps keyed by one field (``x-kubernetes-list-type: map``): the key must be unique."""
 
 
 class TrainingJobSpec(_Model):
@@ -242,10 +247,21 @@ class TrainingJobSpec(_Model):
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
+    template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        # env is a list-map keyed by name in the CRD (LIST_MAP_KEYS): the server refuses duplicates.
+        names = [e.name for e in env]
+        dup = next((i for i, n in enumerate(names) if n in names[:i]), None)
+        if dup is not None:
+            raise ValueError(f"spec.env[{dup}]: duplicate name {names[dup]} (each environment variable may appear once)")
+        return env
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.message for r in SPEC_RULES if not r.check(self)]
+        failed = [r.message for r in SPEC_RULES if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self
@@ -339,8 +355,14 @@ class TrainingJobStatus(_Model):
     admitted_nodes: int | None = Field(None, ge=1, description="Gang size the current gang was admitted with (below spec.nodes only for elastic jobs).")
     requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
     requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
-    restarts: int = Field(0, ge=0, description="Times the gang was restarted.")
-    start_time: datetime | None = Field(None, description="When every pod of the gang first ran.")
+    restarts: int = Field(0, ge=0, description="Times the gang was restarted, for any cause (the restart count pods carry).")
+    job_restarts: int = Field(0, ge=0, description="Restarts caused by the job (retryable and hang verdicts, a failed rank without verdict); only these spend runPolicy.backoffLimit.")
+    infrastructure_restarts: int = Field(0, ge=0, description="Restarts caused by the infrastructure (node lost, node quarantined or avoided, a rank's pod deleted, evicted or preempted); they do not spend backoffLimit.")
+    quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
+    suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
+    avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
+    start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
+    last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 

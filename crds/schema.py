@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from railtrain.crds import contract
-from railtrain.crds.api import DNS_1035, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
+from railtrain.crds import contract, corev1, mutability
+from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RULES, TrainingJobSpec, TrainingJobStatus
+from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
 HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "crds" / "trainingjob.yaml"
@@ -34,6 +35,9 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         return [_resolve(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
+    if CORE_V1 in node:  # a pod field: the Kubernetes release's own schema (railtrain.crds.corev1)
+        out = corev1.property_schema(node[CORE_V1])
+        return {**out, "description": node["description"]} if "description" in node else out
     if "$ref" in node:
         target = defs[node["$ref"].split("/")[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
@@ -90,6 +94,27 @@ def structural_schema(model: type) -> dict[str, Any]:
     return _resolve(raw, defs)
 
 
+def _integers_only(node: Any, path: str) -> None:
+    """Add ``type(self) == int`` to every integer field under ``node``.
+
+    kube-apiserver's schema check accepts a number with an integral value
+    (``2.0``) for ``type: integer``, but a CEL rule reading it then fails with
+    "expected int, got float64": whether ``2.0`` passes would depend on which
+    rules read the field. This rule makes every integer field refuse it, so the
+    server and ``railtrain validate`` (pydantic strict mode) agree.
+    """
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        node.setdefault("x-kubernetes-validations", []).append(
+            {"rule": "type(self) == int", "message": f"{path} must be an integer", "reason": "FieldValueInvalid"}
+        )
+    for name, child in (node.get("properties") or {}).items():
+        _integers_only(child, f"{path}.{name}")
+    if "items" in node:
+        _integers_only(node["items"], f"{path}[*]")
+
+
 def _list_map(schema: dict[str, Any], key: str) -> None:
     schema["x-kubernetes-list-type"] = "map"
     schema["x-kubernetes-list-map-keys"] = [key]
@@ -101,14 +126,16 @@ def crd() -> dict[str, Any]:
     Returns:
         The CRD as a dict: structural schema with descriptions, CEL rules from
         :data:`railtrain.crds.api.SPEC_RULES`, the status subresource and
-        printer columns (Phase, Nodes, Restarts, Age).
+        printer columns (Phase, Nodes, Restarts (job), Infra-Restarts, Age).
     """
     spec = structural_schema(TrainingJobSpec)
     spec["x-kubernetes-validations"] = [
-        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in SPEC_RULES
+        {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in (*SPEC_RULES, *TEMPLATE_RULES)
     ]
     spec["required"] = sorted(set(spec.get("required", [])) | {"image"})
-    _list_map(spec["properties"]["env"], "name")
+    _integers_only(spec, "spec")
+    for name, key in LIST_MAP_KEYS.items():
+        _list_map(spec["properties"][name], key)
     # Default nested objects to {} so the server fills their own defaults and
     # CEL rules can read e.g. self.resources.gpus when the user omitted it.
     for name in ("resources", "topology", "checkpoint", "runPolicy"):
@@ -130,6 +157,7 @@ def crd() -> dict[str, Any]:
             "status": status,
         },
         "x-kubernetes-validations": [
+            *mutability.cel_rules(),
             {
                 "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{DNS_1035}')",
                 "message": f"metadata.name must be a DNS-1035 label (lower-case letters, digits, '-', starting with a letter) of at most {MAX_NAME_LENGTH} characters",
@@ -162,7 +190,8 @@ def crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
                         {"name": "Procs", "type": "integer", "jsonPath": ".spec.procsPerNode", "priority": 1},
-                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.jobRestarts"},
+                        {"name": "Infra-Restarts", "type": "integer", "jsonPath": ".status.infrastructureRestarts"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {"openAPIV3Schema": root},

@@ -7,6 +7,9 @@ conventions ask (all errors at once, not the first one).
 
 from __future__ import annotations
 
+import datetime
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,29 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out or "(root)"
 
 
+_TYPE_NAMES = {
+    "int_type": "an integer", "int_from_float": "an integer", "bool_type": "true or false", "string_type": "a string",
+    "list_type": "a list", "model_type": "an object (a mapping)", "dict_type": "an object (a mapping)",
+    "model_attributes_type": "an object (a mapping)",
+}
+"""pydantic strict-mode type errors and the JSON type the CRD asks for."""
+
+
+def _json_kind(value: Any) -> str:
+    """How a JSON value reads in an error: ``the string "5"``, ``true``, ``the number 2.0``, ``a list``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__
+
+
 def format_validation_error(err: ValidationError) -> list[str]:
     """Turn a pydantic ValidationError on :class:`TrainingJob` into sentences.
 
@@ -55,6 +81,9 @@ def format_validation_error(err: ValidationError) -> list[str]:
         if kind == "extra_forbidden":
             out.append(f"{_path(loc)}: unknown field")
             continue
+        if kind in _TYPE_NAMES:
+            out.append(f"{_path(loc)}: must be {_TYPE_NAMES[kind]}, not {_json_kind(e.get('input'))}")
+            continue
         if kind == "missing":
             out.append(f"{_path(loc)}: required field is missing")
             continue
@@ -70,8 +99,109 @@ def format_validation_error(err: ValidationError) -> list[str]:
     return out
 
 
+def prune_nulls(value: Any, schema: dict[str, Any] | None = None) -> Any:
+    """Drop the null values of known fields, at any depth, as kube-apiserver does.
+
+    A structural schema's fields are not ``nullable``, and the API server
+    prunes a null value of such a field before defaulting, so ``gpus: ~``
+    means "unset" (Kubernetes CRD documentation, "Defaulting and Nullable").
+    An unknown field is refused by strict field validation before that, null
+    or not, so it is kept (and refused as unknown). Nulls inside lists are kept
+    (the server refuses them as the wrong type).
+
+    Args:
+        value: the manifest (or a part of it).
+        schema: the CRD's structural schema of ``value``; default: the whole
+            TrainingJob's (:func:`railtrain.crds.schema.crd`).
+    """
+    if schema is None:
+        schema = _root_schema()
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        return {k: prune_nulls(v, props.get(k, {})) for k, v in value.items() if not (v is None and k in props)}
+    if isinstance(value, list):
+        return [prune_nulls(v, schema.get("items") or {}) for v in value]
+    return value
+
+
+def apply_defaults(value: Any, schema: dict[str, Any] | None = None) -> Any:
+    """Fill the structural schema's defaults into absent fields, at any depth, as kube-apiserver's defaulting does.
+
+    Args:
+        value: a manifest or a part of it (already :func:`prune_nulls`-ed).
+        schema: its structural schema; default: the whole TrainingJob's.
+
+    Returns:
+        A new value; a default that is itself an object gets its own fields' defaults.
+    """
+    if schema is None:
+        schema = _root_schema()
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        out = {k: apply_defaults(v, props.get(k, {})) for k, v in value.items()}
+        for name, sub in props.items():
+            if name not in out and "default" in sub:
+                out[name] = apply_defaults(json.loads(json.dumps(sub["default"])), sub)
+        return out
+    if isinstance(value, list):
+        return [apply_defaults(v, schema.get("items") or {}) for v in value]
+    return value
+
+
+def server_view(data: dict[str, Any]) -> dict[str, Any]:
+    """A manifest as kube-apiserver stores it: nulls of known fields pruned, then defaults applied."""
+    return apply_defaults(prune_nulls(data))
+
+
+def check_update(old: Any, new: Any, source: str = "manifest") -> TrainingJob:
+    """Validate ``new`` as an update of the stored object ``old``, the way kube-apiserver does.
+
+    Args:
+        old: the object as stored (e.g. ``kubectl get tj NAME -o yaml``), with its status.
+        new: the updated manifest.
+
+    Returns:
+        The parsed ``new`` job.
+
+    Raises:
+        ManifestError: ``new`` is invalid on its own, ``old`` is not a
+            TrainingJob, the names differ, or a gang-defining field changed
+            while that is not allowed (:mod:`railtrain.crds.mutability`).
+    """
+    from railtrain.crds import mutability
+
+    job = parse_manifest(new, source)
+    if not isinstance(old, dict):
+        raise ManifestError(["--old: the old object must be a TrainingJob mapping"], source)
+    try:
+        TrainingJob.model_validate_json(json.dumps(prune_nulls({k: v for k, v in old.items() if k != "status"}), default=_yaml_scalar))
+    except ValidationError as err:
+        raise ManifestError([f"--old: {e}" for e in format_validation_error(err)], source) from None
+    old_name = (old.get("metadata") or {}).get("name")
+    if old_name != job.metadata.name:
+        raise ManifestError([f"metadata.name: the old object is {old_name}; an update keeps the name"], source)
+    errors = mutability.update_errors(server_view(old), server_view(new))
+    if errors:
+        raise ManifestError(errors, source)
+    return job
+
+
+@functools.cache
+def _root_schema() -> dict[str, Any]:
+    from railtrain.crds.schema import crd
+
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
 def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
-    """Validate one already-parsed manifest object.
+    """Validate one already-parsed manifest object the way kube-apiserver validates it.
+
+    The manifest is sent through JSON, as ``kubectl`` and ``railtrain submit``
+    send it, and validated in pydantic's strict mode, which has the CRD's
+    type rules: an integer field takes only a JSON integer (not ``true`` or
+    ``"5"``), a boolean only ``true``/``false``, a string only a string.
+    Nulls and integral numbers are first read as the server reads them
+    (:func:`decode_like_the_server`).
 
     Raises:
         ManifestError: it is not a mapping or does not match the API.
@@ -79,9 +209,20 @@ def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
     if not isinstance(data, dict):
         raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], source)
     try:
-        return TrainingJob.model_validate(data)
+        text = json.dumps(prune_nulls(data), default=_yaml_scalar)
+    except (TypeError, ValueError) as err:
+        raise ManifestError([f"(root): not representable as JSON: {err}"], source) from None
+    try:
+        return TrainingJob.model_validate_json(text, strict=True)
     except ValidationError as err:
         raise ManifestError(format_validation_error(err), source) from None
+
+
+def _yaml_scalar(value: Any) -> str:
+    """YAML timestamps (``2026-01-01``) become strings, as kubectl's YAML-to-JSON conversion makes them."""
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 def load_manifest(path: str | Path) -> TrainingJob:
@@ -90,6 +231,16 @@ def load_manifest(path: str | Path) -> TrainingJob:
     Raises:
         ManifestError: the file is missing, is not YAML, holds more or fewer
             than one document, or does not match the API.
+    """
+    return parse_manifest(read_manifest_data(path), str(path))
+
+
+def read_manifest_data(path: str | Path) -> Any:
+    """Read the one YAML document of a manifest file, unvalidated.
+
+    Raises:
+        ManifestError: the file is missing, is not YAML, or holds more or
+            fewer than one document.
     """
     p = Path(path)
     try:
@@ -106,4 +257,4 @@ def load_manifest(path: str | Path) -> TrainingJob:
         raise ManifestError([f"not valid YAML{where}"], str(p)) from None
     if len(docs) != 1:
         raise ManifestError([f"expected exactly one TrainingJob document, found {len(docs)}"], str(p))
-    return parse_manifest(docs[0], str(p))
+    return docs[0]

@@ -28,6 +28,10 @@ from railtrain.operator.cluster import ClusterSnapshot
 from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
 
 
+AVOIDED = "avoided by this job (named by one of its verdicts)"
+"""Why a node in a request's ``avoid`` set is not a candidate for that job."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """The pass's answer for one job: ``result`` is a :class:`Placement` or a :class:`Refusal`."""
@@ -58,12 +62,12 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot) -> list[
     ahead: list[GangRequest] = []
     out: list[Decision] = []
     for request in sorted(requests, key=queue_key):
-        result = place_gang(request, free)
+        result = place_gang(request, free.excluding(request.avoid, AVOIDED))
         if isinstance(result, Placement):
             new = [node for rank, node in enumerate(result.nodes) if rank not in request.fixed]
-            free = free.reserve(new, request.gpus_per_node)
+            free = free.reserve(new, request.gpus_per_node, request.needs.requests)
             ahead.append(request)
-        elif ahead and isinstance(place_gang(request, cluster), Placement):
+        elif ahead and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
             names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
             result = Refusal(
                 "WaitingForEarlierJobs",

@@ -25,6 +25,8 @@ from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 QUARANTINE_LABEL = "railtrain.dev/quarantined"
 """Nodes carrying this label (any value but "false") are never chosen."""
+QUARANTINE_TAINT = "railtrain.dev/quarantined"
+"""Nodes carrying this taint (set by the operator on a verdict, :mod:`railtrain.operator.quarantine`) are never chosen."""
 RAILS_LABEL = "railtrain.dev/rails"
 """Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
@@ -69,6 +71,14 @@ class NodeInfo:
             (same order as :attr:`ClusterSnapshot.levels`), None where the node
             lacks the label.
         rails: rails of the node (label :data:`RAILS_LABEL`, else ``gpus``).
+        taints: the node's NoSchedule/NoExecute taints (a gang's tolerations are
+            matched against them by :func:`railtrain.operator.nodefit.restrict`).
+        allocatable: every resource's allocatable amount (cores, bytes, counts).
+        free: ``allocatable`` minus the requests of bound or pinned, non-terminal pods.
+        blocked: why no pod may land here whatever it tolerates (cordoned,
+            quarantined, NotReady), "" otherwise.
+        short: set by :func:`~railtrain.operator.nodefit.restrict`: which of a
+            gang's requests the node lacks free right now ("" when they fit).
     """
 
     name: str
@@ -79,6 +89,11 @@ class NodeInfo:
     why_ineligible: str = ""
     domains: tuple[str | None, ...] = ()
     rails: int = 0
+    taints: tuple[Mapping[str, Any], ...] = ()
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+    free: Mapping[str, float] = field(default_factory=dict)
+    blocked: str = ""
+    short: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,14 +112,27 @@ class ClusterSnapshot:
         """Eligible nodes, sorted by name for determinism."""
         return sorted((n for n in self.nodes.values() if n.eligible), key=lambda n: n.name)
 
-    def reserve(self, nodes: Iterable[str], gpus_per_node: int) -> "ClusterSnapshot":
-        """A copy with ``gpus_per_node`` fewer free GPUs on each of ``nodes`` (a gang promised there).
+    def excluding(self, names: Iterable[str], why: str) -> "ClusterSnapshot":
+        """A copy in which the eligible nodes among ``names`` are ineligible for reason ``why`` (unknown names are ignored).
+
+        The reason is also the node's ``blocked`` reason, so a gang's own view
+        (:func:`railtrain.operator.nodefit.restrict`) keeps it out whatever the gang tolerates.
+        """
+        hit = {n: replace(self.nodes[n], eligible=False, why_ineligible=why, blocked=why) for n in names if n in self.nodes and self.nodes[n].eligible}
+        return ClusterSnapshot({**self.nodes, **hit}, self.levels) if hit else self
+
+    def reserve(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
+        """A copy with ``gpus_per_node`` fewer free GPUs, and ``requests`` less of each other resource, on each of ``nodes``.
 
         Used by the admission pass to hand capacity promised to one job to no
         other job of the same pass. Unknown node names are ignored.
         """
         taken = {name: self.nodes[name] for name in nodes if name in self.nodes}
-        updated = {name: replace(n, free_gpus=max(0, n.free_gpus - gpus_per_node)) for name, n in taken.items()}
+        extra = dict(requests or {})
+        updated = {
+            name: replace(n, free_gpus=max(0, n.free_gpus - gpus_per_node), free={**n.free, **{k: n.free.get(k, 0.0) - v for k, v in extra.items()}})
+            for name, n in taken.items()
+        }
         return ClusterSnapshot({**self.nodes, **updated}, self.levels)
 
 
@@ -123,16 +151,24 @@ def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
         return "cordoned"
     if labels.get(QUARANTINE_LABEL, "false") != "false":
         return "quarantined"
+    quarantine = next((t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT), None)
+    if quarantine is not None:
+        return f"quarantined ({quarantine.get('value') or 'by an administrator'})"
     for taint in spec.get("taints", []) or []:
         if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
             continue
         if taint.get("effect") in ("NoSchedule", "NoExecute"):
-            return f"taint {taint.get('key')}"
+            return untolerated(taint)
     conditions = (node.get("status", {}) or {}).get("conditions", []) or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "True":
         return "NotReady"
     return ""
+
+
+def untolerated(taint: Mapping[str, Any]) -> str:
+    """The ineligibility reason of a node whose ``taint`` a gang does not tolerate."""
+    return f"with the untolerated taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
 
 
 def pod_node(pod: Mapping[str, Any]) -> str | None:
@@ -141,15 +177,54 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
     return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
 
 
+def _container_requests(container: Mapping[str, Any]) -> dict[str, float]:
+    res = container.get("resources", {}) or {}
+    # A limit without a request defaults the request to the limit (core/v1 defaulting).
+    amounts = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return {k: parse_quantity(v) for k, v in amounts.items()}
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+    """A pod's effective request of every resource, as kube-scheduler computes it.
+
+    The larger of (the sum over containers plus restartable "sidecar" init
+    containers) and (each regular init container plus the sidecars started
+    before it); ``spec.overhead`` is added. Requests fall back to limits.
+    """
+    spec = pod.get("spec", {}) or {}
+    total: dict[str, float] = {}
+    for c in spec.get("containers", []) or []:
+        for k, v in _container_requests(c).items():
+            total[k] = total.get(k, 0.0) + v
+    sidecars: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for c in spec.get("initContainers", []) or []:
+        amounts = _container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            for k, v in amounts.items():
+                sidecars[k] = sidecars.get(k, 0.0) + v
+                total[k] = total.get(k, 0.0) + v
+        else:
+            for k, v in amounts.items():
+                peak[k] = max(peak.get(k, 0.0), v + sidecars.get(k, 0.0))
+    out = {k: max(total.get(k, 0.0), peak.get(k, 0.0)) for k in {*total, *peak}}
+    for k, v in (spec.get("overhead") or {}).items():
+        out[k] = out.get(k, 0.0) + parse_quantity(v)
+    return out
+
+
 def pod_request(pod: Mapping[str, Any], resource: str) -> float:
-    """Sum of a pod's container requests (falling back to limits) of ``resource``."""
-    total = 0.0
-    for c in (pod.get("spec", {}) or {}).get("containers", []) or []:
-        res = c.get("resources", {}) or {}
-        amount = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
-        if amount is not None:
-            total += parse_quantity(amount)
-    return total
+    """A pod's effective request of ``resource`` (:func:`pod_requests`), 0 when it names none."""
+    return pod_requests(pod).get(resource, 0.0)
+
+
+def format_quantity(resource: str, amount: float) -> str:
+    """``amount`` of ``resource`` for a message: binary units for memory and storage, plain numbers else."""
+    if resource == "memory" or resource.endswith("storage") or resource.startswith("hugepages-"):
+        for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if amount >= mult:
+                return f"{amount / mult:g}{suffix}"
+    return f"{amount:g}"
 
 
 def _rails(labels: Mapping[str, str], gpus: int) -> int:
@@ -178,29 +253,39 @@ def snapshot(
         The snapshot. Pods in phase Succeeded/Failed hold nothing; a pod being
         deleted still holds its GPUs until its phase says it is terminal.
     """
-    used: dict[str, float] = {}
+    used: dict[str, dict[str, float]] = {}
     for pod in pods:
         if (pod.get("status", {}) or {}).get("phase") in _TERMINAL:
             continue
         node = pod_node(pod)
         if node:
-            used[node] = used.get(node, 0.0) + pod_request(pod, gpu_resource)
+            held = used.setdefault(node, {})
+            for k, v in pod_requests(pod).items():
+                held[k] = held.get(k, 0.0) + v
     out = {}
     for node in nodes:
         meta = node.get("metadata", {}) or {}
         name = meta["name"]
-        alloc = (node.get("status", {}) or {}).get("allocatable", {}) or {}
-        gpus = int(parse_quantity(alloc.get(gpu_resource, 0)))
+        alloc = {k: parse_quantity(v) for k, v in ((node.get("status", {}) or {}).get("allocatable", {}) or {}).items()}
+        gpus = int(alloc.get(gpu_resource, 0))
+        held = used.get(name, {})
         why = _node_ineligibility(node, gpu_resource)
+        spec = node.get("spec", {}) or {}
+        taints = tuple(t for t in spec.get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute"))
         labels = dict(meta.get("labels", {}) or {})
         out[name] = NodeInfo(
             name=name,
             labels=labels,
             gpus=gpus,
-            free_gpus=max(0, gpus - int(used.get(name, 0))),
+            free_gpus=max(0, gpus - int(held.get(gpu_resource, 0))),
             eligible=not why,
             why_ineligible=why,
             domains=tuple(level_value(labels, level) for level in levels),
             rails=_rails(labels, gpus),
+            taints=taints,
+            allocatable=alloc,
+            free={k: v - held.get(k, 0.0) for k, v in alloc.items()},
+            # Taints are matched per gang (nodefit.restrict); the quarantine taint blocks every gang.
+            blocked=_node_ineligibility({**node, "spec": {**spec, "taints": [t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT]}}),
         )
     return ClusterSnapshot(out, tuple(levels))

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from railtrain.crds import contract
-from railtrain.operator import admission, reconcile
+from railtrain.operator import admission, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube
 from railtrain.operator.placement import GangRequest, Placement, Refusal
@@ -88,8 +88,10 @@ def reconcile_job(
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
-        pods = kube.list_job_pods(namespace, name)
-        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now))
+        pods = _snapshot_pods(kube, job)
+        nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
+        grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
+        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
@@ -140,6 +142,7 @@ def admission_pass(
         if not waiting:
             return []
         nodes, active = kube.list_nodes(), kube.list_active_pods()
+        metrics.observe_nodes(nodes)
         decisions: list[admission.Decision] = []
         for resource, group in sorted(requests.items()):
             snap = cluster_model.snapshot(nodes, active, resource, levels)
@@ -159,25 +162,85 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
-        pods = kube.list_job_pods(namespace, name)
+        pods = _snapshot_pods(kube, job)
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
-        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now, result)
+        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
         _apply(kube, job, p)
         for type_, reason, message in p.events:
             log.info("%s/%s %s: %s", namespace, name, reason, message)
 
 
+def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The job's labelled pods, plus any pod holding a rank's name that the label list lacks (read by name)."""
+    meta = job["metadata"]
+    pods = kube.list_job_pods(meta["namespace"], meta["name"])
+    for name in reconcile.missing_names(job, pods):
+        pod = kube.get_pod(meta["namespace"], name)
+        if pod is not None:
+            pods.append(pod)
+    return pods
+
+
+def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
+    """``(namespace, job name)`` of every TrainingJob with a pod bound to ``node``, sorted."""
+    return sorted({(p["metadata"]["namespace"], (p["metadata"].get("labels") or {})[contract.LABEL_JOB_NAME]) for p in kube.list_railtrain_pods(node)})
+
+
+def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Whether this pass must see the Nodes: some pod is bound to one (node loss), or the job may grow."""
+    return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods)
+
+
+def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, attempts: int = 5) -> bool:
+    """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
+
+    Read-modify-write with the node's resourceVersion, retried on conflict.
+
+    Returns:
+        True when this call added the taint; False when the node is gone, already quarantined, or kept changing.
+    """
+    meta = job["metadata"]
+    for _ in range(attempts):
+        node = kube.get_node(node_name)
+        if node is None:
+            return False
+        taints = quarantine.taints_with(node, verdict)
+        if taints is None:
+            return False
+        if kube.set_node_taints(node, taints):
+            kube.emit_event(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
+                "Warning", quarantine.REASON_QUARANTINED,
+                f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
+            )
+            metrics.QUARANTINES.labels(verdict).inc()
+            return True
+    log.warning("node %s: could not add the quarantine taint after %d attempts (concurrent changes)", node_name, attempts)
+    return False
+
+
 def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     namespace = job["metadata"]["namespace"]
+    for name in p.force_delete_pods:
+        kube.force_delete_pod(namespace, name)
+    for node, verdict, evidence in p.quarantine:
+        quarantine_node(kube, job, node, verdict, evidence)
+    if p.quarantine:
+        metrics.observe_nodes(kube.list_nodes())
     if p.create_service is not None:
         kube.create(p.create_service)
     for pod in p.create_pods:
         kube.create(pod)
     for name in p.delete_pods:
-        kube.delete_pod(namespace, name)
+        kube.delete_pod(namespace, name, p.uids.get(name))
     for name in p.ungate:
         kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name))
+    if p.delete_job:
+        if kube.delete_job(namespace, job["metadata"]["name"], job["metadata"].get("uid", "")):
+            for type_, reason, message in p.events:
+                kube.emit_event(job, type_, reason, message)
+        return
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob, TrainingJobSpec
 from railtrain.operator import conditions as cond
+from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
+from railtrain.operator.nodefit import pod_needs
 from railtrain.operator.placement import GangRequest
 
 REQUEUE_BASE_SECONDS = 10
@@ -60,6 +62,40 @@ def phase(pod: dict[str, Any]) -> str:
 def is_gated(pod: dict[str, Any]) -> bool:
     """Whether the pod still carries railtrain's gang scheduling gate."""
     return any(g.get("name") == contract.SCHEDULING_GATE for g in (pod["spec"].get("schedulingGates") or []))
+
+
+def controller_uid(pod: dict[str, Any]) -> str | None:
+    """The uid of the pod's controller ownerReference (the one with ``controller: true``), None when it has none."""
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def owned(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods whose controller ownerReference is this job's uid.
+
+    The Kubernetes controller convention: a controller acts only on objects it
+    owns, and labels only narrow the list (a pod carrying the job's labels but
+    not its ownerReference is someone else's, and is never adopted).
+    """
+    uid = obj["metadata"].get("uid")
+    return [p for p in pods if uid and controller_uid(p) == uid]
+
+
+def rank_names(obj: dict[str, Any]) -> list[str]:
+    """The deterministic pod names of the job's ranks, ``<job>-<rank>`` for every rank below ``spec.nodes``."""
+    try:
+        nodes = int((obj.get("spec") or {}).get("nodes", 1))
+    except (TypeError, ValueError):
+        return []
+    return [contract.pod_name(obj["metadata"]["name"], r) for r in range(max(0, min(nodes, 4096)))]
+
+
+def in_the_way(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods not owned by the job that hold one of its ranks' names, by name."""
+    names, mine = set(rank_names(obj)), {id(p) for p in owned(obj, pods)}
+    return sorted((p for p in pods if id(p) not in mine and p["metadata"]["name"] in names), key=lambda p: p["metadata"]["name"])
 
 
 def current_gang(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -108,7 +144,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
 
     Args:
         obj: the TrainingJob as read from the API server.
-        pods: every pod labelled with the job's name.
+        pods: every pod labelled with the job's name (only those the job owns count).
         now: the current time (UTC); None skips the time-based rules.
 
     Returns:
@@ -133,7 +169,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
     after = parse_time(status.get("requeueAfter"))
     if now is not None and after is not None and now < after:
         return None
-    gang = current_gang(obj, pods)
+    gang = current_gang(obj, owned(obj, pods))
     n = admitted_nodes(spec, gang)
     gang = [p for p in gang if 0 <= rank_of(p) < n]
     ranks = {rank_of(p) for p in gang}
@@ -159,6 +195,8 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         priority=spec.priority,
         created=meta.get("creationTimestamp", ""),
         gpu_resource=spec.resources.gpu_resource_name,
+        needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
+        avoid=frozenset(status.get("avoidNodes") or []),
     )
     return request, ready
 

@@ -85,8 +85,8 @@ async def _resync_loop() -> None:
         try:
             jobs = await loop.run_in_executor(None, _kube().list_jobs, OperatorConfig.namespace)
             for job in jobs:
-                if (job.get("status") or {}).get("phase") in ("Succeeded",):
-                    continue
+                if (job.get("status") or {}).get("phase") == "Succeeded" and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
+                    continue  # nothing left to do for a Succeeded job unless its TTL will delete it
                 meta = job["metadata"]
                 await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"], False)
             # One admission pass for the whole resync, not one per waiting job.
@@ -113,6 +113,17 @@ def on_job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
 def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
     _reconcile(namespace, labels[contract.LABEL_JOB_NAME])
+
+
+@kopf.on.event("", "v1", "nodes")
+def on_node_event(type: str | None, name: str, status: dict[str, Any], **_: Any) -> None:
+    """A Node deleted or not Ready → reconcile every job with a pod on it at once (node loss, not after the next resync)."""
+    ready = next((c for c in (status or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    if type != "DELETED" and ready is not None and ready.get("status") == "True":
+        return
+    for namespace, job in controller.jobs_on_node(_kube(), name):
+        if OperatorConfig.namespace in (None, namespace):
+            _reconcile(namespace, job)
 
 
 def _reconcile(namespace: str, name: str, admit: bool = True) -> None:

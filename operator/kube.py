@@ -60,6 +60,15 @@ class Kube:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
         return self._json(res)["items"]
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One pod by name as a dict, or None when it does not exist."""
+        try:
+            return self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def service_exists(self, namespace: str, name: str) -> bool:
         """Whether the job's rendezvous Service exists."""
         try:
@@ -79,9 +88,10 @@ class Kube:
         """Every Node, as dicts."""
         return self._json(self.core.list_node(_preload_content=False))["items"]
 
-    def list_railtrain_pods(self) -> list[dict[str, Any]]:
-        """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present)."""
-        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False)
+    def list_railtrain_pods(self, node: str | None = None) -> list[dict[str, Any]]:
+        """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present); only those bound to ``node`` if given."""
+        selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
+        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False, **selector)
         return self._json(res)["items"]
 
     def list_active_pods(self) -> list[dict[str, Any]]:
@@ -108,36 +118,100 @@ class Kube:
                 return False
             raise
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod; a pod that is already gone is fine."""
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
+        """Delete a pod; a pod that is already gone is fine.
+
+        Args:
+            uid: when given, delete only the pod with this uid (a precondition:
+                a pod of the same name created meanwhile by someone else is
+                left alone, answered with 409 Conflict, tolerated here).
+            force: delete immediately (grace period 0), for a pod whose node
+                is gone and whose kubelet will never confirm the deletion.
+        """
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+            grace_period_seconds=0 if force else None,
+        )
         try:
-            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
+        """Pin a gated pod to ``node`` (a nodeSelector entry), set ``annotations`` and lift the gang gate, in one patch.
+
+        Adding nodeSelector entries to a gated pod is allowed by the API server
+        (KEP-3838, mutable scheduling directives for gated pods: entries may be
+        added, none removed or changed); annotations are always mutable. A
+        strategic merge patch adds the ``kubernetes.io/hostname`` entry next to
+        the template's own nodeSelector, and the one patch makes the three
+        changes atomic: a pod is never ungated without its node and its
+        admitted gang size. A pod already released (422) or gone (404) is left as it is.
+        """
+        spec: dict[str, Any] = {"schedulingGates": None}
+        if node:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        body = {"metadata": {"annotations": dict(annotations or {})}, "spec": spec}
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False
+            )
+        except ApiException as err:
+            if err.status not in (404, 422):  # gone, or already released
+                raise
+
+    def force_delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod with grace period 0: the API server removes the object at once, without waiting for
+        its kubelet (used only for pods on a lost node, whose kubelet will never confirm); gone is fine."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
         except ApiException as err:
             if err.status != 404:
                 raise
 
-    def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
-        """Pin a gated pod to ``node`` (nodeSelector addition), set ``annotations`` and lift the gang gate, in one JSON patch.
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the TrainingJob (its pods and Service follow through ownerReferences, background propagation).
 
-        Adding nodeSelector entries to a gated pod is allowed by the API server
-        (KEP-3838, mutable scheduling directives for gated pods); annotations
-        are always mutable. One patch makes the three changes atomic: a pod is
-        never ungated without its node and its admitted gang size.
+        The ``uid`` precondition makes sure a job re-created under the same name is never deleted.
+
+        Returns:
+            False when it was already gone or is another object now (404/409).
         """
-        ops: list[dict[str, Any]] = []
-        if node:
-            ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": node}})
-        for key, value in (annotations or {}).items():
-            escaped = key.replace("~", "~0").replace("/", "~1")
-            ops.append({"op": "add", "path": f"/metadata/annotations/{escaped}", "value": value})
-        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         try:
-            self.core.patch_namespaced_pod(
-                name, namespace, ops, field_manager=FIELD_MANAGER, _content_type="application/json-patch+json", _preload_content=False
-            )
+            self.custom.delete_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body=body)
         except ApiException as err:
-            if err.status not in (404, 422):  # gone, or gate already lifted
-                raise
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """The Node, or None when it does not exist."""
+        try:
+            return self._json(self.core.read_node(name, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> bool:
+        """Replace ``spec.taints`` of a Node read earlier (merge patch carrying its resourceVersion, so a
+        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes).
+
+        Returns:
+            False on a conflict or when the node is gone (read it again and retry).
+        """
+        meta = node["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints}}
+        try:
+            self.core.patch_node(meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json", _preload_content=False)
+        except ApiException as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key).
@@ -157,16 +231,18 @@ class Kube:
         return True
 
     def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on the job (shown by ``kubectl describe tj``)."""
+        """Record a core/v1 Event on the job (shown by ``kubectl describe tj``), or on any object given as a dict
+        with apiVersion, kind and metadata (a Node's Events go to namespace ``default``, as the kubelet's do)."""
         meta = job["metadata"]
+        namespace = meta.get("namespace") or "default"
         now = datetime.now(timezone.utc)
         body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": job["apiVersion"],
+                "apiVersion": job.get("apiVersion", "v1"),
                 "kind": job["kind"],
                 "name": meta["name"],
-                "namespace": meta["namespace"],
+                "namespace": meta.get("namespace", ""),
                 "uid": meta.get("uid"),
             },
             "type": type_,
@@ -180,7 +256,7 @@ class Kube:
             "reportingInstance": socket.gethostname(),
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_event(namespace, body, _preload_content=False)
         except ApiException:
             pass  # Events are best-effort by Kubernetes convention.
 

@@ -6,8 +6,9 @@ import logging
 import os
 
 import kopf
+import prometheus_client
 
-from railtrain.operator import handlers, topology
+from railtrain.operator import handlers, metrics, topology
 
 
 def run(
@@ -41,4 +42,8 @@ def run(
     handlers.OperatorConfig.topology_levels = levels
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("railtrain.operator").info("topology levels, widest first: %s", ", ".join(levels))
+    port = os.environ.get(metrics.ENV_PORT, "")
+    if port.isdigit() and int(port):
+        prometheus_client.start_http_server(int(port))
+        logging.getLogger("railtrain.operator").info("metrics on :%s/metrics", port)
     kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True)

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from railtrain.operator import domains as dom
-from railtrain.operator.cluster import ClusterSnapshot, NodeInfo
+from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity
+from railtrain.operator.nodefit import PodNeeds, restrict
 from railtrain.operator.topology import level_name
 
 
@@ -54,6 +55,9 @@ class GangRequest:
         priority: ``spec.priority`` (higher first).
         created: ``metadata.creationTimestamp`` (RFC 3339; earlier first).
         gpu_resource: extended resource name the GPUs are requested as.
+        needs: what each pod needs besides GPUs (other resources, node
+            selector, required node affinity, tolerations; ``spec.template``).
+        avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
     """
 
     job: str
@@ -68,6 +72,8 @@ class GangRequest:
     priority: int = 0
     created: str = ""
     gpu_resource: str = "nvidia.com/gpu"
+    needs: PodNeeds = field(default_factory=PodNeeds)
+    avoid: frozenset[str] = frozenset()
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -119,7 +125,8 @@ def _plural(n: int, word: str) -> str:
 def _wanted(request: GangRequest) -> str:
     sizes = request.sizes
     count = f"{sizes[0]}..{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
-    return f"gang needs {count} nodes with {request.gpus_per_node} free GPUs each"
+    extra = "".join(f", {format_quantity(k, v)} {k}" for k, v in sorted(request.needs.requests.items()))
+    return f"gang needs {count} nodes with {request.gpus_per_node} free GPUs{extra} each"
 
 
 def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refusal:
@@ -129,6 +136,7 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
     why = Counter(n.why_ineligible for n in cluster.nodes.values() if not n.eligible)
     small = [n for n in cluster.eligible() if n.gpus < need]
     room = [n for n in cluster.eligible() if n.gpus >= need and n.name not in fixed]
+    busy = Counter(n.short for n in room if n.short and n.free_gpus >= need)
     full = [n for n in room if n.free_gpus == 0 < need]
     partial = [n for n in room if 0 < n.free_gpus < need]
     spread = sum(n.free_gpus for n in partial)
@@ -139,6 +147,7 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
         parts.append(f"{len(partial)} with fewer than {need} free GPUs ({spread} free across them)")
     if small:
         parts.append(f"{len(small)} with fewer than {need} GPUs allocatable")
+    parts += [f"{count} {reason}" for reason, count in sorted(busy.items())]
     parts += [f"{count} {reason}" for reason, count in sorted(why.items())]
     text = f"{_wanted(request)}; {fit + len(fixed)} of {len(cluster.nodes)} nodes fit now" + (f": {', '.join(parts)}" if parts else "")
     missing = request.sizes[0] - fit - len(fixed)
@@ -147,9 +156,10 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
     big_enough = sum(1 for n in cluster.eligible() if n.gpus >= need)
     if big_enough < request.sizes[0]:
         largest = max((n.gpus for n in cluster.eligible()), default=0)
+        what = f"{need} GPUs" + "".join(f", {format_quantity(k, v)} {k}" for k, v in sorted(request.needs.requests.items()))
         text += (
-            f". It can never fit as it is: only {big_enough} eligible nodes have {need} GPUs allocatable (largest: {largest}); "
-            "ask for fewer nodes or GPUs per pod, or add nodes"
+            f". It can never fit as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
+            "ask for fewer nodes or less per pod, or add nodes"
         )
     else:
         text += ". It waits until enough nodes free up"
@@ -261,7 +271,10 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         request: the gang's needs; ranks in ``request.fixed`` keep their node.
         cluster: nodes with free capacity already net of every bound or pinned
             pod (including this gang's own pinned pods) and of capacity promised
-            to earlier jobs of the same admission pass.
+            to earlier jobs of the same admission pass. Only nodes the gang's
+            pods may use (:func:`railtrain.operator.nodefit.restrict`: node
+            selector, required affinity, tolerations, allocatable) are
+            considered, and only those with every request free are candidates.
 
     Returns:
         :class:`Placement` with one node per rank in rank order (an elastic gang
@@ -274,6 +287,7 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         its message naming the numbers and what would help.
     """
     levels, need = cluster.levels, request.gpus_per_node
+    cluster = restrict(cluster, request.needs, request.gpu_resource)
     lost = {r: n for r, n in sorted(request.fixed.items()) if n not in cluster.nodes or not cluster.nodes[n].eligible}
     if lost:
         why = ", ".join(f"rank {r} on {n} ({cluster.nodes[n].why_ineligible if n in cluster.nodes else 'node gone'})" for r, n in lost.items())
@@ -289,7 +303,7 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         floor = levels.index(request.level)
     taken = set(request.fixed.values())
     fixed = [cluster.nodes[n] for n in dict.fromkeys(request.fixed.values()) if n in cluster.nodes]
-    cands = [n for n in cluster.eligible() if n.free_gpus >= need and n.name not in taken]
+    cands = [n for n in cluster.eligible() if n.free_gpus >= need and not n.short and n.name not in taken]
     room = len(cands)
     if floor >= 0:
         must = {dom.node_path(f, floor) for f in fixed}

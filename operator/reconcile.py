@@ -31,12 +31,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from railtrain.operator import conditions as cond
-from railtrain.operator.gang import admission_request, current_gang, gang_request, parse_job
+from railtrain.operator.gang import admission_request, current_gang, gang_request, in_the_way, owned, parse_job, rank_names
 from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch"]
+__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -54,18 +54,31 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def observe(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Step:
+def observe(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
-    step = Step(obj, None, pods, service_exists, now, placement, old, status, list(status.get("conditions") or []))
+    mine = owned(obj, pods)
+    step = Step(obj, None, mine, service_exists, now, placement, old, status, list(status.get("conditions") or []))
+    step.foreign = in_the_way(obj, pods)
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
         step.spec_error = str(err.errors()[0].get("msg"))
-    step.gang = current_gang(obj, pods)
+    step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
+    step.grow_to = grow_to
+    step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
+
+
+def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
+    """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels."""
+    have = {p["metadata"]["name"] for p in pods}
+    return [name for name in rank_names(obj) if name not in have]
 
 
 def finish(step: Step, phase: str) -> Plan:
@@ -83,22 +96,31 @@ def finish(step: Step, phase: str) -> Plan:
     return out
 
 
-def plan(obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None) -> Plan:
+def plan(
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
     Args:
         obj: the TrainingJob as read from the API server (with metadata.uid,
             metadata.generation and status).
-        pods: every pod labelled with this job's name, any restart count.
+        pods: every pod labelled with this job's name, any restart count, plus
+            any pod holding one of its ranks' names (:func:`missing_names`);
+            only pods whose controller ownerReference is the job's uid are
+            acted on, the others in the way of a rank are reported.
         service_exists: whether the rendezvous Service exists.
         now: current time (UTC, timezone-aware).
         placement: the admission pass's answer for this job, when it was asked
             (:func:`gang_request` returned a request).
+        nodes: every v1 Node, when read (node loss and quarantine are judged only then).
+        grow_to: for an elastic gang below spec.nodes, the largest size that
+            fits now (:func:`railtrain.operator.resize.grow_size`).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -16,8 +16,11 @@ from typing import Any
 
 from railtrain.crds import contract
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
+from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
 
-CONTAINER_NAME = "trainer"
+CONTAINER_NAME = TRAINER
+_MERGED_POD_FIELDS = ("containers", "initContainers", "volumes", "tolerations")
+"""Template PodSpec fields merged with the operator's rather than copied (see :func:`merge_template`)."""
 
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
@@ -189,6 +192,66 @@ def gang_tolerations(spec: TrainingJobSpec) -> list[dict[str, str]]:
     return [{"key": spec.resources.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def shm_volume(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The memory-backed ``/dev/shm`` of ``spec.resources.shm``: ``([volume], [mount])``, or two empty lists.
+
+    An ``emptyDir`` with ``medium: Memory`` is a tmpfs sized by ``sizeLimit``;
+    the container runtime's own ``/dev/shm`` is 64 MiB, too little for PyTorch
+    DataLoader workers and NCCL's shared-memory transport.
+    """
+    if not spec.resources.shm:
+        return [], []
+    return [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}], [{"name": SHM_VOLUME, "mountPath": SHM_MOUNT}]
+
+
+def merge_trainer(container: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The training container with the template's ``trainer`` entry merged in (pure).
+
+    Lists (env, envFrom, volumeMounts, ports) are appended after the operator's;
+    resources are merged by name (the template adds names; :mod:`railtrain.crds.podtemplate`
+    refuses the ones spec.resources sets); every other key of the entry
+    (securityContext, workingDir, probes, lifecycle ...) is taken as written.
+    Keys the operator owns never reach here: the API refuses them.
+    """
+    out = dict(container)
+    for key, value in entry.items():
+        if key == "name":
+            continue
+        if key in ("env", "envFrom", "volumeMounts", "ports"):
+            out[key] = [*out.get(key, []), *value]
+        elif key == "resources":
+            mine = out.get("resources", {})
+            merged = {kind: {**(value.get(kind) or {}), **(mine.get(kind) or {})} for kind in ("requests", "limits") if value.get(kind) or mine.get(kind)}
+            out["resources"] = {**value, **merged}
+        else:
+            out[key] = value
+    return out
+
+
+def merge_template(pod_spec: dict[str, Any], template: TemplatePodSpec) -> dict[str, Any]:
+    """The pod spec with the template's PodSpec fields merged in (pure).
+
+    The training container is merged with the template's ``trainer`` entry
+    (:func:`merge_trainer`); other template containers follow it as sidecars;
+    volumes and tolerations are appended after the operator's; every other
+    field the template sets is copied as written. The operator's fields
+    (gate, restartPolicy, hostname, subdomain) are kept: the API refuses a
+    template that sets them.
+    """
+    given = template.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
+    out = {**{k: v for k, v in given.items() if k not in _MERGED_POD_FIELDS}, **pod_spec}
+    trainer = pod_spec["containers"][0]
+    entry = template.container() or {}
+    out["containers"] = [merge_trainer(trainer, entry), *(c for c in template.containers if c.get("name") != TRAINER)]
+    for key in ("volumes", "tolerations"):
+        if given.get(key):
+            mine = pod_spec.get(key, [])
+            out[key] = [*mine, *(item for item in given[key] if item not in mine)]
+    if given.get("initContainers"):
+        out["initContainers"] = list(given["initContainers"])
+    return out
+
+
 def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
     """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published)."""
     name = job.metadata.name
@@ -211,7 +274,7 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
 
 
 def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0) -> dict[str, Any]:
-    """The gated pod of node ``rank``.
+    """The gated pod of node ``rank``, with ``spec.template`` merged in (:func:`merge_template`).
 
     An elastic job's pods read the gang size and parallelism from their
     annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
@@ -251,9 +314,26 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     if resources:
         container["resources"] = resources
     volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace)
+    shm, shm_mounts = shm_volume(spec)
+    volumes, mounts = volumes + shm, mounts + shm_mounts
     if mounts:
         container["volumeMounts"] = mounts
     labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
+    annotations = {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)}
+    pod_spec: dict[str, Any] = {
+        "hostname": contract.pod_name(name, rank),
+        "subdomain": contract.service_name(name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
+        "tolerations": gang_tolerations(spec),
+        "containers": [container],
+        **({"volumes": volumes} if volumes else {}),
+    }
+    if spec.template is not None:
+        labels = {**spec.template.metadata.labels, **labels}
+        annotations = {**spec.template.metadata.annotations, **annotations}
+        pod_spec = merge_template(pod_spec, spec.template.spec)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -261,19 +341,10 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
             "name": contract.pod_name(name, rank),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)},
+            "annotations": annotations,
             "ownerReferences": [owner_reference(name, uid)],
         },
-        "spec": {
-            "hostname": contract.pod_name(name, rank),
-            "subdomain": contract.service_name(name),
-            "restartPolicy": "Never",
-            "enableServiceLinks": False,
-            "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
-            "tolerations": gang_tolerations(spec),
-            "containers": [container],
-            **({"volumes": volumes} if volumes else {}),
-        },
+        "spec": pod_spec,
     }
 
 

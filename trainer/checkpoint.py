@@ -11,7 +11,7 @@ Tiers (:mod:`railtrain.trainer.checkpoint_tiers`), fastest first:
 Saving step N (every rank calls :meth:`Checkpointer.save` when a tier is due):
 wait for the previous save (one in flight at a time), copy the state into CPU
 RAM, and return; a background thread then serializes this rank's shard once
-(one sha256), writes it to the due node-local tiers, swaps copies with the
+(one sha256, computed while it is written), writes it to the due node-local tiers, swaps copies with the
 neighbouring nodes, DCP-saves the persistent tier and checksums its files, and
 only then writes every manifest and applies each tier's retention. A process
 killed at any point leaves steps without manifests, which are never loaded.
@@ -42,9 +42,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from railtrain.crds import contract
-from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage, sha256_bytes
-from railtrain.trainer.checkpoint_state import Stager, serialize, to_local
-from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, ShardTier, TierResult
+from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage
+from railtrain.trainer.checkpoint_state import Stager, to_local
+from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, ShardTier, TierResult, write_shards
 
 __all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
 
@@ -232,17 +232,8 @@ class Checkpointer:
         results: list[TierResult] = []
         shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
         if shard_tiers:
-            payload = serialize(to_local(staged))
-            manifest = {
-                "format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout,
-                "bytes": len(payload), "sha256": sha256_bytes(payload), "train": train, "saved_at": time.time(),
-            }  # fmt: skip
-            serialize_s = time.perf_counter() - start
-            for tier in shard_tiers:
-                result = tier.write_data(step, payload, manifest, self.comm)
-                result.seconds += serialize_s  # each tier's figure includes the (shared) serialization
-                results.append(result)
-            del payload
+            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "train": train, "saved_at": time.time()}
+            results.extend(write_shards(shard_tiers, step, to_local(staged), manifest, self.comm))
         for tier in tiers:
             if isinstance(tier, PersistentTier):
                 results.append(tier.write_data(step, staged, self.comm))

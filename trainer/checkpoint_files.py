@@ -300,8 +300,9 @@ class ShardDir:
         base = os.path.join(self.step_dir(step), f"{kind}-{rank}")
         return base + ".pt", base + ".json"
 
-    def write_data(self, step: int, kind: str, rank: int, data: bytes | memoryview) -> None:
-        """Write a shard's bytes, after removing any manifest it had (so the old manifest never vouches for new bytes)."""
+    def begin(self, step: int, kind: str, rank: int) -> str:
+        """Prepare to write a shard: create the step directory, remove any manifest and data it had
+        (so the old manifest never vouches for new bytes); returns the data file's path."""
         path, manifest = self._paths(step, kind, rank)
         os.makedirs(self.step_dir(step), exist_ok=True)
         for stale in (manifest, path):
@@ -309,6 +310,11 @@ class ShardDir:
                 os.remove(stale)
             except FileNotFoundError:
                 pass
+        return path
+
+    def write_data(self, step: int, kind: str, rank: int, data: bytes | memoryview) -> None:
+        """Write a shard's bytes (see :meth:`begin`)."""
+        path = self.begin(step, kind, rank)
         with open(path, "wb") as fh:
             fh.write(data)
             if self.fsync:

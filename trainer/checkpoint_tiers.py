@@ -16,16 +16,22 @@ restored. Every method that takes a :class:`Comm` must be called by all ranks.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, SHARD_FORMAT, ShardDir, open_storage, prune_plan, sha256_bytes, sha256_stream
+from railtrain.trainer.checkpoint_io import HASH_POOL, ShardBuffer, write_hashed
 from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, load_file, rebuild
+
+SWAP_CHUNK = 16 << 20
+"""Bytes per message of a memory-tier copy: the receiver hashes one chunk while the next arrives."""
 
 
 class Comm:
@@ -81,6 +87,32 @@ class Comm:
         incoming = {src: torch.frombuffer(buf, dtype=torch.uint8) for src, buf in bufs.items() if len(buf)}
         self._wait([dist.isend(t, dst, group=self.group) for dst, t in outgoing.items()] + [dist.irecv(t, src, group=self.group) for src, t in incoming.items()])
         return bufs
+
+    def swap(self, dst: int, payload: memoryview, src: int, into: ShardBuffer, on_chunk: Callable[[memoryview], None], chunk: int = SWAP_CHUNK) -> int:
+        """Send ``payload`` to ``dst`` while receiving ``src``'s into ``into``, in chunks (the peers' calls must match:
+        I send to ``dst`` iff ``dst`` receives from me).
+
+        ``on_chunk`` gets each received chunk in order while the following ones
+        arrive (gloo moves them on its own threads), so writing and hashing the
+        copy overlap the transfer.
+
+        Returns:
+            The number of bytes received.
+        """
+        sizes = torch.tensor([payload.nbytes], dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+        self._wait([dist.isend(sizes[0], dst, group=self.group), dist.irecv(sizes[1], src, group=self.group)])
+        size = int(sizes[1].item())
+        into.reset(size).size = size
+        view = into.view()
+        out = torch.frombuffer(payload, dtype=torch.uint8) if payload.nbytes else torch.empty(0, dtype=torch.uint8)
+        inc = torch.frombuffer(view, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+        sends = [dist.isend(out[i : i + chunk], dst, group=self.group, tag=k) for k, i in enumerate(range(0, payload.nbytes, chunk))]
+        recvs = [(dist.irecv(inc[i : i + chunk], src, group=self.group, tag=k), i) for k, i in enumerate(range(0, size, chunk))]
+        for work, i in recvs:
+            work.wait()
+            on_chunk(view[i : i + chunk])
+        self._wait(sends)
+        return size
 
     @staticmethod
     def _wait(works: list[Any]) -> None:
@@ -138,6 +170,7 @@ class ShardTier:
         self.name, self.root, self.interval, self.keep = name, root, interval, keep
         self.rank, self.world_size, self.peers = rank, world_size, peers
         self.dir = ShardDir(root, fsync)
+        self._received = ShardBuffer()
         self._pending: list[tuple[str, int, dict[str, Any]]] = []
 
     def describe(self) -> str:
@@ -146,27 +179,36 @@ class ShardTier:
         return f"{self.name}({self.root} every {self.interval} keep {self.keep}{copy})"
 
     # --- save ---
-    def write_data(self, step: int, payload: memoryview, manifest: dict[str, Any], comm: Comm) -> TierResult:
-        """Write this rank's shard and, with peers, swap copies with the neighbouring nodes (collective when peers are set)."""
-        result, start = TierResult(self.name, bytes=len(payload)), time.perf_counter()
+    def write_data(self, step: int, payload: memoryview, manifest: dict[str, Any], comm: Comm, written: str | None = None) -> TierResult:
+        """Write this rank's shard and, with peers, swap copies with the neighbouring nodes (collective when peers are set).
+
+        Args:
+            payload: the shard's bytes (a mapping of the file another tier holds, or memory).
+            written: ``""`` when the shard was already written here (by :func:`write_shards`),
+                an error message when that attempt failed, ``None`` to write ``payload`` now.
+        """
+        result, start = TierResult(self.name, bytes=payload.nbytes), time.perf_counter()
         self._pending = []
         try:
-            self.dir.write_data(step, "rank", self.rank, payload)
+            if written is None:
+                self.dir.write_data(step, "rank", self.rank, payload)
+            elif written:
+                raise OSError(written)
             self._pending.append(("rank", self.rank, manifest))
         except OSError as err:
-            result.error = _describe(err)
+            result.error = _describe(err) if written is None else str(err)
         if self.peers:
             dst, src = self.peers.dst(self.rank), self.peers.src(self.rank)
-            meta = comm.exchange({dst: _json(manifest)}, [src])[src]
-            data = comm.exchange({dst: payload}, [src])[src]
-            theirs = _unjson(meta)
+            theirs = _unjson(comm.exchange({dst: _json(manifest)}, [src])[src])
+            sink = _CopySink(self.dir, step, src)
+            size = comm.swap(dst, payload, src, self._received, sink.write)
             try:
-                if theirs.get("sha256") != sha256_bytes(data):
+                sink.close()
+                if theirs.get("sha256") != sink.digest.hexdigest() or theirs.get("bytes") != size:
                     raise OSError(f"copy of rank {src} arrived with another sha256")
-                self.dir.write_data(step, "peer", src, data)
                 self._pending.append(("peer", src, theirs))
-            except OSError as err:
-                result.error = result.error or _describe(err)
+            except OSError as exc:
+                result.error = result.error or _describe(exc)
         result.seconds = time.perf_counter() - start
         return result
 
@@ -306,6 +348,83 @@ class ShardTier:
         if len(data) != manifest.get("bytes") or sha256_bytes(data) != manifest.get("sha256"):
             return b"", f"{kind}-{rank}.pt does not match its sha256 (corrupt)"
         return data, ""
+
+
+class _CopySink:
+    """Writes a neighbour's copy to its ``peer-<R>.pt`` chunk by chunk as it arrives, hashing each chunk on the
+    helper thread while it is written; a write error is kept (the transfer must still complete) and raised by
+    :meth:`close`."""
+
+    def __init__(self, shards: ShardDir, step: int, src: int) -> None:
+        self.digest, self.error, self.fh, self.fsync = hashlib.sha256(), "", None, shards.fsync
+        try:
+            self.fh = open(shards.begin(step, "peer", src), "wb")
+        except OSError as err:
+            self.error = _describe(err)
+
+    def write(self, piece: memoryview) -> None:
+        hashed = HASH_POOL.submit(self.digest.update, piece)
+        try:
+            if self.fh is not None and not self.error:
+                self.fh.write(piece)
+        except OSError as err:
+            self.error = _describe(err)
+        hashed.result()
+
+    def close(self) -> None:
+        """Close (and fsync) the file; raises ``OSError`` with the first error."""
+        try:
+            if self.fh is not None:
+                if self.fsync and not self.error:
+                    self.fh.flush()
+                    os.fsync(self.fh.fileno())
+                self.fh.close()
+        except OSError as err:
+            self.error = self.error or _describe(err)
+        if self.error:
+            raise OSError(self.error)
+
+
+_SERIALIZED = ShardBuffer()
+"""This process's shard serialized by the last save (one save runs at a time); kept so its pages stay faulted in."""
+
+
+def write_shards(tiers: list[ShardTier], step: int, state: Any, manifest: dict[str, Any], comm: Comm) -> list[TierResult]:
+    """Serialize this rank's shard once and write it to every due per-rank tier (collective when a tier has peers).
+
+    The shard is ``torch.save``-d into a buffer kept across saves, written to the
+    first tier with its sha256 computed while it is written
+    (:func:`~railtrain.trainer.checkpoint_io.write_hashed`), then to the other
+    tiers and (memory tier) to the neighbour from the same buffer. A tier that
+    cannot write reports it in its result; the neighbour's copy is still sent.
+
+    Args:
+        state: this rank's local tensors (:func:`~railtrain.trainer.checkpoint_state.to_local`).
+        manifest: the shard manifest without ``bytes`` and ``sha256`` (added here).
+
+    Returns:
+        One :class:`TierResult` per tier, in order; each one's seconds include the shared serialization.
+    """
+    start = time.perf_counter()
+    torch.save(state, _SERIALIZED.reset())
+    payload = _SERIALIZED.view()
+    written: dict[int, str] = {}
+    digest = ""
+    for i, tier in enumerate(tiers):
+        try:
+            digest = write_hashed(tier.dir.begin(step, "rank", tier.rank), payload, tier.dir.fsync)
+            written[i] = ""
+            break
+        except OSError as err:
+            written[i] = _describe(err)
+    full = {**manifest, "bytes": payload.nbytes, "sha256": digest or sha256_bytes(payload)}
+    serialize_s = time.perf_counter() - start
+    results = []
+    for i, tier in enumerate(tiers):
+        result = tier.write_data(step, payload, full, comm, written.get(i))
+        result.seconds += serialize_s
+        results.append(result)
+    return results
 
 
 class PersistentTier:

@@ -18,9 +18,15 @@ keeps its failure, success and startup policies):
 ``housekeeping``    stale pods, the Service, the admitted gang size
 ``suspend``         runPolicy.suspend and resuming
 ``deadline``        runPolicy.activeDeadlineSeconds
-``failure``         a failed rank: restart the gang or fail the job
+``node_loss``       pods on lost nodes force-deleted; a lost node restarts the gang
+``finished``        a finished job's pods (cleanPodPolicy) and its TTL
+``vanished``        a released rank's pod deleted/evicted/preempted: gang restart
+``verdict``         a failed rank: runPolicy.failurePolicy by verdict, quarantine
+``elastic``         an elastic gang grows back when capacity returns
 ``success``         every rank exited 0
 ``gang_timeout``    a released gang that never became fully Running
+``terminating``     the previous gang's pods in the way of a rank's name: named
+``ownership``       pods the job does not own in the way of a rank's name
 ``admission``       create gated ranks, apply placement/refusal, Running, waiting
 ==================  ==========================================================
 
@@ -42,11 +48,30 @@ machine also enforces the agreement at the end of the pass
 
 from __future__ import annotations
 
-from railtrain.operator.phases import admission, agreement, deadline, failure, gang_timeout, housekeeping, success, suspend, terminal
+from railtrain.operator.phases import (
+    admission,
+    agreement,
+    deadline,
+    elastic,
+    finished,
+    gang_timeout,
+    housekeeping,
+    node_loss,
+    ownership,
+    success,
+    suspend,
+    terminal,
+    terminating,
+    vanished,
+    verdict,
+)
 from railtrain.operator.phases.step import Plan, Step
 from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
 
 MACHINE: tuple[Transition, ...] = (
+    node_loss.FORCE_DELETE_LOST,
+    finished.CLEAN_FINISHED,
+    finished.TTL_EXPIRED,
     terminal.STAY_TERMINAL,
     terminal.INVALID_SPEC,
     housekeeping.DELETE_STALE,
@@ -55,13 +80,20 @@ MACHINE: tuple[Transition, ...] = (
     housekeeping.CREATE_SERVICE,
     deadline.DEADLINE,
     housekeeping.ADMITTED_SIZE,
-    failure.RANK_FAILED,
+    node_loss.NODE_LOST,
+    vanished.RANK_VANISHED,
+    verdict.GANG_FAILED,
     success.ALL_SUCCEEDED,
     gang_timeout.GANG_TIMEOUT,
+    terminating.WAITING_FOR_OLD_PODS,
+    terminating.OLD_PODS_GONE,
+    ownership.FOREIGN_PODS,
+    ownership.FOREIGN_PODS_GONE,
     admission.CREATE_MISSING,
     admission.REFUSED,
     admission.PLACED,
     admission.BOUND,
+    elastic.GROW,
     admission.HEALTHY,
     admission.WAITING,
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railtrain.crds import contract
 from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
@@ -24,9 +25,10 @@ from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Ref
 def _create_missing(step: Step) -> None:
     present = {rank_of(p) for p in step.gang}
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
+    taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
     for rank in range(step.n):
-        if rank not in present and rank not in blocked:
+        if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
             step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts))
     if step.out.create_pods and not step.gang:
         step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} gated pods and the rendezvous Service"))

@@ -31,9 +31,14 @@ class Plan:
         pin: pod name → node name to pin with a nodeSelector (gated pods only).
         annotate: pod name → annotations to set in the same patch (the admitted gang size).
         ungate: names of pods whose scheduling gate to lift.
+        uids: pod name → uid, the precondition of each delete (never delete a
+            pod of the same name created by someone else meanwhile).
         status: the full new ``status`` object.
         status_changed: whether ``status`` differs from the observed one.
         events: ``(type, reason, message)`` to emit after the status write succeeds.
+        force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
+        quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
+        delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
     """
 
     create_service: dict[str, Any] | None = None
@@ -42,9 +47,13 @@ class Plan:
     pin: dict[str, str] = field(default_factory=dict)
     annotate: dict[str, dict[str, str]] = field(default_factory=dict)
     ungate: list[str] = field(default_factory=list)
+    uids: dict[str, str] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     status_changed: bool = False
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    quarantine: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_job: bool = False
 
 
 @dataclass
@@ -68,6 +77,7 @@ class Step:
         placed: rank → topology domains of a placement made in this pass.
         out: the actions decided so far.
         spec_error: why the stored spec does not parse (when ``job`` is None).
+        foreign: pods the job does not own that hold one of its ranks' names.
     """
 
     obj: dict[str, Any]
@@ -85,6 +95,9 @@ class Step:
     placed: dict[int, dict[str, str]] = field(default_factory=dict)
     out: Plan = field(default_factory=Plan)
     spec_error: str = ""
+    nodes: dict[str, dict[str, Any]] | None = None
+    grow_to: int | None = None
+    foreign: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -112,7 +125,8 @@ class Step:
         return cond.is_true(self.conds, type_)
 
     def delete(self, pods: list[dict[str, Any]]) -> None:
-        """Delete ``pods`` (by name; duplicates are merged)."""
+        """Delete ``pods`` (by name, with their uid as precondition; duplicates are merged)."""
+        self.out.uids.update({p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if p["metadata"].get("uid")})
         self.out.delete_pods = sorted(set(self.out.delete_pods) | {p["metadata"]["name"] for p in pods})
 
     def stop(self, pods: list[dict[str, Any]]) -> None:

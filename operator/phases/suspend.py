@@ -13,6 +13,10 @@ def _requested(step: Step) -> bool:
 
 def _suspend(step: Step) -> str:
     step.delete(step.gang)
+    # batch/v1 Job semantics: suspending stops the activeDeadlineSeconds timer
+    # and resuming restarts it; the timer counts from startTime, which is set
+    # again when the resumed gang is first healthy.
+    step.status["startTime"] = None
     step.set_condition(cond.SUSPENDED, True, "Suspended", "runPolicy.suspend is true: the gang is stopped", "Normal")
     step.set_condition(cond.RUNNING, False, "Suspended", "the job is suspended")
     step.set_condition(cond.SCHEDULED, False, "Suspended", "the gang is stopped; its nodes are free")
@@ -27,7 +31,7 @@ def _resume(step: Step) -> None:
     step.set_condition(cond.SUSPENDED, False, "Resumed", "runPolicy.suspend is false: the job is admitted again", "Normal")
 
 
-SUSPEND = Transition("suspend", ACTIVE, _requested, _suspend, "runPolicy.suspend true: every pod is deleted; phase Suspended.")
+SUSPEND = Transition("suspend", ACTIVE, _requested, _suspend, "runPolicy.suspend true: every pod is deleted and startTime cleared (the deadline timer restarts on resume); phase Suspended.")
 RESUME = Transition(
     "resume", ACTIVE, _was_suspended, _resume,
     "runPolicy.suspend false after a suspension: Suspended turns False and the job is admitted again.",

@@ -83,7 +83,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
 # -- real processes -----------------------------------------------------------
 
 def test_a_failing_command_exits_with_its_status(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", "import sys; sys.exit(3)"], runPolicy={"backoffLimit": 0}))
     proc = _run_cli(["run", str(path), "--local"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "exited with status 3" in proc.stderr
@@ -104,7 +104,7 @@ time.sleep(120)
 
 
 def test_one_failing_node_stops_the_others(tmp_path):
-    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT]))
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=3, command=["python", "-c", RANK_SCRIPT], runPolicy={"backoffLimit": 0}))
     started = time.monotonic()
     proc = _run_cli(["run", str(path), "--local", "--grace", "5"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -181,14 +181,6 @@ def test_fault_flags_become_the_contract_variables():
     assert info.value.exit_code == 2
 
 
-def test_verdict_phrase_names_the_suspects():
-    hang = contract.parse_termination_message(
-        contract.format_termination_message("hang", "NoProgress", "rank 1 stopped", nodes=["local-1"], ranks=[1], step=5)
-    )
-    assert local.describe_verdict([None, hang]) == "verdict hang (NoProgress), suspect rank(s) 1 on node(s) local-1 at step 5: rank 1 stopped"
-    assert local.describe_verdict([None, None]) == ""
-
-
 def test_local_hang_ends_with_the_verdict_and_suspect_node(tmp_path):
     """A hang injected through the CLI flag: the summary line names the verdict and the suspect "node"."""
     doc = manifests.job(
@@ -196,9 +188,10 @@ def test_local_hang_ends_with_the_verdict_and_suspect_node(tmp_path):
         command=["torchrun", "-m", "railtrain.trainer"],
         args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "30", "--seq-len", "64", "--threads", "1"],
         env=[{"name": contract.health_variable("hang_floor_s"), "value": "3"}],
+        runPolicy={"backoffLimit": 0},  # a hang restarts the gang by default; here it ends the run
     )
     path = manifests.write(tmp_path / "job.yaml", doc)
     proc = _run_cli(["run", str(path), "--local", "--fault-hang", "rank=1,step=4", "--grace", "2"], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = " ".join(proc.stderr.split())  # rich may wrap the line
-    assert "verdict hang (NoProgress), suspect rank(s) 1 on node(s) local-1 at step 4" in summary, proc.stderr
+    assert "failed with exit status 1" in summary and "verdict hang: NoProgress: rank 1 on node local-1 made no progress" in summary, proc.stderr

@@ -29,7 +29,10 @@ def _drop_image(doc):
 BAD_MANIFESTS = [
     # (case, manifest or raw text, expected fragment of the one error sentence)
     ("missing field", _drop_image(manifests.job()), "spec.image: required field is missing"),
-    ("wrong type", manifests.job(nodes="two"), "spec.nodes: Input should be a valid integer"),
+    ("wrong type", manifests.job(nodes="two"), 'spec.nodes: must be an integer, not the string "two"'),
+    ("a string of digits is not an integer", manifests.job(priority="5"), 'spec.priority: must be an integer, not the string "5"'),
+    ("a boolean is not an integer", manifests.job(procsPerNode=True), "spec.procsPerNode: must be an integer, not true"),
+    ("empty level with policy required", manifests.job(topology={"policy": "required", "level": ""}), "spec.topology.level is required"),
     ("unknown field", manifests.job(gpus=8), "spec.gpus: unknown field"),
     (
         "parallelism product",
@@ -42,6 +45,16 @@ BAD_MANIFESTS = [
         "spec.parallelism.tensor must divide procsPerNode",
     ),
     ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line"),
+    (
+        "template type",
+        manifests.job(template={"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}),
+        "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got int",
+    ),
+    (
+        "template conflict",
+        manifests.job(template={"spec": {"containers": [{"name": "trainer", "image": "other:1"}]}}),
+        "spec.template.spec.containers[trainer].image conflicts with spec.image",
+    ),
 ]
 
 
@@ -104,4 +117,16 @@ def test_the_installed_entry_point_reports_errors_without_a_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "validate", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [f"error: {path}: spec.nodes: Input should be a valid integer, unable to parse string as an integer"]
+    assert proc.stderr.strip().splitlines() == [f"error: {path}: spec.nodes: must be an integer, not the string \"two\""]
+
+
+def test_null_means_unset_as_on_the_api_server(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: tiny}\n"
+                    "spec: {image: img, nodes: 2, procsPerNode: 1, resources: {gpus: ~}}\n")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(path.read_text().replace("gpus: ~", "gpu: ~"))
+    result = runner.invoke(app, ["validate", str(unknown)])
+    assert result.exit_code == 1 and "spec.resources.gpu: unknown field" in result.output

@@ -57,8 +57,12 @@ class FakeKube:
             self.pods[(ns, name)] = copy.deepcopy(manifest) | {"status": {"phase": "Pending"}}
         return True
 
-    def delete_pod(self, ns, name):
-        self.pods.pop((ns, name), None)
+    def get_pod(self, ns, name):
+        return copy.deepcopy(self.pods.get((ns, name)))
+
+    def delete_pod(self, ns, name, uid=None, force=False):
+        if uid is None or self.pods.get((ns, name), {}).get("metadata", {}).get("uid") in (None, uid):
+            self.pods.pop((ns, name), None)
 
     def release_pod(self, ns, name, node, annotations=None):
         pod = self.pods[(ns, name)]

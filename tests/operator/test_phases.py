@@ -51,14 +51,11 @@ def test_gang_timeout_applies_only_to_a_gang_never_healthy_since_release():
     obj = job_obj(nodes=2, runPolicy={"gangTimeoutSeconds": 30}, status=running_status())
     pods = gang(obj, gated=False, nodes=["a", "b"])
     pods[0]["status"]["phase"] = "Running"
-    pods = pods[:1]  # rank 1 vanished after the gang had run: not a gang timeout
+    pods = pods[:1]  # rank 1 vanished after the gang had run: a gang failure (issue 8), not a gang timeout
     p = reconcile.plan(obj, pods, True, NOW)
     running = find(p.status["conditions"], "Running")
-    assert p.status["phase"] == "Pending" and (running["status"], running["reason"]) == ("False", "RanksNotRunning")
-    assert "rank 1 has no pod" in running["message"] and "requeues" not in p.status
-    # The next pass, still later: the Running condition turned False after release, so the gang ran.
-    again = reconcile.plan(obj | {"status": p.status}, pods, True, NOW + timedelta(minutes=5))
-    assert "requeues" not in again.status
+    assert p.status["phase"] == "Restarting" and (running["status"], running["reason"]) == ("False", "RankVanished")
+    assert "pod llm-1 (rank 1) was deleted" in running["message"] and "requeues" not in p.status
 
 
 def test_rows_that_fire_are_reported_in_order():
@@ -75,3 +72,62 @@ def test_terminal_job_is_left_alone_even_with_a_spec_that_no_longer_parses():
     obj["spec"]["nodes"] = "many"
     p = reconcile.plan(obj, [], True, NOW)
     assert p.status["phase"] == "Succeeded" and not p.create_pods
+
+
+@pytest.mark.parametrize("owner", [None, {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "uid-other", "controller": True}])
+def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_adopted(owner):
+    obj = job_obj(nodes=2)
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    pods[0]["metadata"]["ownerReferences"] = [owner] if owner else []
+    p = reconcile.plan(obj, pods, True, NOW)
+    assert p.status["phase"] == "Pending" and "startTime" not in p.status
+    assert [m["metadata"]["name"] for m in p.create_pods] == []  # rank 0's name is taken; rank 1 exists
+    assert "llm-0" not in p.delete_pods
+    c = find(p.status["conditions"], "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "llm-0 (" in c["message"]
+    assert ("Warning", "PodNameTaken") in [e[:2] for e in p.events]
+    assert reconcile.admission_request(obj, pods, NOW)[1] is False  # not a complete gang
+    # Labels alone never make a pod the job's, whatever its name.
+    stray = gang(obj, phase="Running", gated=False, nodes=["a", "b"])[1]
+    stray["metadata"]["name"], stray["metadata"]["ownerReferences"] = "unrelated", []
+    q = reconcile.plan(obj, [stray], True, NOW)
+    assert sorted(m["metadata"]["name"] for m in q.create_pods) == ["llm-0", "llm-1"] and q.delete_pods == []
+
+
+def not_ready(since):
+    return {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": since}]}}
+
+
+A = {"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize(
+    "finalizers,nodes,says",
+    [
+        ([], None, "llm-1 (Terminating since 2026-11-29T12:00:00Z on node b)"),
+        (["example.com/hold"], [A], "held by finalizer example.com/hold: not force-deleted, its owner must release it"),
+        ([], [A, not_ready("2026-11-29T12:00:10Z")], "on node b)"),  # not Ready only briefly: not lost
+        ([], [A], "the Node was deleted: the node-loss policy force-deletes it"),
+    ],
+)
+def test_a_gang_waiting_for_old_pods_names_each_and_what_holds_it(finalizers, nodes, says):
+    obj = job_obj(nodes=2, status={"restarts": 1, "phase": "Restarting"})
+    old = gang(obj, restarts=0, phase="Running", gated=False, nodes=["a", "b"])[1]
+    old["metadata"] |= {"uid": "old-1", "deletionTimestamp": "2026-11-29T12:00:30Z", "deletionGracePeriodSeconds": 30, "finalizers": finalizers}
+    step = reconcile.observe(obj, [old], True, NOW + timedelta(seconds=20), nodes=nodes)
+    advance(step)
+    c = find(step.conds, "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "WaitingForOldPods") and says in c["message"], c["message"]
+    assert [m["metadata"]["name"] for m in step.out.create_pods] == ["llm-0"]  # rank 1 waits for its name
+    assert ("llm-1" in step.out.force_delete_pods) == ("deleted" in says)
+
+
+def test_docs_list_every_row_of_the_machine_in_order():
+    import re
+    from pathlib import Path
+
+    from railtrain.operator.phases import MACHINE
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    table = text[text.index("## The phase machine"):]
+    assert re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.M) == [row.name for row in MACHINE]

@@ -155,9 +155,10 @@ def test_elastic_job_is_admitted_below_its_maximum(api, namespace, gpu_nodes, op
 
 def test_gang_not_running_in_time_is_released_and_requeued(api, namespace, gpu_nodes, operator, submit):
     core, custom = api
-    gpu_nodes(2, gpus_per_node=8, cpu="4")
-    # The operator places by GPUs; kube-scheduler then refuses the CPU: the pinned pods stay Pending.
-    submit(job_body("stuck", nodes=2, resources={"gpus": 8, "cpu": "8"}, runPolicy={"gangTimeoutSeconds": 2}))
+    gpu_nodes(2, gpus_per_node=8)
+    # The nodes fit; kube-scheduler then finds no PersistentVolumeClaim "absent": the pinned pods stay Pending.
+    missing = {"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "absent"}}]}}
+    submit(job_body("stuck", nodes=2, template=missing, runPolicy={"gangTimeoutSeconds": 2}))
     c = wait_for(lambda: refused(custom, namespace, "stuck", "GangTimeout"), 60, "gang timeout")
     assert "runPolicy.gangTimeoutSeconds=2" in c["message"] and "re-queued" in c["message"]
     status = job_status(custom, namespace, "stuck")

@@ -1,0 +1,151 @@
+"""``railtrain run --local`` after a failure: the job's ``runPolicy`` applied to local gangs, as the operator applies it.
+
+When a node of a local gang fails, :class:`RecoveringRun` reads every node's
+termination message (each node writes its own file, through
+:data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH`), takes the
+gang's verdict the way the operator does (the most specific one,
+:data:`railtrain.operator.phases.verdict.PRECEDENCE`) and applies the rule of
+``spec.runPolicy.failurePolicy`` for it (:func:`decide`): stop with the
+failing node's status, or start the whole gang again with the next restart
+count (``RAILTRAIN_RESTART_COUNT``), on fresh ports, so the trainer resumes
+from its newest checkpoint. Job restarts spend ``runPolicy.backoffLimit``;
+infrastructure restarts (verdicts whose rule is ``RestartIgnoringBackoff``)
+are bounded by :data:`MAX_INFRASTRUCTURE_RESTARTS` on one machine, where
+there is no other node to move to and nothing to quarantine.
+
+Fault injection (the ``RAILTRAIN_FAULT_*`` variables,
+:data:`~railtrain.crds.contract.FAULT_VARIABLES`) applies to the first gang
+only: a fault is an event, not a property of the job, and a restarted gang
+that met it again at the same step would never finish.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Protocol
+
+from railtrain.crds import contract
+from railtrain.crds.api import TrainingJob
+from railtrain.crds.failure_policy import FailureAction
+
+MAX_INFRASTRUCTURE_RESTARTS = 10
+"""Infrastructure restarts a local run allows before it gives up (no other node to move to)."""
+PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, contract.VERDICT_STRAGGLER, contract.VERDICT_HANG, contract.VERDICT_RETRYABLE)
+"""The gang's verdict is the first of these any node reported (the operator's order)."""
+
+
+class Gang(Protocol):
+    """What :class:`RecoveringRun` needs of a gang (:class:`~railtrain.cli.local.LocalGang`)."""
+
+    def run(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do after a failed gang: ``action`` is ``"fail"``, ``"restart-job"`` or ``"restart-infrastructure"``."""
+
+    action: str
+    verdict: str
+    detail: str
+
+
+def gang_verdict(messages: list[str | None], code: int) -> tuple[str, str]:
+    """``(verdict, detail)`` of a failed gang from its nodes' termination messages and the failing node's exit status.
+
+    Without any verdict, exit status 2 is ``user-error`` and anything else ``retryable`` (as in the operator).
+    """
+    parsed = [v for m in messages if (v := contract.parse_termination_message(m))]
+    if not parsed:
+        kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
+        return kind, f"exit status {code}, no verdict"
+    v = min(parsed, key=lambda v: PRECEDENCE.index(v["verdict"]) if v["verdict"] in PRECEDENCE else len(PRECEDENCE))
+    nodes = f" on {', '.join(v['nodes'])}" if v["nodes"] else ""
+    return v["verdict"], f"{v['reason']}: {v['message']}{nodes}"
+
+
+def decide(job: TrainingJob, messages: list[str | None], code: int, job_restarts: int, infrastructure_restarts: int) -> Decision:
+    """Apply ``spec.runPolicy.failurePolicy`` to a failed local gang (pure).
+
+    Args:
+        messages: each node's termination message (None where it wrote none).
+        code: the exit status of the first failing node.
+        job_restarts, infrastructure_restarts: restarts made so far.
+    """
+    kind, detail = gang_verdict(messages, code)
+    policy = job.spec.run_policy
+    rule = policy.failure_policy.rule(kind)
+    if rule.action == FailureAction.FAIL.value:
+        return Decision("fail", kind, f"{detail} (runPolicy.failurePolicy: {kind} → Fail)")
+    if rule.action == FailureAction.RESTART.value:
+        if job_restarts >= policy.backoff_limit:
+            return Decision("fail", kind, f"{detail}; runPolicy.backoffLimit={policy.backoff_limit} restarts used")
+        return Decision("restart-job", kind, detail)
+    if infrastructure_restarts >= MAX_INFRASTRUCTURE_RESTARTS:
+        return Decision("fail", kind, f"{detail}; {MAX_INFRASTRUCTURE_RESTARTS} infrastructure restarts on one machine, giving up")
+    return Decision("restart-infrastructure", kind, detail)
+
+
+@dataclass
+class RecoveringRun:
+    """Runs local gangs until one succeeds, is interrupted, or the failure policy says stop.
+
+    Args:
+        job: the validated TrainingJob.
+        plan: ``plan(restarts)`` → the nodes of the gang with that restart count
+            (:func:`~railtrain.cli.local.plan_local` on fresh ports).
+        make_gang: builds a runnable gang from nodes (:class:`~railtrain.cli.local.LocalGang`).
+        message_dir: where each node's termination message file goes.
+        notify: prints one status sentence.
+    """
+
+    job: TrainingJob
+    plan: Callable[[int], list]
+    make_gang: Callable[[list], Gang]
+    message_dir: Path
+    notify: Callable[[str], None] = lambda s: None
+    restarts: int = 0
+    job_restarts: int = 0
+    infrastructure_restarts: int = 0
+    history: list[Decision] = field(default_factory=list)
+    current: Gang | None = None
+    failed_at: float | None = None
+    """``time.monotonic()`` when the last failed gang ended (for recovery timing)."""
+
+    def _nodes(self) -> tuple[list, list[Path]]:
+        nodes, files = [], []
+        for node in self.plan(self.restarts):
+            path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
+            path.write_text("")  # the kubelet creates the file before the container starts; so do we
+            env = dict(node.env) | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
+            if self.restarts:
+                env = {k: v for k, v in env.items() if k not in contract.FAULT_VARIABLES}
+            nodes.append(replace(node, env=env))
+            files.append(path)
+        return nodes, files
+
+    def run(self) -> int:
+        """Run to the end; returns 0, 130 (interrupted) or the failing node's exit status."""
+        while True:
+            nodes, files = self._nodes()
+            self.current = self.make_gang(nodes)
+            code = self.current.run()
+            if code in (0, 130):
+                return code
+            self.failed_at = time.monotonic()
+            messages = [p.read_text() or None for p in files]
+            d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts)
+            self.history.append(d)
+            if d.action == "fail":
+                self.notify(f"gang failed ({d.verdict}: {d.detail}); not restarting")
+                return code
+            if d.action == "restart-job":
+                self.job_restarts += 1
+            else:
+                self.infrastructure_restarts += 1
+            self.restarts += 1
+            self.notify(
+                f"gang failed ({d.verdict}: {d.detail}); restarting the whole gang (restart {self.restarts}: "
+                f"job restarts {self.job_restarts}/{self.job.spec.run_policy.backoff_limit}, infrastructure restarts {self.infrastructure_restarts})"
+            )

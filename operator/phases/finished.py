@@ -1,0 +1,66 @@
+"""A finished job (Succeeded or Failed): no pod keeps running, ``cleanPodPolicy``, ``ttlSecondsAfterFinished``.
+
+A terminal phase never changes (:mod:`~railtrain.operator.phases.terminal`);
+these rows run before it, on every pass of a finished job:
+
+* every pod of the job that is still running (any restart count) is deleted,
+  and with ``cleanPodPolicy: All`` the finished ones too; with ``Running``
+  (the default) Succeeded and Failed pods stay, so their logs and
+  termination messages can be read (the reports against Kubeflow's trainer,
+  issues #3419, #1982 and #1579, are of getting this wrong either way);
+* once ``completionTime + ttlSecondsAfterFinished`` has passed, the job is
+  deleted (its pods and Service follow through ownerReferences), as batch/v1
+  Job's TTL-after-finished controller does.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from railtrain.crds.failure_policy import CleanPodPolicy
+from railtrain.operator import conditions as cond
+from railtrain.operator.gang import parse_time, phase
+from railtrain.operator.phases.step import Step
+from railtrain.operator.phases.transition import Transition
+
+REASON_TTL = "TTLExpired"
+
+
+def _run_policy(step: Step) -> dict[str, Any]:
+    """The stored ``runPolicy`` (read raw: a finished job's spec may not parse any more)."""
+    return dict(((step.obj.get("spec") or {}).get("runPolicy")) or {})
+
+
+def to_clean(step: Step) -> list[dict[str, Any]]:
+    """The pods of a finished job to delete now (not already being deleted)."""
+    everything = _run_policy(step).get("cleanPodPolicy") == CleanPodPolicy.ALL.value
+    pods = [p for p in step.pods if not p["metadata"].get("deletionTimestamp")]
+    return [p for p in pods if everything or phase(p) not in ("Succeeded", "Failed")]
+
+
+def _clean(step: Step) -> None:
+    step.delete(to_clean(step))
+
+
+def ttl_due(step: Step) -> bool:
+    """Whether ``ttlSecondsAfterFinished`` has passed since ``completionTime``."""
+    ttl = _run_policy(step).get("ttlSecondsAfterFinished")
+    done = parse_time(step.old.get("completionTime"))
+    return isinstance(ttl, int) and done is not None and step.now >= done + timedelta(seconds=ttl)
+
+
+def _expire(step: Step) -> None:
+    step.out.delete_job = True
+    ttl = _run_policy(step)["ttlSecondsAfterFinished"]
+    step.out.events.append(("Normal", REASON_TTL, f"deleting the job: it finished at {step.old.get('completionTime')} and runPolicy.ttlSecondsAfterFinished is {ttl}"))
+
+
+CLEAN_FINISHED = Transition(
+    "clean-finished-pods", cond.TERMINAL_PHASES, lambda s: bool(to_clean(s)), _clean,
+    "A finished job's pods still running are deleted, and with cleanPodPolicy All the finished ones too.",
+)
+TTL_EXPIRED = Transition(
+    "ttl-expired", cond.TERMINAL_PHASES, ttl_due, _expire,
+    "runPolicy.ttlSecondsAfterFinished after completionTime the job is deleted (pods and Service through ownerReferences).",
+)

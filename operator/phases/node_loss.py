@@ -1,0 +1,88 @@
+"""Node loss: a Node deleted, or NotReady longer than ``runPolicy.nodeLostGraceSeconds``, under the gang.
+
+The whole gang restarts on other nodes at once (reason ``NodeLost`` naming the
+node), as an infrastructure restart: not after the pod garbage collector
+removes the lost rank's pod (about 40 s on a local cluster), and not by
+recreating only that rank next to survivors stuck in a broken rendezvous.
+
+Pods on a lost node never finish terminating: their kubelet is gone and will
+not confirm the deletion, and ranks are named ``<job>-<rank>``, so such a pod
+would block its rank's next pod forever. Force-delete policy: every pod of
+the job bound to a lost node is deleted with grace period 0 (the API object
+goes at once; the container, if its node ever comes back, is killed by its
+kubelet, which no longer finds the pod). Pods on nodes that are merely slow
+to confirm are never force-deleted.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from railtrain.operator.gang import parse_time, rank_of
+from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.step import Step
+from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
+
+REASON = "NodeLost"
+DEFAULT_GRACE_SECONDS = 30
+
+
+def _grace(step: Step) -> timedelta:
+    seconds = step.job.spec.run_policy.node_lost_grace_seconds if step.job else DEFAULT_GRACE_SECONDS
+    return timedelta(seconds=seconds)
+
+
+def node_lost(step: Step, name: str) -> str:
+    """Why node ``name`` is lost ("" when it is not, or when nodes were not observed in this pass)."""
+    if step.nodes is None or not name:
+        return ""
+    node = step.nodes.get(name)
+    if node is None:
+        return "the Node was deleted"
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") == "True":
+        return ""
+    since = parse_time(ready.get("lastTransitionTime"))
+    if since is None or step.now - since < _grace(step):
+        return ""
+    return f"the Node has been NotReady since {ready.get('lastTransitionTime')} ({ready.get('reason') or ready.get('status')})"
+
+
+def _bound(pod: dict[str, Any]) -> str:
+    return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+def _on_lost_nodes(step: Step) -> list[dict[str, Any]]:
+    return [p for p in step.pods if node_lost(step, _bound(p))]
+
+
+def _force_delete(step: Step) -> None:
+    step.out.force_delete_pods = sorted(set(step.out.force_delete_pods) | {p["metadata"]["name"] for p in _on_lost_nodes(step)})
+
+
+def _gang_on_lost_node(step: Step) -> bool:
+    return any(node_lost(step, _bound(p)) for p in step.gang)
+
+
+def _restart(step: Step) -> str:
+    lost = {}
+    for p in step.gang:
+        why = node_lost(step, _bound(p))
+        if why:
+            lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")
+    parts = [f"node {node}: {why}; pods {', '.join(pods)}" for node, (why, pods) in sorted(lost.items())]
+    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
+    message = f"{'; '.join(parts)}; restarting the whole gang on other nodes ({counters(step)})"
+    step.status["infrastructureRestarts"] -= 1
+    return restart_gang(step, REASON, message, True)
+
+
+FORCE_DELETE_LOST = Transition(
+    "force-delete-on-lost-nodes", ALL_PHASES, lambda s: bool(_on_lost_nodes(s)), _force_delete,
+    "Every pod of the job bound to a lost node (deleted, or NotReady past runPolicy.nodeLostGraceSeconds) is force-deleted (grace period 0).",
+)
+NODE_LOST = Transition(
+    "node-lost", ACTIVE, _gang_on_lost_node, _restart,
+    "A rank's node is lost: the whole gang restarts on other nodes at once, reason NodeLost naming the node (an infrastructure restart).",
+)

@@ -1,0 +1,77 @@
+"""A vanished rank: a released gang's pod deleted, evicted or preempted while the other ranks run.
+
+Recreating only that rank next to the survivors leaves a static torchrun
+world waiting in a rendezvous that never completes. A vanished rank is a gang
+failure: the whole gang restarts (an infrastructure restart), with reason
+``RankVanished`` naming the pod and, where the API tells, what removed it:
+the pod's ``DisruptionTarget`` condition (Kubernetes pod disruption
+conditions) while it terminates, else "deleted".
+
+Only a gang whose Scheduled condition is True counts: the operator's own
+deletions (a restart, a gang timeout, a suspension, an elastic shrink)
+first turn Scheduled False or change the restart count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railtrain.operator import conditions as cond
+from railtrain.operator.gang import is_gated, rank_of, restart_of
+from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.step import Step
+from railtrain.operator.phases.transition import ACTIVE, Transition
+
+REASON = "RankVanished"
+DISRUPTIONS = {
+    "PreemptionByScheduler": "preempted by the scheduler",
+    "PreemptionByKubeScheduler": "preempted by the scheduler",
+    "EvictionByEvictionAPI": "evicted (Eviction API, e.g. a node drain)",
+    "DeletionByTaintManager": "deleted by the taint manager (a NoExecute taint on its node)",
+    "DeletionByPodGC": "deleted by the pod garbage collector",
+    "TerminationByKubelet": "terminated by the kubelet (node pressure or shutdown)",
+}
+"""``DisruptionTarget`` condition reasons → what removed the pod."""
+
+
+def removed_by(pod: dict[str, Any]) -> str:
+    """What removed a terminating pod, from its DisruptionTarget condition; "deleted" when the API does not say."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return DISRUPTIONS.get(c.get("reason", ""), f"disrupted ({c.get('reason')}: {c.get('message', '')})")
+    return "deleted"
+
+
+def vanished(step: Step) -> list[tuple[int, str]]:
+    """``(rank, description)`` of every rank below the gang size whose pod is gone or being deleted, in a released gang."""
+    if step.released is None or not step.is_true(cond.SCHEDULED):
+        return []
+    job = step.meta["name"]
+    live = {rank_of(p) for p in step.gang}
+    terminating = {rank_of(p): p for p in step.pods if restart_of(p) == step.restarts and p["metadata"].get("deletionTimestamp")}
+    out = []
+    for rank in range(step.n):
+        if rank in live:
+            continue
+        pod = terminating.get(rank)
+        name = pod["metadata"]["name"] if pod else f"{job}-{rank}"
+        out.append((rank, f"pod {name} (rank {rank}) was {removed_by(pod) if pod else 'deleted'}"))
+    return out
+
+
+def _any_vanished(step: Step) -> bool:
+    return bool(vanished(step)) and any(not is_gated(p) for p in step.gang)
+
+
+def _restart(step: Step) -> str:
+    gone = "; ".join(d for _, d in vanished(step))
+    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
+    message = f"{gone} while the gang ran; restarting the whole gang ({counters(step)})"
+    step.status["infrastructureRestarts"] -= 1
+    return restart_gang(step, REASON, message, True)
+
+
+RANK_VANISHED = Transition(
+    "rank-vanished", ACTIVE, _any_vanished, _restart,
+    "A released rank's pod was deleted, evicted or preempted: the whole gang restarts, reason RankVanished naming the pod and what removed it.",
+)

@@ -1,0 +1,244 @@
+"""Table-driven tests of the recovery policies (pure): verdict → action, quarantine bound, node loss, vanished ranks,
+finished jobs (cleanPodPolicy, TTL), elastic grow, and the operator's quarantine metric."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from railtrain.crds import contract
+from railtrain.crds.failure_policy import FailurePolicy, FailurePolicyRule
+from railtrain.operator import metrics, quarantine, reconcile
+from railtrain.operator.cluster import snapshot
+from railtrain.operator.conditions import find
+
+from .builders import fail, gang, job_obj, node
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+RELEASED = "2026-11-29T11:00:00Z"
+
+
+def running(**extra):
+    return {
+        "phase": "Running", "startTime": RELEASED, "admittedNodes": 2,
+        "conditions": [
+            {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": RELEASED},
+            {"type": "Running", "status": "True", "reason": "AllRanksRunning", "message": "", "lastTransitionTime": RELEASED},
+        ],
+    } | extra
+
+
+def verdict_msg(kind, nodes=("a",), reason="Finding"):
+    return contract.format_termination_message(kind, reason, "what was seen", nodes=list(nodes), ranks=[1], step=7, evidence={"x": 1})
+
+
+def failed_gang(kind, status=None, code=1, nodes=("a",), **spec):
+    obj = job_obj(nodes=2, status=status or running(), **spec)
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    fail(pods[1], code=code, message=verdict_msg(kind, nodes))
+    return obj, pods
+
+
+@pytest.mark.parametrize(
+    "kind,phase,reason,job,infra,quarantined,avoided",
+    [
+        (contract.VERDICT_USER_ERROR, "Failed", "UserError", 0, 0, [], []),
+        (contract.VERDICT_RETRYABLE, "Restarting", "Restarting", 1, 0, [], []),
+        (contract.VERDICT_HARDWARE_SUSPECT, "Restarting", "NodeQuarantined", 0, 1, ["a"], ["a"]),
+        (contract.VERDICT_STRAGGLER, "Restarting", "NodeAvoided", 0, 1, [], ["a"]),
+        (contract.VERDICT_HANG, "Restarting", "Restarting", 1, 0, [], []),
+    ],
+)
+def test_default_action_of_each_verdict(kind, phase, reason, job, infra, quarantined, avoided):
+    obj, pods = failed_gang(kind)
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    st = p.status
+    assert st["phase"] == phase
+    cond_type = "Failed" if phase == "Failed" else "Scheduled"
+    assert find(st["conditions"], cond_type)["reason"] == reason
+    assert (st.get("jobRestarts", 0), st.get("infrastructureRestarts", 0)) == (job, infra)
+    assert [q[0] for q in p.quarantine] == quarantined and st.get("avoidNodes", []) == avoided
+    if phase == "Restarting":
+        assert sorted(p.delete_pods) == ["llm-0", "llm-1"] and st["restarts"] == 1
+
+
+def test_hang_quarantines_the_node_named_the_second_time():
+    obj = job_obj(nodes=2, status=running(suspects=[{"node": "a", "verdict": "hang", "count": 1}], jobRestarts=1, restarts=1))
+    pods = gang(obj, restarts=1, phase="Running", gated=False, nodes=["a", "b"])
+    fail(pods[1], message=verdict_msg(contract.VERDICT_HANG))
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert [q[:2] for q in p.quarantine] == [("a", "hang")]
+    assert {"node": "a", "verdict": "hang", "count": 2} in p.status["suspects"]
+    assert ("Warning", "NodeQuarantined") in [e[:2] for e in p.events]
+
+
+def test_user_rules_override_the_defaults_per_verdict():
+    rules = [{"verdict": "hardware-suspect", "action": "Fail"}, {"verdict": "retryable", "action": "RestartIgnoringBackoff"}]
+    obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, runPolicy={"failurePolicy": {"rules": rules}})
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["phase"] == "Failed" and find(p.status["conditions"], "Failed")["reason"] == "FailurePolicy" and not p.quarantine
+    obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"failurePolicy": {"rules": rules}, "backoffLimit": 0})
+    p = reconcile.plan(obj, pods, True, NOW)
+    assert p.status["phase"] == "Restarting" and p.status["infrastructureRestarts"] == 1  # backoffLimit 0 not spent
+
+
+def test_backoff_limit_counts_job_restarts_only():
+    obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"backoffLimit": 1}, status=running(infrastructureRestarts=5, jobRestarts=0))
+    assert reconcile.plan(obj, pods, True, NOW).status["phase"] == "Restarting"
+    obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"backoffLimit": 1}, status=running(jobRestarts=1))
+    st = reconcile.plan(obj, pods, True, NOW).status
+    assert st["phase"] == "Failed" and find(st["conditions"], "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def test_the_most_specific_verdict_of_the_gang_decides():
+    obj = job_obj(nodes=2, status=running())
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    fail(pods[0], message=verdict_msg(contract.VERDICT_RETRYABLE))
+    fail(pods[1], message=verdict_msg(contract.VERDICT_HARDWARE_SUSPECT, nodes=("b",)))
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert [q[0] for q in p.quarantine] == ["b"]
+
+
+def test_evicted_pod_is_an_infrastructure_restart():
+    obj = job_obj(nodes=2, status=running())
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    pods[0]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    st = reconcile.plan(obj, pods, True, NOW).status
+    assert find(st["conditions"], "Scheduled")["reason"] == "RankEvicted" and st["infrastructureRestarts"] == 1
+
+
+def test_quarantine_bound_fails_the_job_and_quarantines_nothing():
+    recent = [{"node": n, "verdict": "hardware-suspect", "time": "2026-11-29T11:30:00Z"} for n in ("x", "y")]
+    obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, status=running(quarantines=recent))
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["phase"] == "Failed" and not p.quarantine
+    assert find(p.status["conditions"], "Failed")["reason"] == "QuarantineLimitExceeded"
+
+
+@pytest.mark.parametrize("age_minutes,bound,exceeded", [(30, 2, True), (61, 2, False), (30, 3, False), (5, 0, True)])
+def test_quarantine_window_is_one_sliding_hour(age_minutes, bound, exceeded):
+    t = (NOW - timedelta(minutes=age_minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"quarantines": [{"node": n, "verdict": "hang", "time": t} for n in ("x", "y")]}
+    policy = FailurePolicy(max_quarantines_per_hour=bound)
+    d = quarantine.decide(policy, FailurePolicyRule(verdict="hang", action="Restart", quarantine_after=1), "hang", ["a"], status, [], NOW)
+    assert bool(d.exceeded) == exceeded and d.quarantine == ([] if exceeded else ["a"])
+
+
+def test_already_quarantined_nodes_are_not_quarantined_again():
+    rule = FailurePolicy().rule("hardware-suspect")
+    d = quarantine.decide(FailurePolicy(), rule, "hardware-suspect", ["a", "b"], {}, ["a"], NOW)
+    assert d.quarantine == ["b"] and d.avoid == ["a", "b"]
+
+
+def test_taint_helpers_and_placement_skip_quarantined_nodes():
+    n = node("a")
+    taints = quarantine.taints_with(n, "hang")
+    assert taints == [{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}]
+    n["spec"]["taints"] = taints
+    assert quarantine.taints_with(n, "hang") is None and quarantine.taints_without(n) == []
+    snap = snapshot([n, node("b")], [])
+    assert not snap.nodes["a"].eligible and snap.nodes["a"].why_ineligible == "quarantined (hang)"
+    assert metrics.observe_nodes([n, node("b")]) == 1 and metrics.QUARANTINED_NODES._value.get() == 1
+
+
+@pytest.mark.parametrize(
+    "nodes,grace_passed,lost",
+    [
+        (["b"], False, True),  # node a deleted
+        (["a", "b"], False, False),
+        (["a-notready", "b"], False, False),  # NotReady within the grace
+        (["a-notready", "b"], True, True),
+    ],
+)
+def test_node_loss_restarts_the_whole_gang_and_force_deletes_its_pods(nodes, grace_passed, lost):
+    obj = job_obj(nodes=2, status=running())
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    objs = []
+    for name in nodes:
+        n = node(name.split("-")[0], ready=not name.endswith("notready"))
+        n["status"]["conditions"][0]["lastTransitionTime"] = (NOW - timedelta(seconds=31 if grace_passed else 5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        objs.append(n)
+    p = reconcile.plan(obj, pods, True, NOW, nodes=objs)
+    if not lost:
+        assert p.status["phase"] == "Running" and not p.force_delete_pods
+        return
+    assert p.status["phase"] == "Restarting" and sorted(p.delete_pods) == ["llm-0", "llm-1"]
+    assert p.force_delete_pods == ["llm-0"] and p.status["infrastructureRestarts"] == 1 and p.status.get("jobRestarts", 0) == 0
+    scheduled = find(p.status["conditions"], "Scheduled")
+    assert scheduled["reason"] == "NodeLost" and "node a" in scheduled["message"] and "llm-0 (rank 0)" in scheduled["message"]
+
+
+def test_pods_of_an_earlier_gang_on_a_lost_node_are_force_deleted():
+    obj = job_obj(nodes=2, status=running(restarts=1, phase="Restarting"))
+    old = gang(obj, restarts=0, phase="Running", gated=False, nodes=["a", "b"])
+    old[0]["metadata"]["deletionTimestamp"] = RELEASED
+    p = reconcile.plan(obj, old, True, NOW, nodes=[node("b")])
+    assert p.force_delete_pods == ["llm-0"]
+
+
+@pytest.mark.parametrize(
+    "disruption,words",
+    [(None, "was deleted"), ("PreemptionByScheduler", "preempted"), ("EvictionByEvictionAPI", "evicted"), ("DeletionByTaintManager", "taint manager")],
+)
+def test_a_vanished_rank_restarts_the_gang_and_names_the_pod(disruption, words):
+    obj = job_obj(nodes=3, status=running(admittedNodes=3))
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b", "c"])
+    if disruption:
+        pods[2]["metadata"]["deletionTimestamp"] = RELEASED
+        pods[2]["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": disruption}]
+    else:
+        pods = pods[:2]
+    p = reconcile.plan(obj, pods, True, NOW)
+    scheduled = find(p.status["conditions"], "Scheduled")
+    assert p.status["phase"] == "Restarting" and scheduled["reason"] == "RankVanished"
+    assert "pod llm-2 (rank 2)" in scheduled["message"] and words in scheduled["message"]
+    assert {"llm-0", "llm-1"} <= set(p.delete_pods) and not p.create_pods
+
+
+def test_a_gang_not_yet_scheduled_recreates_a_missing_pod_instead():
+    obj = job_obj(nodes=2, status={"phase": "Pending"})
+    pods = gang(obj)[:1]
+    p = reconcile.plan(obj, pods, True, NOW)
+    assert p.status["phase"] == "Pending" and [x["metadata"]["name"] for x in p.create_pods] == ["llm-1"]
+
+
+@pytest.mark.parametrize(
+    "policy,phases,deleted",
+    [
+        ("Running", ["Failed", "Running"], ["llm-1"]),
+        ("All", ["Failed", "Running"], ["llm-0", "llm-1"]),
+        ("Running", ["Succeeded", "Succeeded"], []),
+        ("All", ["Succeeded", "Succeeded"], ["llm-0", "llm-1"]),
+    ],
+)
+def test_finished_jobs_keep_no_running_pod_and_follow_clean_pod_policy(policy, phases, deleted):
+    for final in ("Failed", "Succeeded"):
+        obj = job_obj(nodes=2, runPolicy={"cleanPodPolicy": policy}, status={"phase": final, "completionTime": RELEASED})
+        pods = gang(obj, gated=False, nodes=["a", "b"])
+        for pod, ph in zip(pods, phases):
+            pod["status"]["phase"] = ph
+        p = reconcile.plan(obj, pods, True, NOW)
+        assert p.status["phase"] == final and sorted(p.delete_pods) == deleted and not p.create_pods
+
+
+@pytest.mark.parametrize("ttl,due", [(None, False), (3600, False), (10, True), (0, True)])
+def test_ttl_after_finished_deletes_the_job(ttl, due):
+    run_policy = {} if ttl is None else {"ttlSecondsAfterFinished": ttl}
+    obj = job_obj(nodes=1, runPolicy=run_policy, status={"phase": "Succeeded", "completionTime": "2026-11-29T11:59:00Z"})
+    p = reconcile.plan(obj, [], True, NOW)
+    assert p.delete_job is due and p.status["phase"] == "Succeeded"
+
+
+def test_an_elastic_gang_grows_back_at_a_bounded_rate():
+    spec = {"elastic": {"minNodes": 2, "growIntervalSeconds": 300}}
+    obj = job_obj(nodes=4, status=running(admittedNodes=3), **spec)
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b", "c", "d"])[:3]
+    for pod in pods:
+        pod["metadata"]["annotations"][contract.ANNOTATION_NNODES] = "3"
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4)
+    assert p.status["phase"] == "Restarting" and find(p.status["conditions"], "Scheduled")["reason"] == "ElasticGrow"
+    assert p.status["lastResizeTime"] == "2026-11-29T12:00:00Z" and p.status["infrastructureRestarts"] == 1
+    recent = obj | {"status": running(admittedNodes=3, lastResizeTime="2026-11-29T11:58:00Z")}
+    assert reconcile.plan(recent, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4).status["phase"] == "Running"
+    assert reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=3).status["phase"] == "Running"

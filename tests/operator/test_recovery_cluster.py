@@ -1,0 +1,186 @@
+"""Recovery on a real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK nodes):
+verdict → action, quarantine, node loss, vanished ranks, elastic shrink and grow. KWOK's stages finish pods with
+the exit code and termination message a test puts on them (cli/controlplane/stages.yaml)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from kubernetes import client
+
+from railtrain.crds import contract
+from railtrain.operator.quarantine import TAINT_KEY
+
+from .clusterkit import G, P, V, condition, job_body, job_status, pods_of
+from .conftest import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def api(cluster):
+    c = cluster.api_client()
+    return client.CoreV1Api(c), client.CustomObjectsApi(c)
+
+
+def fail(core, ns, pod, verdict=None, code=1, **details):
+    """End a Running pod as the kubelet would report its trainer exiting with ``code`` and a verdict message."""
+    annotations = {"railtrain.dev/kwok-message": contract.format_termination_message(verdict, *details.pop("why"), **details)} if verdict else {}
+    core.patch_namespaced_pod(pod, ns, {"metadata": {"labels": {"railtrain.dev/kwok-exit": str(code)}, "annotations": annotations}})
+
+
+def gang_running(core, ns, name, count, old_uids=frozenset()):
+    """The gang's pods when ``count`` of them are Running and none is from ``old_uids``, else None."""
+    pods = pods_of(core, ns, name)
+    ok = len(pods) == count and all(p.status.phase == "Running" and p.metadata.uid not in old_uids and not p.metadata.deletion_timestamp for p in pods)
+    return pods if ok else None
+
+
+def start(core, custom, ns, name, count, **spec):
+    custom.create_namespaced_custom_object(G, V, ns, P, job_body(name, nodes=count, **spec))
+    pods = wait_for(lambda: gang_running(core, ns, name, count), 90, f"{name} Running")
+    wait_for(lambda: job_status(custom, ns, name).get("phase") == "Running", 30, "phase Running")
+    return pods
+
+
+def taint_of(core, node):
+    return next((t for t in core.read_node(node).spec.taints or [] if t.key == TAINT_KEY), None)
+
+
+def events(core, ns, name, field="involvedObject.name"):
+    return core.list_namespaced_event(ns, field_selector=f"{field}={name}").items
+
+
+def test_hardware_suspect_quarantines_the_node_and_the_next_gang_avoids_it(api, namespace, gpu_nodes, operator, cluster):
+    core, custom = api
+    gpu_nodes(3)
+    pods = start(core, custom, namespace, "sdc", 2)
+    bad = next(p.spec.node_name for p in pods if p.metadata.name == "sdc-1")
+    fail(core, namespace, "sdc-1", contract.VERDICT_HARDWARE_SUSPECT, why=("ParameterMismatch", "rank 9 parameter bytes differ"), nodes=[bad], ranks=[9], step=40, evidence={"fingerprint": "ab12"})
+    status = wait_for(lambda: (s := job_status(custom, namespace, "sdc")).get("infrastructureRestarts") == 1 and s, 60, "an infrastructure restart")
+    assert status.get("jobRestarts", 0) == 0 and bad in status["avoidNodes"] and [q["node"] for q in status["quarantines"]] == [bad]
+    taint = taint_of(core, bad)
+    assert taint is not None and (taint.value, taint.effect) == ("hardware-suspect", "NoSchedule")
+    new = wait_for(lambda: gang_running(core, namespace, "sdc", 2, {p.metadata.uid for p in pods}), 90, "the new gang Running")
+    assert bad not in {p.spec.node_name for p in new}
+    job_events = {e.reason: e.message for e in events(core, namespace, "sdc")}
+    assert "NodeQuarantined" in job_events and "ParameterMismatch" in job_events["NodeQuarantined"]
+    node_events = [e for e in events(core, "default", bad) if e.reason == "NodeQuarantined"]
+    assert node_events and f"{namespace}/sdc" in node_events[0].message and "ab12" in node_events[0].message
+    out = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "node", "clear", bad, "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert taint_of(core, bad) is None
+
+
+def test_each_verdict_gets_its_action(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(4)
+    pods = start(core, custom, namespace, "mixed", 2, runPolicy={"backoffLimit": 5})
+    st = lambda: job_status(custom, namespace, "mixed")  # noqa: E731
+
+    fail(core, namespace, "mixed-0", contract.VERDICT_RETRYABLE, why=("Crash", "segfault"))
+    wait_for(lambda: st().get("jobRestarts") == 1, 60, "retryable: a job restart")
+    assert st().get("infrastructureRestarts", 0) == 0 and condition(st(), "Scheduled")["reason"] == "Restarting"
+    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 2 Running")
+
+    slow = pods[1].spec.node_name
+    fail(core, namespace, pods[1].metadata.name, contract.VERDICT_STRAGGLER, why=("SlowRank", "rank 1 is 25% slower"), nodes=[slow], ranks=[1])
+    wait_for(lambda: st().get("infrastructureRestarts") == 1, 60, "straggler: an infrastructure restart")
+    assert st()["jobRestarts"] == 1 and slow in st()["avoidNodes"] and taint_of(core, slow) is None
+    assert condition(st(), "Scheduled")["reason"] == "NodeAvoided"
+    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 3 Running")
+    assert slow not in {p.spec.node_name for p in pods}
+
+    hung = pods[0].spec.node_name
+    for attempt in (1, 2):  # quarantined when named the second time
+        fail(core, namespace, pods[0].metadata.name, contract.VERDICT_HANG, why=("NoProgress", "rank 0 stopped"), nodes=[hung], ranks=[0])
+        wait_for(lambda: st().get("jobRestarts") == 1 + attempt, 60, f"hang {attempt}: a job restart")
+        if attempt == 1:
+            assert taint_of(core, hung) is None
+            pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 4 Running")
+            pods = sorted(pods, key=lambda p: p.spec.node_name != hung)  # put a pod on the hung node first, if any
+    assert taint_of(core, hung) is not None and taint_of(core, hung).value == "hang"
+
+    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 5 Running")
+    fail(core, namespace, pods[0].metadata.name, contract.VERDICT_USER_ERROR, code=2, why=("BadFlag", "--lr must be > 0"))
+    status = wait_for(lambda: (s := st()).get("phase") == "Failed" and s, 60, "user-error: Failed")
+    assert condition(status, "Failed")["reason"] == "UserError" and status["jobRestarts"] == 3
+
+
+def test_failed_job_stays_failed_keeps_its_failed_pod_and_creates_none(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(2)
+    start(core, custom, namespace, "bad", 2)
+    fail(core, namespace, "bad-1", contract.VERDICT_USER_ERROR, code=2, why=("BadData", "shard 3 is empty"))
+    wait_for(lambda: job_status(custom, namespace, "bad").get("phase") == "Failed", 60, "Failed")
+    wait_for(lambda: [p.metadata.name for p in pods_of(core, namespace, "bad")] == ["bad-1"], 60, "the running rank deleted, the failed one kept")
+    kept = core.read_namespaced_pod("bad-1", namespace)
+    assert "BadData" in kept.status.container_statuses[0].state.terminated.message
+    seen: set[str] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # an observation window: nothing may happen
+        assert job_status(custom, namespace, "bad")["phase"] == "Failed"
+        seen |= {p.metadata.uid for p in pods_of(core, namespace, "bad")}
+        time.sleep(1)
+    assert seen == {kept.metadata.uid}
+
+
+def test_clean_pod_policy_all_deletes_every_pod_and_ttl_deletes_the_job(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(2)
+    start(core, custom, namespace, "wipe", 2, runPolicy={"cleanPodPolicy": "All"})
+    fail(core, namespace, "wipe-0", contract.VERDICT_USER_ERROR, code=2, why=("BadFlag", "no"))
+    wait_for(lambda: job_status(custom, namespace, "wipe").get("phase") == "Failed", 60, "Failed")
+    wait_for(lambda: not pods_of(core, namespace, "wipe"), 60, "every pod deleted")
+
+    start(core, custom, namespace, "brief", 1, runPolicy={"ttlSecondsAfterFinished": 2})
+    core.patch_namespaced_pod("brief-0", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
+    wait_for(lambda: job_status(custom, namespace, "brief").get("phase") == "Succeeded", 60, "Succeeded")
+    gone = lambda: not [j for j in custom.list_namespaced_custom_object(G, V, namespace, P)["items"] if j["metadata"]["name"] == "brief"]  # noqa: E731
+    wait_for(gone, 30, "the finished job deleted by its TTL")
+
+
+def test_node_deleted_under_a_running_gang_restarts_it_elsewhere(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(4)
+    pods = start(core, custom, namespace, "lost", 2, runPolicy={"backoffLimit": 0})
+    victim = pods[0].spec.node_name
+    t0 = time.monotonic()
+    core.delete_node(victim)
+    new = wait_for(lambda: gang_running(core, namespace, "lost", 2, {p.metadata.uid for p in pods}), 10, "the whole gang Running elsewhere within 10 s")
+    elapsed = time.monotonic() - t0
+    assert victim not in {p.spec.node_name for p in new} and elapsed <= 10
+    status = job_status(custom, namespace, "lost")
+    assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0  # backoffLimit 0 not spent
+    running = condition(status, "Scheduled")
+    reasons = {e.reason: e.message for e in events(core, namespace, "lost")}
+    assert "NodeLost" in reasons and victim in reasons["NodeLost"], (running, reasons)
+
+
+def test_a_rank_pod_deleted_by_hand_restarts_the_whole_gang(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(3)
+    pods = start(core, custom, namespace, "gone", 3)
+    core.delete_namespaced_pod("gone-2", namespace)
+    wait_for(lambda: job_status(custom, namespace, "gone").get("infrastructureRestarts") == 1, 30, "an infrastructure restart")
+    reasons = {e.reason: e.message for e in events(core, namespace, "gone")}
+    assert "RankVanished" in reasons and "pod gone-2 (rank 2) was" in reasons["RankVanished"]
+    wait_for(lambda: gang_running(core, namespace, "gone", 3, {p.metadata.uid for p in pods}), 90, "every rank replaced")
+
+
+def test_elastic_job_shrinks_on_node_loss_and_grows_back(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(4)
+    pods = start(core, custom, namespace, "elastic", 4, elastic={"minNodes": 2, "growIntervalSeconds": 1})
+    core.delete_node(pods[3].spec.node_name)
+    pods = wait_for(lambda: gang_running(core, namespace, "elastic", 3, {p.metadata.uid for p in pods}), 60, "a gang of 3")
+    wait_for(lambda: job_status(custom, namespace, "elastic").get("admittedNodes") == 3, 30, "admitted 3")
+    assert {p.metadata.annotations[contract.ANNOTATION_NNODES] for p in pods} == {"3"}
+    gpu_nodes(1)
+    pods = wait_for(lambda: gang_running(core, namespace, "elastic", 4, {p.metadata.uid for p in pods}), 90, "grown back to 4")
+    status = wait_for(lambda: (s := job_status(custom, namespace, "elastic")).get("admittedNodes") == 4 and s, 30, "admitted 4")
+    assert status["infrastructureRestarts"] == 2 and status.get("jobRestarts", 0) == 0
+    assert {e.reason for e in events(core, namespace, "elastic")} >= {"NodeLost", "ElasticGrow"}
