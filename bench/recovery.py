@@ -23,11 +23,13 @@ and the control plane's share of recovery; the trainer's share is the local
 part. Between measurements the job is deleted, quarantine taints are
 removed and lost nodes replaced (untimed).
 
-**Local part** (``--part local``): see :mod:`bench.recovery_local`.
+**Local part** (``--part local``): fault → first training step of the
+restarted gang and steps lost, in local real runs (bench/recovery_local.py).
 
 Run from the repository root::
 
     python bench/recovery.py --part operator --repeats 5
+    python bench/recovery.py --part local --local-repeats 3 --local-faults rank-killed,node-lost
 """
 
 from __future__ import annotations
@@ -153,6 +155,9 @@ def main() -> None:
     parser.add_argument("--resync-seconds", type=float, default=None)
     parser.add_argument("--attach", default=None, help="Use a running LocalCluster by name instead of starting one.")
     parser.add_argument("--local-repeats", type=int, default=3, help="Repeats of the local part.")
+    from recovery_local import add_args
+
+    add_args(parser)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     record: dict[str, Any] = {}
