@@ -91,7 +91,7 @@ def reconcile_job(
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
-        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
         _apply(kube, job, p)
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
@@ -165,7 +165,7 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         pods = _snapshot_pods(kube, job)
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
-        p = reconcile.plan(job, pods, kube.service_exists(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
         _apply(kube, job, p)
         for type_, reason, message in p.events:
             log.info("%s/%s %s: %s", namespace, name, reason, message)

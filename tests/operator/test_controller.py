@@ -22,6 +22,7 @@ class FakeKube:
         self.jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
         self.pods: dict[tuple[str, str], dict] = {}
         self.services: set[tuple[str, str]] = set()
+        self.service_objs: dict[tuple[str, str], dict] = {}
         self.terminating = set(terminating)
         self.events: list[tuple[str, str, str]] = []
 
@@ -46,6 +47,9 @@ class FakeKube:
     def terminating_namespaces(self):
         return set(self.terminating)
 
+    def get_service(self, ns, name):
+        return self.service_objs.get((ns, name))
+
     def service_exists(self, ns, name):
         return (ns, name) in self.services
 
@@ -53,6 +57,7 @@ class FakeKube:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         if manifest["kind"] == "Service":
             self.services.add((ns, name))
+            self.service_objs[(ns, name)] = copy.deepcopy(manifest)
         else:
             self.pods[(ns, name)] = copy.deepcopy(manifest) | {"status": {"phase": "Pending"}}
         return True
