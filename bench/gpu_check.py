@@ -11,7 +11,12 @@ text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
   embedding excluded, recomputation not counted);
 * MFU: model FLOP/s ÷ ``--peak-flops`` (default 989e12: the dense bf16 peak
   of one H100 or H200 SXM);
-* peak GPU memory, and the loss at the first and last step.
+* peak GPU memory, and the loss at the first and last step;
+* the health checks (docs/health.md) on the device: milliseconds of one parameter fingerprint of
+  the whole model and of one known-answer test (CUDA-synchronised medians of 5), whether the
+  known-answer test gives the same bytes on every run, and their cost per step at the default
+  intervals (fingerprint every 50 steps, two KATs every 500) as a share of the step time. The
+  timed steps run with the checks on, as a job does; ``--no-health`` times them off.
 
     python bench/gpu_check.py                                   # needs a CUDA device
     python bench/gpu_check.py --batch-size 4 --activation-checkpointing
@@ -55,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-4, help="Peak learning rate (default 3e-4, stable for 1b in a short run).")
     parser.add_argument("--activation-checkpointing", action="store_true", help="Recompute block activations in backward (less memory; model FLOPs unchanged, so MFU drops).")
     parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
+    parser.add_argument("--no-health", action="store_true", help="Run the timed steps with the health checks off (RAILTRAIN_HEALTH=0), to compare.")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 1:
@@ -91,7 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = PRESETS[args.preset]
     with tempfile.TemporaryDirectory() as tmp:
         metrics_file = Path(tmp) / "metrics.jsonl"
-        trainer = Trainer(trainer_args(trainer_argv(args, metrics_file)), environ={})
+        trainer = Trainer(trainer_args(trainer_argv(args, metrics_file)), environ={"RAILTRAIN_HEALTH": "0"} if args.no_health else {})
         try:
             trainer.config.steps = args.warmup
             with contextlib.redirect_stdout(io.StringIO()):
@@ -108,6 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             peak_mem = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
             device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
             bf16 = trainer.bf16
+            health = health_figures(trainer.model, trainer.info.device)
         finally:
             trainer.close()
         losses = [json.loads(line)["loss"] for line in metrics_file.read_text().splitlines()]
@@ -118,8 +125,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "device_name": device_name, "params": config.num_params(), "bf16": bf16, "seconds": seconds,
         "step_s": seconds / args.steps, "tokens_per_s": tokens_per_s, "flops_per_token": flops_per_token,
         "model_flops_per_s": achieved, "mfu": mfu, "peak_memory_bytes": peak_mem,
-        "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
+        "loss_first": losses[0], "loss_last": losses[-1], "losses": losses, "health": health, "health_on": not args.no_health,
+        "health_share_per_step": (health["fingerprint_ms"] / 50 + 2 * health["known_answer_ms"] / 500) / 1000 / (seconds / args.steps),
     }  # fmt: skip
+
+
+def health_figures(model: Any, device: Any) -> dict[str, Any]:
+    """Milliseconds of one model fingerprint and one known-answer test on ``device`` (medians of 5), and KAT stability."""
+    import torch
+
+    from railtrain.trainer.health.fingerprint import known_answer, model_fingerprint
+
+    def timed(fn: Any) -> tuple[float, Any]:
+        times, out = [], None
+        for _ in range(5):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[2] * 1000, out
+
+    fp_ms, _ = timed(lambda: model_fingerprint(model))
+    answers = {known_answer(device) for _ in range(5)}
+    kat_ms, _ = timed(lambda: known_answer(device))
+    return {"fingerprint_ms": fp_ms, "known_answer_ms": kat_ms, "known_answer_stable": len(answers) == 1}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     table.add("MFU", f"{100 * r['mfu']:.1f}%")
     table.add("peak GPU memory", f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if args.device == "cuda" else "-")
     table.add("loss first -> last", f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}")
+    table.add("health checks during the timed steps", "on" if r["health_on"] else "off (--no-health)")
+    table.add("parameter fingerprint", f"{r['health']['fingerprint_ms']:.1f} ms")
+    table.add("known-answer test", f"{r['health']['known_answer_ms']:.1f} ms, {'same bytes every run' if r['health']['known_answer_stable'] else 'DIFFERENT bytes across runs'}")
+    table.add("health cost per step at default intervals", f"{100 * r['health_share_per_step']:.3f}%")
     table.print()
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     path = write_json("gpu_check", {"machine": before, "params": params, "result": r}, args.json)

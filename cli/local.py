@@ -156,7 +156,34 @@ def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = N
     return ports
 
 
-def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0) -> list[LocalNode]:
+FAULT_FLAGS = {"bitflip": "--fault-bitflip", "slow": "--fault-slow", "hang": "--fault-hang", "kill": "--fault-kill", "bad_batch": "--fault-bad-batch"}
+"""``railtrain run --local`` flag of each injectable fault (:class:`~railtrain.crds.contract.Faults` field)."""
+
+
+def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
+    """The ``RAILTRAIN_FAULT_*`` variables of the ``--fault-*`` flags that were given.
+
+    Args:
+        values: :data:`FAULT_FLAGS` key to the flag's ``key=value,...`` text (``None``: not given).
+
+    Raises:
+        CliError: a malformed value; the message names the flag and what is allowed (exit status 2).
+    """
+    faults = {}
+    for kind, text in values.items():
+        if not text:
+            continue
+        try:
+            faults[kind] = contract.parse_fault(kind, text)
+        except contract.ContractError as err:
+            raise CliError(f"{FAULT_FLAGS[kind]}: {err}", exit_code=2) from None
+    return contract.fault_env(contract.Faults(**faults))
+
+
+def plan_local(
+    job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0,
+    extra_env: dict[str, str] | None = None,
+) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
     Args:
@@ -166,6 +193,7 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
         base_dir: directory a relative ``spec.checkpoint.location`` is resolved against.
         python: the interpreter that replaces ``torchrun``/``python``.
         restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``).
+        extra_env: variables added to every node under ``spec.env`` (the ``--fault-*`` flags' variables).
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -190,7 +218,7 @@ def plan_local(job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_
             node_name=local_node_name(rank),
             **local_tier_dirs(pod_env, name, rank),
         )
-        env = {e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}
+        env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
         argv = local_argv(container.get("command", []), container.get("args", []), python)
         nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
     return nodes

@@ -143,13 +143,20 @@ def run(
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; default: the current one.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line of every rank (default: rank 0 fully, other ranks' errors and warnings).")] = False,
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
+    fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,mode=once|persistent,bit=0,index=0,target=param|activation' (docs/health.md).")] = None,
+    fault_slow: Annotated[Optional[str], typer.Option("--fault-slow", help="Inject: slow a rank, e.g. 'rank=1,factor=1.2,from_step=10'.")] = None,
+    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5,kind=compute|collective'.")] = None,
+    fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
+    fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
 
     Exits 0 when every node succeeds, 130 after Ctrl-C. When a node fails, the
     other nodes are stopped and spec.runPolicy decides, as on a cluster: the
     whole gang restarts (resuming from its checkpoints) or the run ends with
-    the failing node's status (docs/operator.md, "Recovery").
+    the failing node's status (docs/operator.md, "Recovery"). The ``--fault-*``
+    flags inject faults into the first gang (docs/health.md); a failed run's
+    summary line carries the gang's verdict and its suspect rank and node.
     """
     from railtrain.cli import local as local_run
 
@@ -157,10 +164,13 @@ def run(
         raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
     if workdir is not None and not workdir.is_dir():
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
+    faults = local_run.fault_environment(
+        {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
+    )
     job = load_manifest(file)
     spec = job.spec
     ports = local_run.free_ports(spec.nodes + 1)
-    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd())
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults)
     say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     started = time.monotonic()
@@ -182,7 +192,9 @@ def run(
     elif code == 130:
         say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
     else:
-        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s", style="red")
+        last = runner.history[-1] if runner.history else None
+        verdict = f"; verdict {last.verdict}: {last.detail}" if last else ""
+        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
     raise typer.Exit(code)
 
 

@@ -509,8 +509,8 @@ class HealthSettings:
     fingerprint_interval: int = 50
     kat_interval: int = 500
     timing_interval: int = 1
-    straggler_threshold: float = 0.1
-    straggler_window: int = 5
+    straggler_threshold: float = 0.12
+    straggler_window: int = 8
     straggler_action: str = "report"
     straggler_stop_share: float = 0.1
     spike_threshold: float = 12.0
@@ -644,9 +644,10 @@ def parse_heartbeat(text: str | bytes) -> Heartbeat:
 # comma-separated key=value pairs, e.g. RAILTRAIN_FAULT_BITFLIP="rank=1,step=20,mode=once".
 ENV_FAULT_BITFLIP = "RAILTRAIN_FAULT_BITFLIP"
 """Flip bit ``bit`` of element ``index`` of the parameters (``target=param``, flattened in
-``named_parameters`` order of the rank's local shard) or of the first block's output
-(``target=activation``) on ``rank`` at ``step``; ``mode=once`` (a transient fault) or
-``persistent`` (from ``step`` on, every step, and the rank's known-answer test too)."""
+``named_parameters`` order of the rank's local shard; the first parameter) or of the model's
+output (``target=activation``, the step's first forward only) on ``rank`` at ``step``;
+``mode=once`` (a transient fault) or ``persistent`` (the device stays bad: from ``step`` on the
+activation flip repeats in every forward and the rank's known-answer test is corrupted too)."""
 ENV_FAULT_SLOW = "RAILTRAIN_FAULT_SLOW"
 """Make ``rank``'s compute ``factor`` times slower from ``from_step`` on (a straggler)."""
 ENV_FAULT_HANG = "RAILTRAIN_FAULT_HANG"

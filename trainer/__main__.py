@@ -4,7 +4,9 @@ Exit codes follow :mod:`railtrain.crds.contract`: 0 done, 2 bad input (one
 line on stderr naming the flag or variable, no traceback), 1 anything else.
 On failure the process also leaves its verdict in the termination message
 (:func:`railtrain.crds.contract.write_termination_message`), because torchrun
-turns every failed worker's exit code into 1: ``user-error`` for bad input
+turns every failed worker's exit code into 1: a health check's verdict
+(``hardware-suspect``, ``straggler``, ``user-error`` for a data anomaly; ``hang`` is
+written by the watchdog thread itself) with its suspects; ``user-error`` for bad input
 (and for running out of device memory, which a retry with the same settings
 would repeat), ``retryable`` for anything else, with the exception's class as
 the reason.
@@ -18,8 +20,9 @@ from typing import Sequence
 
 import torch
 
-from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR, VERDICT_RETRYABLE, VERDICT_USER_ERROR, write_termination_message
+from railtrain.crds.contract import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, VERDICT_RETRYABLE, VERDICT_USER_ERROR, write_termination_message
 from railtrain.trainer.config import parse_args
+from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
 
@@ -39,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     try:
         trainer.train()
+    except HealthVerdict as verdict:  # a finding, not a bug: one line, no traceback
+        print(f"railtrain.trainer: health: verdict={verdict.verdict} reason={verdict.reason} ranks={verdict.ranks} nodes={verdict.nodes} step={verdict.step}: {verdict.message}", file=sys.stderr, flush=True)
+        write_termination_message(verdict.verdict, verdict.reason, verdict.message, **verdict.details())
+        return EXIT_USER_ERROR if verdict.verdict == VERDICT_USER_ERROR else EXIT_FAILED
     except Exception as err:
         write_termination_message(*verdict_of(err), f"{type(err).__name__}: {err}")
         raise

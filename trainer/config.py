@@ -102,6 +102,8 @@ class TrainConfig:
     """If set, rank 0 appends one JSON object per step (full-precision loss) to this file."""
     job_name: str = ""
     """Name shown in the log. Default: the TrainingJob's name from the pod environment."""
+    health: bool = True
+    """Run the health checks (SDC fingerprints and known-answer test, numeric anomalies, stragglers, hang watchdog; docs/health.md); --no-health turns them off, as RAILTRAIN_HEALTH=0 does. Their settings come from RAILTRAIN_HEALTH_* variables."""
 
     def validate(self) -> None:
         """Check every field on its own.

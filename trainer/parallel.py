@@ -20,6 +20,7 @@ Without torchrun the trainer runs as one plain process and nothing is wrapped.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -225,11 +226,13 @@ class DistInfo:
     local_world_size: int = 1
 
 
-def init_distributed(device_type: str) -> DistInfo:
+def init_distributed(device_type: str, timeout_s: float | None = None) -> DistInfo:
     """Join the process group when launched by torchrun; otherwise run alone.
 
     Args:
         device_type: ``"cpu"`` (gloo) or ``"cuda"`` (nccl, with gloo for CPU tensors).
+        timeout_s: collective timeout in seconds (``None``: torch's default, 30 minutes);
+            the trainer passes :func:`railtrain.trainer.health.monitor.process_group_timeout_s`.
 
     Raises:
         ValueError: ``"cuda"`` was asked for but this node has fewer GPUs than local ranks.
@@ -246,7 +249,8 @@ def init_distributed(device_type: str) -> DistInfo:
     if not launched:
         return DistInfo(0, 1, 0, device, False)
     backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend, device_id=device if device_type == "cuda" else None)
+    timeout = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+    dist.init_process_group(backend=backend, device_id=device if device_type == "cuda" else None, **timeout)
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))  # set by torchrun
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, True, local_world_size)
 

@@ -14,6 +14,7 @@ import gc
 import json
 import math
 import os
+import socket
 import sys
 import time
 from typing import Callable, Mapping
@@ -26,6 +27,7 @@ from railtrain.crds import contract
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
+from railtrain.trainer.health.monitor import HealthMonitor, process_group_timeout_s
 from railtrain.trainer.metrics import TrainerMetrics
 from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
@@ -171,6 +173,20 @@ def build_metrics(config: TrainConfig, info: DistInfo) -> TrainerMetrics:
     return metrics
 
 
+def build_health(config: TrainConfig, info: DistInfo, dims: ParallelDims, model: nn.Module, metrics: TrainerMetrics, environ: Mapping[str, str], node: str, settings: contract.HealthSettings, log: Callable[[str], None]) -> HealthMonitor:
+    """The health checks of this rank (docs/health.md): settings from ``RAILTRAIN_HEALTH_*``, faults from ``RAILTRAIN_FAULT_*``.
+
+    Raises:
+        ValueError: a malformed health or fault variable (named).
+    """
+    enabled = config.health and environ.get(contract.ENV_HEALTH, "1") != "0"
+    return HealthMonitor(
+        settings, contract.read_faults(environ), model, rank=info.rank, world_size=info.world_size, distributed=info.distributed,
+        device=info.device, coordinates=[dims.coordinates(r) for r in range(info.world_size)], node=node,
+        registry=metrics.registry, enabled=enabled, log=log, settings_file=environ.get(contract.ENV_HEALTH_FILE, ""),
+    )  # fmt: skip
+
+
 def set_threads(config: TrainConfig, info: DistInfo) -> None:
     """``--threads`` if given; else 1 intra-op thread per process when several share a CPU job (no oversubscription)."""
     if config.threads:
@@ -195,7 +211,8 @@ class Trainer:
         ctx = read_launch_context(dict(environ))
         self.config = config = apply_launch_context(config, ctx)
         self.corpus = ByteCorpus.load(config.data)
-        self.info = info = init_distributed(resolve_device(config.device))
+        health_settings = contract.read_health(environ)
+        self.info = info = init_distributed(resolve_device(config.device), process_group_timeout_s(health_settings))
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
@@ -213,6 +230,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         self.prometheus = build_metrics(config, info)
         self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
+        node = (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, "") or socket.gethostname()
+        self.health = build_health(config, info, dims, self.model, self.prometheus, environ, node, health_settings, self.log)
         self.step = 0
 
     def log(self, line: str) -> None:
@@ -220,23 +239,37 @@ class Trainer:
         if self.info.rank == 0:
             print(line, flush=True)
 
-    def train_step(self, step: int) -> tuple[torch.Tensor, float, float]:
-        """One optimizer step on this rank's slice of ``step``'s batch.
+    def train_step(self, step: int) -> tuple[float, float, float, bool]:
+        """One optimizer step on this rank's slice of ``step``'s batch, with the health checks' numeric check
+        (and re-execution) between the backward pass and the optimizer step.
 
         Returns:
-            ``(local mean loss as a 0-d tensor (0 on pipeline stages but the last), global gradient norm before
-            clipping, learning rate)``.
+            ``(loss averaged over ranks, global gradient norm before clipping, learning rate, whether the batch
+            was skipped as a data anomaly)``.
+
+        Raises:
+            HealthVerdict: a health check's verdict.
         """
         inputs, targets = (t.to(self.info.device, non_blocking=True) for t in self.sampler.batch(step))
         lr = lr_at(step, self.config)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.forward_backward(inputs, targets)
+        self.health.begin_step(step)
+        loss = self.forward_backward(inputs, targets).detach()
+        self.health.before_collective(step)
         max_norm = self.config.grad_clip or float("inf")
-        grad_norm = clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group)
-        self.optimizer.step()
+        grad_norm = float(clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group))
+        loss_value = mean_loss(loss, self.dims, self.info).item()
+
+        def recompute() -> torch.Tensor:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self.forward_backward(inputs, targets).detach()
+
+        skip = self.health.check_numeric(step, loss_value, grad_norm, loss, recompute)
+        if not skip:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach(), float(grad_norm), lr
+        return loss_value, grad_norm, lr, skip
 
     def _train_state(self) -> dict[str, int]:
         return {"step": self.step, **self.sampler.state()}
@@ -270,6 +303,7 @@ class Trainer:
                 f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
             )
         self.resume()
+        self.health.start()
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len
         start = time.perf_counter()
@@ -277,31 +311,37 @@ class Trainer:
             while self.step < c.steps:
                 self.step += 1
                 t0 = time.perf_counter()
-                loss, grad_norm, lr = self.train_step(self.step)
-                loss_value = mean_loss(loss, self.dims, info).item()
+                loss_value, grad_norm, lr, skipped = self.train_step(self.step)
                 step_s = time.perf_counter() - t0
                 tokens_per_s = tokens_per_step / step_s
                 self.prometheus.observe_step(self.step, loss_value, tokens_per_s, step_s)
-                if not math.isfinite(loss_value):
+                self.health.end_step(self.step, step_s)
+                if not math.isfinite(loss_value) and not skipped:
                     raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
-                    record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s}
+                    record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s, "step_s": step_s}
+                    if self.health.last_times:
+                        record["compute_s"] = self.health.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):
+                    self.health.phase(self.step, "checkpoint")
                     blocked = self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state(), c.steps)
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
         finally:
+            self.health.stop()
             if metrics:
                 metrics.close()
         self.log(f"done step={self.step} elapsed_s={time.perf_counter() - start:.1f}")
 
     def close(self) -> None:
         """Leave the process group and free the model and optimizer (idempotent)."""
+        if getattr(self, "health", None) is not None:
+            self.health.stop()
         if getattr(self, "checkpointer", None) is not None:
             self.checkpointer.close()
         if getattr(self, "prometheus", None) is not None:

@@ -167,3 +167,31 @@ def test_tiny_job_trains_on_two_local_nodes(tmp_path):
     assert "all 2 nodes succeeded" in proc.stderr
     # the relative checkpoint location resolved against the directory railtrain ran in
     assert (tmp_path / "runs" / "ckpt").is_dir() and any((tmp_path / "runs" / "ckpt").iterdir())
+
+
+# -- health: fault flags and the verdict in the summary line ----------------------
+
+def test_fault_flags_become_the_contract_variables():
+    env = local.fault_environment({"hang": "rank=1,step=5,kind=collective", "slow": None, "bitflip": "rank=0,step=3"})
+    assert contract.read_faults(env) == contract.Faults(
+        hang=contract.HangFault(1, 5, "collective"), bitflip=contract.BitFlipFault(rank=0, step=3)
+    )
+    with pytest.raises(CliError, match=r"^--fault-slow: RAILTRAIN_FAULT_SLOW factor must be >= 1, got 0.5$") as info:
+        local.fault_environment({"slow": "rank=1,factor=0.5"})
+    assert info.value.exit_code == 2
+
+
+def test_local_hang_ends_with_the_verdict_and_suspect_node(tmp_path):
+    """A hang injected through the CLI flag: the summary line names the verdict and the suspect "node"."""
+    doc = manifests.job(
+        name="hang-test",
+        command=["torchrun", "-m", "railtrain.trainer"],
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "30", "--seq-len", "64", "--threads", "1"],
+        env=[{"name": contract.health_variable("hang_floor_s"), "value": "3"}],
+        runPolicy={"backoffLimit": 0},  # a hang restarts the gang by default; here it ends the run
+    )
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = _run_cli(["run", str(path), "--local", "--fault-hang", "rank=1,step=4", "--grace", "2"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = " ".join(proc.stderr.split())  # rich may wrap the line
+    assert "failed with exit status 1" in summary and "verdict hang: NoProgress: rank 1 on node local-1 made no progress" in summary, proc.stderr

@@ -72,10 +72,17 @@ def run_in_process(workdir: Path, *args: str) -> Run:
     return Run(rc, out.getvalue(), _read_metrics(metrics))
 
 
+STRICT_HEALTH = contract.health_env(contract.HealthSettings(fingerprint_interval=2, kat_interval=5))
+"""Every multi-process run here (DDP, FSDP2, HSDP; and the layouts of test_parallel_parity: TP, PP, FSDP2 x TP,
+PP x DDP, TP x PP) compares parameter fingerprints every 2 steps and runs the known-answer test every 5: a
+false alarm would end the run with a hardware-suspect verdict and fail the test."""
+
+
 def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This environment without any launcher variables of the pod contract, plus ``extra``."""
-    contract_names = {v for k, v in vars(contract).items() if k.startswith("ENV_")}
+    """This environment without any launcher or health variables of the pod contract, plus :data:`STRICT_HEALTH`, plus ``extra``."""
+    contract_names = {v for k, v in vars(contract).items() if k.startswith("ENV_")} | set(STRICT_HEALTH)
     env = {k: v for k, v in os.environ.items() if k not in contract_names}
+    env.update(STRICT_HEALTH)
     env.update(extra or {})
     return env
 

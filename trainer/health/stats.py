@@ -125,9 +125,10 @@ class StragglerDetector:
     Each :meth:`add` takes one sample of per-rank compute times (excluding time spent
     waiting in collectives, which a straggler imposes on everyone else). A rank's score is
     the median of its last ``window`` relative excesses (:func:`relative_excess`); it is
-    flagged while the score exceeds ``threshold``. With the defaults (window 5, threshold
-    0.1) a rank 20% slower than the others is flagged at the third slow sample, while a
-    single jittery sample is not enough.
+    flagged while the score exceeds ``threshold``. With the pod contract's defaults (window 8,
+    threshold 0.12) a rank 20% slower than the others is flagged at the fifth slow sample,
+    while jitter in fewer than half of the window's samples is not enough
+    (docs/bench-health.md has the measured latency and false-positive rate).
 
     Attributes:
         world_size: number of ranks.
@@ -176,8 +177,9 @@ class SpikeDetector:
     Keeps the last ``window`` finite, accepted values; a value is a spike when its robust
     z-score ``(x - median) / max(1.4826 x MAD, rel_floor x |median|)`` exceeds
     ``threshold`` (only upward: a loss that drops is not an anomaly), once ``min_samples``
-    values are known. Values found anomalous are *not* added, so a run of bad values cannot
-    drag the statistic along.
+    values are known; before that (warming up) only a value over ``warmup_ratio`` times the
+    median magnitude counts (e.g. a loss of 1e30 from a flipped exponent bit at step 3).
+    Values found anomalous are *not* added, so a run of bad values cannot drag the statistic along.
 
     Attributes:
         threshold: robust z-score of a spike.
@@ -191,6 +193,7 @@ class SpikeDetector:
     window: int = 100
     min_samples: int = 20
     rel_floor: float = 0.05
+    warmup_ratio: float = 100.0
     values: deque = field(default_factory=deque)
 
     def score(self, x: float) -> float:
@@ -198,7 +201,8 @@ class SpikeDetector:
         if not math.isfinite(x):
             return math.inf
         if len(self.values) < self.min_samples:
-            return 0.0
+            ref = abs(statistics.median(self.values)) if self.values else 0.0
+            return math.inf if ref > 0 and abs(x) > self.warmup_ratio * ref else 0.0
         med = statistics.median(self.values)
         mad = statistics.median(abs(v - med) for v in self.values)
         scale = max(MAD_TO_SIGMA * mad, self.rel_floor * abs(med), 1e-12)

@@ -92,7 +92,8 @@ def test_one_slow_sample_is_not_a_straggler():
         ([4.0 - 0.01 * i for i in range(50)], 40.0, True),  # a spike
         ([4.0 - 0.01 * i for i in range(50)], math.nan, True),
         ([4.0 - 0.01 * i for i in range(50)], math.inf, True),
-        ([4.0] * 5, 400.0, False),  # warming up: too few values to call a spike
+        ([4.0] * 5, 300.0, False),  # warming up: too few values to call a spike
+        ([4.0] * 5, 1e30, True),  # but a flipped exponent bit is one
         ([4.0] * 5, math.nan, True),  # but a NaN is always an anomaly
         ([1.0] * 50, 1.1, False),  # a flat series: the relative floor keeps wiggles from counting
     ],

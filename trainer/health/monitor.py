@@ -1,0 +1,430 @@
+"""The health checks as the training loop sees them: one :class:`HealthMonitor` per rank.
+
+Per step the loop calls :meth:`HealthMonitor.begin_step`, runs forward/backward (hooks time
+the forward and apply injected faults), :meth:`~HealthMonitor.before_collective`,
+:meth:`~HealthMonitor.check_numeric` before the optimizer step, and
+:meth:`~HealthMonitor.end_step` after it. Every decision is taken from gathered values that
+are identical on every rank, so all ranks raise the same :class:`HealthVerdict` at the same
+step (the operator never has to guess which rank's message to believe).
+
+Classification by re-execution follows Megatron-LM's rerun state machine
+(``megatron/core/rerun_state_machine.py``): on a NaN/Inf or a spiking loss or gradient norm,
+re-run the same step's forward/backward on the same micro-batch from the same parameters; a
+different result on some rank is a transient hardware fault there, the same result is a
+property of the data. A known-answer test then catches a device that is *consistently* wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from railtrain.crds import contract
+from railtrain.trainer.health import stats
+from railtrain.trainer.health.faults import FaultInjector
+from railtrain.trainer.health.fingerprint import known_answer, model_fingerprint
+from railtrain.trainer.health.metrics import HealthMetrics
+from railtrain.trainer.health.watchdog import Progress, Watchdog, open_store
+from railtrain.trainer.model import Attention, FeedForward
+
+
+@dataclass
+class HealthVerdict(Exception):
+    """A health finding that ends the run; :mod:`railtrain.trainer.__main__` writes it as the termination message.
+
+    Attributes: see :class:`railtrain.crds.contract.Verdict`.
+    """
+
+    verdict: str
+    reason: str
+    message: str
+    nodes: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    step: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.verdict} {self.reason}: {self.message}"
+
+    def details(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`railtrain.crds.contract.write_termination_message`."""
+        return {"nodes": self.nodes, "ranks": self.ranks, "step": self.step, "evidence": self.evidence}
+
+
+WARMUP_SAMPLES = 2
+"""Timing samples ignored at the start of a run (allocator and cache warm-up)."""
+STOP_PERSISTENCE = 3
+"""Consecutive timing checks a rank must stay flagged before ``straggler_action=stop`` ends the job."""
+
+
+def process_group_timeout_s(settings: contract.HealthSettings) -> float:
+    """The collective timeout: ``max((hang_factor + 1) x hang_floor_s, 300)`` seconds.
+
+    A backstop above the watchdog's firing time for steps up to the floor (the watchdog, which
+    names the stalled rank, fires first), and still six times shorter than torch's 30-minute
+    default, which is what holds a hung gang in pytorch/pytorch#111646.
+    """
+    return max((settings.hang_factor + 1) * settings.hang_floor_s, 300.0)
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    return t.detach().float().cpu().numpy().tobytes()
+
+
+class HealthMonitor:
+    """The detectors of one rank.
+
+    Args:
+        settings: thresholds and intervals (from the pod contract).
+        faults: injected faults (off by default).
+        model: the wrapped model (hooks on its forward).
+        rank, world_size, distributed, device: this process.
+        coordinates: mesh coordinates of every rank (``ParallelDims.coordinates``), for the replica groups.
+        node: this rank's node name.
+        registry: Prometheus registry for :class:`HealthMetrics`.
+        enabled: ``False`` keeps only fault injection (for the overhead benchmark and ``RAILTRAIN_HEALTH=0``).
+        log: prints on rank 0.
+        settings_file: path re-read (by rank 0, broadcast) at every fingerprint interval, or ``""``.
+    """
+
+    def __init__(
+        self, settings: contract.HealthSettings, faults: contract.Faults, model: nn.Module, *, rank: int, world_size: int,
+        distributed: bool, device: torch.device, coordinates: list[Mapping[str, int]], node: str, registry: Any,
+        enabled: bool = True, log: Callable[[str], None] = print, settings_file: str = "",
+    ) -> None:  # fmt: skip
+        self.settings, self.model, self.rank, self.world = settings, model, rank, world_size
+        self.distributed, self.device, self.enabled, self.log = distributed, device, enabled, log
+        self.node, self.nodes = node, [node] * world_size
+        self.injector = FaultInjector(faults, rank)
+        self.groups = stats.replica_groups(coordinates)
+        self.metrics = HealthMetrics(registry)
+        self.straggler = stats.StragglerDetector(world_size, settings.straggler_threshold, settings.straggler_window)
+        self.loss_spikes = stats.SpikeDetector(settings.spike_threshold)
+        self.grad_spikes = stats.SpikeDetector(settings.spike_threshold)
+        self.progress, self.step_times = Progress(), deque(maxlen=50)
+        self.settings_file, self._settings_mtime = settings_file, 0.0
+        self.reference_kat: int | None = None
+        self.skipped = 0
+        self.forward_s = 0.0
+        self._t0 = 0.0
+        self._flagged: list[int] = []
+        self._flagged_for = 0  # consecutive timing checks with the same flagged ranks
+        self._timed = 0
+        self.last_times: list[float] = []
+        """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
+        self.watchdog: Watchdog | None = None
+        self._events: list[tuple[Any, Any]] = []
+        if not enabled and not faults.any():
+            return  # nothing to time or inject: no hooks at all (the "off" baseline of bench/health.py)
+        model.register_forward_hook(self._post_forward)
+        for module in model.modules():
+            if isinstance(module, (Attention, FeedForward)):
+                module.register_forward_pre_hook(self._pre_compute)
+                module.register_forward_hook(self._post_compute)
+
+    # -- hooks ------------------------------------------------------------------------------
+    # Compute time is the forward time of every block's attention and MLP: inside an FSDP unit (its
+    # all-gather runs in the unit's pre-forward, outside this window) and free of DDP's buffer
+    # broadcast and gradient all-reduce, so a rank's time is its own, not its wait for others.
+    # Tensor-parallel collectives run inside these modules, so under TP a slow rank slows its TP
+    # peers' figures too and the whole TP group stands out (docs/health.md). On GPU the time is
+    # CUDA-event time; on CPU it is the process's CPU time (time.process_time), not wall time, because
+    # on a shared host the wall clock mostly measures other processes' load (docs/bench-health.md).
+    def _pre_compute(self, module: nn.Module, args: Any) -> None:
+        if self.device.type == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._events.append((start, None))
+        self._t0 = self._clock()
+
+    def _post_compute(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events[-1] = (self._events[-1][0], end)
+        factor = self.injector.slowdown()
+        if factor > 1:  # a slower device: stretch the section, burning the device (here: CPU) time it would
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            elapsed = self._clock() - self._t0
+            spin_until = self._clock() + elapsed * (factor - 1)
+            while self._clock() < spin_until:
+                pass
+        self.forward_s += self._clock() - self._t0
+
+    def _clock(self) -> float:
+        return time.perf_counter() if self.device.type == "cuda" else time.process_time()
+
+    def _post_forward(self, module: nn.Module, args: Any, output: Any) -> Any:
+        out = self.injector.after_forward(output) if isinstance(output, torch.Tensor) else output
+        self.progress.mark(self.progress.step, "backward")
+        return out
+
+    def compute_seconds(self) -> float:
+        """This step's compute seconds so far (CUDA event times on GPU: one synchronisation)."""
+        if self.device.type != "cuda":
+            return self.forward_s
+        torch.cuda.synchronize(self.device)
+        return sum(a.elapsed_time(b) for a, b in self._events if b is not None) / 1000.0
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Gather the node names, run the first known-answer test, start the watchdog (collective)."""
+        if self.distributed:
+            names: list[Any] = [None] * self.world
+            dist.all_gather_object(names, self.node)
+            self.nodes = [str(n) for n in names]
+        if not self.enabled:
+            return
+        self.check_known_answer(0)
+        self.watchdog = Watchdog(open_store(self.distributed), self.rank, self.world, self.node, self.progress, self.step_times, lambda: self.settings)
+        self.watchdog.publish()
+        self.watchdog.start()
+        s = self.settings
+        self.log(
+            f"health: on fingerprint_interval={s.fingerprint_interval} kat_interval={s.kat_interval} timing_interval={s.timing_interval} "
+            f"replica_groups={len(self.groups)} straggler_threshold={s.straggler_threshold} hang_deadline=max({s.hang_factor}x median step, {s.hang_floor_s}s)"
+        )
+
+    def stop(self) -> None:
+        """Mark this rank done and stop the watchdog (idempotent)."""
+        self.progress.mark(self.progress.step, "done")
+        if self.watchdog is not None:
+            try:
+                self.watchdog.publish()
+            except Exception:  # the store may already be gone
+                pass
+            self.watchdog.stop()
+            self.watchdog = None
+
+    def phase(self, step: int, name: str) -> None:
+        """Record progress: ``name`` is e.g. ``checkpoint`` (see :data:`watchdog.SLOW_PHASES`)."""
+        self.progress.mark(step, name)
+
+    # -- per step -------------------------------------------------------------------------------
+    def begin_step(self, step: int) -> None:
+        """Before the step's compute."""
+        self.forward_s = 0.0
+        self._events.clear()
+        self.progress.mark(step, "forward")
+        self.injector.step = step
+        self.injector.begin_step(step, self.model)
+
+    def before_collective(self, step: int) -> None:
+        """After forward/backward, before the step's next collective (marked as entered after the hang fault)."""
+        self.injector.before_collective()
+        self.progress.mark(step, "collective")
+
+    def check_numeric(self, step: int, loss: float, grad_norm: float, local_loss: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> bool:
+        """NaN/Inf and spike check of the step's global loss and gradient norm, before the optimizer step.
+
+        Args:
+            step: the step.
+            loss, grad_norm: global values (identical on every rank).
+            local_loss: this rank's loss of the step (0-d tensor, before any collective).
+            recompute: re-runs the step's forward/backward on the same micro-batch from the same parameters
+                (gradients zeroed first) and returns the new local loss.
+
+        Returns:
+            ``True`` when the batch is to be skipped (a data anomaly, within the allowed count).
+
+        Raises:
+            HealthVerdict: ``hardware-suspect`` (a rank's re-execution or known-answer test differs) or
+                ``user-error`` (a reproducible anomaly with action ``stop``, or too many skipped batches).
+        """
+        if not self.enabled:
+            return False
+        self.metrics.checks.labels("numeric").inc()
+        z_loss, z_grad = self.loss_spikes.score(loss), self.grad_spikes.score(grad_norm)
+        s = self.settings
+        if z_loss <= s.spike_threshold and z_grad <= s.spike_threshold:
+            self.loss_spikes.accept(loss)
+            self.grad_spikes.accept(grad_norm)
+            return False
+        self.metrics.mismatches.labels("numeric").inc()
+        self.metrics.reexecutions.inc()
+        self.progress.mark(step, "rerun")
+        first = _bits(local_loss)
+        second = _bits(recompute())
+        differs = int(first != second)
+        kat_bad = self._known_answer_flag()
+        flags = self._gather([differs, kat_bad], torch.int64)
+        rerun_bad = [r for r in range(self.world) if flags[r][0]]
+        kat_suspects = [r for r in range(self.world) if flags[r][1]]
+        what = f"loss={loss:.6g} (z={z_loss:.1f}) grad_norm={grad_norm:.6g} (z={z_grad:.1f})"
+        evidence = {"loss": _num(loss), "grad_norm": _num(grad_norm), "loss_z": _num(z_loss), "grad_norm_z": _num(z_grad)}
+        if rerun_bad or kat_suspects:
+            suspects = sorted(set(rerun_bad) | set(kat_suspects))
+            reason = contract.REASON_RERUN_MISMATCH if rerun_bad else contract.REASON_KNOWN_ANSWER_MISMATCH
+            raise self._verdict(
+                contract.VERDICT_HARDWARE_SUSPECT, reason, step, suspects,
+                f"step {step}: {what}; re-executing the step gave a different result on rank(s) {rerun_bad}, known-answer test differs on {kat_suspects}",
+                evidence | {"rerun_differs": rerun_bad, "known_answer_differs": kat_suspects},
+            )  # fmt: skip
+        self.skipped += 1
+        self.metrics.skipped_batches.inc()
+        if s.anomaly_action == "stop" or self.skipped > s.max_skipped_batches:
+            why = "anomaly_action is stop" if s.anomaly_action == "stop" else f"more than {s.max_skipped_batches} batches skipped"
+            raise self._verdict(
+                contract.VERDICT_USER_ERROR, contract.REASON_DATA_ANOMALY, step, [],
+                f"step {step}: {what}, reproduced by re-execution (a data problem, not hardware); stopping: {why}", evidence | {"skipped": self.skipped},
+            )  # fmt: skip
+        self.log(f"health: step {step}: {what} reproduced by re-execution: data, not hardware; skipping the batch ({self.skipped} of at most {s.max_skipped_batches})")
+        return True
+
+    def end_step(self, step: int, step_s: float) -> None:
+        """After the optimizer step: timing gather, fingerprints and known-answer test when due.
+
+        Raises:
+            HealthVerdict: ``straggler`` (action ``stop``) or ``hardware-suspect``.
+        """
+        self.step_times.append(step_s)
+        self.last_times = []
+        if not self.enabled:
+            return
+        s = self.settings
+        if self.watchdog is not None:
+            self.metrics.heartbeat_age.set(self.watchdog.age_s)
+            self.metrics.hang_deadline.set(stats.hang_deadline(list(self.step_times), s.hang_factor, s.hang_floor_s))
+        if self.world > 1 and step % s.timing_interval == 0:
+            self.check_timing(step)
+        if step % s.fingerprint_interval == 0:
+            self.check_fingerprints(step)
+            self.reload_settings()
+        if step % s.kat_interval == 0:
+            self.check_known_answer(step)
+
+    # -- detectors --------------------------------------------------------------------------------
+    def check_timing(self, step: int) -> None:
+        """Gather per-rank forward compute seconds and update the straggler scores."""
+        self.metrics.checks.labels("timing").inc()
+        times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
+        self.last_times = times
+        self._timed += 1
+        if self._timed <= WARMUP_SAMPLES:
+            return  # the first steps time allocator and cache warm-up, not the device
+        scores = self.straggler.add(times)
+        for r, score in enumerate(scores):
+            self.metrics.straggler_score.labels(str(r)).set(score)
+        flagged = self.straggler.flagged()
+        self.metrics.stragglers.set(len(flagged))
+        if flagged and flagged != self._flagged:
+            self.metrics.mismatches.labels("timing").inc()
+            self.log(
+                f"health: step {step}: straggler rank(s) {flagged} on node(s) {[self.nodes[r] for r in flagged]} "
+                f"score(s) {[round(scores[r], 3) for r in flagged]} (threshold {self.settings.straggler_threshold})"
+            )
+        self._flagged_for = self._flagged_for + 1 if flagged and flagged == self._flagged else int(bool(flagged))
+        self._flagged = flagged
+        s = self.settings
+        costly = [r for r in flagged if self.straggler.throughput_cost(r) >= s.straggler_stop_share]
+        if s.straggler_action == "stop" and costly and self._flagged_for >= STOP_PERSISTENCE:
+            raise self._verdict(
+                contract.VERDICT_STRAGGLER, contract.REASON_SLOW_RANK, step, costly,
+                f"step {step}: rank(s) {costly} computed {[f'{scores[r]:+.0%}' for r in costly]} slower than the others' median over {s.straggler_window} samples",
+                {"scores": {str(r): round(scores[r], 4) for r in flagged}, "throughput_cost": {str(r): round(self.straggler.throughput_cost(r), 4) for r in costly}},
+            )  # fmt: skip
+
+    def check_fingerprints(self, step: int) -> None:
+        """Compare parameter fingerprints within each replica group (no-op without replication)."""
+        if not self.groups:
+            return
+        self.metrics.checks.labels("fingerprint").inc()
+        prints = {r: row[0] for r, row in enumerate(self._gather([model_fingerprint(self.model)], torch.int64))}
+        found = stats.compare_fingerprints(self.groups, prints)
+        if not found:
+            return
+        self.metrics.mismatches.labels("fingerprint").inc()
+        kat = self._gather([self._known_answer_flag()], torch.int64)
+        suspects: set[int] = set()
+        for d in found:
+            decided = set(d.suspects) if d.decided else {r for r in d.group if kat[r][0]} or set(d.group)
+            suspects |= decided
+        evidence = {"groups": [{"ranks": list(d.group), "fingerprints": {str(r): f"{v:016x}" for r, v in d.values.items()}, "majority": d.decided} for d in found][:8]}
+        raise self._verdict(
+            contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, sorted(suspects),
+            f"step {step}: parameter bytes of rank(s) {sorted(suspects)} differ from their replicas'", evidence,
+        )  # fmt: skip
+
+    def check_known_answer(self, step: int) -> None:
+        """Run the known-answer test; the first run fixes the reference (the majority answer)."""
+        self.metrics.checks.labels("known_answer").inc()
+        self.progress.mark(step, "known-answer")
+        flag = self._known_answer_flag()
+        rows = self._gather([flag, self._last_kat], torch.int64)
+        values = {r: row[1] for r, row in enumerate(rows)}
+        if self.reference_kat is None:
+            dissent = stats.odd_ones_out(values)
+            majority = [v for r, v in values.items() if r not in dissent]
+            self.reference_kat = majority[0] if majority else self._last_kat
+            suspects = sorted(set(dissent) | {r for r, row in enumerate(rows) if row[0]})
+        else:
+            suspects = [r for r, row in enumerate(rows) if row[0]]
+        if suspects:
+            self.metrics.mismatches.labels("known_answer").inc()
+            raise self._verdict(
+                contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_KNOWN_ANSWER_MISMATCH, step, suspects,
+                f"step {step}: the known-answer test gave a wrong answer on rank(s) {suspects}",
+                {"answers": {str(r): f"{v:016x}" for r, v in values.items()}, "reference": f"{self.reference_kat:016x}"},
+            )  # fmt: skip
+
+    def _known_answer_flag(self) -> int:
+        """Run the test twice; 1 if the two runs differ or differ from the reference."""
+        a = known_answer(self.device, corrupt=self.injector.corrupt_known_answer)
+        b = known_answer(self.device, corrupt=self.injector.corrupt_known_answer)
+        self._last_kat = a
+        return int(a != b or (self.reference_kat is not None and a != self.reference_kat))
+
+    _last_kat = 0
+
+    def reload_settings(self) -> None:
+        """Re-read the settings file (rank 0 reads, every rank gets the same via a broadcast)."""
+        if not self.settings_file:
+            return
+        payload: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                mtime = os.stat(self.settings_file).st_mtime
+                if mtime != self._settings_mtime:
+                    with open(self.settings_file) as fh:
+                        payload[0] = contract.health_from_mapping(json.load(fh), self.settings, where=self.settings_file)
+                    self._settings_mtime = mtime
+            except (OSError, ValueError) as err:  # a bad file keeps the current settings
+                print(f"health: warning: {self.settings_file}: {err}; settings unchanged", file=sys.stderr, flush=True)
+        if self.distributed:
+            dist.broadcast_object_list(payload, src=0)
+        if payload[0] is not None and payload[0] != self.settings:
+            self.settings = new = payload[0]
+            self.straggler.threshold, self.loss_spikes.threshold, self.grad_spikes.threshold = new.straggler_threshold, new.spike_threshold, new.spike_threshold
+            if new.straggler_window != self.straggler.window:
+                self.straggler = stats.StragglerDetector(self.world, new.straggler_threshold, new.straggler_window)
+            self.log(f"health: settings changed from {self.settings_file}: {new}")
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _gather(self, values: list[float | int], dtype: torch.dtype) -> list[list[Any]]:
+        """Every rank's ``values`` (one small all-gather of CPU tensors), indexed by rank."""
+        mine = torch.tensor(values, dtype=dtype)
+        if not self.distributed:
+            return [mine.tolist()]
+        out = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(out, mine)
+        return [t.tolist() for t in out]
+
+    def _verdict(self, verdict: str, reason: str, step: int, ranks: list[int], message: str, evidence: dict[str, Any]) -> HealthVerdict:
+        nodes = sorted({self.nodes[r] for r in ranks if self.nodes[r]})
+        named = ", ".join(f"rank {r} on node {self.nodes[r] or '?'}" for r in ranks)
+        return HealthVerdict(verdict, reason, f"{message} ({named})" if named else message, nodes, ranks, step, evidence)
+
+
+def _num(x: float) -> float | str:
+    """A JSON-safe number: non-finite values as strings."""
+    return x if x == x and abs(x) != float("inf") else str(x)

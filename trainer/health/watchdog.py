@@ -1,0 +1,186 @@
+"""Heartbeats through the rendezvous store and the hang watchdog (one daemon thread per rank).
+
+The training loop only updates an in-memory :class:`Progress` (step and phase) at every phase
+change. A thread per rank publishes it to the rendezvous TCPStore (torchrun's store at
+``MASTER_ADDR:MASTER_PORT``; a private ``HashStore`` when running alone), reads every rank's
+beat, and fires when some rank has made no progress for
+``max(hang_factor x median step time, 0.9 x hang_floor_s)`` (:func:`stats.hang_deadline`). It
+polls every ``hang_floor_s / 20`` seconds, so it fires within ``max(k x median, floor)`` plus
+two polls, which is within ``k x median + floor`` (the issue's bound). The store is never a
+collective, so a rank stuck in compute or outside a collective cannot block it (the public
+failure this avoids is pytorch/pytorch#111646: a hung rank holds the gang until the 30-minute
+collective timeout).
+
+On firing, the first watchdog sets :data:`~railtrain.crds.contract.HANG_VERDICT_KEY` with
+compare-and-set; every rank's watchdog then dumps its Python stacks (``faulthandler``) to the
+log, writes the *same* ``hang`` verdict to its termination message, and ends its process
+(``os._exit``), which ends the gang.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Mapping
+
+import torch.distributed as dist
+
+from railtrain.crds import contract
+from railtrain.trainer.health import stats
+
+SLOW_PHASES = {"checkpoint": 10.0, "start": 10.0}
+"""Phases that may legitimately outlast a step (checkpoint saves, the first step's set-up):
+their deadline is this multiple of the floor at least."""
+
+
+@dataclass
+class Progress:
+    """What this rank is doing; written by the training loop, read by the watchdog thread."""
+
+    step: int = 0
+    phase: str = "start"
+    time: float = 0.0
+
+    def mark(self, step: int, phase: str) -> None:
+        """Record a phase change now (wall clock, seconds since the epoch)."""
+        self.step, self.phase, self.time = step, phase, time.time()
+
+
+def open_store(distributed: bool, environ: Mapping[str, str] = os.environ) -> Any:
+    """A store client for heartbeats: torchrun's TCPStore when distributed, else an in-process HashStore.
+
+    Raises:
+        RuntimeError: the store cannot be reached within 60 s.
+    """
+    if not distributed:
+        return dist.HashStore()
+    return dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=60), wait_for_workers=False)
+
+
+def dump_stacks(rank: int) -> None:
+    """Every thread's Python stack of this process to stderr (``faulthandler``)."""
+    print(f"health: rank {rank}: Python stacks of every thread follow", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+
+
+class Watchdog(threading.Thread):
+    """The heartbeat publisher and hang detector of one rank (a daemon thread).
+
+    Args:
+        store: a c10d store (``set``, ``get``, ``check``, ``compare_set``, ``multi_get``).
+        rank, world_size, node: this rank, the gang size, this rank's node name.
+        progress: the loop's :class:`Progress`.
+        step_times: recent step durations in seconds (the loop appends; the watchdog reads).
+        settings: returns the current :class:`~railtrain.crds.contract.HealthSettings`.
+        on_hang: called with the verdict dict (``reason``, ``message``, ``nodes``, ``ranks``,
+            ``step``, ``evidence``) when the gang is declared hung; the default dumps stacks,
+            writes the termination message and ends the process.
+    """
+
+    def __init__(
+        self, store: Any, rank: int, world_size: int, node: str, progress: Progress, step_times: deque,
+        settings: Callable[[], contract.HealthSettings], on_hang: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(name=f"railtrain-health-watchdog-{rank}", daemon=True)
+        self.store, self.rank, self.world_size, self.node = store, rank, world_size, node
+        self.progress, self.step_times, self.settings = progress, step_times, settings
+        self.on_hang = on_hang or self._end_process
+        self.keys = [f"{contract.HEARTBEAT_KEY_PREFIX}{r}" for r in range(world_size)]
+        self._seen: dict[int, tuple] = {}
+        self._changed: dict[int, float] = {}
+        self._stop = threading.Event()
+        self.age_s = 0.0
+        """Age of the oldest rank's progress at the last poll (seconds), for the metrics."""
+
+    def poll_s(self) -> float:
+        """Seconds between polls: a twentieth of the floor, at most 1 s."""
+        return min(1.0, self.settings().hang_floor_s / 20)
+
+    def stop(self) -> None:
+        """Stop the thread after its current poll (idempotent)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        while not self._stop.wait(self.poll_s()):
+            try:
+                verdict = self.poll(time.monotonic())
+            except Exception as err:  # the store went away (gang ending): stop quietly
+                if not self._stop.is_set():
+                    print(f"health: watchdog of rank {self.rank} stopped: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                return
+            if verdict is not None and not self._stop.is_set():
+                self.on_hang(verdict)
+                return
+
+    def publish(self) -> None:
+        """Write this rank's heartbeat to the store."""
+        p = self.progress
+        self.store.set(self.keys[self.rank], contract.format_heartbeat(contract.Heartbeat(self.rank, p.step, p.phase, p.time, self.node)))
+
+    def poll(self, now: float) -> dict[str, Any] | None:
+        """One round: publish, read every beat, decide.
+
+        Args:
+            now: ``time.monotonic()``; ages are measured on this rank's own clock from when it saw a beat change.
+
+        Returns:
+            The gang's hang verdict if one is due (set by this or another rank's watchdog), else ``None``.
+        """
+        self.publish()
+        if self.store.check([contract.HANG_VERDICT_KEY]):
+            return json.loads(self.store.get(contract.HANG_VERDICT_KEY))
+        if not self.store.check(self.keys):
+            return None  # not every rank has beaten yet
+        beats = [contract.parse_heartbeat(raw) for raw in self.store.multi_get(self.keys)]
+        for b in beats:
+            state = (b.step, b.phase, b.time)
+            if self._seen.get(b.rank) != state:
+                self._seen[b.rank], self._changed[b.rank] = state, now
+        s = self.settings()
+        base = stats.hang_deadline(list(self.step_times), s.hang_factor, 0.9 * s.hang_floor_s)
+        live = [b for b in beats if b.phase != "done"]
+        self.age_s = max((now - self._changed[b.rank] for b in live), default=0.0)
+        stalled = [
+            b for b in live
+            if now - self._changed[b.rank] > max(base, SLOW_PHASES.get(b.phase, 0.0) * s.hang_floor_s)
+        ]  # fmt: skip
+        if not stalled:
+            return None
+        # A rank waiting in a collective waits for someone else: name a rank that stopped elsewhere
+        # first; among those, reported wall clocks order who stopped first.
+        first = min(stalled, key=lambda b: (b.phase == "collective", b.time, b.rank))
+        verdict = {
+            "reason": contract.REASON_NO_PROGRESS,
+            "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "
+            f"(deadline {base:.1f}s) in step {first.step}, phase {first.phase}",
+            "nodes": [first.node] if first.node else [],
+            "ranks": [first.rank],
+            "step": first.step,
+            "evidence": {
+                "phase": first.phase, "age_s": round(now - self._changed[first.rank], 3), "deadline_s": round(base, 3),
+                "stalled_ranks": [b.rank for b in sorted(stalled, key=lambda b: (b.time, b.rank))][:16],
+                "median_step_s": round(sorted(self.step_times)[len(self.step_times) // 2], 6) if self.step_times else None,
+                "detected_by": self.rank,
+            },
+        }  # fmt: skip
+        text = json.dumps(verdict)
+        stored = self.store.compare_set(contract.HANG_VERDICT_KEY, "", text)
+        return json.loads(stored)
+
+    def _end_process(self, verdict: dict[str, Any]) -> None:
+        print(f"health: verdict=hang {verdict['message']}", file=sys.stderr, flush=True)
+        dump_stacks(self.rank)
+        contract.write_termination_message(
+            contract.VERDICT_HANG, verdict["reason"], verdict["message"],
+            nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
+        )  # fmt: skip
+        sys.stdout.flush()
+        os._exit(contract.EXIT_FAILED)
