@@ -19,6 +19,7 @@ for explicit capabilities), and the nodes' containerd is told
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -211,7 +212,8 @@ def kind_env() -> dict[str, str]:
     real = shutil.which("docker")
     if not real:
         raise KindError("docker is not installed (apt-get install docker.io)")
-    wrapper_dir = cache_root() / "kind" / "docker-wrapper"
+    # One folder per checkout: the link names this checkout's script.
+    wrapper_dir = cache_root() / "kind" / f"docker-wrapper-{hashlib.sha256(str(DOCKER_WRAPPER).encode()).hexdigest()[:8]}"
     wrapper_dir.mkdir(parents=True, exist_ok=True)
     link = wrapper_dir / "docker"
     if not link.is_symlink() or os.readlink(link) != str(DOCKER_WRAPPER):
