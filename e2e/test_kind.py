@@ -19,10 +19,11 @@ pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test als
 STEP_LINE = re.compile(r"^(?:\[rank 0\] )?step=(\d+) loss=([0-9.]+)", re.MULTILINE)  # a pod logs its own rank only
 RESUMED = re.compile(r"resumed from step (\d+)")
 TINY = "examples/tiny/trainingjob.yaml"
-# torchrun is PID 1 of the trainer container; its worker is the other process running the module.
+# torchrun is PID 1 of the trainer container; its worker is the other process running the module
+# (this shell's own command line holds the pattern too, so it skips itself).
 KILL_WORKER = (
-    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
-    'case "$(tr "\\0" " " < $d/cmdline 2>/dev/null)" in *"-m railtrain.trainer"*) kill -9 "$p";; esac; done'
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; { [ "$p" = 1 ] || [ "$p" = "$$" ]; } && continue; '
+    'case "$(tr "\\0" " " < $d/cmdline 2>/dev/null)" in *"-m railtrain.trainer"*) kill -9 "$p";; esac; done; true'
 )
 
 
