@@ -155,7 +155,8 @@ def run(
     other nodes are stopped and spec.runPolicy decides, as on a cluster: the
     whole gang restarts (resuming from its checkpoints) or the run ends with
     the failing node's status (docs/operator.md, "Recovery"). The ``--fault-*``
-    flags inject faults into the first gang (docs/health.md); a failed run's
+    flags inject faults (docs/health.md); a restarted gang keeps only those it
+    has not met yet (cli/local_recovery.py); a failed run's
     summary line carries the gang's verdict and its suspect rank and node.
     """
     from railtrain.cli import local as local_run
@@ -180,7 +181,7 @@ def run(
         if not restarts:
             return nodes
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts)
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts, extra_env=faults)
 
     notify = lambda s: say(s, style="yellow")  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
