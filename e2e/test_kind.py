@@ -31,6 +31,12 @@ def rank0_log(kind_cluster: KindE2E, name: str, ns: str) -> str:
     return kind_cluster.kubectl("logs", f"{name}-0", "-n", ns, check=False).stdout
 
 
+def restarted(kind_cluster: KindE2E, name: str, ns: str) -> bool:
+    """Whether the gang was restarted: a failure (``restarts``) or the infrastructure (``infrastructureRestarts``: node lost, pod deleted)."""
+    status = kind_cluster.job(name, ns).get("status", {})
+    return status.get("restarts", 0) + status.get("infrastructureRestarts", 0) >= 1
+
+
 def losses(log: str) -> dict[int, float]:
     return {int(s): float(loss) for s, loss in STEP_LINE.findall(log)}
 
@@ -108,7 +114,7 @@ def test_a_lost_rank_restarts_the_gang_which_resumes_from_the_newest_checkpoint(
         kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
     else:
         kind_cluster.kubectl("delete", "pod", f"{name}-1", "-n", kind_ns, "--wait=false")
-    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("restarts", 0) >= 1, 300, f"{name} restarted")
+    wait_for(lambda: restarted(kind_cluster, name, kind_ns), 300, f"{name} restarted")
     wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 900, f"{name} finished", interval=2)
     assert kind_cluster.phase(name, kind_ns) == "Succeeded"
     log = rank0_log(kind_cluster, name, kind_ns)
@@ -123,7 +129,7 @@ def test_memory_tier_on_the_node_survives_a_pod_restart_and_is_used_to_resume(ki
     _run_until_step(kind_cluster, kind_ns, name, 50)
     before = workers_of(kind_cluster, name, kind_ns)
     kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
-    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("restarts", 0) >= 1, 300, f"{name} restarted")
+    wait_for(lambda: restarted(kind_cluster, name, kind_ns), 300, f"{name} restarted")
     wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 900, f"{name} finished", interval=2)
     assert kind_cluster.phase(name, kind_ns) == "Succeeded"
     assert workers_of(kind_cluster, name, kind_ns) == before  # restarted on the same nodes

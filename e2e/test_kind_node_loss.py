@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from .conftest import wait_for
-from .test_kind import RESUMED, _restart_job, _run_until_step, rank0_log, workers_of
+from .test_kind import RESUMED, _restart_job, _run_until_step, rank0_log, restarted, workers_of
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
@@ -28,7 +28,7 @@ def test_a_stopped_worker_node_and_the_job_recovers_on_the_remaining_workers(kin
     _run_until_step(kind_cluster, kind_ns, name, 40)
     lost = workers_of(kind_cluster, name, kind_ns)[1]
     subprocess.run(["docker", "stop", "--time", "5", lost], check=True, capture_output=True, timeout=120)
-    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("restarts", 0) >= 1, 240, f"{name} restarted after {lost} stopped", interval=2)
+    wait_for(lambda: restarted(kind_cluster, name, kind_ns), 240, f"{name} restarted after {lost} stopped", interval=2)
     wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 600, f"{name} finished", interval=2)
     assert kind_cluster.phase(name, kind_ns) == "Succeeded"
     assert lost not in workers_of(kind_cluster, name, kind_ns).values()
