@@ -167,6 +167,8 @@ DOCKERFILE
   docker commit --change 'ENTRYPOINT ["/usr/local/bin/railtrain-node-entrypoint", "/sbin/init"]' --change 'CMD []' "$cid" "$name" >/dev/null
   docker rm -f "$cid" >/dev/null
   docker rmi "$name-unloaded" >/dev/null
+  # Older node images (other inputs) are 1.3 GB each: keep only this one.
+  docker images railtrain.dev/kind-node --format '{{.Repository}}:{{.Tag}}' | grep -vxF "$name" | xargs -r docker rmi >/dev/null 2>&1 || true
   echo "$name"
 }
 
@@ -242,11 +244,18 @@ app_images() { # repo
   tr="ghcr.io/railtrain/trainer:$version-cpu"
   log "building $op"
   wheelhouse "$repo" operator "" "$WORK/op/wheels"
+  # The build stage is tagged too, so the next build finds it as its cache
+  # while the prune below removes only superseded stages.
+  dbuild -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" --target build -t railtrain.dev/operator-build "$WORK/op"
   dbuild -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" -t "$op" "$WORK/op"
   log "building $tr (torch without its CUDA libraries: nvidia-*, triton)"
   wheelhouse "$repo" trainer '^(nvidia-|triton$)' "$WORK/tr/wheels"
   libs="$(cuda_libs "$repo" "$WHEELHOUSE_DEPS")"
+  dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop --target build -t railtrain.dev/trainer-build "$WORK/tr"
   dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop -t "$tr" "$WORK/tr"
+  # Rebuilt images leave their predecessors and build stages untagged (1.4 GB
+  # for the trainer); remove the dangling ones these Dockerfiles made.
+  docker image prune -f --filter label=dev.railtrain.dockerfile >/dev/null
   echo "$op"
   echo "$tr"
   echo "$libs"
