@@ -154,11 +154,11 @@ def build_checkpointer(
     tiers = checkpoint_tiers(config)
     if not tiers:
         return None
-    hold = environ.get(contract.ENV_FAULT_HOLD_CHECKPOINT_STEP)
+    hold = contract.read_faults(environ).hold_checkpoint_step
     return Checkpointer(
         tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
         layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
-        hold_step=int(hold) if hold else None,
+        hold_step=hold,
     )  # fmt: skip
 
 
@@ -333,7 +333,7 @@ class Trainer:
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
         finally:
-            self.health.stop()
+            self.health.stop(failed=sys.exc_info()[0] is not None)
             if metrics:
                 metrics.close()
         self.log(f"done step={self.step} elapsed_s={time.perf_counter() - start:.1f}")

@@ -108,11 +108,12 @@ class HealthMonitor:
         self.groups = stats.replica_groups(coordinates)
         self.metrics = HealthMetrics(registry)
         self.straggler = stats.StragglerDetector(world_size, settings.straggler_threshold, settings.straggler_window)
-        self.loss_spikes = stats.SpikeDetector(settings.spike_threshold)
-        self.grad_spikes = stats.SpikeDetector(settings.spike_threshold)
+        self.loss_spikes = stats.SpikeDetector(settings.spike_threshold, ratio=settings.spike_ratio)
+        self.grad_spikes = stats.SpikeDetector(settings.spike_threshold, ratio=settings.spike_ratio)
         self.progress, self.step_times = Progress(), deque(maxlen=50)
         self.settings_file, self._settings_mtime = settings_file, 0.0
         self.reference_kat: int | None = None
+        self._last_kat = 0
         self.skipped = 0
         self.forward_s = 0.0
         self._t0 = 0.0
@@ -195,16 +196,24 @@ class HealthMonitor:
             f"replica_groups={len(self.groups)} straggler_threshold={s.straggler_threshold} hang_deadline=max({s.hang_factor}x median step, {s.hang_floor_s}s)"
         )
 
-    def stop(self) -> None:
-        """Mark this rank done and stop the watchdog (idempotent)."""
+    def stop(self, failed: bool = False) -> None:
+        """Mark this rank done and stop the watchdog (idempotent); ``failed`` keeps the watchdog for :meth:`shared_hang`."""
         self.progress.mark(self.progress.step, "done")
-        if self.watchdog is not None:
+        if self.watchdog is not None and not failed:
             try:
                 self.watchdog.publish()
             except Exception:  # the store may already be gone
                 pass
             self.watchdog.stop()
             self.watchdog = None
+
+    def shared_hang(self) -> HealthVerdict | None:
+        """The gang's hang verdict if a watchdog set one (a rank whose collective broke because a hung
+        peer's process ended reports it instead of its own error), else ``None``."""
+        found = self.watchdog.shared_verdict() if self.watchdog is not None else None
+        if found is None:
+            return None
+        return HealthVerdict(contract.VERDICT_HANG, found["reason"], found["message"], found["nodes"], found["ranks"], found["step"], found["evidence"])
 
     def phase(self, step: int, name: str) -> None:
         """Record progress: ``name`` is e.g. ``checkpoint`` (see :data:`watchdog.SLOW_PHASES`)."""
@@ -246,7 +255,7 @@ class HealthMonitor:
         self.metrics.checks.labels("numeric").inc()
         z_loss, z_grad = self.loss_spikes.score(loss), self.grad_spikes.score(grad_norm)
         s = self.settings
-        if z_loss <= s.spike_threshold and z_grad <= s.spike_threshold:
+        if not self.loss_spikes.is_anomaly(loss) and not self.grad_spikes.is_anomaly(grad_norm):
             self.loss_spikes.accept(loss)
             self.grad_spikes.accept(grad_norm)
             return False
@@ -384,8 +393,6 @@ class HealthMonitor:
         self._last_kat = a
         return int(a != b or (self.reference_kat is not None and a != self.reference_kat))
 
-    _last_kat = 0
-
     def reload_settings(self) -> None:
         """Re-read the settings file (rank 0 reads, every rank gets the same via a broadcast)."""
         if not self.settings_file:
@@ -404,7 +411,9 @@ class HealthMonitor:
             dist.broadcast_object_list(payload, src=0)
         if payload[0] is not None and payload[0] != self.settings:
             self.settings = new = payload[0]
-            self.straggler.threshold, self.loss_spikes.threshold, self.grad_spikes.threshold = new.straggler_threshold, new.spike_threshold, new.spike_threshold
+            self.straggler.threshold = new.straggler_threshold
+            for detector in (self.loss_spikes, self.grad_spikes):
+                detector.threshold, detector.ratio = new.spike_threshold, new.spike_ratio
             if new.straggler_window != self.straggler.window:
                 self.straggler = stats.StragglerDetector(self.world, new.straggler_threshold, new.straggler_window)
             self.log(f"health: settings changed from {self.settings_file}: {new}")
