@@ -14,9 +14,13 @@ are bounded by :data:`MAX_INFRASTRUCTURE_RESTARTS` on one machine, where
 there is no other node to move to and nothing to quarantine.
 
 Fault injection (the ``RAILTRAIN_FAULT_*`` variables,
-:data:`~railtrain.crds.contract.FAULT_VARIABLES`) applies to the first gang
-only: a fault is an event, not a property of the job, and a restarted gang
-that met it again at the same step would never finish.
+:data:`~railtrain.crds.contract.FAULT_VARIABLES`) is an event, not a property
+of the job: a restarted gang that met a fault again at the same step would
+never finish. After a failed gang, every fault whose step is at or before
+the step of the gang's verdict has happened and is dropped for the next gangs
+(:func:`spent_faults`); a failure without a step (a crash, a killed process)
+drops them all. A later fault (e.g. a hang at step 200 after a bit flip at
+step 100) still happens in the restarted gang.
 """
 
 from __future__ import annotations
@@ -87,6 +91,36 @@ def decide(job: TrainingJob, messages: list[str | None], code: int, job_restarts
     return Decision("restart-infrastructure", kind, detail)
 
 
+_FAULT_KIND_OF = {
+    contract.ENV_FAULT_BITFLIP: "bitflip", contract.ENV_FAULT_SLOW: "slow", contract.ENV_FAULT_HANG: "hang",
+    contract.ENV_FAULT_KILL: "kill", contract.ENV_FAULT_BAD_BATCH: "bad_batch",
+}  # fmt: skip
+
+
+def spent_faults(env: dict[str, str], messages: list[str | None]) -> set[str]:
+    """The fault variables of ``env`` that a failed gang has met: step ≤ its verdict's step, or all without a step.
+
+    Args:
+        env: a node's environment.
+        messages: the failed gang's termination messages.
+    """
+    steps = [v["step"] for m in messages if (v := contract.parse_termination_message(m)) and v["step"] is not None]
+    present = {k for k in env if k in contract.FAULT_VARIABLES}
+    if not steps:
+        return present
+    reached, out = max(steps), set()
+    for variable in present:
+        kind = _FAULT_KIND_OF.get(variable)
+        try:
+            fault = contract.parse_fault(kind, env[variable]) if kind else None
+        except contract.ContractError:
+            fault = None
+        at = getattr(fault, "step", getattr(fault, "from_step", None)) if fault is not None else None
+        if at is None or at <= reached:
+            out.add(variable)
+    return out
+
+
 @dataclass
 class RecoveringRun:
     """Runs local gangs until one succeeds, is interrupted, or the failure policy says stop.
@@ -112,6 +146,8 @@ class RecoveringRun:
     current: Gang | None = None
     failed_at: float | None = None
     """``time.monotonic()`` when the last failed gang ended (for recovery timing)."""
+    spent: set[str] = field(default_factory=set)
+    """Fault variables already met (dropped from the next gangs)."""
 
     def _nodes(self) -> tuple[list, list[Path]]:
         nodes, files = [], []
@@ -119,8 +155,7 @@ class RecoveringRun:
             path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
             path.write_text("")  # the kubelet creates the file before the container starts; so do we
             env = dict(node.env) | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
-            if self.restarts:
-                env = {k: v for k, v in env.items() if k not in contract.FAULT_VARIABLES}
+            env = {k: v for k, v in env.items() if k not in self.spent}
             nodes.append(replace(node, env=env))
             files.append(path)
         return nodes, files
@@ -135,6 +170,7 @@ class RecoveringRun:
                 return code
             self.failed_at = time.monotonic()
             messages = [p.read_text() or None for p in files]
+            self.spent |= set().union(*(spent_faults(n.env, messages) for n in nodes))
             d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts)
             self.history.append(d)
             if d.action == "fail":

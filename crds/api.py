@@ -22,12 +22,9 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
+from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
-
-DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-MAX_NAME_LENGTH = 52
-"""Job names leave room for ``-<rank>`` pod suffixes inside the 63-character DNS label limit."""
 
 
 @dataclass(frozen=True)
@@ -365,14 +362,6 @@ class TrainingJobStatus(_Model):
     last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-
-
-class ObjectMeta(_Model):
-    """The subset of metav1.ObjectMeta a manifest needs; other keys are kept as-is."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-    name: str = Field(description="Job name: a DNS-1035 label of at most 52 characters.", max_length=MAX_NAME_LENGTH, pattern=DNS_1035)
-    namespace: str | None = None
 
 
 class TrainingJob(_Model):

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from railtrain.crds.api import TrainingJob
+from railtrain.crds.meta import ObjectMeta
 
 
 class ManifestError(ValueError):
@@ -174,7 +175,7 @@ def check_update(old: Any, new: Any, source: str = "manifest") -> TrainingJob:
     if not isinstance(old, dict):
         raise ManifestError(["--old: the old object must be a TrainingJob mapping"], source)
     try:
-        TrainingJob.model_validate_json(json.dumps(prune_nulls({k: v for k, v in old.items() if k != "status"}), default=_yaml_scalar))
+        TrainingJob.model_validate_json(json.dumps(prune_nulls(_decode_metadata({k: v for k, v in old.items() if k != "status"})), default=_yaml_scalar))
     except ValidationError as err:
         raise ManifestError([f"--old: {e}" for e in format_validation_error(err)], source) from None
     old_name = (old.get("metadata") or {}).get("name")
@@ -193,6 +194,23 @@ def _root_schema() -> dict[str, Any]:
     return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+def _decode_metadata(data: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as Go's JSON decoder reads it into ObjectMeta: a null field is its zero value (absent),
+    and a null label or annotation value is the empty string."""
+    meta = data.get("metadata")
+    if not isinstance(meta, dict):
+        return data
+    known = {f.alias or n for n, f in ObjectMeta.model_fields.items()}
+    out = {k: v for k, v in meta.items() if v is not None or k not in known}  # an unknown key is refused, null or not
+    for key in ("labels", "annotations"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: "" if v is None else v for k, v in out[key].items()}
+    return {**data, "metadata": out}
+
+
+_TYPE_META = {"apiVersion": "railtrain.dev/v1alpha1", "kind": "TrainingJob"}
+
+
 def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
     """Validate one already-parsed manifest object the way kube-apiserver validates it.
 
@@ -208,8 +226,11 @@ def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
     """
     if not isinstance(data, dict):
         raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], source)
+    missing = [f"{key}: required field is missing (it must be {value})" for key, value in _TYPE_META.items() if data.get(key) is None]
+    if missing:  # the server needs both to know what the object is, before any schema
+        raise ManifestError(missing, source)
     try:
-        text = json.dumps(prune_nulls(data), default=_yaml_scalar)
+        text = json.dumps(prune_nulls(_decode_metadata(data)), default=_yaml_scalar)
     except (TypeError, ValueError) as err:
         raise ManifestError([f"(root): not representable as JSON: {err}"], source) from None
     try:

@@ -69,6 +69,15 @@ class Kube:
                 return None
             raise
 
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job's rendezvous Service as a dict (whoever owns it), or None when it does not exist."""
+        try:
+            return self._json(self.core.read_namespaced_service(contract.service_name(name), namespace, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def service_exists(self, namespace: str, name: str) -> bool:
         """Whether the job's rendezvous Service exists."""
         try:

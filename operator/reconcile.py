@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from railtrain.operator import conditions as cond
-from railtrain.operator.gang import admission_request, current_gang, gang_request, in_the_way, owned, parse_job, rank_names
+from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names
 from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import placement_entries
 from railtrain.operator.placement import Placement, Refusal
@@ -55,15 +55,17 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def observe(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
     nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
     mine = owned(obj, pods)
-    step = Step(obj, None, mine, service_exists, now, placement, old, status, list(status.get("conditions") or []))
+    step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(status.get("conditions") or []))
     step.foreign = in_the_way(obj, pods)
+    if isinstance(service_exists, dict) and controller_uid(service_exists) != obj["metadata"].get("uid"):
+        step.foreign.insert(0, {"kind": "Service", **service_exists})
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
@@ -97,7 +99,7 @@ def finish(step: Step, phase: str) -> Plan:
 
 
 def plan(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: bool, now: datetime, placement: Placement | Refusal | None = None,
+    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
     nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
@@ -109,7 +111,9 @@ def plan(
             any pod holding one of its ranks' names (:func:`missing_names`);
             only pods whose controller ownerReference is the job's uid are
             acted on, the others in the way of a rank are reported.
-        service_exists: whether the rendezvous Service exists.
+        service_exists: the rendezvous Service as read (None when it does not exist);
+            a Service the job does not own is reported and the gang waits. A
+            bool says only whether it exists (and that it is the job's).
         now: current time (UTC, timezone-aware).
         placement: the admission pass's answer for this job, when it was asked
             (:func:`gang_request` returned a request).

@@ -17,12 +17,15 @@ from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
 from railtrain.operator.gang import is_gated, rank_of, restart_of
+from railtrain.operator.phases import ownership
 from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition, always
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
 
 
 def _create_missing(step: Step) -> None:
+    if ownership.service_in_the_way(step):  # the rendezvous name would resolve to someone else's Service
+        return
     present = {rank_of(p) for p in step.gang}
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
     taken = {p["metadata"]["name"] for p in step.foreign}

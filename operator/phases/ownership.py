@@ -17,14 +17,20 @@ from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
 REASON = "PodNameTaken"
+SERVICE_REASON = "ServiceNameTaken"
+
+
+def service_in_the_way(step: Step) -> bool:
+    """Whether a Service the job does not own holds the rendezvous Service's name (the gang then waits: no pod is created)."""
+    return any(o.get("kind") == "Service" for o in step.foreign)
 
 
 def describe(pod: dict[str, Any]) -> str:
-    """``name (owned by Kind/name)`` or ``name (no controller ownerReference)``."""
+    """``Pod name (owned by Kind/name)`` or ``Service name (no controller ownerReference)``."""
     meta = pod["metadata"]
     ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller") and r.get("uid") == controller_uid(pod)), None)
     owner = f"owned by {ref.get('kind')}/{ref.get('name')}" if ref else "no controller ownerReference"
-    return f"{meta['name']} ({owner})"
+    return f"{pod.get('kind') or 'Pod'} {meta['name']} ({owner})"
 
 
 def _in_the_way(step: Step) -> bool:
@@ -34,15 +40,15 @@ def _in_the_way(step: Step) -> bool:
 def _report(step: Step) -> None:
     names = ", ".join(describe(p) for p in step.foreign)
     step.set_condition(
-        cond.SCHEDULED, False, REASON,
-        f"pods not owned by this TrainingJob hold the names of its ranks: {names}; the operator never adopts or deletes them, delete or rename them to let the gang start",
+        cond.SCHEDULED, False, SERVICE_REASON if service_in_the_way(step) else REASON,
+        f"objects not owned by this TrainingJob hold names it needs: {names}; the operator never adopts or deletes them, delete or rename them to let the gang start",
         "Warning",
     )
 
 
 def _was_reported(step: Step) -> bool:
     c = cond.find(step.conds, cond.SCHEDULED)
-    return not step.foreign and bool(c and c.get("reason") == REASON)
+    return not step.foreign and bool(c and c.get("reason") in (REASON, SERVICE_REASON))
 
 
 def _clear(step: Step) -> None:
@@ -51,6 +57,6 @@ def _clear(step: Step) -> None:
 
 FOREIGN_PODS = Transition(
     "pods-in-the-way", ACTIVE, _in_the_way, _report,
-    "A pod the job does not own holds a rank's name: Scheduled False (PodNameTaken) and a Warning Event name it; it is never adopted.",
+    "A pod (or Service) the job does not own holds a rank's (or the rendezvous Service's) name: Scheduled False (PodNameTaken, ServiceNameTaken) and a Warning Event name it; it is never adopted.",
 )
 FOREIGN_PODS_GONE = Transition("pods-in-the-way-gone", ACTIVE, _was_reported, _clear, "The pods in the way are gone: Scheduled False (PodNamesFree).")

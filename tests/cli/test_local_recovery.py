@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from railtrain.cli.local_recovery import MAX_INFRASTRUCTURE_RESTARTS, decide, gang_verdict
+from railtrain.cli.local_recovery import MAX_INFRASTRUCTURE_RESTARTS, decide, gang_verdict, spent_faults
 from railtrain.crds import contract
 from railtrain.crds.validation import parse_manifest
 from tests.cli import manifests
@@ -39,6 +39,14 @@ def test_decide_follows_the_failure_policy(messages, code, restarts, want):
 
 def test_gang_verdict_names_the_node():
     assert gang_verdict([msg("hardware-suspect", "RerunMismatch")], 1) == ("hardware-suspect", "RerunMismatch: seen on local-1")
+
+
+def test_faults_met_by_the_failed_gang_are_dropped_later_ones_kept():
+    env = {contract.ENV_FAULT_BITFLIP: "rank=1,step=100", contract.ENV_FAULT_HANG: "rank=0,step=200", "OTHER": "x"}
+    at = lambda step: [contract.format_termination_message("hardware-suspect", "RerunMismatch", "m", step=step)]  # noqa: E731
+    assert spent_faults(env, at(110)) == {contract.ENV_FAULT_BITFLIP}
+    assert spent_faults(env, at(200)) == {contract.ENV_FAULT_BITFLIP, contract.ENV_FAULT_HANG}
+    assert spent_faults(env, [None]) == {contract.ENV_FAULT_BITFLIP, contract.ENV_FAULT_HANG}  # a crash: no step known
 
 
 SCRIPT = f"""

@@ -22,6 +22,7 @@ class FakeKube:
         self.jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
         self.pods: dict[tuple[str, str], dict] = {}
         self.services: set[tuple[str, str]] = set()
+        self.service_objs: dict[tuple[str, str], dict] = {}
         self.terminating = set(terminating)
         self.events: list[tuple[str, str, str]] = []
 
@@ -46,6 +47,9 @@ class FakeKube:
     def terminating_namespaces(self):
         return set(self.terminating)
 
+    def get_service(self, ns, name):
+        return self.service_objs.get((ns, name))
+
     def service_exists(self, ns, name):
         return (ns, name) in self.services
 
@@ -53,6 +57,9 @@ class FakeKube:
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         if manifest["kind"] == "Service":
             self.services.add((ns, name))
+            self.service_objs[(ns, name)] = copy.deepcopy(manifest)
+        elif (ns, name) in self.pods:
+            return False  # AlreadyExists
         else:
             self.pods[(ns, name)] = copy.deepcopy(manifest) | {"status": {"phase": "Pending"}}
         return True
@@ -152,3 +159,15 @@ def test_an_operator_watching_one_namespace_admits_only_its_jobs():
     reconcile_all(kube)
     controller.admission_pass(kube, NOW, watch_namespace="a")
     assert pinned(kube, "mine") and pinned(kube, "theirs") == set()
+
+
+def test_an_unlabelled_pod_holding_a_ranks_name_is_found_by_name_and_reported():
+    kube = FakeKube([node("n0")], [job_obj("solo", nodes=1)])
+    kube.pods[("team", "solo-0")] = {"metadata": {"name": "solo-0", "namespace": "team", "labels": {}, "uid": "x"}, "spec": {}, "status": {"phase": "Running"}}
+    kube.pods[("team", "solo-0")]["metadata"]["labels"][contract.LABEL_JOB_NAME] = "someone-else"
+    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)  # the create of solo-0 fails with AlreadyExists
+    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)  # the next pass reads the name and reports it
+    c = scheduled(kube, "team", "solo")
+    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "Pod solo-0 (no controller ownerReference)" in c["message"]
+    assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"  # never replaced or adopted
+    assert ("solo", "Warning", "PodNameTaken") in kube.events

@@ -103,7 +103,7 @@ def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(
         return c if c and c["reason"] == "PodNameTaken" else None
 
     c = wait_for(reported, 60, "Scheduled=False PodNameTaken")
-    assert c["status"] == "False" and "demo-0 (no controller ownerReference)" in c["message"]
+    assert c["status"] == "False" and "Pod demo-0 (no controller ownerReference)" in c["message"]
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=demo").items
     assert any(e.reason == "PodNameTaken" and e.type == "Warning" and "demo-0" in e.message for e in events)
     # Several resyncs: the job never reports progress it did not make, and the pod stays someone else's.
@@ -144,3 +144,22 @@ def test_old_pod_held_by_a_finalizer_is_named_and_never_force_removed(api, names
     core.patch_namespaced_pod("held-1", namespace, {"metadata": {"finalizers": None}})
     wait_for(lambda: phase_is(custom, namespace, "held", "Running") and job_status(custom, namespace, "held")["restarts"] == 1, 90, "the new gang Running")
 
+
+
+def test_a_service_with_the_jobs_name_that_it_does_not_own_is_reported_and_the_gang_waits(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    gpu_nodes(1)
+    core.create_namespaced_service(namespace, {"metadata": {"name": "rdzv"}, "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]}})
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("rdzv", nodes=1))
+
+    def reported():
+        c = condition(job_status(custom, namespace, "rdzv"), "Scheduled")
+        return c if c and c["reason"] == "ServiceNameTaken" else None
+
+    c = wait_for(reported, 60, "Scheduled=False ServiceNameTaken")
+    assert "Service rdzv (no controller ownerReference)" in c["message"]
+    assert observe(lambda: len(pods_of(core, namespace, "rdzv")), 3) == [0]
+    assert not core.read_namespaced_service("rdzv", namespace).metadata.owner_references
+    core.delete_namespaced_service("rdzv", namespace)
+    wait_for(lambda: phase_is(custom, namespace, "rdzv", "Running"), 90, "Running with its own Service")
+    assert core.read_namespaced_service("rdzv", namespace).metadata.owner_references[0].kind == "TrainingJob"

@@ -84,7 +84,7 @@ def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_ado
     assert [m["metadata"]["name"] for m in p.create_pods] == []  # rank 0's name is taken; rank 1 exists
     assert "llm-0" not in p.delete_pods
     c = find(p.status["conditions"], "Scheduled")
-    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "llm-0 (" in c["message"]
+    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "Pod llm-0 (" in c["message"]
     assert ("Warning", "PodNameTaken") in [e[:2] for e in p.events]
     assert reconcile.admission_request(obj, pods, NOW)[1] is False  # not a complete gang
     # Labels alone never make a pod the job's, whatever its name.
@@ -131,3 +131,15 @@ def test_docs_list_every_row_of_the_machine_in_order():
     text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
     table = text[text.index("## The phase machine"):]
     assert re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.M) == [row.name for row in MACHINE]
+
+
+def test_a_service_with_the_jobs_name_that_it_does_not_own_holds_the_gang_and_is_reported():
+    obj = job_obj(nodes=2)
+    theirs = {"kind": "Service", "metadata": {"name": "llm", "namespace": "team", "uid": "svc-1"}, "spec": {"clusterIP": "10.0.0.1"}}
+    p = reconcile.plan(obj, [], theirs, NOW)
+    assert p.create_service is None and p.create_pods == []  # rank 0's rendezvous name would resolve to their Service
+    c = find(p.status["conditions"], "Scheduled")
+    assert (c["status"], c["reason"]) == ("False", "ServiceNameTaken") and "Service llm (no controller ownerReference)" in c["message"]
+    mine = {**theirs, "metadata": {**theirs["metadata"], "ownerReferences": [{"uid": "uid-llm", "controller": True, "kind": "TrainingJob", "name": "llm"}]}}
+    q = reconcile.plan(obj | {"status": p.status}, [], mine, NOW)
+    assert len(q.create_pods) == 2 and find(q.status["conditions"], "Scheduled")["reason"] == "PodNamesFree"
