@@ -40,6 +40,7 @@ from railtrain.trainer.parallel import (
     clip_grad_norm_,
     init_distributed,
     mean_loss,
+    mean_loss_and_sum,
     resolve_dims,
     shutdown_distributed,
 )
@@ -259,7 +260,12 @@ class Trainer:
         self.health.before_collective(step)
         max_norm = self.config.grad_clip or float("inf")
         grad_norm = float(clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group))
-        loss_value = mean_loss(loss, self.dims, self.info).item()
+        if self.health.timing_due(step):  # the straggler check's compute times ride on the loss all-reduce
+            mean, times = mean_loss_and_sum(loss, self.dims, self.info, self.health.timing_vector())
+            loss_value = mean.item()
+            self.health.record_times(times.tolist())
+        else:
+            loss_value = mean_loss(loss, self.dims, self.info).item()
 
         def recompute() -> torch.Tensor:
             self.optimizer.zero_grad(set_to_none=True)

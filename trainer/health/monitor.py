@@ -121,6 +121,7 @@ class HealthMonitor:
         self._flagged_for = 0  # consecutive timing checks with the same flagged ranks
         self._timed = 0
         self.last_times: list[float] = []
+        self._times: list[float] | None = None
         """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
         self.watchdog: Watchdog | None = None
         self._events: list[tuple[Any, Any]] = []
@@ -304,8 +305,9 @@ class HealthMonitor:
         if self.watchdog is not None:
             self.metrics.heartbeat_age.set(self.watchdog.age_s)
             self.metrics.hang_deadline.set(stats.hang_deadline(list(self.step_times), s.hang_factor, s.hang_floor_s))
-        if self.world > 1 and step % s.timing_interval == 0:
-            self.check_timing(step)
+        if self._times is not None:
+            self.check_timing(step, self._times)
+            self._times = None
         if step % s.fingerprint_interval == 0:
             self.check_fingerprints(step)
             self.reload_settings()
@@ -313,10 +315,25 @@ class HealthMonitor:
             self.check_known_answer(step)
 
     # -- detectors --------------------------------------------------------------------------------
-    def check_timing(self, step: int) -> None:
-        """Gather per-rank forward compute seconds and update the straggler scores."""
+    def timing_due(self, step: int) -> bool:
+        """Whether this step's compute times are to be gathered (the trainer adds them to its loss all-reduce)."""
+        return self.enabled and self.world > 1 and step % self.settings.timing_interval == 0
+
+    def timing_vector(self) -> torch.Tensor:
+        """A world-size vector holding this rank's compute seconds at its own index (zeros elsewhere)."""
+        v = torch.zeros(self.world, dtype=torch.float32)
+        v[self.rank] = self.compute_seconds()
+        return v
+
+    def record_times(self, times: list[float]) -> None:
+        """Every rank's compute seconds of this step (the all-reduced :meth:`timing_vector`); judged in :meth:`end_step`."""
+        self._times = times
+
+    def check_timing(self, step: int, times: list[float] | None = None) -> None:
+        """Update the straggler scores with every rank's compute seconds (gathered here if not given)."""
         self.metrics.checks.labels("timing").inc()
-        times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
+        if times is None:
+            times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
         self.last_times = times
         self._timed += 1
         if self._timed <= WARMUP_SAMPLES:
