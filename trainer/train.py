@@ -328,6 +328,8 @@ class Trainer:
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
                     record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s, "step_s": step_s}
+                    if self.health.enabled:
+                        record["health_s"] = self.health.spent_s
                     if self.health.last_times:
                         record["compute_s"] = self.health.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")

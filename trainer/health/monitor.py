@@ -122,6 +122,9 @@ class HealthMonitor:
         self._timed = 0
         self.last_times: list[float] = []
         self._times: list[float] | None = None
+        self.spent_s = 0.0
+        """Wall seconds this rank spent in the health checks' own work in the current step (hooks, checks,
+        gathers; not the watchdog thread); rank 0 writes it to --metrics-file as ``health_s``."""
         """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
         self.watchdog: Watchdog | None = None
         self._events: list[tuple[Any, Any]] = []
@@ -142,13 +145,16 @@ class HealthMonitor:
     # CUDA-event time; on CPU it is the process's CPU time (time.process_time), not wall time, because
     # on a shared host the wall clock mostly measures other processes' load (docs/bench-health.md).
     def _pre_compute(self, module: nn.Module, args: Any) -> None:
+        w0 = time.perf_counter()
         if self.device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             start.record()
             self._events.append((start, None))
         self._t0 = self._clock()
+        self.spent_s += time.perf_counter() - w0
 
     def _post_compute(self, module: nn.Module, args: Any, output: Any) -> None:
+        w0 = time.perf_counter()
         if self.device.type == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
@@ -162,6 +168,8 @@ class HealthMonitor:
             while self._clock() < spin_until:
                 pass
         self.forward_s += self._clock() - self._t0
+        if factor <= 1:
+            self.spent_s += time.perf_counter() - w0
 
     def _clock(self) -> float:
         return time.perf_counter() if self.device.type == "cuda" else time.process_time()
@@ -223,11 +231,14 @@ class HealthMonitor:
     # -- per step -------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
         """Before the step's compute."""
+        self.spent_s = 0.0
+        t0 = time.perf_counter()
         self.forward_s = 0.0
         self._events.clear()
         self.progress.mark(step, "forward")
         self.injector.step = step
         self.injector.begin_step(step, self.model)
+        self.spent_s += time.perf_counter() - t0
 
     def before_collective(self, step: int) -> None:
         """After forward/backward, before the step's next collective (marked as entered after the hang fault)."""
@@ -253,6 +264,13 @@ class HealthMonitor:
         """
         if not self.enabled:
             return False
+        t0 = time.perf_counter()
+        try:
+            return self._check_numeric(step, loss, grad_norm, local_loss, recompute)
+        finally:
+            self.spent_s += time.perf_counter() - t0
+
+    def _check_numeric(self, step: int, loss: float, grad_norm: float, local_loss: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> bool:
         self.metrics.checks.labels("numeric").inc()
         z_loss, z_grad = self.loss_spikes.score(loss), self.grad_spikes.score(grad_norm)
         s = self.settings
@@ -301,6 +319,13 @@ class HealthMonitor:
         self.last_times = []
         if not self.enabled:
             return
+        t0 = time.perf_counter()
+        try:
+            self._end_step(step)
+        finally:
+            self.spent_s += time.perf_counter() - t0
+
+    def _end_step(self, step: int) -> None:
         s = self.settings
         if self.watchdog is not None:
             self.metrics.heartbeat_age.set(self.watchdog.age_s)
@@ -321,8 +346,10 @@ class HealthMonitor:
 
     def timing_vector(self) -> torch.Tensor:
         """A world-size vector holding this rank's compute seconds at its own index (zeros elsewhere)."""
+        t0 = time.perf_counter()
         v = torch.zeros(self.world, dtype=torch.float32)
         v[self.rank] = self.compute_seconds()
+        self.spent_s += time.perf_counter() - t0
         return v
 
     def record_times(self, times: list[float]) -> None:
