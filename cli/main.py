@@ -93,7 +93,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-dev_app = typer.Typer(help="A local control plane (etcd, kube-apiserver, scheduler, kwok nodes) for trying railtrain.", no_args_is_help=True)
+dev_app = typer.Typer(help="A local cluster for trying railtrain: a real control plane with kwok GPU nodes, or a kind cluster in Docker (--kind).", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
 node_app = typer.Typer(help="Nodes the operator quarantined (taint railtrain.dev/quarantined): list them, clear one.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
@@ -155,7 +155,8 @@ def run(
     other nodes are stopped and spec.runPolicy decides, as on a cluster: the
     whole gang restarts (resuming from its checkpoints) or the run ends with
     the failing node's status (docs/operator.md, "Recovery"). The ``--fault-*``
-    flags inject faults into the first gang (docs/health.md); a failed run's
+    flags inject faults (docs/health.md); a restarted gang keeps only those it
+    has not met yet (cli/local_recovery.py); a failed run's
     summary line carries the gang's verdict and its suspect rank and node.
     """
     from railtrain.cli import local as local_run
@@ -180,7 +181,7 @@ def run(
         if not restarts:
             return nodes
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts)
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts, extra_env=faults)
 
     notify = lambda s: say(s, style="yellow")  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
@@ -308,17 +309,37 @@ def node_list(kubeconfig: KubeconfigOption = None) -> None:
 
 @dev_app.command("up")
 def dev_up(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Fake (kwok) GPU nodes in the cluster.")] = 4,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu capacity of each fake node.")] = 8,
+    nodes: Annotated[Optional[int], typer.Option("--nodes", min=1, help="GPU nodes: fake (kwok) nodes, or kind workers with --kind. Default 4, or 3 with --kind.")] = None,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu capacity of each node (advertised, not real).")] = 8,
     name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain",
+    kind: Annotated[bool, typer.Option("--kind", help="A real kind cluster in Docker (pods really run) instead of kwok nodes; the node image is built offline once.")] = False,
+    load: Annotated[Optional[list[str]], typer.Option("--load", help="With --kind: a local Docker image to load into every worker (repeatable).")] = None,
+    cuda_libs: Annotated[Optional[Path], typer.Option("--cuda-libs", help="With --kind: a folder holding nvidia/ (CUDA libraries) that every container on the workers sees read-only at /opt/railtrain/lib/python3.11/site-packages/nvidia; for the CPU trainer image (trainer/Dockerfile, TORCH_CUDA_LIBS=drop).")] = None,
 ) -> None:
-    """Start (or reuse) a local control plane with fake GPU nodes and railtrain's CRDs; print its kubeconfig.
+    """Start (or reuse) a local cluster with GPU nodes and railtrain's CRDs; print its kubeconfig.
 
     The export line goes to stdout, so ``eval "$(railtrain dev up)"`` points kubectl and railtrain at it.
     """
     controlplane = _import_controlplane()
+    if (load or cuda_libs) and not kind:
+        raise CliError("--load and --cuda-libs need --kind: kwok nodes run no containers")
+    if cuda_libs is not None and not (cuda_libs / "nvidia").is_dir():
+        raise CliError(f"--cuda-libs: {cuda_libs} has no nvidia/ folder")
+    if kind:
+        from railtrain.cli.controlplane import kind as kind_cluster
+
+        workers = nodes or 3
+        say(f"starting kind cluster {name} (1 control plane + {workers} workers × {gpus_per_node} GPUs); the first start builds the node image and takes minutes")
+        try:
+            kubeconfig = kind_cluster.kind_up(workers, gpus_per_node, name, images=load or (), cuda_libs=cuda_libs.resolve() if cuda_libs else None)
+        except (kind_cluster.KindError, controlplane.BinariesError) as err:
+            raise CliError(f"kind cluster {name} did not start: {err}") from None
+        say(f"kind cluster {name} is up: {workers} workers × {gpus_per_node} GPUs; kubeconfig {kubeconfig}", style="green")
+        typer.echo(f"export KUBECONFIG={kubeconfig}")
+        return
     from railtrain.cli.controlplane import dev
 
+    nodes = nodes or 4
     say(f"starting local cluster {name} ({nodes} nodes × {gpus_per_node} GPUs); the first start builds the binaries and takes minutes")
     try:
         kubeconfig = dev.dev_up(nodes, gpus_per_node, name)
@@ -329,9 +350,21 @@ def dev_up(
 
 
 @dev_app.command("down")
-def dev_down(name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain") -> None:
-    """Stop a local control plane started by 'railtrain dev up' and delete its state."""
+def dev_down(
+    name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain",
+    kind: Annotated[bool, typer.Option("--kind", help="Delete the kind cluster of that name instead.")] = False,
+) -> None:
+    """Stop a local cluster started by 'railtrain dev up' (with --kind: delete the kind cluster) and delete its state."""
     _import_controlplane()
+    if kind:
+        from railtrain.cli.controlplane import kind as kind_cluster
+
+        try:
+            existed = kind_cluster.kind_down(name)
+        except kind_cluster.KindError as err:
+            raise CliError(f"kind cluster {name} could not be deleted: {err}") from None
+        say(f"kind cluster {name} is deleted" if existed else f"there was no kind cluster named {name}", style="green" if existed else "dim")
+        return
     from railtrain.cli.controlplane import dev
 
     if dev.dev_down(name):

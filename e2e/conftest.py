@@ -82,3 +82,35 @@ def operator_proc(e2e_cluster: E2ECluster, tmp_path_factory) -> Iterator[subproc
             proc.kill()
         if proc.returncode not in (0, -15, 143):
             print(log.read_text(errors="replace")[-4000:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item (``rep_setup``, ``rep_call``), so fixtures can tell a failed test."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def app_images():
+    """(operator, trainer) images built from the project's Dockerfiles; skipped with the reason where Docker cannot run."""
+    from .kind_support import build_app_images
+
+    return build_app_images()
+
+
+@pytest.fixture(scope="session")
+def kind_cluster(app_images):
+    """A kind cluster (1 control plane + 3 workers) with the chart installed; skipped with the reason where Docker cannot run."""
+    from .kind_support import kind_cluster_session
+
+    yield from kind_cluster_session(app_images)
+
+
+@pytest.fixture
+def kind_ns(kind_cluster, request):
+    """A fresh namespace on the kind cluster; diagnostics are printed when the test fails."""
+    from .kind_support import kind_namespace
+
+    yield from kind_namespace(kind_cluster, request)

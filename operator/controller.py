@@ -265,3 +265,6 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)
+        if int(p.status.get("restarts", 0)) > int((job.get("status") or {}).get("restarts", 0)):
+            scheduled = next((c for c in p.status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
+            metrics.RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()

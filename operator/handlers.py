@@ -16,7 +16,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller
+from railtrain.operator import controller, metrics
 from railtrain.operator.kube import Kube, connect
 from railtrain.operator.topology import DEFAULT_LEVELS
 
@@ -89,6 +89,7 @@ async def _resync_loop() -> None:
                     continue  # nothing left to do for a Succeeded job unless its TTL will delete it
                 meta = job["metadata"]
                 await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"], False)
+            await loop.run_in_executor(None, lambda: metrics.observe_nodes(_kube().list_nodes()))  # railtrain_quarantined_nodes
             # One admission pass for the whole resync, not one per waiting job.
             await loop.run_in_executor(None, controller.admission_pass, _kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
         except asyncio.CancelledError:

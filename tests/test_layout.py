@@ -35,3 +35,18 @@ def test_repo_root_on_sys_path_keeps_the_stdlib_operator(flags):
     out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert str(REPO) not in out.stdout
+
+
+def test_every_subpackage_is_in_the_wheel():
+    """pyproject lists packages explicitly: a new folder with __init__.py must be listed, or wheels (and so images) lack it."""
+    import tomllib
+
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    dirs = {name: Path(folder) for name, folder in cfg["package-dir"].items()}
+    found = set()
+    for name, folder in dirs.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder)
+            found.add(".".join([name, *rel.parts]) if rel.parts else name)
+    assert found <= listed, sorted(found - listed)

@@ -44,7 +44,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from railtrain.crds import contract
 from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage
 from railtrain.trainer.checkpoint_state import Stager, to_local
-from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, ShardTier, TierResult, write_shards
+from railtrain.trainer.checkpoint_shards import ShardTier, write_shards
+from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, TierResult
 
 __all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
 

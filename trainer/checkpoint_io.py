@@ -1,6 +1,6 @@
 """Shard I/O that hashes while it writes, from buffers kept across saves.
 
-The per-rank tiers (:class:`~railtrain.trainer.checkpoint_tiers.ShardTier`)
+The per-rank tiers (:class:`~railtrain.trainer.checkpoint_shards.ShardTier`)
 checksum every shard with sha256 (the manifest's ``sha256``). Done one after
 the other on one thread (serialize into a fresh buffer, hash, write; for the
 memory tier's copy: receive into a fresh buffer, hash it, write it), each pass

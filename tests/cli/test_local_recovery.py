@@ -71,3 +71,23 @@ def test_local_gang_restarts_per_verdict_without_the_injected_fault(tmp_path, ve
         assert "[rank 0] rank 0 restart 1 fault=''" in proc.stdout  # the fault applied to the first gang only
     else:
         assert "not restarting" in proc.stderr and "restart 1" not in proc.stdout
+
+
+FLAG_SCRIPT = f"""
+import os, sys
+rank, restart = int(os.environ[{contract.ENV_NODE_RANK!r}]), int(os.environ[{contract.ENV_RESTART_COUNT!r}])
+print(f"rank {{rank}} restart {{restart}} kill={{os.environ.get({contract.ENV_FAULT_KILL!r}, '')!r}} hang={{os.environ.get({contract.ENV_FAULT_HANG!r}, '')!r}}", flush=True)
+if restart == 0 and rank == 1:
+    open(os.environ[{contract.ENV_TERMINATION_MESSAGE_PATH!r}], "w").write(os.environ["VERDICT"])
+    sys.exit(1)
+"""
+
+
+def test_fault_flags_reach_restarted_gangs_until_met(tmp_path):
+    verdict = contract.format_termination_message(contract.VERDICT_RETRYABLE, "Killed", "rank 1 killed", step=5)
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(command=["python", "-c", FLAG_SCRIPT], env=[{"name": "VERDICT", "value": verdict}]))
+    args = ["run", str(path), "--local", "--grace", "2", "--fault-kill", "rank=1,step=5", "--fault-hang", "rank=0,step=50"]
+    proc = subprocess.run([*CLI, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[rank 0] rank 0 restart 0 kill='rank=1,step=5' hang='rank=0,step=50,kind=compute'" in proc.stdout
+    assert "[rank 0] rank 0 restart 1 kill='' hang='rank=0,step=50,kind=compute'" in proc.stdout
