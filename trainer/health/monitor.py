@@ -115,6 +115,7 @@ class HealthMonitor:
         self.reference_kat: int | None = None
         self._last_kat = 0
         self.skipped = 0
+        self._last_skip = -2
         self.forward_s = 0.0
         self._t0 = 0.0
         self._flagged: list[int] = []
@@ -298,6 +299,12 @@ class HealthMonitor:
                 f"step {step}: {what}; re-executing the step gave a different result on rank(s) {rerun_bad}, known-answer test differs on {kat_suspects}",
                 evidence | {"rerun_differs": rerun_bad, "known_answer_differs": kat_suspects},
             )  # fmt: skip
+        if self._last_skip == step - 1:
+            # two anomalous steps in a row: not one bad batch but the model itself (e.g. diverged parameters);
+            # not skipped, so a non-finite loss ends the run as before (retryable LossNotFinite)
+            self.log(f"health: step {step}: {what} again right after a skipped batch: not the data; not skipping")
+            return False
+        self._last_skip = step
         self.skipped += 1
         self.metrics.skipped_batches.inc()
         if s.anomaly_action == "stop" or self.skipped > s.max_skipped_batches:
