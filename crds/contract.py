@@ -499,7 +499,10 @@ class HealthSettings:
         straggler_action: ``report`` (log + metric) or ``stop`` (verdict ``straggler``).
         straggler_stop_share: with ``stop``: the share of throughput the slow rank must cost
             (its excess time over the median, per step) before the job stops, e.g. 0.1.
-        spike_threshold: robust z-score of loss or grad norm over its running median that counts as a spike.
+        spike_threshold: robust z-score of loss or grad norm over its running median that counts as a spike
+            (together with ``spike_ratio``).
+        spike_ratio: a spike must also exceed this multiple of the running median (natural
+            gradient-norm spikes of small-batch training reach ~8x; Megatron-LM's rerun check uses 10x).
         anomaly_action: on a reproducible (data) anomaly: ``skip`` the batch or ``stop`` (user-error).
         max_skipped_batches: batches that may be skipped before the job stops with user-error.
         hang_factor: the watchdog's deadline is ``max(hang_factor x median step time, hang_floor_s)``.
@@ -514,6 +517,7 @@ class HealthSettings:
     straggler_action: str = "report"
     straggler_stop_share: float = 0.1
     spike_threshold: float = 12.0
+    spike_ratio: float = 10.0
     anomaly_action: str = "skip"
     max_skipped_batches: int = 5
     hang_factor: float = 3.0
@@ -524,7 +528,7 @@ class HealthSettings:
         for name in ("fingerprint_interval", "kat_interval", "timing_interval", "straggler_window"):
             if getattr(self, name) < 1:
                 raise ContractError(f"{health_variable(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("straggler_threshold", "straggler_stop_share", "spike_threshold", "hang_factor", "hang_floor_s", "max_skipped_batches"):
+        for name in ("straggler_threshold", "straggler_stop_share", "spike_threshold", "spike_ratio", "hang_factor", "hang_floor_s", "max_skipped_batches"):
             if getattr(self, name) < 0:
                 raise ContractError(f"{health_variable(name)} must be >= 0, got {getattr(self, name)}")
         if self.straggler_action not in ("report", "stop"):

@@ -42,13 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     try:
         trainer.train()
-    except HealthVerdict as verdict:  # a finding, not a bug: one line, no traceback
+    except Exception as err:
+        verdict = err if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
+        if verdict is None:
+            write_termination_message(*verdict_of(err), f"{type(err).__name__}: {err}")
+            raise
+        # a finding, not a bug: one line, no traceback
         print(f"railtrain.trainer: health: verdict={verdict.verdict} reason={verdict.reason} ranks={verdict.ranks} nodes={verdict.nodes} step={verdict.step}: {verdict.message}", file=sys.stderr, flush=True)
         write_termination_message(verdict.verdict, verdict.reason, verdict.message, **verdict.details())
         return EXIT_USER_ERROR if verdict.verdict == VERDICT_USER_ERROR else EXIT_FAILED
-    except Exception as err:
-        write_termination_message(*verdict_of(err), f"{type(err).__name__}: {err}")
-        raise
     finally:
         trainer.close()
     return EXIT_OK

@@ -336,6 +336,23 @@ def clip_grad_norm_(params: list[nn.Parameter], max_norm: float, pp_group: dist.
     return total
 
 
+def mean_loss_and_sum(loss: torch.Tensor, dims: ParallelDims, info: DistInfo, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`mean_loss` and the sum over all ranks of ``extra`` (a 1-d float tensor) in the same all-reduce.
+
+    The health checks send each rank's compute seconds at its own index of a world-size vector
+    this way, so the straggler check costs no collective of its own.
+    """
+    if not (info.distributed and info.world_size > 1):
+        return mean_loss(loss, dims, info), extra.clone()
+    out = loss.detach().clone().float().reshape(1)
+    c = dims.coordinates(info.rank)
+    if c["pp"] != dims.pp - 1 or c["tp"] != 0:
+        out.zero_()
+    both = torch.cat([out, extra.to(device=out.device, dtype=torch.float32)])
+    dist.all_reduce(both, op=dist.ReduceOp.SUM)
+    return both[0] / dims.dp_degree, both[1:]
+
+
 def mean_loss(loss: torch.Tensor, dims: ParallelDims, info: DistInfo) -> torch.Tensor:
     """The global batch's mean loss: the mean over data-parallel ranks of their local mean loss.
 

@@ -40,6 +40,7 @@ from railtrain.trainer.parallel import (
     clip_grad_norm_,
     init_distributed,
     mean_loss,
+    mean_loss_and_sum,
     resolve_dims,
     shutdown_distributed,
 )
@@ -154,11 +155,11 @@ def build_checkpointer(
     tiers = checkpoint_tiers(config)
     if not tiers:
         return None
-    hold = environ.get(contract.ENV_FAULT_HOLD_CHECKPOINT_STEP)
+    hold = contract.read_faults(environ).hold_checkpoint_step
     return Checkpointer(
         tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
         layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
-        hold_step=int(hold) if hold else None,
+        hold_step=hold,
     )  # fmt: skip
 
 
@@ -259,7 +260,12 @@ class Trainer:
         self.health.before_collective(step)
         max_norm = self.config.grad_clip or float("inf")
         grad_norm = float(clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group))
-        loss_value = mean_loss(loss, self.dims, self.info).item()
+        if self.health.timing_due(step):  # the straggler check's compute times ride on the loss all-reduce
+            mean, times = mean_loss_and_sum(loss, self.dims, self.info, self.health.timing_vector())
+            loss_value = mean.item()
+            self.health.record_times(times.tolist())
+        else:
+            loss_value = mean_loss(loss, self.dims, self.info).item()
 
         def recompute() -> torch.Tensor:
             self.optimizer.zero_grad(set_to_none=True)
@@ -322,6 +328,8 @@ class Trainer:
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
                     record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s, "step_s": step_s}
+                    if self.health.enabled:
+                        record["health_s"] = self.health.spent_s
                     if self.health.last_times:
                         record["compute_s"] = self.health.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")
@@ -333,7 +341,7 @@ class Trainer:
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
         finally:
-            self.health.stop()
+            self.health.stop(failed=sys.exc_info()[0] is not None)
             if metrics:
                 metrics.close()
         self.log(f"done step={self.step} elapsed_s={time.perf_counter() - start:.1f}")

@@ -108,18 +108,24 @@ class HealthMonitor:
         self.groups = stats.replica_groups(coordinates)
         self.metrics = HealthMetrics(registry)
         self.straggler = stats.StragglerDetector(world_size, settings.straggler_threshold, settings.straggler_window)
-        self.loss_spikes = stats.SpikeDetector(settings.spike_threshold)
-        self.grad_spikes = stats.SpikeDetector(settings.spike_threshold)
+        self.loss_spikes = stats.SpikeDetector(settings.spike_threshold, ratio=settings.spike_ratio)
+        self.grad_spikes = stats.SpikeDetector(settings.spike_threshold, ratio=settings.spike_ratio)
         self.progress, self.step_times = Progress(), deque(maxlen=50)
         self.settings_file, self._settings_mtime = settings_file, 0.0
         self.reference_kat: int | None = None
+        self._last_kat = 0
         self.skipped = 0
+        self._last_skip = -2
         self.forward_s = 0.0
         self._t0 = 0.0
         self._flagged: list[int] = []
         self._flagged_for = 0  # consecutive timing checks with the same flagged ranks
         self._timed = 0
         self.last_times: list[float] = []
+        self._times: list[float] | None = None
+        self.spent_s = 0.0
+        """Wall seconds this rank spent in the health checks' own work in the current step (hooks, checks,
+        gathers; not the watchdog thread); rank 0 writes it to --metrics-file as ``health_s``."""
         """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
         self.watchdog: Watchdog | None = None
         self._events: list[tuple[Any, Any]] = []
@@ -140,13 +146,16 @@ class HealthMonitor:
     # CUDA-event time; on CPU it is the process's CPU time (time.process_time), not wall time, because
     # on a shared host the wall clock mostly measures other processes' load (docs/bench-health.md).
     def _pre_compute(self, module: nn.Module, args: Any) -> None:
+        w0 = time.perf_counter()
         if self.device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             start.record()
             self._events.append((start, None))
         self._t0 = self._clock()
+        self.spent_s += time.perf_counter() - w0
 
     def _post_compute(self, module: nn.Module, args: Any, output: Any) -> None:
+        w0 = time.perf_counter()
         if self.device.type == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
@@ -160,6 +169,8 @@ class HealthMonitor:
             while self._clock() < spin_until:
                 pass
         self.forward_s += self._clock() - self._t0
+        if factor <= 1:
+            self.spent_s += time.perf_counter() - w0
 
     def _clock(self) -> float:
         return time.perf_counter() if self.device.type == "cuda" else time.process_time()
@@ -195,16 +206,24 @@ class HealthMonitor:
             f"replica_groups={len(self.groups)} straggler_threshold={s.straggler_threshold} hang_deadline=max({s.hang_factor}x median step, {s.hang_floor_s}s)"
         )
 
-    def stop(self) -> None:
-        """Mark this rank done and stop the watchdog (idempotent)."""
+    def stop(self, failed: bool = False) -> None:
+        """Mark this rank done and stop the watchdog (idempotent); ``failed`` keeps the watchdog for :meth:`shared_hang`."""
         self.progress.mark(self.progress.step, "done")
-        if self.watchdog is not None:
+        if self.watchdog is not None and not failed:
             try:
                 self.watchdog.publish()
             except Exception:  # the store may already be gone
                 pass
             self.watchdog.stop()
             self.watchdog = None
+
+    def shared_hang(self) -> HealthVerdict | None:
+        """The gang's hang verdict if a watchdog set one (a rank whose collective broke because a hung
+        peer's process ended reports it instead of its own error), else ``None``."""
+        found = self.watchdog.shared_verdict() if self.watchdog is not None else None
+        if found is None:
+            return None
+        return HealthVerdict(contract.VERDICT_HANG, found["reason"], found["message"], found["nodes"], found["ranks"], found["step"], found["evidence"])
 
     def phase(self, step: int, name: str) -> None:
         """Record progress: ``name`` is e.g. ``checkpoint`` (see :data:`watchdog.SLOW_PHASES`)."""
@@ -213,11 +232,14 @@ class HealthMonitor:
     # -- per step -------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
         """Before the step's compute."""
+        self.spent_s = 0.0
+        t0 = time.perf_counter()
         self.forward_s = 0.0
         self._events.clear()
         self.progress.mark(step, "forward")
         self.injector.step = step
         self.injector.begin_step(step, self.model)
+        self.spent_s += time.perf_counter() - t0
 
     def before_collective(self, step: int) -> None:
         """After forward/backward, before the step's next collective (marked as entered after the hang fault)."""
@@ -243,10 +265,17 @@ class HealthMonitor:
         """
         if not self.enabled:
             return False
+        t0 = time.perf_counter()
+        try:
+            return self._check_numeric(step, loss, grad_norm, local_loss, recompute)
+        finally:
+            self.spent_s += time.perf_counter() - t0
+
+    def _check_numeric(self, step: int, loss: float, grad_norm: float, local_loss: torch.Tensor, recompute: Callable[[], torch.Tensor]) -> bool:
         self.metrics.checks.labels("numeric").inc()
         z_loss, z_grad = self.loss_spikes.score(loss), self.grad_spikes.score(grad_norm)
         s = self.settings
-        if z_loss <= s.spike_threshold and z_grad <= s.spike_threshold:
+        if not self.loss_spikes.is_anomaly(loss) and not self.grad_spikes.is_anomaly(grad_norm):
             self.loss_spikes.accept(loss)
             self.grad_spikes.accept(grad_norm)
             return False
@@ -270,6 +299,12 @@ class HealthMonitor:
                 f"step {step}: {what}; re-executing the step gave a different result on rank(s) {rerun_bad}, known-answer test differs on {kat_suspects}",
                 evidence | {"rerun_differs": rerun_bad, "known_answer_differs": kat_suspects},
             )  # fmt: skip
+        if self._last_skip == step - 1:
+            # two anomalous steps in a row: not one bad batch but the model itself (e.g. diverged parameters);
+            # not skipped, so a non-finite loss ends the run as before (retryable LossNotFinite)
+            self.log(f"health: step {step}: {what} again right after a skipped batch: not the data; not skipping")
+            return False
+        self._last_skip = step
         self.skipped += 1
         self.metrics.skipped_batches.inc()
         if s.anomaly_action == "stop" or self.skipped > s.max_skipped_batches:
@@ -291,12 +326,20 @@ class HealthMonitor:
         self.last_times = []
         if not self.enabled:
             return
+        t0 = time.perf_counter()
+        try:
+            self._end_step(step)
+        finally:
+            self.spent_s += time.perf_counter() - t0
+
+    def _end_step(self, step: int) -> None:
         s = self.settings
         if self.watchdog is not None:
             self.metrics.heartbeat_age.set(self.watchdog.age_s)
             self.metrics.hang_deadline.set(stats.hang_deadline(list(self.step_times), s.hang_factor, s.hang_floor_s))
-        if self.world > 1 and step % s.timing_interval == 0:
-            self.check_timing(step)
+        if self._times is not None:
+            self.check_timing(step, self._times)
+            self._times = None
         if step % s.fingerprint_interval == 0:
             self.check_fingerprints(step)
             self.reload_settings()
@@ -304,10 +347,27 @@ class HealthMonitor:
             self.check_known_answer(step)
 
     # -- detectors --------------------------------------------------------------------------------
-    def check_timing(self, step: int) -> None:
-        """Gather per-rank forward compute seconds and update the straggler scores."""
+    def timing_due(self, step: int) -> bool:
+        """Whether this step's compute times are to be gathered (the trainer adds them to its loss all-reduce)."""
+        return self.enabled and self.world > 1 and step % self.settings.timing_interval == 0
+
+    def timing_vector(self) -> torch.Tensor:
+        """A world-size vector holding this rank's compute seconds at its own index (zeros elsewhere)."""
+        t0 = time.perf_counter()
+        v = torch.zeros(self.world, dtype=torch.float32)
+        v[self.rank] = self.compute_seconds()
+        self.spent_s += time.perf_counter() - t0
+        return v
+
+    def record_times(self, times: list[float]) -> None:
+        """Every rank's compute seconds of this step (the all-reduced :meth:`timing_vector`); judged in :meth:`end_step`."""
+        self._times = times
+
+    def check_timing(self, step: int, times: list[float] | None = None) -> None:
+        """Update the straggler scores with every rank's compute seconds (gathered here if not given)."""
         self.metrics.checks.labels("timing").inc()
-        times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
+        if times is None:
+            times = [row[0] for row in self._gather([self.compute_seconds()], torch.float64)]
         self.last_times = times
         self._timed += 1
         if self._timed <= WARMUP_SAMPLES:
@@ -384,8 +444,6 @@ class HealthMonitor:
         self._last_kat = a
         return int(a != b or (self.reference_kat is not None and a != self.reference_kat))
 
-    _last_kat = 0
-
     def reload_settings(self) -> None:
         """Re-read the settings file (rank 0 reads, every rank gets the same via a broadcast)."""
         if not self.settings_file:
@@ -404,7 +462,9 @@ class HealthMonitor:
             dist.broadcast_object_list(payload, src=0)
         if payload[0] is not None and payload[0] != self.settings:
             self.settings = new = payload[0]
-            self.straggler.threshold, self.loss_spikes.threshold, self.grad_spikes.threshold = new.straggler_threshold, new.spike_threshold, new.spike_threshold
+            self.straggler.threshold = new.straggler_threshold
+            for detector in (self.loss_spikes, self.grad_spikes):
+                detector.threshold, detector.ratio = new.spike_threshold, new.spike_ratio
             if new.straggler_window != self.straggler.window:
                 self.straggler = stats.StragglerDetector(self.world, new.straggler_threshold, new.straggler_window)
             self.log(f"health: settings changed from {self.settings_file}: {new}")

@@ -176,7 +176,10 @@ class SpikeDetector:
 
     Keeps the last ``window`` finite, accepted values; a value is a spike when its robust
     z-score ``(x - median) / max(1.4826 x MAD, rel_floor x |median|)`` exceeds
-    ``threshold`` (only upward: a loss that drops is not an anomaly), once ``min_samples``
+    ``threshold`` (only upward: a loss that drops is not an anomaly) *and* it exceeds
+    ``ratio`` times the median (natural gradient-norm spikes are heavy-tailed: 8x the median
+    and a z-score near 60 in a clean run of the tiny preset, docs/bench-health.md; Megatron-LM's
+    rerun state machine likewise calls a loss "unexpectedly large" only at 10x), once ``min_samples``
     values are known; before that (warming up) only a value over ``warmup_ratio`` times the
     median magnitude counts (e.g. a loss of 1e30 from a flipped exponent bit at step 3).
     Values found anomalous are *not* added, so a run of bad values cannot drag the statistic along.
@@ -192,6 +195,7 @@ class SpikeDetector:
     threshold: float = 12.0
     window: int = 100
     min_samples: int = 20
+    ratio: float = 10.0
     rel_floor: float = 0.05
     warmup_ratio: float = 100.0
     values: deque = field(default_factory=deque)
@@ -210,7 +214,10 @@ class SpikeDetector:
 
     def is_anomaly(self, x: float) -> bool:
         """Whether ``x`` is non-finite or a spike (does not record it)."""
-        return self.score(x) > self.threshold
+        z = self.score(x)
+        if z == math.inf or len(self.values) < self.min_samples:
+            return z > self.threshold
+        return z > self.threshold and x > self.ratio * abs(statistics.median(self.values))
 
     def accept(self, x: float) -> None:
         """Record a value judged normal."""
@@ -230,21 +237,6 @@ def hang_deadline(step_times: Sequence[float], factor: float, floor: float) -> f
     if not step_times:
         return floor
     return max(factor * statistics.median(step_times), floor)
-
-
-def first_stalled(progress: Mapping[int, float], now: float, deadline: float) -> list[int]:
-    """Ranks whose last progress is older than ``deadline`` at ``now``, the one that stopped first first.
-
-    Args:
-        progress: per rank, the time (seconds) of its last progress (a new step or phase).
-        now: the current time, same clock.
-        deadline: seconds (:func:`hang_deadline`).
-
-    Returns:
-        Stalled ranks sorted by their last progress time (oldest first), ties by rank.
-    """
-    stalled = [r for r, t in progress.items() if now - t > deadline]
-    return sorted(stalled, key=lambda r: (progress[r], r))
 
 
 def replica_groups(coordinates: Sequence[Mapping[str, int]]) -> list[list[int]]:

@@ -14,7 +14,9 @@ collective timeout).
 On firing, the first watchdog sets :data:`~railtrain.crds.contract.HANG_VERDICT_KEY` with
 compare-and-set; every rank's watchdog then dumps its Python stacks (``faulthandler``) to the
 log, writes the *same* ``hang`` verdict to its termination message, and ends its process
-(``os._exit``), which ends the gang.
+(``os._exit``, two polls later, so the others read the verdict before their collectives break),
+which ends the gang. A rank whose collective fails first because a peer exited still writes
+the shared verdict (:meth:`Watchdog.shared_verdict`, used by the entry point).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import torch.distributed as dist
 from railtrain.crds import contract
 from railtrain.trainer.health import stats
 
+PHASE_ORDER = {"start": 0, "forward": 1, "backward": 2, "collective": 3, "rerun": 4, "known-answer": 5, "checkpoint": 6, "done": 7}
+"""The order of a step's phases: among stalled ranks, the one furthest behind (lowest step, then
+earliest phase) is the one the others wait for."""
 SLOW_PHASES = {"checkpoint": 10.0, "start": 10.0}
 """Phases that may legitimately outlast a step (checkpoint saves, the first step's set-up):
 their deadline is this multiple of the floor at least."""
@@ -51,6 +56,10 @@ class Progress:
     def mark(self, step: int, phase: str) -> None:
         """Record a phase change now (wall clock, seconds since the epoch)."""
         self.step, self.phase, self.time = step, phase, time.time()
+
+
+def _behind(beat: contract.Heartbeat) -> tuple:
+    return (beat.step, PHASE_ORDER.get(beat.phase, len(PHASE_ORDER)), beat.time, beat.rank)
 
 
 def open_store(distributed: bool, environ: Mapping[str, str] = os.environ) -> Any:
@@ -154,9 +163,9 @@ class Watchdog(threading.Thread):
         ]  # fmt: skip
         if not stalled:
             return None
-        # A rank waiting in a collective waits for someone else: name a rank that stopped elsewhere
-        # first; among those, reported wall clocks order who stopped first.
-        first = min(stalled, key=lambda b: (b.phase == "collective", b.time, b.rank))
+        # The others wait for the rank furthest behind (lowest step, earliest phase); among equals,
+        # the reported wall clocks order who stopped first.
+        first = min(stalled, key=_behind)
         verdict = {
             "reason": contract.REASON_NO_PROGRESS,
             "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "
@@ -166,7 +175,7 @@ class Watchdog(threading.Thread):
             "step": first.step,
             "evidence": {
                 "phase": first.phase, "age_s": round(now - self._changed[first.rank], 3), "deadline_s": round(base, 3),
-                "stalled_ranks": [b.rank for b in sorted(stalled, key=lambda b: (b.time, b.rank))][:16],
+                "stalled_ranks": [b.rank for b in sorted(stalled, key=_behind)][:16],
                 "median_step_s": round(sorted(self.step_times)[len(self.step_times) // 2], 6) if self.step_times else None,
                 "detected_by": self.rank,
             },
@@ -174,6 +183,15 @@ class Watchdog(threading.Thread):
         text = json.dumps(verdict)
         stored = self.store.compare_set(contract.HANG_VERDICT_KEY, "", text)
         return json.loads(stored)
+
+    def shared_verdict(self) -> dict[str, Any] | None:
+        """The gang's hang verdict if some watchdog has set it in the store, else ``None`` (never raises)."""
+        try:
+            if self.store.check([contract.HANG_VERDICT_KEY]):
+                return json.loads(self.store.get(contract.HANG_VERDICT_KEY))
+        except Exception:  # the store is gone
+            pass
+        return None
 
     def _end_process(self, verdict: dict[str, Any]) -> None:
         print(f"health: verdict=hang {verdict['message']}", file=sys.stderr, flush=True)
@@ -183,4 +201,5 @@ class Watchdog(threading.Thread):
             nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
         )  # fmt: skip
         sys.stdout.flush()
+        time.sleep(2 * self.poll_s())  # let the other ranks' watchdogs read the verdict before this rank's exit breaks their collectives
         os._exit(contract.EXIT_FAILED)

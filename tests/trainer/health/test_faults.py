@@ -87,3 +87,13 @@ def test_hang_ends_the_gang_within_the_bound_naming_the_rank(tmp_path: Path, kin
     for log in run.logs:  # every rank's stacks are in the log
         assert "Python stacks of every thread follow" in log and "File " in log
     assert f"fault: rank 1 {'hangs in compute' if kind == 'compute' else 'never enters the next collective'} at step 5" in run.logs[1]
+
+
+def test_killed_rank_ends_the_gang(tmp_path: Path) -> None:
+    """The kill fault: rank 1 SIGKILLs itself after step 3's compute; the gang ends (no health verdict: the crash speaks)."""
+    faults = contract.Faults(kill=contract.KillFault(rank=1, step=3))
+    run = run_gang(tmp_path, 2, *STEPS, faults=faults)
+    assert all(rc != 0 for rc in run.rcs), run.all()
+    assert "fault: rank 1 kills itself at step 3" in run.logs[1]
+    assert "step=4 " not in run.logs[0]
+    assert all(v is None or v["verdict"] == contract.VERDICT_RETRYABLE for v in run.verdicts), run.verdicts
