@@ -45,11 +45,15 @@ def workers_of(kind_cluster: KindE2E, name: str, ns: str) -> dict[int, str]:
     return {p["rank"]: p["node"] for p in kind_cluster.job(name, ns).get("status", {}).get("placement", [])}
 
 
-def test_second_dev_up_reuses_the_cached_node_image_and_has_every_node_ready_within_a_minute(kind_cluster):
-    """`railtrain dev up --kind` ran twice (with `dev down` between) for this session; the second start built nothing."""
+def test_second_dev_up_reuses_the_cached_node_image(kind_cluster):
+    """`railtrain dev up --kind` ran twice (with `dev down` between) for this session; the second start built nothing.
+
+    How long the second start took is printed, not asserted: speed is measured, not timed in
+    tests (the figures, with their load, are in e2e/README.md).
+    """
     first, second = kind_cluster.node_image_ids
     assert first and first == second, kind_cluster.node_image_ids
-    assert kind_cluster.timings["second_dev_up"] <= 60, kind_cluster.timings
+    print(f"second railtrain dev up --kind to every node Ready: {kind_cluster.timings['second_dev_up']:.0f} s")
     nodes = kind_cluster.kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.railtrain\\.dev/rack} {.status.capacity.nvidia\\.com/gpu}{'\\n'}{end}").stdout
     workers = sorted(line.split() for line in nodes.splitlines() if "-worker" in line)
     assert [w[1:] for w in workers] == [["rack-0", "8"], ["rack-0", "8"], ["rack-1", "8"]], nodes
