@@ -16,12 +16,8 @@ property of the data. A known-answer test then catches a device that is *consist
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
@@ -33,31 +29,11 @@ from railtrain.trainer.health import stats
 from railtrain.trainer.health.faults import FaultInjector
 from railtrain.trainer.health.fingerprint import known_answer, model_fingerprint
 from railtrain.trainer.health.metrics import HealthMetrics
+from railtrain.trainer.health.reload import SettingsReload
+from railtrain.trainer.health.timing import ComputeTiming
+from railtrain.trainer.health.verdict import HealthVerdict, json_number, process_group_timeout_s
 from railtrain.trainer.health.watchdog import Progress, Watchdog, open_store
 from railtrain.trainer.model import Attention, FeedForward
-
-
-@dataclass
-class HealthVerdict(Exception):
-    """A health finding that ends the run; :mod:`railtrain.trainer.__main__` writes it as the termination message.
-
-    Attributes: see :class:`railtrain.crds.contract.Verdict`.
-    """
-
-    verdict: str
-    reason: str
-    message: str
-    nodes: list[str] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    step: int | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{self.verdict} {self.reason}: {self.message}"
-
-    def details(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`railtrain.crds.contract.write_termination_message`."""
-        return {"nodes": self.nodes, "ranks": self.ranks, "step": self.step, "evidence": self.evidence}
 
 
 WARMUP_SAMPLES = 2
@@ -66,21 +42,11 @@ STOP_PERSISTENCE = 3
 """Consecutive timing checks a rank must stay flagged before ``straggler_action=stop`` ends the job."""
 
 
-def process_group_timeout_s(settings: contract.HealthSettings) -> float:
-    """The collective timeout: ``max((hang_factor + 1) x hang_floor_s, 300)`` seconds.
-
-    A backstop above the watchdog's firing time for steps up to the floor (the watchdog, which
-    names the stalled rank, fires first), and still six times shorter than torch's 30-minute
-    default, which is what holds a hung gang in pytorch/pytorch#111646.
-    """
-    return max((settings.hang_factor + 1) * settings.hang_floor_s, 300.0)
-
-
 def _bits(t: torch.Tensor) -> bytes:
     return t.detach().float().cpu().numpy().tobytes()
 
 
-class HealthMonitor:
+class HealthMonitor(ComputeTiming, SettingsReload):
     """The detectors of one rank.
 
     Args:
@@ -137,55 +103,6 @@ class HealthMonitor:
                 module.register_forward_pre_hook(self._pre_compute)
                 module.register_forward_hook(self._post_compute)
 
-    # -- hooks ------------------------------------------------------------------------------
-    # Compute time is the forward time of every block's attention and MLP: inside an FSDP unit (its
-    # all-gather runs in the unit's pre-forward, outside this window) and free of DDP's buffer
-    # broadcast and gradient all-reduce, so a rank's time is its own, not its wait for others.
-    # Tensor-parallel collectives run inside these modules, so under TP a slow rank slows its TP
-    # peers' figures too and the whole TP group stands out (docs/health.md). On GPU the time is
-    # CUDA-event time; on CPU it is the process's CPU time (time.process_time), not wall time, because
-    # on a shared host the wall clock mostly measures other processes' load (docs/bench-health.md).
-    def _pre_compute(self, module: nn.Module, args: Any) -> None:
-        w0 = time.perf_counter()
-        if self.device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._events.append((start, None))
-        self._t0 = self._clock()
-        self.spent_s += time.perf_counter() - w0
-
-    def _post_compute(self, module: nn.Module, args: Any, output: Any) -> None:
-        w0 = time.perf_counter()
-        if self.device.type == "cuda":
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._events[-1] = (self._events[-1][0], end)
-        factor = self.injector.slowdown()
-        if factor > 1:  # a slower device: stretch the section, burning the device (here: CPU) time it would
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            elapsed = self._clock() - self._t0
-            spin_until = self._clock() + elapsed * (factor - 1)
-            while self._clock() < spin_until:
-                pass
-        self.forward_s += self._clock() - self._t0
-        if factor <= 1:
-            self.spent_s += time.perf_counter() - w0
-
-    def _clock(self) -> float:
-        return time.perf_counter() if self.device.type == "cuda" else time.process_time()
-
-    def _post_forward(self, module: nn.Module, args: Any, output: Any) -> Any:
-        out = self.injector.after_forward(output) if isinstance(output, torch.Tensor) else output
-        self.progress.mark(self.progress.step, "backward")
-        return out
-
-    def compute_seconds(self) -> float:
-        """This step's compute seconds so far (CUDA event times on GPU: one synchronisation)."""
-        if self.device.type != "cuda":
-            return self.forward_s
-        torch.cuda.synchronize(self.device)
-        return sum(a.elapsed_time(b) for a, b in self._events if b is not None) / 1000.0
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -290,7 +207,7 @@ class HealthMonitor:
         rerun_bad = [r for r in range(self.world) if flags[r][0]]
         kat_suspects = [r for r in range(self.world) if flags[r][1]]
         what = f"loss={loss:.6g} (z={z_loss:.1f}) grad_norm={grad_norm:.6g} (z={z_grad:.1f})"
-        evidence = {"loss": _num(loss), "grad_norm": _num(grad_norm), "loss_z": _num(z_loss), "grad_norm_z": _num(z_grad)}
+        evidence = {"loss": json_number(loss), "grad_norm": json_number(grad_norm), "loss_z": json_number(z_loss), "grad_norm_z": json_number(z_grad)}
         if rerun_bad or kat_suspects:
             suspects = sorted(set(rerun_bad) | set(kat_suspects))
             reason = contract.REASON_RERUN_MISMATCH if rerun_bad else contract.REASON_KNOWN_ANSWER_MISMATCH
@@ -444,31 +361,6 @@ class HealthMonitor:
         self._last_kat = a
         return int(a != b or (self.reference_kat is not None and a != self.reference_kat))
 
-    def reload_settings(self) -> None:
-        """Re-read the settings file (rank 0 reads, every rank gets the same via a broadcast)."""
-        if not self.settings_file:
-            return
-        payload: list[Any] = [None]
-        if self.rank == 0:
-            try:
-                mtime = os.stat(self.settings_file).st_mtime
-                if mtime != self._settings_mtime:
-                    with open(self.settings_file) as fh:
-                        payload[0] = contract.health_from_mapping(json.load(fh), self.settings, where=self.settings_file)
-                    self._settings_mtime = mtime
-            except (OSError, ValueError) as err:  # a bad file keeps the current settings
-                print(f"health: warning: {self.settings_file}: {err}; settings unchanged", file=sys.stderr, flush=True)
-        if self.distributed:
-            dist.broadcast_object_list(payload, src=0)
-        if payload[0] is not None and payload[0] != self.settings:
-            self.settings = new = payload[0]
-            self.straggler.threshold = new.straggler_threshold
-            for detector in (self.loss_spikes, self.grad_spikes):
-                detector.threshold, detector.ratio = new.spike_threshold, new.spike_ratio
-            if new.straggler_window != self.straggler.window:
-                self.straggler = stats.StragglerDetector(self.world, new.straggler_threshold, new.straggler_window)
-            self.log(f"health: settings changed from {self.settings_file}: {new}")
-
     # -- helpers -------------------------------------------------------------------------------------
     def _gather(self, values: list[float | int], dtype: torch.dtype) -> list[list[Any]]:
         """Every rank's ``values`` (one small all-gather of CPU tensors), indexed by rank."""
@@ -483,8 +375,3 @@ class HealthMonitor:
         nodes = sorted({self.nodes[r] for r in ranks if self.nodes[r]})
         named = ", ".join(f"rank {r} on node {self.nodes[r] or '?'}" for r in ranks)
         return HealthVerdict(verdict, reason, f"{message} ({named})" if named else message, nodes, ranks, step, evidence)
-
-
-def _num(x: float) -> float | str:
-    """A JSON-safe number: non-finite values as strings."""
-    return x if x == x and abs(x) != float("inf") else str(x)
