@@ -277,9 +277,23 @@ class KindCluster:
         config.write_text(yaml.safe_dump(cfg))
         self._kind("create", "cluster", "--name", self.name, "--config", str(config), "--kubeconfig", str(self.kubeconfig), "--retain", timeout=timeout)
         patch = json.dumps({"status": {"capacity": {GPU_RESOURCE: str(gpus_per_node)}}})
-        for node in self.worker_names():
+        workers_names = self.worker_names()
+        self.wait_registered(workers_names, timeout)  # kind returns before every kubelet has registered its Node
+        for node in workers_names:
             self.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", patch)
         self.wait_ready(workers + 1, timeout)
+
+    def wait_registered(self, names: Sequence[str], timeout: float) -> None:
+        """Poll until a Node object exists for each of ``names``; raises KindError naming the missing ones at the deadline."""
+        deadline = time.monotonic() + timeout
+        missing = list(names)
+        while time.monotonic() < deadline:
+            listed = self.kubectl("get", "nodes", "-o", "name", check=False).stdout.split()
+            missing = [n for n in names if f"node/{n}" not in listed]
+            if not missing:
+                return
+            time.sleep(1)
+        raise KindError(f"kind cluster {self.name}: nodes not registered after {timeout:.0f}s: {', '.join(missing)}")
 
     def wait_ready(self, count: int, timeout: float) -> None:
         """Poll until ``count`` nodes report Ready; raises KindError naming the laggards at the deadline."""

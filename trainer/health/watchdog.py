@@ -164,8 +164,11 @@ class Watchdog(threading.Thread):
         if not stalled:
             return None
         # The others wait for the rank furthest behind (lowest step, earliest phase); among equals,
-        # the reported wall clocks order who stopped first.
-        first = min(stalled, key=_behind)
+        # the reported wall clocks order who stopped first. The culprit is looked for among every
+        # live rank, not only the stalled ones: a rank that reached the hung step late (descheduled
+        # on a busy node) changed its beat after the peers that now wait for it, so it passes the
+        # deadline after them, yet it is the one they wait for.
+        first = min(live, key=_behind)
         verdict = {
             "reason": contract.REASON_NO_PROGRESS,
             "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "
