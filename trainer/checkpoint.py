@@ -11,7 +11,7 @@ Tiers (:mod:`railtrain.trainer.checkpoint_tiers`), fastest first:
 Saving step N (every rank calls :meth:`Checkpointer.save` when a tier is due):
 wait for the previous save (one in flight at a time), copy the state into CPU
 RAM, and return; a background thread then serializes this rank's shard once
-(one sha256, computed while it is written), writes it to the due node-local tiers, swaps copies with the
+(one xxh3-128 checksum, computed while it is written), writes it to the due node-local tiers, swaps copies with the
 neighbouring nodes, DCP-saves the persistent tier and checksums its files, and
 only then writes every manifest and applies each tier's retention. A process
 killed at any point leaves steps without manifests, which are never loaded.

@@ -6,7 +6,8 @@ Two layouts, both ``<root>/step-<N>/``:
   :class:`FsspecStorage`): one ``torch.distributed.checkpoint`` (DCP)
   checkpoint written by all ranks together (``__<rank>_<i>.distcp`` and
   ``.metadata``), then :data:`MANIFEST`, written last by rank 0: the step, the
-  training integers, the world size, and the size and sha256 of every file.
+  training integers, the world size, and the size and checksum of every file
+  (:mod:`~railtrain.trainer.checkpoint_checksum`).
   DCP can load it at any world size (it reshards).
 * **per rank** (the memory and local tiers, :class:`ShardDir`):
   ``rank-<R>.pt`` is rank R's own shard (its local tensors, ``torch.save``)
@@ -21,36 +22,22 @@ cut short and is never loaded. Nothing here uses ``torch.distributed``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-from typing import IO, Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, StorageReader, StorageWriter
+
+from railtrain.trainer import checkpoint_checksum as checksum
 
 MANIFEST = "railtrain-manifest.json"
 """The global manifest in ``step-<N>/``; written last, its presence makes the checkpoint complete."""
 GLOBAL_FORMAT = "railtrain-dcp/1"
 SHARD_FORMAT = "railtrain-shard/1"
-CHUNK = 8 << 20
 _STEP_DIR = re.compile(r"step-(\d+)\Z")
 _SHARD_FILE = re.compile(r"(rank|peer)-(\d+)\.(pt|json)\Z")
-
-
-def sha256_stream(fh: IO[bytes]) -> tuple[str, int]:
-    """``(hex sha256, byte count)`` of everything left in ``fh``."""
-    digest, size = hashlib.sha256(), 0
-    while chunk := fh.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def sha256_bytes(data: bytes | bytearray | memoryview) -> str:
-    """Hex sha256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def write_atomic(path: str, data: bytes, fsync: bool = True) -> None:
@@ -169,14 +156,14 @@ class LocalStorage:
             pass
         shutil.rmtree(self.path(step), ignore_errors=True)
 
-    def hash_file(self, step: int, name: str) -> tuple[str, int]:
-        """``(sha256, bytes)`` of file ``name`` of ``step``.
+    def hash_file(self, step: int, name: str, algorithm: str = checksum.ALGORITHM) -> tuple[str, int]:
+        """``(hex digest, bytes)`` of file ``name`` of ``step`` with ``algorithm``.
 
         Raises:
             OSError: it cannot be read.
         """
         with open(os.path.join(self.path(step), name), "rb") as fh:
-            return sha256_stream(fh)
+            return checksum.of_stream(fh, algorithm)
 
     def writer(self, step: int) -> StorageWriter:
         """A DCP writer into ``step``'s directory that records the files it wrote."""
@@ -245,10 +232,10 @@ class FsspecStorage:
             except FileNotFoundError:
                 pass
 
-    def hash_file(self, step: int, name: str) -> tuple[str, int]:
-        """``(sha256, bytes)`` of file ``name`` of ``step``."""
+    def hash_file(self, step: int, name: str, algorithm: str = checksum.ALGORITHM) -> tuple[str, int]:
+        """``(hex digest, bytes)`` of file ``name`` of ``step`` with ``algorithm``."""
         with self.fs.open(self._p(step, name), "rb") as fh:
-            return sha256_stream(fh)
+            return checksum.of_stream(fh, algorithm)
 
     def writer(self, step: int) -> StorageWriter:
         """A DCP ``FsspecWriter`` into ``step`` that records the files it wrote."""

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from railtrain.trainer import checkpoint_checksum as checksum
 from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, open_storage, prune_plan
 from railtrain.trainer.checkpoint_io import ShardBuffer
 
@@ -186,7 +187,7 @@ class PersistentTier:
             names = list(getattr(writer, "written", [])) + ([".metadata"] if self.rank == 0 else [])
             for name in names:
                 digest, size = self.storage.hash_file(step, name)
-                files[name] = {"sha256": digest, "bytes": size}
+                files[name] = checksum.entry(digest, size)
         except Exception as exc:  # noqa: BLE001 - reported on every rank, never half-applied
             err = _describe(exc)
         gathered = comm.all_gather((files, err))
@@ -230,13 +231,17 @@ class PersistentTier:
         errors = []
         for name in files[comm.rank :: comm.world_size]:
             want = manifest["files"][name]
+            algorithm, _ = checksum.expected(want)
+            if not algorithm:
+                errors.append(f"{name} has no checksum in its manifest")
+                continue
             try:
-                digest, size = self.storage.hash_file(step, name)
+                digest, size = self.storage.hash_file(step, name, algorithm)
             except OSError as err:
                 errors.append(f"{name} unreadable ({err.strerror or err})")
                 continue
-            if digest != want.get("sha256") or size != want.get("bytes"):
-                errors.append(f"{name} does not match its sha256 (corrupt)")
+            if problem := checksum.mismatch(want, digest, size, algorithm):
+                errors.append(f"{name} {problem}")
         all_errors = [e for errs in comm.all_gather(errors) for e in errs]
         if all_errors:
             result.error = f"{self.name} step {step}: " + "; ".join(all_errors[:3])

@@ -24,7 +24,8 @@ import torch
 
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main
-from railtrain.trainer.checkpoint_files import MANIFEST, sha256_bytes
+from railtrain.trainer import checkpoint_checksum as checksum
+from railtrain.trainer.checkpoint_files import MANIFEST
 from tests.trainer.tierkit import COMMON, Gang, Layout, Run, Tiers, free_port, pod_template, read_losses, run_gang, scrape
 
 BASE_TIERS = Tiers(memory=(4, 2), local=(4, 3), persistent=(6, 2))
@@ -80,7 +81,7 @@ def test_every_tier_is_written_with_checksummed_manifests(base: tuple[Layout, Ru
         assert sorted(p.name for p in layout.local(node).iterdir()) == ["step-12", "step-14", "step-8"]  # keep 3
         shard = layout.local(node) / "step-12"
         manifest = json.loads((shard / f"rank-{rank}.json").read_text())
-        assert manifest["sha256"] == sha256_bytes((shard / f"rank-{rank}.pt").read_bytes())
+        assert manifest["xxh3_128"] == checksum.of_bytes((shard / f"rank-{rank}.pt").read_bytes())
         assert (manifest["step"], manifest["rank"], manifest["world_size"], manifest["train"]["step"]) == (12, rank, 2, 12)
     # The copy of rank 1 kept on node 0 is byte for byte rank 1's own shard.
     assert (layout.memory(0) / "step-12" / "peer-1.pt").read_bytes() == (layout.memory(1) / "step-12" / "rank-1.pt").read_bytes()
@@ -89,7 +90,7 @@ def test_every_tier_is_written_with_checksummed_manifests(base: tuple[Layout, Ru
     on_disk = {p.name for p in (layout.persistent / "step-12").iterdir()} - {MANIFEST}
     assert set(manifest["files"]) == on_disk and ".metadata" in on_disk
     for name, entry in manifest["files"].items():
-        assert entry["sha256"] == sha256_bytes((layout.persistent / "step-12" / name).read_bytes())
+        assert entry["xxh3_128"] == checksum.of_bytes((layout.persistent / "step-12" / name).read_bytes())
 
 
 def test_memory_tier_outlives_the_trainer_and_a_peer_copy_restores_a_lost_node(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
@@ -107,7 +108,7 @@ def test_corrupt_local_shard_falls_back_to_the_persistent_copy_of_the_same_step(
     _corrupt(scenario.local(1) / "step-12" / "rank-1.pt")
     tiers = Tiers(local=BASE_TIERS.local, persistent=BASE_TIERS.persistent)  # this gang's nodes have no memory tier
     run = run_gang(workdir / "corrupt-local", pod_template(scenario, tiers, 2, 1), scenario, "--steps", str(STEPS))
-    assert "rejected local step 12: rank 1: rank-1.pt does not match its sha256 (corrupt)" in run.stdout, run.stdout
+    assert "rejected local step 12: rank 1: rank-1.pt does not match its xxh3_128 (corrupt)" in run.stdout, run.stdout
     assert "checkpoint: loaded step 12 from persistent (after rejecting local step 12)" in run.stdout
     assert _diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
 
@@ -118,7 +119,7 @@ def test_missing_manifest_and_corrupt_persistent_file_fall_back_to_an_older_step
     tiers = Tiers(local=BASE_TIERS.local, persistent=BASE_TIERS.persistent)
     run = run_gang(workdir / "older", pod_template(scenario, tiers, 2, 1), scenario, "--steps", str(STEPS))
     assert "ignored local step 12: no manifest for rank(s) 1" in run.stdout, run.stdout
-    assert "rejected persistent step 12: __1_" in run.stdout and "does not match its sha256 (corrupt)" in run.stdout
+    assert "rejected persistent step 12: __1_" in run.stdout and "does not match its xxh3_128 (corrupt)" in run.stdout
     assert "checkpoint: loaded step 8 from local (after rejecting persistent step 12)" in run.stdout
     assert sorted(run.losses) == list(range(9, STEPS + 1))
     assert _diff(run.losses, base[1].losses, range(9, STEPS + 1)) <= RESUME_TOL

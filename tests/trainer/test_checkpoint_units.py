@@ -16,8 +16,9 @@ import torch
 
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main, verdict_of
+from railtrain.trainer import checkpoint_checksum as checksum
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
-from railtrain.trainer.checkpoint_files import FsspecStorage, LocalStorage, ShardDir, open_storage, prune_plan
+from railtrain.trainer.checkpoint_files import MANIFEST, FsspecStorage, LocalStorage, ShardDir, open_storage, prune_plan
 from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, rebuild, serialize
 from railtrain.trainer.checkpoint_tiers import Peers
 from railtrain.trainer.config import parse_args
@@ -127,11 +128,63 @@ def test_fastest_valid_copy_wins_and_corruption_falls_back(tmp_path: Path) -> No
     shard.write_bytes(shard.read_bytes()[:-10])  # truncated
     train, fresh = resume()
     assert train == {"step": 4} and "loaded step 4 from local (after rejecting memory step 4)" in lines[-1]
-    assert any("rejected memory step 4: rank 0: rank-0.pt does not match its sha256" in line for line in lines)
+    assert any("rejected memory step 4: rank 0: rank-0.pt is " in line and "(truncated or corrupt)" in line for line in lines)
     (tmp_path / "local" / "step-4" / "rank-0.json").unlink()
     train, fresh = resume()
     assert train == {"step": 4} and "from persistent" in lines[-1]  # memory:// through fsspec
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in expected.items())
+
+
+def test_checksums_verify_and_name_what_differs() -> None:
+    data = bytes(range(256)) * 4096
+    digest = checksum.of_bytes(data)
+    assert digest == checksum.of_stream(io.BytesIO(data))[0] and len(digest) == 32  # 128 bits
+    good = checksum.entry(digest, len(data))
+    assert good == {"xxh3_128": digest, "bytes": len(data)}
+    assert checksum.verify_bytes(good, data) == "" and checksum.verify_stream(good, io.BytesIO(data)) == ""
+    flipped = bytearray(data)
+    flipped[12345] ^= 0x10
+    assert checksum.verify_bytes(good, flipped) == "does not match its xxh3_128 (corrupt)"
+    assert checksum.verify_bytes(good, data[:-1]) == f"is {len(data) - 1} bytes, its manifest says {len(data)} (truncated or corrupt)"
+    assert checksum.verify_bytes({"bytes": len(data)}, data) == "has no checksum in its manifest"
+    old = {"sha256": checksum.of_bytes(data, "sha256"), "bytes": len(data)}  # what railtrain wrote before xxh3
+    assert checksum.verify_bytes(old, data) == "" and checksum.verify_bytes(old, flipped) == "does not match its sha256 (corrupt)"
+    with pytest.raises(ValueError, match="unknown checksum 'md5'"):
+        checksum.new("md5")
+
+
+def test_checkpoints_with_sha256_manifests_still_load(tmp_path: Path) -> None:
+    """Manifests written before the switch to xxh3-128 record sha256; every tier still verifies and loads them."""
+    lines: list[str] = []
+    saver = _checkpointer(tmp_path, lines, str(tmp_path / "persistent"))
+    model, optimizer = _model_and_optimizer(0)
+    saver.save(4, model, optimizer, {"step": 4}, last_step=4)
+    saver.wait()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def to_sha256(entry: dict, path: Path) -> None:
+        del entry["xxh3_128"]
+        entry["sha256"] = checksum.of_bytes(path.read_bytes(), "sha256")
+
+    for tier in ("mem", "local"):
+        manifest_path = tmp_path / tier / "step-4" / "rank-0.json"
+        manifest = json.loads(manifest_path.read_text())
+        to_sha256(manifest, manifest_path.with_suffix(".pt"))
+        manifest_path.write_text(json.dumps(manifest))
+    step_dir = tmp_path / "persistent" / "step-4"
+    manifest = json.loads((step_dir / MANIFEST).read_text())
+    for name, entry in manifest["files"].items():
+        to_sha256(entry, step_dir / name)
+    (step_dir / MANIFEST).write_text(json.dumps(manifest))
+    for drop in ("mem", "local", None):
+        fresh, fresh_opt = _model_and_optimizer(1)
+        train = _checkpointer(tmp_path, lines, str(tmp_path / "persistent")).load_latest(fresh, fresh_opt, {"step": 0})
+        assert train == {"step": 4}, lines
+        assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in expected.items())
+        tier_name = {"mem": "memory", "local": "local", None: "persistent"}[drop]
+        assert f"loaded step 4 from {tier_name}" in lines[-1], lines
+        if drop:
+            (tmp_path / drop / "step-4" / "rank-0.json").unlink()
 
 
 def test_nothing_usable_leaves_a_fresh_optimizer(tmp_path: Path) -> None:
