@@ -7,7 +7,7 @@ AdamW state is at least ``--min-state-mib`` (FSDP2, one shard per process),
 and measures with the real :class:`railtrain.trainer.checkpoint.Checkpointer`:
 
 * **write**: a synchronous save to one tier at a time (staging, serialization,
-  sha256, writing, peer copy, manifests, retention), as aggregate MB/s over all
+  checksum, writing, peer copy, manifests, retention), as aggregate MB/s over all
   processes, next to the raw bandwidth of the same directory measured in the
   same run right after each save (the "paired" ratio is the median of these
   per-save ratios, which a shared machine's load swings disturb less): every process writes the same number of bytes with plain
