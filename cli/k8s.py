@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -61,7 +62,8 @@ def connect(kubeconfig: str | None) -> Cluster:
         A :class:`Cluster`; nothing is sent to the server yet.
 
     Raises:
-        CliError: no kubeconfig exists or it cannot be used.
+        CliError: no kubeconfig exists, or it is unreadable, not YAML, not
+            shaped like a kubeconfig, or otherwise cannot be used.
     """
     cfg = client.Configuration()
     path = kubeconfig or DEFAULT_KUBECONFIG
@@ -73,6 +75,14 @@ def connect(kubeconfig: str | None) -> Cluster:
             _, current = config.list_kube_config_contexts(config_file=path)
         except (ConfigException, OSError, ValueError) as err:
             raise CliError(f"kubeconfig {path} cannot be used: {_one_line(err)}") from None
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise CliError(f"kubeconfig {path} cannot be used: not valid YAML{where}") from None
+        except (TypeError, AttributeError, KeyError):  # the client's loader indexes the YAML without checking its shape
+            raise CliError(
+                f"kubeconfig {path} cannot be used: it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
+            ) from None
         namespace = (current or {}).get("context", {}).get("namespace") or namespace
     elif kubeconfig is None and IN_CLUSTER_TOKEN.is_file():
         try:

@@ -1,7 +1,8 @@
 """The ``railtrain`` command line (typer + rich).
 
-Commands stay thin: manifests are loaded by :mod:`railtrain.crds.validation`,
-local runs live in :mod:`railtrain.cli.local`, cluster calls in
+Commands stay thin: manifests are read by :mod:`railtrain.cli.manifest` (a
+file, or standard input for ``-``) and validated by
+:mod:`railtrain.crds.validation`, local runs live in :mod:`railtrain.cli.local`, cluster calls in
 :mod:`railtrain.cli.k8s`, and the ``get`` views in :mod:`railtrain.cli.views`.
 The cluster client, the local control plane and the operator are imported only
 by the commands that need them.
@@ -25,14 +26,14 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
 from railtrain.cli import errors
+from railtrain.cli import manifest
 from railtrain.cli.errors import CliError
-from railtrain.crds.validation import ManifestError, load_manifest
+from railtrain.crds.validation import ManifestError
 
 
 def _stderr() -> Console:
@@ -103,7 +104,7 @@ KubeconfigOption = Annotated[
     typer.Option("--kubeconfig", envvar="KUBECONFIG", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
 ]
 NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
-ManifestArgument = Annotated[Path, typer.Argument(help="TrainingJob manifest (YAML).", show_default=False)]
+ManifestArgument = Annotated[str, typer.Argument(metavar="FILE", help=manifest.HELP, show_default=False)]  # str: '-' vs './-' 
 
 
 def _version(value: bool) -> None:
@@ -122,18 +123,22 @@ def _root(
 @app.command()
 def validate(
     file: ManifestArgument,
-    old: Annotated[Optional[Path], typer.Option("--old", help="The stored object (e.g. 'kubectl get tj NAME -o yaml'): check FILE as an update of it, as the API server will (fields that define the gang change only while the job is suspended).", show_default=False)] = None,
+    old: Annotated[Optional[str], typer.Option("--old", metavar="STORED", help="The stored object (e.g. 'kubectl get tj NAME -o yaml'): check FILE as an update of it, as the API server will (fields that define the gang change only while the job is suspended); '-' reads it from standard input.", show_default=False)] = None,
 ) -> None:
     """Check a TrainingJob manifest the way the API server will, without a cluster.
 
-    Prints the gang shape when valid; raises ManifestError (one sentence per
-    problem, exit status 1) when not.
+    Prints the gang shape when valid; otherwise prints one sentence per problem,
+    naming the field, and exits with status 1. FILE or --old may be '-'
+    (standard input), not both.
     """
-    from railtrain.crds.validation import check_update, read_manifest_data
+    from railtrain.crds.validation import check_update
 
-    job = load_manifest(file) if old is None else check_update(read_manifest_data(old), read_manifest_data(file), str(file))
+    if manifest.is_stdin(file) and manifest.is_stdin(old):
+        raise CliError("FILE and --old cannot both be '-': standard input holds one manifest; give one of them as a file", exit_code=2)
+    new = manifest.read(file)
+    job = new.job() if old is None else check_update(manifest.read(old).data, new.data, new.source)
     spec = job.spec
-    typer.echo(f"{file}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
+    typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
 
 
 @app.command()
@@ -168,7 +173,7 @@ def run(
     faults = local_run.fault_environment(
         {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
     )
-    job = load_manifest(file)
+    job = manifest.read(file).job()  # relative paths in it resolve against the current directory, file or stdin
     spec = job.spec
     ports = local_run.free_ports(spec.nodes + 1)
     nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults)
@@ -199,23 +204,6 @@ def run(
     raise typer.Exit(code)
 
 
-def read_raw_manifest(path: Path) -> dict[str, Any]:
-    """Read a single-document YAML mapping without checking it against the API.
-
-    Raises:
-        ManifestError: the file is missing or unreadable, not YAML, or not one mapping.
-    """
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except OSError as err:
-        raise ManifestError([f"cannot read {path}: {err.strerror or err.__class__.__name__}"], str(path)) from None
-    except yaml.YAMLError:
-        raise ManifestError(["not valid YAML"], str(path)) from None
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise ManifestError(["expected exactly one YAML mapping (a TrainingJob document)"], str(path))
-    return docs[0]
-
-
 @app.command()
 def submit(
     file: ManifestArgument,
@@ -223,16 +211,19 @@ def submit(
     kubeconfig: KubeconfigOption = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", hidden=True, help="Send the manifest unchecked (to see the API server's own validation).")] = False,
 ) -> None:
-    """Validate a TrainingJob manifest locally, then create it in the cluster."""
+    """Validate a TrainingJob manifest locally, then create it in the cluster (FILE '-': from standard input)."""
     from railtrain.cli import k8s
 
+    doc = manifest.read(file)  # read once: standard input cannot be read again
     if not no_validate:
-        load_manifest(file)  # every problem at once, before any network traffic
-    body = read_raw_manifest(file)
+        doc.job()  # every problem at once, before any network traffic
+    elif not isinstance(doc.data, dict):
+        raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], doc.source)
+    body = doc.data
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     name = meta.get("name", "?")
     if namespace and meta.get("namespace") and namespace != meta["namespace"]:
-        raise CliError(f"--namespace {namespace} differs from metadata.namespace {meta['namespace']} in {file}; drop one of them", exit_code=2)
+        raise CliError(f"--namespace {namespace} differs from metadata.namespace {meta['namespace']} in {doc.source}; drop one of them", exit_code=2)
     cluster = k8s.connect(kubeconfig)
     target = namespace or meta.get("namespace") or cluster.namespace
     k8s.create_job(cluster, target, body)

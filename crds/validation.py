@@ -250,8 +250,8 @@ def load_manifest(path: str | Path) -> TrainingJob:
     """Read and validate a single-document TrainingJob YAML file.
 
     Raises:
-        ManifestError: the file is missing, is not YAML, holds more or fewer
-            than one document, or does not match the API.
+        ManifestError: the file cannot be read, is not UTF-8 YAML, holds more
+            or fewer than one document, or does not match the API.
     """
     return parse_manifest(read_manifest_data(path), str(path))
 
@@ -260,22 +260,58 @@ def read_manifest_data(path: str | Path) -> Any:
     """Read the one YAML document of a manifest file, unvalidated.
 
     Raises:
-        ManifestError: the file is missing, is not YAML, or holds more or
-            fewer than one document.
+        ManifestError: the file is missing, a directory or otherwise
+            unreadable, not UTF-8 YAML, or holds more or fewer than one document.
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ManifestError([f"file {p} does not exist"], str(p)) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
-        raise ManifestError([f"cannot read {p}: {err.__class__.__name__}"], str(p)) from None
+    except IsADirectoryError:
+        raise ManifestError([f"{p} is a directory; give the path of one manifest file"], str(p)) from None
+    except NotADirectoryError:
+        raise ManifestError([f"file {p} does not exist (a part of the path before its name is a file, not a directory)"], str(p)) from None
+    except PermissionError:
+        raise ManifestError([f"cannot read {p}: permission denied"], str(p)) from None
+    except OSError as err:
+        raise ManifestError([f"cannot read {p}: {err.strerror or err.__class__.__name__}"], str(p)) from None
+    return manifest_document(raw, str(p))
+
+
+def manifest_document(raw: bytes, source: str = "manifest") -> Any:
+    """The one YAML document of a manifest's bytes, unvalidated.
+
+    Manifests are UTF-8 text (a leading byte-order mark is allowed), as
+    Kubernetes reads them. One manifest holds exactly one TrainingJob: a
+    stream of several documents is refused rather than partly applied.
+
+    Args:
+        raw: the manifest's bytes (a file's content, or standard input).
+        source: how errors name the input (a path, or ``<stdin>``).
+
+    Returns:
+        The parsed document (any YAML value; :func:`parse_manifest` checks it).
+
+    Raises:
+        ManifestError: not UTF-8, not valid YAML, or not exactly one document.
+    """
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ManifestError([f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); a manifest is YAML text"], source) from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError([f"not valid YAML{where}"], str(p)) from None
-    if len(docs) != 1:
-        raise ManifestError([f"expected exactly one TrainingJob document, found {len(docs)}"], str(p))
+        raise ManifestError([f"not valid YAML{where}"], source) from None
+    if not docs:
+        raise ManifestError(["holds no YAML document (it is empty or only comments); expected exactly one TrainingJob"], source)
+    if len(docs) > 1:
+        raise ManifestError(
+            [f"holds {len(docs)} YAML documents; railtrain reads exactly one TrainingJob per manifest "
+             "(run one command per document, or 'kubectl apply -f' for several objects)"],
+            source,
+        )
     return docs[0]

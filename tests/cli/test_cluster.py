@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from railtrain.cli.main import app
@@ -34,8 +35,8 @@ def trainingjob_crd(cluster, kube):
 def cli(cluster, trainingjob_crd):
     """Run the CLI against the test cluster; returns the typer Result."""
 
-    def invoke(*args: str):
-        return runner.invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig)])
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig)], input=input)
 
     return invoke
 
@@ -65,6 +66,22 @@ def test_submit_then_get(cli, namespace, tmp_path):
         f"error: trainingjob llama already exists in namespace {namespace}; delete it first "
         f"('kubectl delete trainingjob llama -n {namespace}') or choose another metadata.name"
     ]
+
+
+def test_submit_reads_the_manifest_from_stdin(cli, namespace):
+    """`sed ... job.yaml | railtrain submit -`: the piped manifest is validated, then created as sent."""
+    text = yaml.safe_dump(manifests.job(name="piped", nodes=2, procsPerNode=8, resources={"gpus": 8}, parallelism={"fsdp": 16}))
+    result = cli("submit", "-", "-n", namespace, input=text)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"trainingjob.railtrain.dev/piped created in namespace {namespace}"
+    one = cli("get", "piped", "-n", namespace, "-o", "yaml")
+    assert one.exit_code == 0, one.output
+    assert yaml.safe_load(one.stdout)["spec"]["procsPerNode"] == 8
+
+    wrong = cli("submit", "-", "-n", namespace, input=text.replace("name: piped", "name: piped-2").replace("nodes: 2", "nodes: two"))
+    assert wrong.exit_code == 1
+    assert wrong.stderr.strip().splitlines() == ['error: <stdin>: spec.nodes: must be an integer, not the string "two"']
+    assert cli("get", "piped-2", "-n", namespace).exit_code == 1  # nothing was created
 
 
 def test_the_api_server_refusal_names_the_field(cli, namespace, tmp_path):

@@ -113,6 +113,25 @@ def test_missing_kubeconfig_names_the_flag(tmp_path):
     ]
 
 
+NOT_A_KUBECONFIG = "it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
+BAD_KUBECONFIGS = [
+    ("not YAML", "clusters: [\n", "not valid YAML at line 2, column 1"),
+    ("a list", "- a\n", NOT_A_KUBECONFIG),
+    ("a string", "hello\n", NOT_A_KUBECONFIG),
+    ("clusters not a list", "current-context: x\nclusters: 5\n", NOT_A_KUBECONFIG),
+]
+
+
+@pytest.mark.parametrize("case, text, expected", BAD_KUBECONFIGS, ids=[c[0] for c in BAD_KUBECONFIGS])
+def test_a_file_that_is_not_a_kubeconfig_is_one_sentence(tmp_path, case, text, expected):
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    result = runner.invoke(app, ["get", "--kubeconfig", str(path)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines() == [f"error: kubeconfig {path} cannot be used: {expected}"]
+    assert "Traceback" not in result.output
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
