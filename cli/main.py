@@ -378,8 +378,9 @@ def operator(
     kubeconfig: KubeconfigOption = None,
     topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
     topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
+    unreachable_seconds: Annotated[float, typer.Option("--unreachable-seconds", min=1, help="Stop with exit status 1 once the API server has not answered for this many seconds.")] = 60.0,
 ) -> None:
-    """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
+    """Run the railtrain operator in the foreground (Ctrl-C stops it; it stops by itself when the API server is gone)."""
     try:
         from railtrain.operator import main as operator_main
         from railtrain.operator import topology
@@ -395,7 +396,10 @@ def operator(
         os.environ.pop(topology.ENV_LEVELS, None)
     if topology_levels:
         os.environ[topology.ENV_LEVELS] = topology_levels
-    operator_main.run(namespace, kubeconfig)
+    try:
+        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds)
+    except operator_main.OperatorError as err:
+        raise CliError(str(err)) from None
 
 
 def main() -> None:
