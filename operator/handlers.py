@@ -120,11 +120,16 @@ async def _resync_loop() -> None:
             log.warning("resync pass failed: the API server does not answer (%.0f s so far): %s", down, kube.describe(err))
             if down >= OperatorConfig.unreachable_seconds:
                 OperatorConfig.fatal = (
-                    f"the Kubernetes API server at {_kube().api.configuration.host} has not answered for {down:.0f} s; "
+                    f"the Kubernetes API server{_at_host()} has not answered for {down:.0f} s; "
                     "the operator stops (restart it once the cluster is up)"
                 )
                 OperatorConfig.stop.set()
                 return
+
+
+def _at_host() -> str:
+    host = getattr(getattr(getattr(OperatorConfig.kube, "api", None), "configuration", None), "host", None)
+    return f" at {host}" if host else ""
 
 
 def _resync_pass() -> None:

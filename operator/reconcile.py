@@ -30,6 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from railtrain.crds.validation import format_validation_error
+
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
@@ -69,7 +71,7 @@ def observe(
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
-        step.spec_error = str(err.errors()[0].get("msg"))
+        step.spec_error = "; ".join(format_validation_error(err)[:3])
     if step.job is not None and (problem := spec_problem(step.job, obj["metadata"].get("namespace", ""), obj["metadata"].get("uid", ""))):
         step.job, step.spec_error = None, problem
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
