@@ -127,8 +127,9 @@ def validate(
 ) -> None:
     """Check a TrainingJob manifest the way the API server will, without a cluster.
 
-    Prints the gang shape when valid; raises ManifestError (one sentence per
-    problem, exit status 1) when not. FILE or --old may be '-' (standard input), not both.
+    Prints the gang shape when valid; otherwise prints one sentence per problem,
+    naming the field, and exits with status 1. FILE or --old may be '-'
+    (standard input), not both.
     """
     from railtrain.crds.validation import check_update
 

@@ -11,7 +11,10 @@ by a lock, so several clusters (a test session, a ``dev up``) run side by side.
 Pods are simulated by KWOK Stages: kwok's defaults (bound pods become Running)
 plus railtrain's (``stages.yaml``): patching the label :data:`LABEL_KWOK_EXIT`
 on a Running pod ends it, ``"0"`` as Succeeded, ``"<n>"`` as Failed with exit
-code ``n`` and the termination message from :data:`ANNOTATION_KWOK_MESSAGE`.
+code ``n`` and the termination message from :data:`ANNOTATION_KWOK_MESSAGE`;
+labelling a Node :data:`LABEL_KWOK_NOT_READY` ``"true"`` makes KWOK report it
+``Ready=False`` (reason ``KubeletNotReady``) and stop updating its status until
+the label goes, when KWOK reports it Ready again.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ LABEL_KWOK_EXIT = "railtrain.dev/kwok-exit"
 """Pod label a test patches to end a Running pod: ``"0"`` succeeds, else fails."""
 ANNOTATION_KWOK_MESSAGE = "railtrain.dev/kwok-message"
 """Pod annotation: the termination message KWOK reports when the pod ends."""
+LABEL_KWOK_NOT_READY = "railtrain.dev/kwok-not-ready"
+"""Node label a test sets to ``"true"`` to make a Node NotReady (and removes to make it Ready again)."""
 
 _WATCHDOG_PID = "railtrain-watchdog.pid"
 
@@ -86,7 +91,8 @@ class LocalCluster:
         node_monitor_grace_period_s: kube-controller-manager's
             ``--node-monitor-grace-period``; long, so that a busy machine
             delaying KWOK's heartbeats never turns nodes NotReady (or evicts
-            their pods). Tests that need NotReady nodes patch node conditions.
+            their pods). Tests that need a NotReady node label it
+            :data:`LABEL_KWOK_NOT_READY`.
 
     Raises:
         ValueError: ``name`` is not a DNS-1123 label (it names folders,

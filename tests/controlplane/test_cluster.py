@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from railtrain.cli.controlplane import (
@@ -10,6 +12,7 @@ from railtrain.cli.controlplane import (
     LABEL_BLOCK,
     LABEL_HOSTNAME,
     LABEL_KWOK_EXIT,
+    LABEL_KWOK_NOT_READY,
     LABEL_RACK,
     wait_until,
 )
@@ -107,3 +110,27 @@ def test_pod_needing_more_gpus_than_any_node_stays_pending(kube, namespace, gpu_
     assert pod.status.phase == "Pending"
     assert pod.spec.node_name is None
     assert f"Insufficient {GPU_RESOURCE}" in {c.type: c for c in pod.status.conditions}["PodScheduled"].message
+
+
+def ready_of(kube, node: str):
+    return next(c for c in kube.core.read_node(node).status.conditions if c.type == "Ready")
+
+
+def test_not_ready_label_makes_the_node_not_ready_until_it_is_removed(kube, gpu_nodes):
+    sick, well = gpu_nodes(2)
+    kube.core.patch_node(sick, {"metadata": {"labels": {LABEL_KWOK_NOT_READY: "true"}}})
+
+    down = wait_until(lambda: (c := ready_of(kube, sick)).status == "False" and c, 30, f"{sick} NotReady")
+    assert down.reason == "KubeletNotReady" and LABEL_KWOK_NOT_READY in down.message
+    seen = set()
+    deadline = time.monotonic() + 5  # an observation window: kwok's node-initialize would re-report Ready at once
+    while time.monotonic() < deadline:
+        c = ready_of(kube, sick)
+        seen.add((c.status, c.last_transition_time, c.last_heartbeat_time))
+        assert ready_of(kube, well).status == "True"
+        time.sleep(0.5)
+    assert seen == {("False", down.last_transition_time, down.last_heartbeat_time)}  # nothing rewrites it
+
+    kube.core.patch_node(sick, {"metadata": {"labels": {LABEL_KWOK_NOT_READY: None}}})
+    up = wait_until(lambda: (c := ready_of(kube, sick)).status == "True" and c, 30, f"{sick} Ready again")
+    assert up.reason == "KubeletReady"

@@ -26,6 +26,8 @@ def test_kwok_default_stages_come_first_then_railtrain_stages(tmp_path):
         "pod-delete",
         "railtrain-pod-succeeded",
         "railtrain-pod-failed",
+        "railtrain-node-not-ready",
+        "railtrain-node-stays-not-ready",
     ]
 
 
@@ -51,3 +53,17 @@ def test_railtrain_stages_use_the_published_label_and_annotation_names():
 
     text = RAILTRAIN_STAGES.read_text()
     assert text.count(LABEL_KWOK_EXIT) >= 4 and text.count(ANNOTATION_KWOK_MESSAGE) >= 2
+
+
+def test_node_not_ready_stages_outweigh_kwoks_node_stages_only_on_labelled_nodes():
+    """kwok picks among the matching Stages with a positive weight; its own node Stages weigh 0."""
+    from railtrain.cli.controlplane import LABEL_KWOK_NOT_READY
+    from railtrain.cli.controlplane.kwokctl import RAILTRAIN_STAGES
+
+    stages = {s["metadata"]["name"]: s["spec"] for s in yaml.safe_load_all(RAILTRAIN_STAGES.read_text()) if s}
+    for name in ("railtrain-node-not-ready", "railtrain-node-stays-not-ready"):
+        spec = stages[name]
+        assert spec["resourceRef"]["kind"] == "Node" and spec["weight"] > 0
+        assert spec["selector"]["matchLabels"] == {LABEL_KWOK_NOT_READY: "true"}
+    assert "status: \"False\"" in stages["railtrain-node-not-ready"]["next"]["statusTemplate"]
+    assert stages["railtrain-node-stays-not-ready"]["next"] == {}  # holds the node: no patch, no heartbeat

@@ -1,20 +1,23 @@
 """Recovery on a real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK nodes):
-verdict → action, quarantine, node loss, vanished ranks, elastic shrink and grow. KWOK's stages finish pods with
-the exit code and termination message a test puts on them (cli/controlplane/stages.yaml)."""
+verdict → action, quarantine, node loss (deleted, or NotReady past the grace), vanished ranks, elastic shrink and
+grow. KWOK's stages finish pods with the exit code and termination message a test puts on them, and report a Node
+NotReady while a test labels it (cli/controlplane/stages.yaml)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from railtrain.cli.controlplane import LABEL_KWOK_NOT_READY
 from railtrain.crds import contract
 from railtrain.operator.quarantine import TAINT_KEY
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, phase_is, pods_of
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 
@@ -139,6 +142,74 @@ def test_node_deleted_under_a_running_gang_restarts_it_elsewhere(api, namespace,
     running = condition(status, "Scheduled")
     reasons = {e.reason: e.message for e in events(core, namespace, "lost")}
     assert "NodeLost" in reasons and victim in reasons["NodeLost"], (running, reasons)
+
+
+def set_not_ready(core, node, not_ready=True):
+    """Make KWOK report ``node`` NotReady (and stop heartbeating it), or Ready again (cli/controlplane/stages.yaml)."""
+    core.patch_node(node, {"metadata": {"labels": {LABEL_KWOK_NOT_READY: "true" if not_ready else None}}})
+
+
+def ready_since(core, node, status):
+    """The lastTransitionTime of ``node``'s Ready condition when its status is ``status``, else None."""
+    ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
+    return ready.last_transition_time if ready.status == status else None
+
+
+def gang_and_counters(core, custom, ns, name):
+    """What a restart would change: the gang's pods (uid, node, terminating) and the job's phase and restart counters."""
+    status = job_status(custom, ns, name)
+    pods = frozenset((p.metadata.uid, p.spec.node_name, bool(p.metadata.deletion_timestamp)) for p in pods_of(core, ns, name))
+    return pods, status.get("phase"), status.get("infrastructureRestarts", 0), status.get("jobRestarts", 0)
+
+
+def seconds_until(moment):
+    return (moment - datetime.now(timezone.utc)).total_seconds()
+
+
+def test_node_not_ready_past_the_grace_restarts_the_gang_elsewhere_and_not_before(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    grace = 8
+    gpu_nodes(4)
+    pods = start(core, custom, namespace, "sick", 2, runPolicy={"backoffLimit": 0, "nodeLostGraceSeconds": grace})
+    victim = pods[0].spec.node_name
+    before = gang_and_counters(core, custom, namespace, "sick")
+    set_not_ready(core, victim)
+    since = wait_for(lambda: ready_since(core, victim, "False"), 30, f"{victim} NotReady")
+    # lastTransitionTime is whole seconds, at or before the transition: the grace ends at since + grace at the
+    # earliest. Up to a second before that, the gang must be exactly as it was.
+    window = seconds_until(since + timedelta(seconds=grace - 1))
+    assert window > 2, f"{victim} was seen NotReady too late to watch the grace period ({window:.1f} s left)"
+    seen = observe(lambda: gang_and_counters(core, custom, namespace, "sick"), window)
+    assert seen == [before], f"the gang changed within the grace: {seen}"
+
+    new = wait_for(lambda: all_running(core, namespace, "sick", 2, {p.metadata.uid for p in pods}),
+                   seconds_until(since + timedelta(seconds=grace + 15)), "the whole gang Running elsewhere after the grace")
+    assert victim not in {p.spec.node_name for p in new}
+    status = job_status(custom, namespace, "sick")
+    assert status["phase"] == "Running"
+    assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0  # backoffLimit 0 not spent
+    lost = [e for e in events(core, namespace, "sick") if e.reason == "NodeLost"]
+    assert len(lost) == 1 and f"node {victim}: the Node has been NotReady since" in lost[0].message, lost
+    assert "KubeletNotReady" in lost[0].message
+    assert lost[0].first_timestamp >= since + timedelta(seconds=grace)  # not before the grace elapsed
+
+
+def test_node_back_ready_within_the_grace_restarts_nothing(api, namespace, gpu_nodes, operator):
+    core, custom = api
+    grace = 10
+    gpu_nodes(3)
+    start(core, custom, namespace, "blip", 2, runPolicy={"nodeLostGraceSeconds": grace})
+    victim = pods_of(core, namespace, "blip")[1].spec.node_name
+    before = gang_and_counters(core, custom, namespace, "blip")
+    set_not_ready(core, victim)
+    since = wait_for(lambda: ready_since(core, victim, "False"), 30, f"{victim} NotReady")
+    set_not_ready(core, victim, False)
+    wait_for(lambda: ready_since(core, victim, "True"), 30, f"{victim} Ready again")
+    assert seconds_until(since + timedelta(seconds=grace)) > 1, "the node came back too late to test a blip"
+    # Watch until well past the moment the grace would have ended (3 operator resyncs of 1 s).
+    seen = observe(lambda: gang_and_counters(core, custom, namespace, "blip"), seconds_until(since + timedelta(seconds=grace + 3)))
+    assert seen == [before], f"the gang changed after its node came back: {seen}"
+    assert not [e for e in events(core, namespace, "blip") if e.reason == "NodeLost"]
 
 
 def test_a_rank_pod_deleted_by_hand_restarts_the_whole_gang(api, namespace, gpu_nodes, operator):
