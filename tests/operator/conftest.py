@@ -14,13 +14,12 @@ from .clusterkit import G, P, V
 
 
 @pytest.fixture(scope="session")
-def operator_process(cluster, tmp_path_factory):
-    from kubernetes import client
+def operator_process(cluster, kube, tmp_path_factory):
     from kubernetes.client.rest import ApiException
 
     from railtrain.crds import contract
 
-    custom = client.CustomObjectsApi(cluster.api_client())
+    custom = kube.custom
 
     def served():  # Established can precede the API server serving the new route
         try:
