@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.crds.validation import ManifestError, parse_manifest
+from tests.conftest import fixed_namespace
 
 BATCH = 50
 BATCHES = 21  # > 1,000 manifests
@@ -97,14 +98,8 @@ def server_verdict(custom, namespace: str, m: dict) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def target(kube):
-    name = "validate-differential"
-    try:
-        kube.core.create_namespace({"metadata": {"name": name}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    yield kube.custom, name
-    kube.core.delete_namespace(name)
+    with fixed_namespace(kube, "validate-differential") as name:
+        yield kube.custom, name
 
 
 def test_validate_and_the_api_server_agree_on_generated_manifests(target):
