@@ -40,12 +40,24 @@ class Rule:
         check: the same rule in Python over the pydantic object; returns True when valid.
         message: one sentence naming the field and what is allowed.
         field_path: JSONPath-style path, relative to the object, that the error points at.
+        detail: the numbers behind a failure (e.g. the product and the world
+            size), appended to ``message`` after ": " by ``railtrain validate``;
+            None adds nothing. The API server gives ``message`` alone: a CEL
+            ``messageExpression`` with ``string(int)`` parts exceeds the CRD's
+            estimated cost budget (kube-apiserver refuses the CRD).
     """
 
     cel: str
     check: Callable[[Any], bool]
     message: str
     field_path: str
+    detail: Callable[[Any], str] | None = None
+
+    def sentence(self, obj: Any) -> str:
+        """The error sentence for ``obj`` (which failed :attr:`check`): the message, plus the detail when there is one."""
+        return f"{self.message}: {self.detail(obj)}" if self.detail else self.message
+
+
 
 
 CPU_EXAMPLE = "4, 500m or 1.5"
@@ -207,12 +219,15 @@ SPEC_RULES: tuple[Rule, ...] = (
         check=lambda s: s.parallelism is None or parallel.fills_world(s.parallelism, s.nodes * s.procs_per_node),
         message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
         field_path=".parallelism",
+        detail=lambda s: (f"data {s.parallelism.data} × fsdp {s.parallelism.fsdp} × tensor {s.parallelism.tensor} × pipeline {s.parallelism.pipeline} = {s.parallelism.product}, "
+                          f"but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
         cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
         check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
         message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
         field_path=".parallelism.tensor",
+        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),
     Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
@@ -287,7 +302,7 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.message for r in SPEC_RULES if not r.check(self)] + template_problems(self)
+        failed = [r.sentence(self) for r in SPEC_RULES if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self
