@@ -16,15 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
+from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
+from railtrain.crds.quantity import cel_rule as _quantity_cel
+from railtrain.crds.quantity import quantity_problem
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,50 @@ class Rule:
         check: the same rule in Python over the pydantic object; returns True when valid.
         message: one sentence naming the field and what is allowed.
         field_path: JSONPath-style path, relative to the object, that the error points at.
+        detail: the numbers behind a failure (e.g. the product and the world
+            size), appended to ``message`` after ": " by ``railtrain validate``;
+            None adds nothing. The API server gives ``message`` alone: a CEL
+            ``messageExpression`` with ``string(int)`` parts exceeds the CRD's
+            estimated cost budget (kube-apiserver refuses the CRD).
     """
 
     cel: str
     check: Callable[[Any], bool]
     message: str
     field_path: str
+    detail: Callable[[Any], str] | None = None
+
+    def sentence(self, obj: Any) -> str:
+        """The error sentence for ``obj`` (which failed :attr:`check`): the message, plus the detail when there is one."""
+        return f"{self.message}: {self.detail(obj)}" if self.detail else self.message
+
+
+
+
+CPU_EXAMPLE = "4, 500m or 1.5"
+BYTES_EXAMPLE = "2Gi, 2G or 2000M"
+
+
+def _quantity_type(example: str) -> Any:
+    """An int-or-string Kubernetes quantity field type that is at least 0 (:mod:`railtrain.crds.quantity`)."""
+
+    def check(value: Any) -> int | str:
+        problem = quantity_problem(value, example)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True, "maxLength": _QUANTITY_MAX_LENGTH}
+    return Annotated[int | str, PlainValidator(check), WithJsonSchema(schema)]
+
+
+CpuQuantity = _quantity_type(CPU_EXAMPLE)
+BytesQuantity = _quantity_type(BYTES_EXAMPLE)
+
+
+def _quantity_field(path: str, example: str, description: str) -> Any:
+    """A quantity field: absent by default, its CEL rule naming ``path`` (the server's sentence)."""
+    return Field(None, description=description, json_schema_extra={"x-kubernetes-validations": [_quantity_cel(path, example)]})
 
 
 class EnvVar(_Model):
@@ -57,9 +98,9 @@ class Resources(_Model):
 
     gpus: int = Field(0, ge=0, description="Accelerators per pod, requested as the extended resource gpuResourceName.")
     gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
-    cpu: str | None = Field(None, description="CPU request and limit per pod as a Kubernetes quantity, e.g. \"16\" or \"500m\".")
-    memory: str | None = Field(None, description="Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
-    shm: str | None = Field(None, description="Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
+    cpu: CpuQuantity | None = _quantity_field("spec.resources.cpu", CPU_EXAMPLE, "CPU request and limit per pod as a Kubernetes quantity, e.g. 16 or \"500m\".")
+    memory: BytesQuantity | None = _quantity_field("spec.resources.memory", BYTES_EXAMPLE, "Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+    shm: BytesQuantity | None = _quantity_field("spec.resources.shm", BYTES_EXAMPLE, "Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
 
 
 class Parallelism(_Model):
@@ -118,7 +159,7 @@ class MemoryTier(_Model):
         description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
     )
     host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
-    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
+    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.memory.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
 
 
 class LocalTier(_Model):
@@ -128,7 +169,7 @@ class LocalTier(_Model):
     keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
     volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
     host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
-    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
+    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.local.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
 
 
 class Checkpoint(_Model):
@@ -178,12 +219,15 @@ SPEC_RULES: tuple[Rule, ...] = (
         check=lambda s: s.parallelism is None or parallel.fills_world(s.parallelism, s.nodes * s.procs_per_node),
         message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
         field_path=".parallelism",
+        detail=lambda s: (f"data {s.parallelism.data} × fsdp {s.parallelism.fsdp} × tensor {s.parallelism.tensor} × pipeline {s.parallelism.pipeline} = {s.parallelism.product}, "
+                          f"but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
         cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
         check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
         message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
         field_path=".parallelism.tensor",
+        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),
     Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
@@ -258,7 +302,7 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.message for r in SPEC_RULES if not r.check(self)] + template_problems(self)
+        failed = [r.sentence(self) for r in SPEC_RULES if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self
