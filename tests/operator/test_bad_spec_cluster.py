@@ -13,36 +13,11 @@ including the one admitted only by the resync after capacity frees.
 from __future__ import annotations
 
 import pytest
-from kubernetes import client
 
-from .clusterkit import G, P, V, all_running, condition, job_body, job_status, pods_of
-from .conftest import wait_for
+from .clusterkit import G, P, V, all_running, condition, events, finish, job_body, job_status, phase_is, pods_of
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
-@pytest.fixture
-def submit(api, namespace):
-    _, custom = api
-    names: list[str] = []
-
-    def create(body):
-        custom.create_namespaced_custom_object(G, V, namespace, P, body)
-        names.append(body["metadata"]["name"])
-
-    yield create
-    for name in names:
-        try:
-            custom.delete_namespaced_custom_object(G, V, namespace, P, name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
 
 
 def bad_template():
@@ -62,8 +37,7 @@ def test_a_job_whose_pods_are_refused_fails_alone_and_waiting_jobs_are_admitted_
 
     c = wait_for(rejected, 60, "the bad job to fail with PodRejected")
     assert "refused Pod bad-0 (422)" in c["message"] and "Scratch_Vol" in c["message"], c["message"]
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=bad").items
-    assert any(e.type == "Warning" and e.reason == "PodRejected" and "Scratch_Vol" in e.message for e in events)
+    assert any(e.type == "Warning" and e.reason == "PodRejected" and "Scratch_Vol" in e.message for e in events(core, namespace, "bad"))
     assert pods_of(core, namespace, "bad") == []
 
     submit(job_body("first", nodes=2))
@@ -72,9 +46,8 @@ def test_a_job_whose_pods_are_refused_fails_alone_and_waiting_jobs_are_admitted_
     wait_for(lambda: (condition(job_status(custom, namespace, "later"), "Scheduled") or {}).get("status") == "False", 60, "the later job to wait for capacity")
 
     custom.delete_namespaced_custom_object(G, V, namespace, P, "bad")
-    for p in pods_of(core, namespace, "first"):  # the first job's ranks exit 0: both nodes are free again
-        core.patch_namespaced_pod(p.metadata.name, namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
-    wait_for(lambda: job_status(custom, namespace, "first").get("phase") == "Succeeded", 60, "the first job to succeed")
+    finish(core, namespace, "first")  # its ranks exit 0: both nodes are free again
+    wait_for(lambda: phase_is(custom, namespace, "first", "Succeeded"), 60, "the first job to succeed")
     wait_for(lambda: all_running(core, namespace, "later", 2), 60, "the later job to be admitted on the freed nodes (by the resync)")
     assert operator.running()
     log = operator.log_path.read_text(errors="replace")
