@@ -13,6 +13,7 @@ observedGeneration, and phases as a coarse summary next to conditions.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -22,7 +23,7 @@ from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_va
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
-from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
+from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
@@ -127,6 +128,13 @@ class Parallelism(_Model):
         return parallel.inner(self)
 
 
+LABEL_KEY_CEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+"""A Kubernetes label key (qualified name, :func:`railtrain.crds.meta.qualified_name_error`) as a CEL regular expression; the prefix's 253-character bound is a separate test."""
+LABEL_KEY_MAX_LENGTH = 253 + 1 + 63
+LEVEL_MESSAGE = ("spec.topology.level must be a Kubernetes label key: an optional DNS subdomain prefix and '/', then at most 63 letters, "
+                 "digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
+
+
 class TopologyPolicy(str, Enum):
     """How strictly the gang must stay inside one topology domain."""
 
@@ -139,7 +147,19 @@ class Topology(_Model):
     """Topology-aware placement of the gang."""
 
     policy: TopologyPolicy = Field(TopologyPolicy.PREFERRED, description="none: any nodes; preferred: tightest domain first, then wider; required: the whole gang inside one domain of level.")
-    level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).")
+    level: str | None = Field(
+        None,
+        max_length=LABEL_KEY_MAX_LENGTH,
+        description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || (self.matches('{LABEL_KEY_CEL}') && self.indexOf('/') <= 253)", "message": LEVEL_MESSAGE, "reason": "FieldValueInvalid"}]},
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _level_is_a_label_key(cls, level: str | None) -> str | None:
+        if level and qualified_name_error(level):
+            raise ValueError(f"{json.dumps(level)} is not a Kubernetes label key; use an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
+        return level
 
 
 class TierVolume(str, Enum):
@@ -276,7 +296,7 @@ class TrainingJobSpec(_Model):
     """Desired state of a TrainingJob: what to run and how to place it."""
 
     image: str = Field(min_length=1, description="Container image of every training pod.")
-    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment.")
+    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment. Omitted or empty: the image's ENTRYPOINT, as for any Kubernetes container (run --local needs a command, since it does not run the image).")
     args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the training container.")
     resources: Resources = Field(default_factory=Resources, description="Resources of each node's pod.")

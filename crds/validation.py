@@ -323,6 +323,36 @@ def read_manifest_data(path: str | Path) -> Any:
     return manifest_document(raw, str(p))
 
 
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping of a manifest holds one key twice (:class:`UniqueKeyLoader`)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a mapping holding a key twice.
+
+    YAML 1.2 requires mapping keys to be unique, and kube-apiserver's strict
+    field validation refuses a duplicate field; PyYAML alone keeps the last
+    value silently (``nodes: 1 ... nodes: 3`` gave 3 nodes). Merge keys
+    (``<<``) may still override, as YAML's merge rule says. Only manifests
+    read from YAML go through here; the operator reads JSON from the API server.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise DuplicateKeyError(None, None, f"key {key} appears twice in one mapping (first at line {first})", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", UniqueKeyLoader.construct_yaml_map)
+
+
 def manifest_document(raw: bytes, source: str = "manifest") -> Any:
     """The one YAML document of a manifest's bytes, unvalidated.
 
@@ -338,14 +368,18 @@ def manifest_document(raw: bytes, source: str = "manifest") -> Any:
         The parsed document (any YAML value; :func:`parse_manifest` checks it).
 
     Raises:
-        ManifestError: not UTF-8, not valid YAML, or not exactly one document.
+        ManifestError: not UTF-8, not valid YAML (a mapping holding a key twice
+            included), or not exactly one document.
     """
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ManifestError([f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); a manifest is YAML text"], source) from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d is not None]
+    except DuplicateKeyError as err:
+        mark = err.problem_mark
+        raise ManifestError([f"line {mark.line + 1}: {err.problem}; each key may appear once (YAML keeps only the last value)"], source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -30,11 +30,12 @@ BATCHES = 21  # > 1,000 manifests
 INTS = [-1, 0, 1, 2, 3, 4, 8, 16, 64, 65, 4096, 4097, 2**31 - 1, 2**31, -(2**31) - 1]
 SCALARS = [None, True, False, 1.0, 2.5, "5", "", "x", "-1", "none", "preferred", "required", "node", "pod",
            "/ckpt", "s3://b/x", "railtrain.dev/rack", "kubernetes.io/hostname", "16", "64Gi", "my-claim", "Bad_Claim",
-           "lots", "2GB", "-5Gi", "500m", "1e3", "+1Ki", ".5", "1.5", "-0", "1" * 65]
+           "lots", "2GB", "-5Gi", "500m", "1e3", "+1Ki", ".5", "1.5", "-0", "1" * 65,
+           "not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "rack", "a" * 63, "a" * 64, "x." + "a" * 252 + "/n", "x." + "a" * 251 + "/n"]
 COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"name": "A", "value": "1"}],
               [{"name": "A"}, {"name": "A"}], [{"name": "1A", "value": "x"}], [{"value": "x"}], {"minNodes": 1}, {"minNodes": 3},
               {"data": 16}, {"data": 2, "tensor": 8}, {"tensor": 3, "data": 1}, {"policy": "required"}, {"policy": "required", "level": ""},
-              {"policy": "required", "level": "railtrain.dev/rack"}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
