@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import write_json
-from kwokbench import Workload, add_common_args, run_matrix, summary_table
+from kwokbench import Workload, add_common_args, report, run_matrix
 
 GPUS_PER_NODE = 8
 
@@ -32,15 +31,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--sizes must list positive integers")
     workloads = [Workload(str(n), jobs=1, pods_per_job=n, gpus_per_pod=GPUS_PER_NODE) for n in sizes]
     record = run_matrix("gang_startup", args, workloads, node_count=sizes[-1], gpus_per_node=GPUS_PER_NODE, node_shape={"nodes_per_rack": 8, "racks_per_block": 4})
-    table = summary_table(
+    report(
+        "gang_startup", record,
         f"gang start-up: apply -> every pod Running ({sizes[-1]} KWOK nodes x {GPUS_PER_NODE} GPUs, 1 pod per node)",
-        record["summary"],
-        note="medians of the repeats; 'vs floor' = median / the floor's median in the same run",
+        note="medians of the repeats; 'vs floor' = median / the floor's median in the same run", json_path=args.json,
     )
-    table.print()
-    print(f"1-minute load average during the measurements (median): {record['load1_median']:.2f} on {record['machine_before']['cpus']} CPUs")
-    record["table"] = table.plain()
-    print(f"JSON: {write_json('gang_startup', record, args.json)}")
 
 
 if __name__ == "__main__":

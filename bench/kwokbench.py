@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness import RESULTS_DIR, Table, fmt_s, fmt_x, machine, median, ratio
+from harness import RESULTS_DIR, Table, fmt_s, fmt_x, machine, median, ratio, write_json
 from timeline import act_and_watch
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
@@ -334,3 +334,19 @@ def summary_table(title: str, summary: Sequence[dict[str, Any]], note: str = "")
             cells.insert(8, fmt_s(r.get("job_running_s_p50_median", float("nan"))))
         table.add(*cells)
     return table
+
+
+def report(name: str, record: dict[str, Any], title: str, note: str, json_path: Path | None) -> Path:
+    """Print ``record``'s summary as a table titled ``title`` and the median 1-minute load average; add the table's
+    plain text to ``record`` and write it as JSON (``json_path``, default ``bench/results/<name>-<time>.json``).
+
+    Returns:
+        Where the JSON record was written (also printed).
+    """
+    table = summary_table(title, record["summary"], note=note)
+    table.print()
+    print(f"1-minute load average during the measurements (median): {record['load1_median']:.2f} on {record['machine_before']['cpus']} CPUs")
+    record["table"] = table.plain()
+    path = write_json(name, record, json_path)
+    print(f"JSON: {path}")
+    return path

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import write_json
-from kwokbench import Workload, add_common_args, run_matrix, summary_table
+from kwokbench import Workload, add_common_args, report, run_matrix
 
 GPUS_PER_NODE = 8
 
@@ -58,16 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     warm = Workload("warm", jobs=min(args.jobs, 4), pods_per_job=args.pods_per_job, gpus_per_pod=args.gpus_per_pod)
     record = run_matrix("many_jobs", args, [workload], node_count=args.nodes, gpus_per_node=GPUS_PER_NODE,
                         node_shape={"nodes_per_rack": 8, "racks_per_block": 4}, warmup=warm)
-    table = summary_table(
+    report(
+        "many_jobs", record,
         f"many jobs: {args.jobs} jobs x {args.pods_per_job} pods x {args.gpus_per_pod} GPU applied at once "
         f"({args.nodes} KWOK nodes x {GPUS_PER_NODE} GPUs)",
-        record["summary"],
-        note="medians of the repeats; 'median job Running' = median over jobs of when a job's last pod was Running",
+        note="medians of the repeats; 'median job Running' = median over jobs of when a job's last pod was Running", json_path=args.json,
     )
-    table.print()
-    print(f"1-minute load average during the measurements (median): {record['load1_median']:.2f} on {record['machine_before']['cpus']} CPUs")
-    record["table"] = table.plain()
-    print(f"JSON: {write_json('many_jobs', record, args.json)}")
 
 
 if __name__ == "__main__":

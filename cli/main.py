@@ -139,7 +139,9 @@ def validate(
     new = manifest.read(file)
     job = new.job() if old is None else check_update(manifest.read(old).data, new.data, new.source)
     spec = job.spec
-    typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({spec.nodes} nodes × {spec.procs_per_node} procs, world size {spec.world_size})")
+    from railtrain.cli.views import count
+
+    typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')}, world size {spec.world_size})")
 
 
 @app.command()

@@ -85,7 +85,7 @@ def read(arg: str, stdin: IO[Any] | None = None) -> Manifest:
     try:
         raw = buffer.read() if buffer is not None else stream.read().encode("utf-8")
     except OSError as err:
-        raise ManifestError([f"cannot read standard input: {err.strerror or err.__class__.__name__}"], STDIN_SOURCE) from None
+        raise ManifestError([f"cannot read standard input: {err.strerror or 'input/output error'}"], STDIN_SOURCE) from None
     if not raw.strip():
         raise ManifestError([f"empty input; {_PIPE_HINT}"], STDIN_SOURCE)
     return Manifest(manifest_document(raw, STDIN_SOURCE), STDIN_SOURCE)

@@ -18,6 +18,11 @@ PROBLEM_TYPES = ("Failed",)
 """Condition types that explain a job's state when True (others explain it when False/Unknown)."""
 
 
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` with the noun in the right number: ``1 node``, ``2 nodes``, ``1 process``, ``8 processes``."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
 def parse_time(value: Any) -> datetime | None:
     """Parse an RFC 3339 timestamp as the API server writes it (``2024-05-01T12:00:00Z``); ``None`` if absent or malformed."""
     if not value:
@@ -87,16 +92,16 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
 
 
 def _gang_line(spec: dict[str, Any], status: dict[str, Any]) -> str:
-    """``4 nodes × 8 procs (world size 32)``; an elastic job shows its admitted count and range."""
+    """``4 nodes × 8 processes (world size 32)``; an elastic job shows its admitted count and range."""
     nodes, procs = spec.get("nodes", 1), spec.get("procsPerNode", 1)
     elastic = spec.get("elastic") or {}
     if not elastic:
-        return f"{nodes} nodes × {procs} procs (world size {nodes * procs})"
+        return f"{count(nodes, 'node')} × {count(procs, 'process', 'processes')} (world size {nodes * procs})"
     span = f"{elastic.get('minNodes', nodes)}..{nodes}"
     admitted = status.get("admittedNodes")
     if admitted:
-        return f"{admitted} of {span} nodes × {procs} procs (world size {admitted * procs}), elastic"
-    return f"{span} nodes × {procs} procs, elastic (not admitted yet)"
+        return f"{admitted} of {span} nodes × {count(procs, 'process', 'processes')} (world size {admitted * procs}), elastic"
+    return f"{span} nodes × {count(procs, 'process', 'processes')}, elastic (not admitted yet)"
 
 
 def _label_column(key: str) -> str:

@@ -13,18 +13,22 @@ observedGeneration, and phases as a coarse summary next to conditions.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
-from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
+from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
+from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
+from railtrain.crds.quantity import cel_rule as _quantity_cel
+from railtrain.crds.quantity import quantity_problem
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,50 @@ class Rule:
         check: the same rule in Python over the pydantic object; returns True when valid.
         message: one sentence naming the field and what is allowed.
         field_path: JSONPath-style path, relative to the object, that the error points at.
+        detail: the numbers behind a failure (e.g. the product and the world
+            size), appended to ``message`` after ": " by ``railtrain validate``;
+            None adds nothing. The API server gives ``message`` alone: a CEL
+            ``messageExpression`` with ``string(int)`` parts exceeds the CRD's
+            estimated cost budget (kube-apiserver refuses the CRD).
     """
 
     cel: str
     check: Callable[[Any], bool]
     message: str
     field_path: str
+    detail: Callable[[Any], str] | None = None
+
+    def sentence(self, obj: Any) -> str:
+        """The error sentence for ``obj`` (which failed :attr:`check`): the message, plus the detail when there is one."""
+        return f"{self.message}: {self.detail(obj)}" if self.detail else self.message
+
+
+
+
+CPU_EXAMPLE = "4, 500m or 1.5"
+BYTES_EXAMPLE = "2Gi, 2G or 2000M"
+
+
+def _quantity_type(example: str) -> Any:
+    """An int-or-string Kubernetes quantity field type that is at least 0 (:mod:`railtrain.crds.quantity`)."""
+
+    def check(value: Any) -> int | str:
+        problem = quantity_problem(value, example)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True, "maxLength": _QUANTITY_MAX_LENGTH}
+    return Annotated[int | str, PlainValidator(check), WithJsonSchema(schema)]
+
+
+CpuQuantity = _quantity_type(CPU_EXAMPLE)
+BytesQuantity = _quantity_type(BYTES_EXAMPLE)
+
+
+def _quantity_field(path: str, example: str, description: str) -> Any:
+    """A quantity field: absent by default, its CEL rule naming ``path`` (the server's sentence)."""
+    return Field(None, description=description, json_schema_extra={"x-kubernetes-validations": [_quantity_cel(path, example)]})
 
 
 class EnvVar(_Model):
@@ -57,9 +99,9 @@ class Resources(_Model):
 
     gpus: int = Field(0, ge=0, description="Accelerators per pod, requested as the extended resource gpuResourceName.")
     gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
-    cpu: str | None = Field(None, description="CPU request and limit per pod as a Kubernetes quantity, e.g. \"16\" or \"500m\".")
-    memory: str | None = Field(None, description="Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
-    shm: str | None = Field(None, description="Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
+    cpu: CpuQuantity | None = _quantity_field("spec.resources.cpu", CPU_EXAMPLE, "CPU request and limit per pod as a Kubernetes quantity, e.g. 16 or \"500m\".")
+    memory: BytesQuantity | None = _quantity_field("spec.resources.memory", BYTES_EXAMPLE, "Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+    shm: BytesQuantity | None = _quantity_field("spec.resources.shm", BYTES_EXAMPLE, "Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
 
 
 class Parallelism(_Model):
@@ -86,6 +128,13 @@ class Parallelism(_Model):
         return parallel.inner(self)
 
 
+LABEL_KEY_CEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+"""A Kubernetes label key (qualified name, :func:`railtrain.crds.meta.qualified_name_error`) as a CEL regular expression; the prefix's 253-character bound is a separate test."""
+LABEL_KEY_MAX_LENGTH = 253 + 1 + 63
+LEVEL_MESSAGE = ("spec.topology.level must be a Kubernetes label key: an optional DNS subdomain prefix and '/', then at most 63 letters, "
+                 "digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
+
+
 class TopologyPolicy(str, Enum):
     """How strictly the gang must stay inside one topology domain."""
 
@@ -98,7 +147,19 @@ class Topology(_Model):
     """Topology-aware placement of the gang."""
 
     policy: TopologyPolicy = Field(TopologyPolicy.PREFERRED, description="none: any nodes; preferred: tightest domain first, then wider; required: the whole gang inside one domain of level.")
-    level: str | None = Field(None, description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).")
+    level: str | None = Field(
+        None,
+        max_length=LABEL_KEY_MAX_LENGTH,
+        description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || (self.matches('{LABEL_KEY_CEL}') && self.indexOf('/') <= 253)", "message": LEVEL_MESSAGE, "reason": "FieldValueInvalid"}]},
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _level_is_a_label_key(cls, level: str | None) -> str | None:
+        if level and qualified_name_error(level):
+            raise ValueError(f"{json.dumps(level)} is not a Kubernetes label key; use an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
+        return level
 
 
 class TierVolume(str, Enum):
@@ -118,7 +179,7 @@ class MemoryTier(_Model):
         description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
     )
     host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
-    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
+    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.memory.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
 
 
 class LocalTier(_Model):
@@ -128,7 +189,7 @@ class LocalTier(_Model):
     keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
     volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
     host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
-    size_limit: str | None = Field(None, description="sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
+    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.local.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
 
 
 class Checkpoint(_Model):
@@ -178,12 +239,15 @@ SPEC_RULES: tuple[Rule, ...] = (
         check=lambda s: s.parallelism is None or parallel.fills_world(s.parallelism, s.nodes * s.procs_per_node),
         message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
         field_path=".parallelism",
+        detail=lambda s: (f"data {s.parallelism.data} × fsdp {s.parallelism.fsdp} × tensor {s.parallelism.tensor} × pipeline {s.parallelism.pipeline} = {s.parallelism.product}, "
+                          f"but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
         cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
         check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
         message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
         field_path=".parallelism.tensor",
+        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),
     Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
@@ -232,7 +296,7 @@ class TrainingJobSpec(_Model):
     """Desired state of a TrainingJob: what to run and how to place it."""
 
     image: str = Field(min_length=1, description="Container image of every training pod.")
-    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment.")
+    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment. Omitted or empty: the image's ENTRYPOINT, as for any Kubernetes container (run --local needs a command, since it does not run the image).")
     args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the training container.")
     resources: Resources = Field(default_factory=Resources, description="Resources of each node's pod.")
@@ -258,7 +322,7 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.message for r in SPEC_RULES if not r.check(self)] + template_problems(self)
+        failed = [r.sentence(self) for r in SPEC_RULES if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self

@@ -27,14 +27,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from railtrain.crds.quantity import QUANTITY_PATTERN
+
 KUBERNETES_VERSION = "v1.34.4"
 """Release whose core/v1 schema is vendored; the control plane the tests run is built from the same one."""
 VENDORED = Path(__file__).with_name("corev1.json")
 _PREFIX = "io.k8s.api.core.v1."
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-"""The resource.Quantity grammar (as controller-gen emits it for CRDs)."""
 
 POD_SPEC_FIELDS = (
     "affinity", "automountServiceAccountToken", "containers", "dnsConfig", "dnsPolicy", "hostIPC", "hostNetwork",

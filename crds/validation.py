@@ -66,8 +66,48 @@ def _json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+PATTERN_WORDS = {
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?$": "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (a DNS-1035 label)",
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "lowercase letters, digits and '-', starting and ending with a letter or digit (a DNS-1123 label)",
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$": "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (a DNS-1123 subdomain)",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "letters, digits and '_', not starting with a digit (a C identifier)",
+    r"^/": "an absolute path (starting with '/')",
+}
+"""The API's string patterns in words, for error sentences (the pattern itself stays in the CRD)."""
+
+
+def _bound(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _sentence(kind: str, ctx: dict[str, Any], value: Any) -> str | None:
+    """The project's wording of one pydantic error type: what is allowed, then what was given; None when not one of these types."""
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        word = {"greater_than_equal": "at least", "greater_than": "more than", "less_than_equal": "at most", "less_than": "less than"}[kind]
+        limit = ctx.get({"greater_than_equal": "ge", "greater_than": "gt", "less_than_equal": "le", "less_than": "lt"}[kind])
+        return f"must be {word} {limit}, not {_bound(value)}"
+    if kind == "string_too_short":
+        return "must not be empty" if ctx.get("min_length") == 1 else f"must have at least {ctx.get('min_length')} characters"
+    if kind == "string_too_long":
+        return f"must have at most {ctx.get('max_length')} characters, not {len(value) if isinstance(value, str) else '?'}"
+    if kind == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get(ctx.get("pattern", ""), f"text matching {ctx.get('pattern')}")
+        return f"{_bound(value)} is not allowed; use {words}"
+    if kind in ("too_short", "too_long"):
+        word = "at least" if kind == "too_short" else "at most"
+        limit = ctx.get("min_length" if kind == "too_short" else "max_length")
+        return f"must have {word} {limit} item{'s' if limit != 1 else ''}"
+    if kind in ("enum", "literal_error") and ctx.get("expected"):
+        return f"must be {ctx['expected']}, not {_json_kind(value)}"
+    return None
+
+
 def format_validation_error(err: ValidationError) -> list[str]:
     """Turn a pydantic ValidationError on :class:`TrainingJob` into sentences.
+
+    pydantic's stock phrases ("Input should be greater than or equal to 1")
+    are replaced by the project's: the field path, what is allowed (a bound,
+    a pattern in words) and what was given.
 
     Returns:
         One string per error, ``"<field path>: <what is wrong / allowed>"``.
@@ -91,11 +131,11 @@ def format_validation_error(err: ValidationError) -> list[str]:
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
             # Cross-field rules already start with their own field path.
-            if msg.startswith("spec."):
+            if msg.startswith(("spec.", "metadata.")):
                 out.extend(m.strip() for m in msg.split("; "))
                 continue
-        if kind == "literal_error" and e.get("ctx"):
-            msg = f"must be {e['ctx'].get('expected')}"
+        else:
+            msg = _sentence(kind, e.get("ctx") or {}, e.get("input")) or msg
         out.append(f"{_path(loc)}: {msg}")
     return out
 
@@ -226,6 +266,10 @@ def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
     """
     if not isinstance(data, dict):
         raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], source)
+    kind, api_version = data.get("kind"), data.get("apiVersion")
+    if isinstance(kind, str) and kind and kind != _TYPE_META["kind"]:  # another kind of object: its fields mean nothing here
+        what = f"{api_version} {kind}" if isinstance(api_version, str) and api_version else kind
+        raise ManifestError([f"kind: this is a {what}, not a TrainingJob (apiVersion {_TYPE_META['apiVersion']}, kind TrainingJob)"], source)
     missing = [f"{key}: required field is missing (it must be {value})" for key, value in _TYPE_META.items() if data.get(key) is None]
     if missing:  # the server needs both to know what the object is, before any schema
         raise ManifestError(missing, source)
@@ -267,16 +311,46 @@ def read_manifest_data(path: str | Path) -> Any:
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
-        raise ManifestError([f"file {p} does not exist"], str(p)) from None
+        raise ManifestError(["no such file"], str(p)) from None
     except IsADirectoryError:
-        raise ManifestError([f"{p} is a directory; give the path of one manifest file"], str(p)) from None
+        raise ManifestError(["is a directory; give the path of one manifest file"], str(p)) from None
     except NotADirectoryError:
-        raise ManifestError([f"file {p} does not exist (a part of the path before its name is a file, not a directory)"], str(p)) from None
+        raise ManifestError(["no such file (a part of the path before its name is a file, not a directory)"], str(p)) from None
     except PermissionError:
-        raise ManifestError([f"cannot read {p}: permission denied"], str(p)) from None
+        raise ManifestError(["cannot read it: permission denied"], str(p)) from None
     except OSError as err:
-        raise ManifestError([f"cannot read {p}: {err.strerror or err.__class__.__name__}"], str(p)) from None
+        raise ManifestError([f"cannot read it: {err.strerror or 'input/output error'}"], str(p)) from None
     return manifest_document(raw, str(p))
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping of a manifest holds one key twice (:class:`UniqueKeyLoader`)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a mapping holding a key twice.
+
+    YAML 1.2 requires mapping keys to be unique, and kube-apiserver's strict
+    field validation refuses a duplicate field; PyYAML alone keeps the last
+    value silently (``nodes: 1 ... nodes: 3`` gave 3 nodes). Merge keys
+    (``<<``) may still override, as YAML's merge rule says. Only manifests
+    read from YAML go through here; the operator reads JSON from the API server.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                first = seen[key].start_mark.line + 1
+                raise DuplicateKeyError(None, None, f"key {key} appears twice in one mapping (first at line {first})", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", UniqueKeyLoader.construct_yaml_map)
 
 
 def manifest_document(raw: bytes, source: str = "manifest") -> Any:
@@ -294,14 +368,18 @@ def manifest_document(raw: bytes, source: str = "manifest") -> Any:
         The parsed document (any YAML value; :func:`parse_manifest` checks it).
 
     Raises:
-        ManifestError: not UTF-8, not valid YAML, or not exactly one document.
+        ManifestError: not UTF-8, not valid YAML (a mapping holding a key twice
+            included), or not exactly one document.
     """
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ManifestError([f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); a manifest is YAML text"], source) from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d is not None]
+    except DuplicateKeyError as err:
+        mark = err.problem_mark
+        raise ManifestError([f"line {mark.line + 1}: {err.problem}; each key may appear once (YAML keeps only the last value)"], source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests import polling
 
 REPO = Path(__file__).resolve().parents[1]
 RAILTRAIN = [str(Path(sys.executable).with_name("railtrain"))]  # the installed console script
@@ -27,16 +29,8 @@ def railtrain(*args: str, kubeconfig: str | None = None, check: bool = True, tim
     return proc
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 0.5):
-    """Poll ``check()`` until truthy or the deadline; raises AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+wait_for = functools.partial(polling.wait_for, interval=0.5)
+""":func:`tests.polling.wait_for`, polling every 0.5 s by default: each check here runs kubectl or reads a real cluster."""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from railtrain.crds.quantity import parse_quantity  # noqa: F401  (re-exported: the one quantity parser)
 from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -31,28 +32,6 @@ RAILS_LABEL = "railtrain.dev/rails"
 """Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
 _TERMINAL = ("Succeeded", "Failed")
-
-
-def parse_quantity(text: str | int | float) -> float:
-    """Parse a Kubernetes resource quantity (``"8"``, ``"500m"``, ``"64Gi"``, ``"1e3"``) to a float.
-
-    Raises:
-        ValueError: the text is not a quantity.
-    """
-    if isinstance(text, (int, float)):
-        return float(text)
-    s = str(text).strip()
-    binary = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-    decimal = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-    for suffix, mult in binary.items():
-        if s.endswith(suffix):
-            return float(s[: -len(suffix)]) * mult
-    if s and s[-1] in decimal:
-        return float(s[:-1]) * decimal[s[-1]]
-    try:
-        return float(s)
-    except ValueError:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@
   ServiceAccount exists; pods and events are printed if the test failed, then
   it is deleted (without waiting).
 
+Helper: ``fixed_namespace(kube, name)``, a namespace with a fixed name for a
+module-scoped fixture (a context manager).
+
 Every test that uses ``cluster`` (directly or through the others) is marked
 ``cluster``, so ``-m "not cluster"`` runs everything else.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -124,6 +128,24 @@ def namespace(request: pytest.FixtureRequest, kube: KubeClients) -> Iterator[str
     yield name
     if request.node.stash.get(_FAILED, False):
         print(_dump_namespace(kube, name))
+    kube.core.delete_namespace(name)
+
+
+@contextmanager
+def fixed_namespace(kube: KubeClients, name: str) -> Iterator[str]:
+    """Create namespace ``name`` for a module's tests, yield the name, then delete it (without waiting).
+
+    An existing namespace of that name (409 AlreadyExists: e.g. left by an
+    interrupted run) is reused rather than refused.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        kube.core.create_namespace({"metadata": {"name": name}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    yield name
     kube.core.delete_namespace(name)
 
 

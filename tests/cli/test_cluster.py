@@ -55,7 +55,7 @@ def test_submit_then_get(cli, namespace, tmp_path):
 
     one = cli("get", "llama", "-n", namespace)
     assert one.exit_code == 0, one.output
-    assert "Name:       llama" in one.stdout and "2 nodes × 8 procs (world size 16)" in one.stdout
+    assert "Name:       llama" in one.stdout and "2 nodes × 8 processes (world size 16)" in one.stdout
 
     as_yaml = cli("get", "llama", "-n", namespace, "-o", "yaml")
     assert as_yaml.exit_code == 0 and "procsPerNode: 8" in as_yaml.stdout and "managedFields" not in as_yaml.stdout

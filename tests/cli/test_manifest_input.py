@@ -38,7 +38,7 @@ def _one_error(result) -> str:
 def test_validate_reads_stdin():
     result = runner.invoke(app, ["validate", "-"], input=JOB)
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "<stdin>: valid TrainingJob tiny (2 nodes × 1 procs, world size 2)"
+    assert result.stdout.strip() == "<stdin>: valid TrainingJob tiny (2 nodes × 1 process, world size 2)"
 
 
 def test_a_wrong_manifest_on_stdin_names_the_field():
@@ -100,7 +100,7 @@ def test_dot_slash_dash_is_a_file(tmp_path):
     (tmp_path / "-").write_text(yaml.safe_dump(manifests.job(name="dash")))
     proc = subprocess.run([*CLI, "validate", "./-"], cwd=tmp_path, input="", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "./-: valid TrainingJob dash (2 nodes × 1 procs, world size 2)"
+    assert proc.stdout.strip() == "./-: valid TrainingJob dash (2 nodes × 1 process, world size 2)"
 
 
 def test_a_real_pipe_and_a_closed_stdin():
@@ -158,9 +158,9 @@ def test_unreadable_manifest_paths_are_one_sentence(tmp_path, monkeypatch, comma
     (tmp_path / "plain").write_text("x")
     (tmp_path / "binary.yaml").write_bytes(b"\x00\xff\xfe")
     cases = {
-        "folder": "error: folder: folder is a directory; give the path of one manifest file",
-        "plain/job.yaml": "error: plain/job.yaml: file plain/job.yaml does not exist (a part of the path before its name is a file, not a directory)",
-        "nope.yaml": "error: nope.yaml: file nope.yaml does not exist",
+        "folder": "error: folder: is a directory; give the path of one manifest file",
+        "plain/job.yaml": "error: plain/job.yaml: no such file (a part of the path before its name is a file, not a directory)",
+        "nope.yaml": "error: nope.yaml: no such file",
         "binary.yaml": "error: binary.yaml: not UTF-8 text (byte 0xff at offset 1); a manifest is YAML text",
     }
     for path, expected in cases.items():

@@ -18,7 +18,7 @@ def test_valid_manifest_prints_the_gang(tmp_path):
     path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=4, procsPerNode=8, resources={"gpus": 8}, parallelism={"fsdp": 16, "data": 2}))
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == f"{path}: valid TrainingJob tiny (4 nodes × 8 procs, world size 32)"
+    assert result.stdout.strip() == f"{path}: valid TrainingJob tiny (4 nodes × 8 processes, world size 32)"
 
 
 def _drop_image(doc):
@@ -45,6 +45,28 @@ BAD_MANIFESTS = [
         "spec.parallelism.tensor must divide procsPerNode",
     ),
     ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line"),
+    # finding 1 of the new-user trial: bad quantities
+    ("cpu lots", manifests.job(resources={"cpu": "lots", "memory": "64Gi"}), 'spec.resources.cpu: "lots" is not a Kubernetes quantity; use e.g. 4, 500m or 1.5'),
+    ("memory 2GB", manifests.job(resources={"memory": "2GB"}), 'spec.resources.memory: "2GB" is not a Kubernetes quantity; use e.g. 2Gi, 2G or 2000M'),
+    ("shm lots", manifests.job(resources={"shm": "lots"}), 'spec.resources.shm: "lots" is not a Kubernetes quantity'),
+    ("memory negative", manifests.job(resources={"memory": "-5Gi"}), "spec.resources.memory: -5Gi is negative; use a quantity of at least 0"),
+    # finding 6: the project's wording, not pydantic's
+    ("nodes below 1", manifests.job(nodes=0), "spec.nodes: must be at least 1, not 0"),
+    ("procsPerNode above 64", manifests.job(procsPerNode=65), "spec.procsPerNode: must be at most 64, not 65"),
+    ("name pattern", manifests.job(name="Bad_Name"), "metadata.name: \"Bad_Name\" is not allowed; use lowercase letters, digits and '-', starting with a letter"),
+    ("name too long", manifests.job(name="a" * 53), "metadata.name: must have at most 52 characters, not 53"),
+    ("empty image", manifests.job(image=""), "spec.image: must not be empty"),
+    ("policy enum", manifests.job(topology={"policy": "strict"}), "spec.topology.policy: must be 'none', 'preferred' or 'required', not the string \"strict\""),
+    (
+        "parallelism numbers",
+        manifests.job(nodes=4, procsPerNode=2, parallelism={"data": 3, "tensor": 2}),
+        "data 3 × fsdp 1 × tensor 2 × pipeline 1 = 6, but nodes 4 × procsPerNode 2 = 8",
+    ),
+    (
+        "another kind",
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {"template": {"spec": {"containers": []}}}},
+        "kind: this is a batch/v1 Job, not a TrainingJob (apiVersion railtrain.dev/v1alpha1, kind TrainingJob)",
+    ),
     (
         "template type",
         manifests.job(template={"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}),
@@ -68,13 +90,21 @@ def test_bad_manifest_gives_one_sentence_with_the_field_path(tmp_path, case, doc
     assert lines[0].startswith(f"error: {path}: ")
     assert expected in lines[0]
     assert "Traceback" not in result.output
+    assert not any(stock in lines[0] for stock in ("Input should", "String should", "List should", "Value error")), lines[0]
     assert result.stdout == ""
+
+
+def test_one_node_one_process_is_singular(tmp_path):
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(nodes=1, procsPerNode=1))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"{path}: valid TrainingJob tiny (1 node × 1 process, world size 1)"
 
 
 def test_missing_file(tmp_path):
     result = runner.invoke(app, ["validate", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 1
-    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.yaml'}: file {tmp_path / 'nope.yaml'} does not exist"]
+    assert result.stderr.strip().splitlines() == [f"error: {tmp_path / 'nope.yaml'}: no such file"]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):

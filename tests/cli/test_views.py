@@ -79,7 +79,7 @@ def test_job_detail_shows_conditions_and_placement():
     )
     text = render(views.job_detail(job, NOW))
     assert "Phase:      Running" in text
-    assert "2 nodes × 8 procs (world size 16)" in text
+    assert "2 nodes × 8 processes (world size 16)" in text
     cond_line = next(line for line in text.splitlines() if line.startswith("Admitted"))
     assert cond_line.split()[:4] == ["Admitted", "True", "Placed", "2m"] and "gang placed in rack r1" in cond_line
     ranks = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
@@ -121,7 +121,7 @@ def test_job_detail_shows_elastic_admission_and_requeues():
     job["spec"]["elastic"] = {"minNodes": 2}
     job["status"] |= {"admittedNodes": 3, "requeues": 1, "requeueAfter": ts(-10)}
     text = render(views.job_detail(job, NOW))
-    assert "3 of 2..4 nodes × 8 procs (world size 24), elastic" in text
+    assert "3 of 2..4 nodes × 8 processes (world size 24), elastic" in text
     assert "Requeues:   1 (gang timeout" in text
     job["status"].pop("admittedNodes")
-    assert "2..4 nodes × 8 procs, elastic (not admitted yet)" in render(views.job_detail(job, NOW))
+    assert "2..4 nodes × 8 processes, elastic (not admitted yet)" in render(views.job_detail(job, NOW))

@@ -22,27 +22,30 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.crds.validation import ManifestError, parse_manifest
+from tests.conftest import fixed_namespace
 
 BATCH = 50
 BATCHES = 21  # > 1,000 manifests
 
 INTS = [-1, 0, 1, 2, 3, 4, 8, 16, 64, 65, 4096, 4097, 2**31 - 1, 2**31, -(2**31) - 1]
 SCALARS = [None, True, False, 1.0, 2.5, "5", "", "x", "-1", "none", "preferred", "required", "node", "pod",
-           "/ckpt", "s3://b/x", "railtrain.dev/rack", "kubernetes.io/hostname", "16", "64Gi", "my-claim", "Bad_Claim"]
+           "/ckpt", "s3://b/x", "railtrain.dev/rack", "kubernetes.io/hostname", "16", "64Gi", "my-claim", "Bad_Claim",
+           "lots", "2GB", "-5Gi", "500m", "1e3", "+1Ki", ".5", "1.5", "-0", "1" * 65,
+           "not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "rack", "a" * 63, "a" * 64, "x." + "a" * 252 + "/n", "x." + "a" * 251 + "/n"]
 COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"name": "A", "value": "1"}],
               [{"name": "A"}, {"name": "A"}], [{"name": "1A", "value": "x"}], [{"value": "x"}], {"minNodes": 1}, {"minNodes": 3},
               {"data": 16}, {"data": 2, "tensor": 8}, {"tensor": 3, "data": 1}, {"policy": "required"}, {"policy": "required", "level": ""},
-              {"policy": "required", "level": "railtrain.dev/rack"}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
 PATHS = [
     "spec.image", "spec.command", "spec.args", "spec.env", "spec.resources", "spec.resources.gpus", "spec.resources.cpu",
-    "spec.resources.memory", "spec.resources.gpuResourceName", "spec.nodes", "spec.procsPerNode", "spec.parallelism",
+    "spec.resources.memory", "spec.resources.shm", "spec.resources.gpuResourceName", "spec.nodes", "spec.procsPerNode", "spec.parallelism",
     "spec.parallelism.data", "spec.parallelism.fsdp", "spec.parallelism.tensor", "spec.parallelism.pipeline", "spec.topology",
     "spec.topology.policy", "spec.topology.level", "spec.priority", "spec.elastic", "spec.elastic.minNodes", "spec.checkpoint",
     "spec.checkpoint.interval", "spec.checkpoint.location", "spec.checkpoint.keep", "spec.checkpoint.volumeClaim",
-    "spec.checkpoint.memory", "spec.checkpoint.memory.keep", "spec.checkpoint.memory.volume", "spec.checkpoint.memory.hostPath",
+    "spec.checkpoint.memory", "spec.checkpoint.memory.keep", "spec.checkpoint.memory.sizeLimit", "spec.checkpoint.memory.volume", "spec.checkpoint.memory.hostPath",
     "spec.checkpoint.local", "spec.checkpoint.local.interval", "spec.checkpoint.local.sizeLimit", "spec.runPolicy",
     "spec.runPolicy.backoffLimit", "spec.runPolicy.activeDeadlineSeconds", "spec.runPolicy.suspend",
     "spec.runPolicy.gangTimeoutSeconds", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
@@ -96,14 +99,8 @@ def server_verdict(custom, namespace: str, m: dict) -> tuple[bool, str]:
 
 @pytest.fixture(scope="module")
 def target(kube):
-    name = "validate-differential"
-    try:
-        kube.core.create_namespace({"metadata": {"name": name}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    yield kube.custom, name
-    kube.core.delete_namespace(name)
+    with fixed_namespace(kube, "validate-differential") as name:
+        yield kube.custom, name
 
 
 def test_validate_and_the_api_server_agree_on_generated_manifests(target):

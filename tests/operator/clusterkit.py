@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from railtrain.cli.controlplane import ANNOTATION_KWOK_MESSAGE, LABEL_KWOK_EXIT
 from railtrain.crds import contract
 
 G, V, P = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
@@ -44,9 +45,40 @@ def condition(status, type_):
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
-def all_running(core, ns, name, count):
+def phase_is(custom, ns, name, phase):
+    """The job's status when its phase is ``phase``, else False (a ``wait_for`` check)."""
+    return (s := job_status(custom, ns, name)).get("phase") == phase and s
+
+
+def refused(custom, ns, name, reason="Unschedulable"):
+    """The job's Scheduled condition when it is False with ``reason``, else None (a ``wait_for`` check)."""
+    c = condition(job_status(custom, ns, name), "Scheduled")
+    return c if c and c["status"] == "False" and c["reason"] == reason else None
+
+
+def events(core, ns, name, field="involvedObject.name"):
+    """The Events in ``ns`` whose ``field`` is ``name`` (by default: about the object named ``name``)."""
+    return core.list_namespaced_event(ns, field_selector=f"{field}={name}").items
+
+
+def all_running(core, ns, name, count, old_uids=frozenset()):
+    """The job's pods when exactly ``count`` exist, all Running, none terminating and none from ``old_uids``, else None."""
     pods = pods_of(core, ns, name)
-    return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+    ok = len(pods) == count and all(p.status.phase == "Running" and p.metadata.uid not in old_uids and not p.metadata.deletion_timestamp for p in pods)
+    return pods if ok else None
+
+
+def end_pod(core, ns, pod, code=0, message=None):
+    """End a Running pod as the kubelet would report its container exiting with ``code`` (and ``message`` as the
+    termination message): KWOK's stages (cli/controlplane/stages.yaml) act on this label and annotation."""
+    meta = {"labels": {LABEL_KWOK_EXIT: str(code)}} | ({"annotations": {ANNOTATION_KWOK_MESSAGE: message}} if message is not None else {})
+    core.patch_namespaced_pod(pod, ns, {"metadata": meta})
+
+
+def finish(core, ns, name):
+    """End every pod of the job with exit code 0."""
+    for p in pods_of(core, ns, name):
+        end_pod(core, ns, p.metadata.name)
 
 
 def unreleased(pods) -> bool:

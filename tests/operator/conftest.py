@@ -1,24 +1,25 @@
-"""Fixtures for operator tests on the real local control plane: the operator as a real process."""
+"""Fixtures for operator tests on the real local control plane: the operator as a real process, API clients, job submission."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from tests.conftest import _FAILED
+from tests.conftest import _FAILED, KubeClients
+from tests.polling import wait_for
+
+from .clusterkit import G, P, V
 
 
 @pytest.fixture(scope="session")
-def operator_process(cluster, tmp_path_factory):
-    from kubernetes import client
+def operator_process(cluster, kube, tmp_path_factory):
     from kubernetes.client.rest import ApiException
 
     from railtrain.crds import contract
 
-    custom = client.CustomObjectsApi(cluster.api_client())
+    custom = kube.custom
 
     def served():  # Established can precede the API server serving the new route
         try:
@@ -48,17 +49,29 @@ def operator(operator_process, request):
         print("---- operator log tail ----\n" + operator_process.tail())
 
 
-def wait_for(check, timeout: float = 60.0, what: str = "condition", interval: float = 0.25):
-    """Poll ``check()`` until it returns a truthy value or the deadline passes.
+@pytest.fixture
+def api(kube: KubeClients):
+    """``(CoreV1Api, CustomObjectsApi)`` on the session's cluster (the ``kube`` clients)."""
+    return kube.core, kube.custom
 
-    Raises:
-        AssertionError: naming ``what`` and the last value seen.
-    """
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value: {last!r}")
+
+@pytest.fixture
+def submit(api, namespace):
+    """``submit(body)`` creates a TrainingJob in the test's namespace; every job submitted is deleted at the end,
+    so no waiting job outlives its test's nodes (a 404 there is fine: the test deleted it itself)."""
+    from kubernetes.client.rest import ApiException
+
+    _, custom = api
+    names: list[str] = []
+
+    def create(body):
+        custom.create_namespaced_custom_object(G, V, namespace, P, body)
+        names.append(body["metadata"]["name"])
+
+    yield create
+    for name in names:
+        try:
+            custom.delete_namespaced_custom_object(G, V, namespace, P, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise

@@ -6,29 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from kubernetes import client
 
 from railtrain.crds import contract
+from tests.polling import wait_for
 
-from .clusterkit import G, P, V, condition, job_body, job_status, observe, pods_of
-from .conftest import wait_for
+from .clusterkit import G, P, V, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of, refused
 
 pytestmark = pytest.mark.cluster
-EXIT = "railtrain.dev/kwok-exit"
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
-def exit_rank(core, ns, job, rank, code=0):
-    core.patch_namespaced_pod(f"{job}-{rank}", ns, {"metadata": {"labels": {EXIT: str(code)}}})
-
-
-def phase_is(custom, ns, name, phase):
-    return (s := job_status(custom, ns, name)).get("phase") == phase and s
 
 
 def summary(custom, core, ns, name):
@@ -50,13 +34,13 @@ def test_a_rank_that_exits_0_early_keeps_the_gang_healthy_until_all_succeed(api,
     wait_for(lambda: phase_is(custom, namespace, "early", "Running"), 90, "Running")
     # Past the gang timeout since release (several resyncs), rank 2 finishes first.
     assert observe(lambda: summary(custom, core, namespace, "early")[:4], 3) == [("Running", "True", 0, 0)]
-    exit_rank(core, namespace, "early", 2)
+    end_pod(core, namespace, "early-2")
     wait_for(lambda: dict(summary(custom, core, namespace, "early")[4]).get("early-2") == "Succeeded", 30, "rank 2 Succeeded")
     seen = observe(lambda: summary(custom, core, namespace, "early"), 5)
     assert seen == [("Running", "True", 0, 0, (("early-0", "Running"), ("early-1", "Running"), ("early-2", "Succeeded")))], seen
     assert condition(job_status(custom, namespace, "early"), "Running")["reason"] == "RanksFinishing"
-    exit_rank(core, namespace, "early", 0)
-    exit_rank(core, namespace, "early", 1)
+    end_pod(core, namespace, "early-0")
+    end_pod(core, namespace, "early-1")
     status = wait_for(lambda: phase_is(custom, namespace, "early", "Succeeded"), 60, "Succeeded")
     assert condition(status, "Succeeded")["status"] == "True" and condition(status, "Running")["status"] == "False"
     assert status.get("requeues", 0) == 0 and status["restarts"] == 0
@@ -97,15 +81,9 @@ def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(
     core.create_namespaced_pod(namespace, hand)
     wait_for(lambda: core.read_namespaced_pod("demo-0", namespace).status.phase == "Running", 60, "the hand-made pod Running")
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("demo", nodes=1))
-
-    def reported():
-        c = condition(job_status(custom, namespace, "demo"), "Scheduled")
-        return c if c and c["reason"] == "PodNameTaken" else None
-
-    c = wait_for(reported, 60, "Scheduled=False PodNameTaken")
+    c = wait_for(lambda: refused(custom, namespace, "demo", "PodNameTaken"), 60, "Scheduled=False PodNameTaken")
     assert c["status"] == "False" and "Pod demo-0 (no controller ownerReference)" in c["message"]
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=demo").items
-    assert any(e.reason == "PodNameTaken" and e.type == "Warning" and "demo-0" in e.message for e in events)
+    assert any(e.reason == "PodNameTaken" and e.type == "Warning" and "demo-0" in e.message for e in events(core, namespace, "demo"))
     # Several resyncs: the job never reports progress it did not make, and the pod stays someone else's.
     seen = observe(lambda: (job_status(custom, namespace, "demo").get("phase"), "startTime" in job_status(custom, namespace, "demo")), 3)
     assert seen == [("Pending", False)]
@@ -124,8 +102,8 @@ def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(
 
 
 def waiting_for(custom, ns, name, *fragments):
-    c = condition(job_status(custom, ns, name), "Scheduled")
-    return c if c and c["reason"] == "WaitingForOldPods" and all(f in c["message"] for f in fragments) else None
+    c = refused(custom, ns, name, "WaitingForOldPods")
+    return c if c and all(f in c["message"] for f in fragments) else None
 
 
 def test_old_pod_held_by_a_finalizer_is_named_and_never_force_removed(api, namespace, gpu_nodes, operator):
@@ -134,7 +112,7 @@ def test_old_pod_held_by_a_finalizer_is_named_and_never_force_removed(api, names
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("held", nodes=2, runPolicy={"backoffLimit": 2}))
     wait_for(lambda: phase_is(custom, namespace, "held", "Running"), 90, "Running")
     core.patch_namespaced_pod("held-1", namespace, {"metadata": {"finalizers": ["example.com/hold"]}})
-    exit_rank(core, namespace, "held", 0, code=1)  # a retryable failure: the whole gang restarts
+    end_pod(core, namespace, "held-0", 1)  # a retryable failure: the whole gang restarts
     c = wait_for(lambda: waiting_for(custom, namespace, "held", "held-1 (", "finalizer example.com/hold"), 60, "the condition naming held-1")
     assert "not force-deleted" in c["message"]
     # Over several resyncs: still there, still named, never force-removed.
@@ -145,18 +123,12 @@ def test_old_pod_held_by_a_finalizer_is_named_and_never_force_removed(api, names
     wait_for(lambda: phase_is(custom, namespace, "held", "Running") and job_status(custom, namespace, "held")["restarts"] == 1, 90, "the new gang Running")
 
 
-
 def test_a_service_with_the_jobs_name_that_it_does_not_own_is_reported_and_the_gang_waits(api, namespace, gpu_nodes, operator):
     core, custom = api
     gpu_nodes(1)
     core.create_namespaced_service(namespace, {"metadata": {"name": "rdzv"}, "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]}})
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("rdzv", nodes=1))
-
-    def reported():
-        c = condition(job_status(custom, namespace, "rdzv"), "Scheduled")
-        return c if c and c["reason"] == "ServiceNameTaken" else None
-
-    c = wait_for(reported, 60, "Scheduled=False ServiceNameTaken")
+    c = wait_for(lambda: refused(custom, namespace, "rdzv", "ServiceNameTaken"), 60, "Scheduled=False ServiceNameTaken")
     assert "Service rdzv (no controller ownerReference)" in c["message"]
     assert observe(lambda: len(pods_of(core, namespace, "rdzv")), 3) == [0]
     assert not core.read_namespaced_service("rdzv", namespace).metadata.owner_references

@@ -6,21 +6,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
+from tests.polling import wait_for
 
-from .clusterkit import G, P, V, condition, job_body, job_status, pods_of
-from .conftest import wait_for
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, finish, job_body, job_status, phase_is, pods_of, refused, unreleased
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
 
 
 def test_gang_is_created_gated_then_bound_to_distinct_nodes(api, namespace, gpu_nodes, operator):
@@ -47,39 +41,25 @@ def test_gang_is_created_gated_then_bound_to_distinct_nodes(api, namespace, gpu_
         assert not pod.spec.node_name
     svc = core.read_namespaced_service("gang", namespace)
     assert svc.spec.cluster_ip == "None"
-
-    def running():
-        pods = pods_of(core, namespace, "gang")
-        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else None
-
-    pods = wait_for(running, 90, "both pods Running")
+    pods = wait_for(lambda: all_running(core, namespace, "gang", 2), 90, "both pods Running")
     bound = [p.spec.node_name for p in pods]
     assert len(set(bound)) == 2 and set(bound) <= nodes
-    status = wait_for(lambda: (s := job_status(custom, namespace, "gang")).get("phase") == "Running" and s, 30, "phase Running")
+    status = wait_for(lambda: phase_is(custom, namespace, "gang", "Running"), 30, "phase Running")
     assert {p["node"] for p in status["placement"]} == set(bound)
     assert status["startTime"]
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=gang").items
-    assert {"GangCreated", "GangPlaced", "AllRanksRunning"} <= {e.reason for e in events}
+    assert {"GangCreated", "GangPlaced", "AllRanksRunning"} <= {e.reason for e in events(core, namespace, "gang")}
 
 
 def test_job_that_cannot_fit_stays_pending_with_reason_and_binds_nothing(api, namespace, gpu_nodes, operator):
     core, custom = api
     gpu_nodes(2, gpus_per_node=8)
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("huge", nodes=2, gpus=16, procs=16))
-
-    def refused():
-        c = condition(job_status(custom, namespace, "huge"), "Scheduled")
-        return c if c and c["reason"] == "Unschedulable" else None
-
-    c = wait_for(refused, 60, "Scheduled=False Unschedulable")
+    c = wait_for(lambda: refused(custom, namespace, "huge"), 60, "Scheduled=False Unschedulable")
     assert c["status"] == "False" and "16 free GPUs" in c["message"]
     assert job_status(custom, namespace, "huge")["phase"] == "Pending"
     pods = pods_of(core, namespace, "huge")
-    assert len(pods) == 2
-    for p in pods:
-        assert p.spec.scheduling_gates and not p.spec.node_name and not (p.spec.node_selector or {})
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=huge").items
-    assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in events)
+    assert len(pods) == 2 and unreleased(pods)
+    assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in events(core, namespace, "huge"))
 
 
 def test_deleting_the_job_removes_its_pods(api, namespace, gpu_nodes, operator):
@@ -130,12 +110,7 @@ def test_operator_restarts_mid_reconcile_leave_one_pod_per_rank(api, namespace, 
         wait_for(lambda: pods_of(core, namespace, "crashy"), 60, "some pod created")
         operator.kill()
     operator.start()
-
-    def running():
-        pods = pods_of(core, namespace, "crashy")
-        return pods if len(pods) == 4 and all(p.status.phase == "Running" for p in pods) else None
-
-    pods = wait_for(running, 120, "gang Running after restarts")
+    pods = wait_for(lambda: all_running(core, namespace, "crashy", 4), 120, "gang Running after restarts")
     ranks = sorted(int(p.metadata.labels[contract.LABEL_NODE_RANK]) for p in pods)
     assert ranks == [0, 1, 2, 3]
     assert len({p.spec.node_name for p in pods}) == 4
@@ -145,19 +120,13 @@ def test_failed_rank_restarts_the_gang_then_success_completes(api, namespace, gp
     core, custom = api
     gpu_nodes(2)
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("flaky", nodes=2, runPolicy={"backoffLimit": 2}))
-    wait_for(lambda: job_status(custom, namespace, "flaky").get("phase") == "Running", 90, "Running")
+    wait_for(lambda: phase_is(custom, namespace, "flaky", "Running"), 90, "Running")
     first_uids = {p.metadata.uid for p in pods_of(core, namespace, "flaky")}
-    core.patch_namespaced_pod("flaky-1", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "1"}}})
+    end_pod(core, namespace, "flaky-1", 1)
     wait_for(lambda: job_status(custom, namespace, "flaky").get("restarts") == 1, 60, "restart counted")
-
-    def new_gang_running():
-        pods = pods_of(core, namespace, "flaky")
-        return len(pods) == 2 and all(p.status.phase == "Running" and p.metadata.uid not in first_uids for p in pods)
-
-    wait_for(new_gang_running, 120, "new gang Running")
-    for rank in (0, 1):
-        core.patch_namespaced_pod(f"flaky-{rank}", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
-    status = wait_for(lambda: (s := job_status(custom, namespace, "flaky")).get("phase") == "Succeeded" and s, 60, "Succeeded")
+    wait_for(lambda: all_running(core, namespace, "flaky", 2, first_uids), 120, "new gang Running")
+    finish(core, namespace, "flaky")
+    status = wait_for(lambda: phase_is(custom, namespace, "flaky", "Succeeded"), 60, "Succeeded")
     assert status["completionTime"] and condition(status, "Succeeded")["status"] == "True"
 
 

@@ -11,50 +11,31 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from kubernetes import client
 
 from railtrain.cli.controlplane import LABEL_KWOK_NOT_READY
 from railtrain.crds import contract
 from railtrain.operator.quarantine import TAINT_KEY
+from tests.polling import wait_for
 
-from .clusterkit import G, P, V, condition, job_body, job_status, observe, pods_of
-from .conftest import wait_for
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
 def fail(core, ns, pod, verdict=None, code=1, **details):
     """End a Running pod as the kubelet would report its trainer exiting with ``code`` and a verdict message."""
-    annotations = {"railtrain.dev/kwok-message": contract.format_termination_message(verdict, *details.pop("why"), **details)} if verdict else {}
-    core.patch_namespaced_pod(pod, ns, {"metadata": {"labels": {"railtrain.dev/kwok-exit": str(code)}, "annotations": annotations}})
-
-
-def gang_running(core, ns, name, count, old_uids=frozenset()):
-    """The gang's pods when ``count`` of them are Running and none is from ``old_uids``, else None."""
-    pods = pods_of(core, ns, name)
-    ok = len(pods) == count and all(p.status.phase == "Running" and p.metadata.uid not in old_uids and not p.metadata.deletion_timestamp for p in pods)
-    return pods if ok else None
+    end_pod(core, ns, pod, code, contract.format_termination_message(verdict, *details.pop("why"), **details) if verdict else None)
 
 
 def start(core, custom, ns, name, count, **spec):
     custom.create_namespaced_custom_object(G, V, ns, P, job_body(name, nodes=count, **spec))
-    pods = wait_for(lambda: gang_running(core, ns, name, count), 90, f"{name} Running")
-    wait_for(lambda: job_status(custom, ns, name).get("phase") == "Running", 30, "phase Running")
+    pods = wait_for(lambda: all_running(core, ns, name, count), 90, f"{name} Running")
+    wait_for(lambda: phase_is(custom, ns, name, "Running"), 30, "phase Running")
     return pods
 
 
 def taint_of(core, node):
     return next((t for t in core.read_node(node).spec.taints or [] if t.key == TAINT_KEY), None)
-
-
-def events(core, ns, name, field="involvedObject.name"):
-    return core.list_namespaced_event(ns, field_selector=f"{field}={name}").items
 
 
 def test_hardware_suspect_quarantines_the_node_and_the_next_gang_avoids_it(api, namespace, gpu_nodes, operator, cluster):
@@ -67,7 +48,7 @@ def test_hardware_suspect_quarantines_the_node_and_the_next_gang_avoids_it(api, 
     assert status.get("jobRestarts", 0) == 0 and bad in status["avoidNodes"] and [q["node"] for q in status["quarantines"]] == [bad]
     taint = taint_of(core, bad)
     assert taint is not None and (taint.value, taint.effect) == ("hardware-suspect", "NoSchedule")
-    new = wait_for(lambda: gang_running(core, namespace, "sdc", 2, {p.metadata.uid for p in pods}), 90, "the new gang Running")
+    new = wait_for(lambda: all_running(core, namespace, "sdc", 2, {p.metadata.uid for p in pods}), 90, "the new gang Running")
     assert bad not in {p.spec.node_name for p in new}
     job_events = {e.reason: e.message for e in events(core, namespace, "sdc")}
     assert "NodeQuarantined" in job_events and "ParameterMismatch" in job_events["NodeQuarantined"]
@@ -87,14 +68,14 @@ def test_each_verdict_gets_its_action(api, namespace, gpu_nodes, operator):
     fail(core, namespace, "mixed-0", contract.VERDICT_RETRYABLE, why=("Crash", "segfault"))
     wait_for(lambda: st().get("jobRestarts") == 1, 60, "retryable: a job restart")
     assert st().get("infrastructureRestarts", 0) == 0 and condition(st(), "Scheduled")["reason"] == "Restarting"
-    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 2 Running")
+    pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 2 Running")
 
     slow = pods[1].spec.node_name
     fail(core, namespace, pods[1].metadata.name, contract.VERDICT_STRAGGLER, why=("SlowRank", "rank 1 is 25% slower"), nodes=[slow], ranks=[1])
     wait_for(lambda: st().get("infrastructureRestarts") == 1, 60, "straggler: an infrastructure restart")
     assert st()["jobRestarts"] == 1 and slow in st()["avoidNodes"] and taint_of(core, slow) is None
     assert condition(st(), "Scheduled")["reason"] == "NodeAvoided"
-    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 3 Running")
+    pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 3 Running")
     assert slow not in {p.spec.node_name for p in pods}
 
     hung = pods[0].spec.node_name
@@ -103,13 +84,13 @@ def test_each_verdict_gets_its_action(api, namespace, gpu_nodes, operator):
         wait_for(lambda: st().get("jobRestarts") == 1 + attempt, 60, f"hang {attempt}: a job restart")
         if attempt == 1:
             assert taint_of(core, hung) is None
-            pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 4 Running")
+            pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 4 Running")
             pods = sorted(pods, key=lambda p: p.spec.node_name != hung)  # put a pod on the hung node first, if any
     assert taint_of(core, hung) is not None and taint_of(core, hung).value == "hang"
 
-    pods = wait_for(lambda: gang_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 5 Running")
+    pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 5 Running")
     fail(core, namespace, pods[0].metadata.name, contract.VERDICT_USER_ERROR, code=2, why=("BadFlag", "--lr must be > 0"))
-    status = wait_for(lambda: (s := st()).get("phase") == "Failed" and s, 60, "user-error: Failed")
+    status = wait_for(lambda: phase_is(custom, namespace, "mixed", "Failed"), 60, "user-error: Failed")
     assert condition(status, "Failed")["reason"] == "UserError" and status["jobRestarts"] == 3
 
 
@@ -118,7 +99,7 @@ def test_failed_job_stays_failed_keeps_its_failed_pod_and_creates_none(api, name
     gpu_nodes(2)
     start(core, custom, namespace, "bad", 2)
     fail(core, namespace, "bad-1", contract.VERDICT_USER_ERROR, code=2, why=("BadData", "shard 3 is empty"))
-    wait_for(lambda: job_status(custom, namespace, "bad").get("phase") == "Failed", 60, "Failed")
+    wait_for(lambda: phase_is(custom, namespace, "bad", "Failed"), 60, "Failed")
     wait_for(lambda: [p.metadata.name for p in pods_of(core, namespace, "bad")] == ["bad-1"], 60, "the running rank deleted, the failed one kept")
     kept = core.read_namespaced_pod("bad-1", namespace)
     assert "BadData" in kept.status.container_statuses[0].state.terminated.message
@@ -136,12 +117,12 @@ def test_clean_pod_policy_all_deletes_every_pod_and_ttl_deletes_the_job(api, nam
     gpu_nodes(2)
     start(core, custom, namespace, "wipe", 2, runPolicy={"cleanPodPolicy": "All"})
     fail(core, namespace, "wipe-0", contract.VERDICT_USER_ERROR, code=2, why=("BadFlag", "no"))
-    wait_for(lambda: job_status(custom, namespace, "wipe").get("phase") == "Failed", 60, "Failed")
+    wait_for(lambda: phase_is(custom, namespace, "wipe", "Failed"), 60, "Failed")
     wait_for(lambda: not pods_of(core, namespace, "wipe"), 60, "every pod deleted")
 
     start(core, custom, namespace, "brief", 1, runPolicy={"ttlSecondsAfterFinished": 2})
-    core.patch_namespaced_pod("brief-0", namespace, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
-    wait_for(lambda: job_status(custom, namespace, "brief").get("phase") == "Succeeded", 60, "Succeeded")
+    end_pod(core, namespace, "brief-0")
+    wait_for(lambda: phase_is(custom, namespace, "brief", "Succeeded"), 60, "Succeeded")
     gone = lambda: not [j for j in custom.list_namespaced_custom_object(G, V, namespace, P)["items"] if j["metadata"]["name"] == "brief"]  # noqa: E731
     wait_for(gone, 30, "the finished job deleted by its TTL")
 
@@ -153,7 +134,7 @@ def test_node_deleted_under_a_running_gang_restarts_it_elsewhere(api, namespace,
     victim = pods[0].spec.node_name
     t0 = time.monotonic()
     core.delete_node(victim)
-    new = wait_for(lambda: gang_running(core, namespace, "lost", 2, {p.metadata.uid for p in pods}), 10, "the whole gang Running elsewhere within 10 s")
+    new = wait_for(lambda: all_running(core, namespace, "lost", 2, {p.metadata.uid for p in pods}), 10, "the whole gang Running elsewhere within 10 s")
     elapsed = time.monotonic() - t0
     assert victim not in {p.spec.node_name for p in new} and elapsed <= 10
     status = job_status(custom, namespace, "lost")
@@ -201,7 +182,7 @@ def test_node_not_ready_past_the_grace_restarts_the_gang_elsewhere_and_not_befor
     seen = observe(lambda: gang_and_counters(core, custom, namespace, "sick"), window)
     assert seen == [before], f"the gang changed within the grace: {seen}"
 
-    new = wait_for(lambda: gang_running(core, namespace, "sick", 2, {p.metadata.uid for p in pods}),
+    new = wait_for(lambda: all_running(core, namespace, "sick", 2, {p.metadata.uid for p in pods}),
                    seconds_until(since + timedelta(seconds=grace + 15)), "the whole gang Running elsewhere after the grace")
     assert victim not in {p.spec.node_name for p in new}
     status = job_status(custom, namespace, "sick")
@@ -239,7 +220,7 @@ def test_a_rank_pod_deleted_by_hand_restarts_the_whole_gang(api, namespace, gpu_
     wait_for(lambda: job_status(custom, namespace, "gone").get("infrastructureRestarts") == 1, 30, "an infrastructure restart")
     reasons = {e.reason: e.message for e in events(core, namespace, "gone")}
     assert "RankVanished" in reasons and "pod gone-2 (rank 2) was" in reasons["RankVanished"]
-    wait_for(lambda: gang_running(core, namespace, "gone", 3, {p.metadata.uid for p in pods}), 90, "every rank replaced")
+    wait_for(lambda: all_running(core, namespace, "gone", 3, {p.metadata.uid for p in pods}), 90, "every rank replaced")
 
 
 def test_elastic_job_shrinks_on_node_loss_and_grows_back(api, namespace, gpu_nodes, operator):
@@ -247,11 +228,11 @@ def test_elastic_job_shrinks_on_node_loss_and_grows_back(api, namespace, gpu_nod
     gpu_nodes(4)
     pods = start(core, custom, namespace, "elastic", 4, elastic={"minNodes": 2, "growIntervalSeconds": 1})
     core.delete_node(pods[3].spec.node_name)
-    pods = wait_for(lambda: gang_running(core, namespace, "elastic", 3, {p.metadata.uid for p in pods}), 60, "a gang of 3")
+    pods = wait_for(lambda: all_running(core, namespace, "elastic", 3, {p.metadata.uid for p in pods}), 60, "a gang of 3")
     wait_for(lambda: job_status(custom, namespace, "elastic").get("admittedNodes") == 3, 30, "admitted 3")
     assert {p.metadata.annotations[contract.ANNOTATION_NNODES] for p in pods} == {"3"}
     gpu_nodes(1)
-    pods = wait_for(lambda: gang_running(core, namespace, "elastic", 4, {p.metadata.uid for p in pods}), 90, "grown back to 4")
+    pods = wait_for(lambda: all_running(core, namespace, "elastic", 4, {p.metadata.uid for p in pods}), 90, "grown back to 4")
     status = wait_for(lambda: (s := job_status(custom, namespace, "elastic")).get("admittedNodes") == 4 and s, 30, "admitted 4")
     assert status["infrastructureRestarts"] == 2 and status.get("jobRestarts", 0) == 0
     assert {e.reason for e in events(core, namespace, "elastic")} >= {"NodeLost", "ElasticGrow"}

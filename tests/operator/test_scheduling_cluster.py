@@ -8,51 +8,15 @@ rack ``<prefix>-rack-<i // R>`` and block ``<prefix>-block-<i // (R * B)>``
 from __future__ import annotations
 
 import pytest
-from kubernetes import client
 
 from railtrain.crds import contract
+from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, foreign_pod, job_body, job_obj, job_status, observe, pods_of, unreleased
-from .conftest import wait_for
+from .clusterkit import all_running, condition, events, finish, foreign_pod, job_body, job_obj, job_status, observe, phase_is, pods_of, refused, unreleased
 
 pytestmark = pytest.mark.cluster
 
 RACK, BLOCK = "railtrain.dev/rack", "railtrain.dev/block"
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
-@pytest.fixture
-def submit(api, namespace):
-    """Create TrainingJobs; delete them at the end so no waiting job outlives its test's nodes."""
-    _, custom = api
-    names: list[str] = []
-
-    def create(body):
-        custom.create_namespaced_custom_object(G, V, namespace, P, body)
-        names.append(body["metadata"]["name"])
-
-    yield create
-    for name in names:
-        try:
-            custom.delete_namespaced_custom_object(G, V, namespace, P, name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-
-
-def refused(custom, ns, name, reason):
-    c = condition(job_status(custom, ns, name), "Scheduled")
-    return c if c and c["status"] == "False" and c["reason"] == reason else None
-
-
-def finish(core, ns, name):
-    for p in pods_of(core, ns, name):
-        core.patch_namespaced_pod(p.metadata.name, ns, {"metadata": {"labels": {"railtrain.dev/kwok-exit": "0"}}})
 
 
 def test_spread_free_gpus_no_node_fits_pending_without_churn_others_run(api, namespace, gpu_nodes, operator, submit):
@@ -80,8 +44,7 @@ def test_spread_free_gpus_no_node_fits_pending_without_churn_others_run(api, nam
     seen = observe(state, seconds=4)  # four resync periods
     assert len(seen) == 1, f"churn: {seen}"
     assert seen[0][2] is True and all(phase == "Running" for _, phase in seen[0][3])
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=wide").items
-    assert sum(1 for e in events if e.reason == "Unschedulable") <= 2  # one per distinct reason, never per resync
+    assert sum(1 for e in events(core, namespace, "wide") if e.reason == "Unschedulable") <= 2  # one per distinct reason, never per resync
 
 
 def test_two_large_jobs_together_exactly_one_runs_nothing_partially_bound(api, namespace, gpu_nodes, operator, submit):
@@ -130,7 +93,7 @@ def test_preferred_block_job_spans_blocks_in_block_order(api, namespace, gpu_nod
     gpu_nodes(4, gpus_per_node=8, nodes_per_rack=2, racks_per_block=1)  # two blocks of two nodes
     submit(job_body("span", nodes=3, topology={"policy": "preferred", "level": BLOCK}))
     wait_for(lambda: all_running(core, namespace, "span", 3), 60, "span Running")
-    status = wait_for(lambda: (s := job_status(custom, namespace, "span")).get("phase") == "Running" and s, 30, "phase Running")
+    status = wait_for(lambda: phase_is(custom, namespace, "span", "Running"), 30, "phase Running")
     topo = status["topology"]
     assert topo["spread"][BLOCK] == 2 and topo["domainLevel"] == "" and "spans blocks" in topo["reason"]
     blocks = [e["domains"][BLOCK] for e in sorted(status["placement"], key=lambda e: e["rank"])]
@@ -144,7 +107,7 @@ def test_elastic_job_is_admitted_below_its_maximum(api, namespace, gpu_nodes, op
     gpu_nodes(3, gpus_per_node=8)
     submit(job_body("stretch", nodes=4, elastic={"minNodes": 2}))
     pods = wait_for(lambda: all_running(core, namespace, "stretch", 3), 60, "3 of at most 4 ranks Running")
-    status = wait_for(lambda: (s := job_status(custom, namespace, "stretch")).get("phase") == "Running" and s, 30, "phase Running")
+    status = wait_for(lambda: phase_is(custom, namespace, "stretch", "Running"), 30, "phase Running")
     assert status["admittedNodes"] == 3 and "admitted 3 of at most 4" in status["topology"]["reason"]
     for p in pods:
         assert p.metadata.annotations[contract.ANNOTATION_NNODES] == "3"
@@ -165,5 +128,4 @@ def test_gang_not_running_in_time_is_released_and_requeued(api, namespace, gpu_n
     assert status["requeues"] == 1 and status["requeueAfter"] and status["phase"] == "Pending"
     assert "admittedNodes" not in status  # dropped keys are deleted on the server (merge patch with null)
     wait_for(lambda: (pods := pods_of(core, namespace, "stuck")) and unreleased(pods) and len(pods) == 2, 60, "a fresh gated gang while backing off")
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck").items
-    assert any(e.reason == "GangTimeout" and e.type == "Warning" for e in events)
+    assert any(e.reason == "GangTimeout" and e.type == "Warning" for e in events(core, namespace, "stuck"))

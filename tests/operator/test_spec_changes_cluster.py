@@ -11,24 +11,18 @@ import pytest
 import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 from typer.testing import CliRunner
 
 from railtrain.cli.main import app
 from railtrain.crds.validation import ManifestError, check_update
+from tests.conftest import fixed_namespace
+from tests.polling import wait_for
 
-from .clusterkit import G, P, V, job_body, job_obj, job_status, pods_of
-from .conftest import wait_for
+from .clusterkit import G, P, V, all_running, job_body, job_obj, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 runner = CliRunner()
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
 
 
 def refused(custom, ns, name, patch):
@@ -48,7 +42,7 @@ def test_gang_fields_are_immutable_while_running_and_change_through_suspend(api,
     core, custom = api
     gpu_nodes(3)
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("shape", nodes=2))
-    wait_for(lambda: job_status(custom, namespace, "shape").get("phase") == "Running", 90, "Running")
+    wait_for(lambda: phase_is(custom, namespace, "shape", "Running"), 90, "Running")
     for patch, field in [({"nodes": 3}, "spec.nodes"), ({"procsPerNode": 4}, "spec.procsPerNode"),
                          ({"parallelism": {"data": 2, "fsdp": 8}}, "spec.parallelism"), ({"image": "other:2"}, "spec.image"),
                          ({"nodes": 3, "runPolicy": {"suspend": True}}, "spec.nodes")]:  # suspending in the same update is not enough
@@ -63,7 +57,7 @@ def test_gang_fields_are_immutable_while_running_and_change_through_suspend(api,
     custom.patch_namespaced_custom_object(G, V, namespace, P, "shape", {"spec": {"priority": 5, "runPolicy": {"backoffLimit": 1}}})
     # The explicit path: suspend, wait for Suspended, change, resume.
     custom.patch_namespaced_custom_object(G, V, namespace, P, "shape", {"spec": {"runPolicy": {"suspend": True}}})
-    wait_for(lambda: job_status(custom, namespace, "shape").get("phase") == "Suspended", 60, "Suspended")
+    wait_for(lambda: phase_is(custom, namespace, "shape", "Suspended"), 60, "Suspended")
     old = job_obj(custom, namespace, "shape")
     new = copy.deepcopy(old)
     new["spec"]["nodes"] = 3
@@ -71,16 +65,11 @@ def test_gang_fields_are_immutable_while_running_and_change_through_suspend(api,
     custom.patch_namespaced_custom_object(G, V, namespace, P, "shape", {"spec": {"nodes": 3}})
     wait_for(lambda: not pods_of(core, namespace, "shape"), 60, "the old gang gone")
     custom.patch_namespaced_custom_object(G, V, namespace, P, "shape", {"spec": {"runPolicy": {"suspend": False}}})
-
-    def new_shape_running():
-        pods = pods_of(core, namespace, "shape")
-        return len(pods) == 3 and all(p.status.phase == "Running" for p in pods) and pods
-
-    pods = wait_for(new_shape_running, 90, "3 ranks Running")
+    pods = wait_for(lambda: all_running(core, namespace, "shape", 3), 90, "3 ranks Running")
     for p in pods:
         env = {e.name: e.value for e in p.spec.containers[0].env}
         assert env["PET_NNODES"] == "3"
-    wait_for(lambda: job_status(custom, namespace, "shape").get("phase") == "Running", 30, "phase Running")
+    wait_for(lambda: phase_is(custom, namespace, "shape", "Running"), 30, "phase Running")
 
 
 CHANGES = [
@@ -95,22 +84,16 @@ CHANGES = [
 @pytest.fixture(scope="module")
 def stored(kube):
     """Two stored jobs: one confirmed Suspended, one not suspended (status written here, as the operator would)."""
-    ns = "update-differential"
-    try:
-        kube.core.create_namespace({"metadata": {"name": ns}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    for name, suspend, phase in (("asleep", True, "Suspended"), ("awake", False, "Running")):
-        body = job_body(name, nodes=2, gpus=64, procs=8, runPolicy={"suspend": suspend})
-        try:
-            kube.custom.create_namespaced_custom_object(G, V, ns, P, body)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-        kube.custom.patch_namespaced_custom_object_status(G, V, ns, P, name, {"status": {"phase": phase}})
-    yield kube.custom, ns
-    kube.core.delete_namespace(ns)
+    with fixed_namespace(kube, "update-differential") as ns:
+        for name, suspend, phase in (("asleep", True, "Suspended"), ("awake", False, "Running")):
+            body = job_body(name, nodes=2, gpus=64, procs=8, runPolicy={"suspend": suspend})
+            try:
+                kube.custom.create_namespaced_custom_object(G, V, ns, P, body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+            kube.custom.patch_namespaced_custom_object_status(G, V, ns, P, name, {"status": {"phase": phase}})
+        yield kube.custom, ns
 
 
 def test_validate_old_and_the_api_server_agree_on_generated_updates(stored):

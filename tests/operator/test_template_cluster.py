@@ -12,44 +12,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 
-from .clusterkit import G, P, V, all_running, condition, job_body, job_status, pods_of
-from .conftest import wait_for
+from tests.polling import wait_for
+
+from .clusterkit import all_running, condition, job_body, job_status, pods_of, refused
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = "nvidia.com/gpu.product"
 TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def api(cluster):
-    c = cluster.api_client()
-    return client.CoreV1Api(c), client.CustomObjectsApi(c)
-
-
-@pytest.fixture
-def submit(api, namespace):
-    _, custom = api
-    names: list[str] = []
-
-    def create(body):
-        custom.create_namespaced_custom_object(G, V, namespace, P, body)
-        names.append(body["metadata"]["name"])
-
-    yield create
-    for name in names:
-        try:
-            custom.delete_namespaced_custom_object(G, V, namespace, P, name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-
-
-def refused(custom, ns, name, reason="Unschedulable"):
-    c = condition(job_status(custom, ns, name), "Scheduled")
-    return c if c and c["status"] == "False" and c["reason"] == reason else None
 
 
 def unpinned(pods) -> bool:

@@ -26,16 +26,12 @@ from railtrain.crds import contract
 from railtrain.trainer.__main__ import main
 from railtrain.trainer import checkpoint_checksum as checksum
 from railtrain.trainer.checkpoint_files import MANIFEST
-from tests.trainer.tierkit import COMMON, Gang, Layout, Run, Tiers, free_port, pod_template, read_losses, run_gang, scrape
+from tests.trainer.tierkit import COMMON, Gang, Layout, Run, Tiers, free_port, max_diff, pod_template, read_losses, run_gang, scrape
 
 BASE_TIERS = Tiers(memory=(4, 2), local=(4, 3), persistent=(6, 2))
 STEPS = 14
 RESUME_TOL = 1e-6  # same layout, same ops: the resumed run repeats the base run
 RESHARD_TOL = 2e-3  # 2 FSDP ranks vs 1 process: float reduction order only (see test_trainer_training.py)
-
-
-def _diff(a: dict[int, float], b: dict[int, float], steps: range) -> float:
-    return max(abs(a[s] - b[s]) for s in steps)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +95,7 @@ def test_memory_tier_outlives_the_trainer_and_a_peer_copy_restores_a_lost_node(w
     run = run_gang(workdir / "lost-node", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS))
     assert "checkpoint: loaded step 12 from memory" in run.stdout, run.stdout
     assert "rank 1's shard came from the copy on rank 0" in run.stdout
-    assert _diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
+    assert max_diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
     # Node 1 has its own shard again (written back on restore), next to newer saves.
     assert (scenario.memory(1) / "step-12" / "rank-1.json").is_file()
 
@@ -110,7 +106,7 @@ def test_corrupt_local_shard_falls_back_to_the_persistent_copy_of_the_same_step(
     run = run_gang(workdir / "corrupt-local", pod_template(scenario, tiers, 2, 1), scenario, "--steps", str(STEPS))
     assert "rejected local step 12: rank 1: rank-1.pt does not match its xxh3_128 (corrupt)" in run.stdout, run.stdout
     assert "checkpoint: loaded step 12 from persistent (after rejecting local step 12)" in run.stdout
-    assert _diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
+    assert max_diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
 
 
 def test_missing_manifest_and_corrupt_persistent_file_fall_back_to_an_older_step(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
@@ -122,7 +118,7 @@ def test_missing_manifest_and_corrupt_persistent_file_fall_back_to_an_older_step
     assert "rejected persistent step 12: __1_" in run.stdout and "does not match its xxh3_128 (corrupt)" in run.stdout
     assert "checkpoint: loaded step 8 from local (after rejecting persistent step 12)" in run.stdout
     assert sorted(run.losses) == list(range(9, STEPS + 1))
-    assert _diff(run.losses, base[1].losses, range(9, STEPS + 1)) <= RESUME_TOL
+    assert max_diff(run.losses, base[1].losses, range(9, STEPS + 1)) <= RESUME_TOL
 
 
 def test_resume_at_another_world_size_reshards_the_persistent_tier(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
@@ -140,7 +136,7 @@ def test_resume_at_another_world_size_reshards_the_persistent_tier(workdir: Path
     assert "resumed from step 12 (tier persistent, newest complete step)" in text
     losses = read_losses(metrics)
     assert sorted(losses) == [13, 14]
-    assert _diff(losses, base[1].losses, range(13, STEPS + 1)) <= RESHARD_TOL
+    assert max_diff(losses, base[1].losses, range(13, STEPS + 1)) <= RESHARD_TOL
 
 
 def test_sigkill_during_an_async_save_resumes_from_the_last_complete_checkpoint(workdir: Path) -> None:
@@ -166,7 +162,7 @@ def test_sigkill_during_an_async_save_resumes_from_the_last_complete_checkpoint(
         assert resumed.rcs == [0], resumed.stdout
         assert "ignored local step 8: no manifest for rank(s) 0, 1" in resumed.stdout, resumed.stdout
         assert "resumed from step 4 (tier local, newest complete step)" in resumed.stdout
-        assert _diff(resumed.losses, first, range(5, 12)) <= RESUME_TOL
+        assert max_diff(resumed.losses, first, range(5, 12)) <= RESUME_TOL
         assert (shard_dir / "rank-0.json").is_file()  # step 8 written again, completely
     finally:
         layout.remove()

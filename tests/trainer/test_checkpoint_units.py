@@ -106,31 +106,41 @@ def _checkpointer(tmp_path: Path, lines: list[str], persistent: str) -> Checkpoi
     return Checkpointer(tiers, rank=0, world_size=1, local_world_size=1, distributed=False, layout="single", log=lines.append)
 
 
+def _save(tmp_path: Path, lines: list[str], persistent: str, steps: tuple[int, ...], last_step: int) -> torch.nn.Module:
+    """Save the seed-0 model and optimizer at each of ``steps`` to every tier, wait for the saves; return the model."""
+    saver = _checkpointer(tmp_path, lines, persistent)
+    model, optimizer = _model_and_optimizer(0)
+    for step in steps:
+        saver.save(step, model, optimizer, {"step": step}, last_step=last_step)
+    saver.wait()
+    return model
+
+
+def _resume(tmp_path: Path, lines: list[str], persistent: str, clear_optimizer: bool = False) -> tuple[dict[str, int] | None, torch.nn.Module, torch.optim.Optimizer]:
+    """Load the newest valid checkpoint into a seed-1 model and optimizer (with ``clear_optimizer``, an optimizer
+    without state, as before its first step); return the train state loaded (None: nothing usable), the model and the optimizer."""
+    fresh, fresh_opt = _model_and_optimizer(1)
+    if clear_optimizer:
+        fresh_opt.state.clear()
+    return _checkpointer(tmp_path, lines, persistent).load_latest(fresh, fresh_opt, {"step": 0}), fresh, fresh_opt
+
+
 def test_fastest_valid_copy_wins_and_corruption_falls_back(tmp_path: Path) -> None:
     lines: list[str] = []
-    saver = _checkpointer(tmp_path, lines, "memory://railtrain-unit/ck")
-    model, optimizer = _model_and_optimizer(0)
-    for step in (2, 4):
-        saver.save(step, model, optimizer, {"step": step}, last_step=4)
-    saver.wait()
+    model = _save(tmp_path, lines, "memory://railtrain-unit/ck", (2, 4), last_step=4)
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["step-2", "step-4"]
     assert sorted(p.name for p in (tmp_path / "mem").iterdir()) == ["step-4"]  # memory keeps 1
     expected = {k: v.clone() for k, v in model.state_dict().items()}
-
-    def resume() -> tuple[dict[str, int] | None, torch.nn.Module]:
-        fresh, fresh_opt = _model_and_optimizer(1)
-        return _checkpointer(tmp_path, lines, "memory://railtrain-unit/ck").load_latest(fresh, fresh_opt, {"step": 0}), fresh
-
-    train, fresh = resume()
+    train, fresh, _ = _resume(tmp_path, lines, "memory://railtrain-unit/ck")
     assert train == {"step": 4} and "loaded step 4 from memory (newest complete step)" in lines[-1]
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in expected.items())
     shard = tmp_path / "mem" / "step-4" / "rank-0.pt"
     shard.write_bytes(shard.read_bytes()[:-10])  # truncated
-    train, fresh = resume()
+    train, fresh, _ = _resume(tmp_path, lines, "memory://railtrain-unit/ck")
     assert train == {"step": 4} and "loaded step 4 from local (after rejecting memory step 4)" in lines[-1]
     assert any("rejected memory step 4: rank 0: rank-0.pt is " in line and "(truncated or corrupt)" in line for line in lines)
     (tmp_path / "local" / "step-4" / "rank-0.json").unlink()
-    train, fresh = resume()
+    train, fresh, _ = _resume(tmp_path, lines, "memory://railtrain-unit/ck")
     assert train == {"step": 4} and "from persistent" in lines[-1]  # memory:// through fsspec
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in expected.items())
 
@@ -156,10 +166,7 @@ def test_checksums_verify_and_name_what_differs() -> None:
 def test_checkpoints_with_sha256_manifests_still_load(tmp_path: Path) -> None:
     """Manifests written before the switch to xxh3-128 record sha256; every tier still verifies and loads them."""
     lines: list[str] = []
-    saver = _checkpointer(tmp_path, lines, str(tmp_path / "persistent"))
-    model, optimizer = _model_and_optimizer(0)
-    saver.save(4, model, optimizer, {"step": 4}, last_step=4)
-    saver.wait()
+    model = _save(tmp_path, lines, str(tmp_path / "persistent"), (4,), last_step=4)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
 
     def to_sha256(entry: dict, path: Path) -> None:
@@ -177,8 +184,7 @@ def test_checkpoints_with_sha256_manifests_still_load(tmp_path: Path) -> None:
         to_sha256(entry, step_dir / name)
     (step_dir / MANIFEST).write_text(json.dumps(manifest))
     for drop in ("mem", "local", None):
-        fresh, fresh_opt = _model_and_optimizer(1)
-        train = _checkpointer(tmp_path, lines, str(tmp_path / "persistent")).load_latest(fresh, fresh_opt, {"step": 0})
+        train, fresh, _ = _resume(tmp_path, lines, str(tmp_path / "persistent"))
         assert train == {"step": 4}, lines
         assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in expected.items())
         tier_name = {"mem": "memory", "local": "local", None: "persistent"}[drop]
@@ -189,17 +195,13 @@ def test_checkpoints_with_sha256_manifests_still_load(tmp_path: Path) -> None:
 
 def test_nothing_usable_leaves_a_fresh_optimizer(tmp_path: Path) -> None:
     lines: list[str] = []
-    saver = _checkpointer(tmp_path, lines, str(tmp_path / "persistent"))
-    model, optimizer = _model_and_optimizer(0)
-    saver.save(2, model, optimizer, {"step": 2}, last_step=2)
-    saver.wait()
+    _save(tmp_path, lines, str(tmp_path / "persistent"), (2,), last_step=2)
     for path in tmp_path.rglob("*.pt"):
         path.write_bytes(b"garbage")
     for path in tmp_path.rglob("*.distcp"):
         path.write_bytes(b"garbage")
-    fresh, fresh_opt = _model_and_optimizer(1)
-    fresh_opt.state.clear()
-    assert _checkpointer(tmp_path, lines, str(tmp_path / "persistent")).load_latest(fresh, fresh_opt, {"step": 0}) is None
+    train, _, fresh_opt = _resume(tmp_path, lines, str(tmp_path / "persistent"), clear_optimizer=True)
+    assert train is None
     assert "no valid copy of any step" in lines[-1] and len(fresh_opt.state) == 0
 
 

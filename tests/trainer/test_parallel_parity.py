@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from railtrain.crds import contract
-from tests.trainer.test_trainer_training import Run, _free_port, _max_diff, run_in_process, run_pods, run_torchrun
+from tests.trainer.test_trainer_training import Run, run_in_process, run_pods, run_torchrun
+from tests.trainer.tierkit import free_port, max_diff
 
 STEPS = 12
 LR = ["--lr", "1e-3"]  # the default 3e-3 spikes at step 12 on this batch, which amplifies rounding noise 100-fold
@@ -62,7 +63,7 @@ def test_layout_matches_single_process(name: str, workdir: Path, single: Run) ->
     run = run_torchrun(workdir / name, nproc, *flags, *LR, "--steps", str(STEPS))
     assert f"parallel={layout}" in run.stdout
     assert sorted(run.losses) == list(range(1, STEPS + 1))
-    assert _max_diff(run.losses, single.losses, range(1, STEPS + 1)) < TOL
+    assert max_diff(run.losses, single.losses, range(1, STEPS + 1)) < TOL
     if "--pp" in flags:
         line = next(line for line in run.stdout.splitlines() if line.startswith("pipeline "))
         fields = dict(kv.split("=") for kv in line.split()[1:])
@@ -76,8 +77,8 @@ def test_tensor_and_pipeline_from_the_pod_contract(workdir: Path, single: Run) -
     """2 nodes x 2 processes: tensor=2 inside each node, pipeline=2 across the nodes; degrees from RAILTRAIN_PARALLELISM only."""
     pod = contract.PodEnvironment(
         job_name="tp-pp", namespace="default", nnodes=2, node_rank=0, procs_per_node=2,
-        rdzv_addr="127.0.0.1", rdzv_port=_free_port(), parallelism=contract.format_parallelism(1, 1, 2, 2),
+        rdzv_addr="127.0.0.1", rdzv_port=free_port(), parallelism=contract.format_parallelism(1, 1, 2, 2),
     )  # fmt: skip
     run = run_pods(workdir / "tp-pp", pod, *LR, "--steps", str(STEPS))
     assert "parallel=ddp data=1 fsdp=1 tensor=2 pipeline=2 world=4" in run.stdout
-    assert _max_diff(run.losses, single.losses, range(1, STEPS + 1)) < TOL
+    assert max_diff(run.losses, single.losses, range(1, STEPS + 1)) < TOL

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
-import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -27,12 +24,10 @@ import torch
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main
 from railtrain.trainer.checkpoint import MANIFEST
+from tests.trainer.tierkit import COMMON, RUN_TIMEOUT_S, clean_env, free_port, max_diff, read_losses
 
-DATA = "pkg://email/*.py"
 K = 12  # steps of the first, checkpointed segment
 N = 2 * K  # steps of a full run
-COMMON = ["--data", DATA, "--preset", "tiny", "--seq-len", "64", "--batch-size", "8", "--warmup-steps", "8", "--threads", "1"]
-RUN_TIMEOUT_S = 240
 
 # Runs with the same global batch but another reduction order (DDP all-reduce,
 # FSDP reduce-scatter) drift apart by float rounding only; observed <= 1e-4
@@ -52,12 +47,6 @@ class Run:
     losses: dict[int, float]
 
 
-def _read_metrics(path: Path) -> dict[int, float]:
-    if not path.exists():
-        return {}
-    return {rec["step"]: rec["loss"] for rec in map(json.loads, path.read_text().splitlines())}
-
-
 def run_in_process(workdir: Path, *args: str) -> Run:
     """Run ``main()`` here (single process, no torchrun)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +58,7 @@ def run_in_process(workdir: Path, *args: str) -> Run:
             rc = main([*COMMON, "--metrics-file", str(metrics), *args])
     finally:
         torch.set_num_threads(threads)
-    return Run(rc, out.getvalue(), _read_metrics(metrics))
+    return Run(rc, out.getvalue(), read_losses(metrics))
 
 
 STRICT_HEALTH = contract.health_env(contract.HealthSettings(fingerprint_interval=2, kat_interval=5))
@@ -80,11 +69,7 @@ false alarm would end the run with a hardware-suspect verdict and fail the test.
 
 def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without any launcher or health variables of the pod contract, plus :data:`STRICT_HEALTH`, plus ``extra``."""
-    contract_names = {v for k, v in vars(contract).items() if k.startswith("ENV_")} | set(STRICT_HEALTH)
-    env = {k: v for k, v in os.environ.items() if k not in contract_names}
-    env.update(STRICT_HEALTH)
-    env.update(extra or {})
-    return env
+    return clean_env(STRICT_HEALTH | (extra or {}))
 
 
 def _torchrun(*flags: str) -> list[str]:
@@ -98,13 +83,7 @@ def run_torchrun(workdir: Path, nproc: int, *args: str) -> Run:
     cmd = [*_torchrun("--standalone", "--nproc-per-node", str(nproc)), *COMMON, "--metrics-file", str(metrics), *args]
     proc = subprocess.run(cmd, cwd=workdir, env=_clean_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return Run(proc.returncode, proc.stdout, _read_metrics(metrics))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return Run(proc.returncode, proc.stdout, read_losses(metrics))
 
 
 def run_pods(workdir: Path, pod: contract.PodEnvironment, *args: str) -> Run:
@@ -127,11 +106,7 @@ def run_pods(workdir: Path, pod: contract.PodEnvironment, *args: str) -> Run:
         texts.append(log.read())
         log.close()
     assert rcs == [0] * pod.nnodes, f"nodes exited {rcs}:\n" + "\n----\n".join(texts)
-    return Run(0, texts[0], _read_metrics(metrics))
-
-
-def _max_diff(a: dict[int, float], b: dict[int, float], steps: range) -> float:
-    return max(abs(a[s] - b[s]) for s in steps)
+    return Run(0, texts[0], read_losses(metrics))
 
 
 @pytest.fixture(scope="module")
@@ -169,22 +144,22 @@ def test_tiny_model_learns_real_text(single: Run) -> None:
 def test_ddp_matches_single_process(workdir: Path, single: Run) -> None:
     ddp = run_torchrun(workdir / "ddp", 2, "--parallel", "ddp", "--steps", str(N))
     assert "parallel=ddp data=2 fsdp=1 tensor=1 pipeline=1 world=2" in ddp.stdout
-    assert _max_diff(ddp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
+    assert max_diff(ddp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
 
 
 def test_fsdp_matches_single_process(fsdp: Run, single: Run) -> None:
     assert "parallel=fsdp data=1 fsdp=2 tensor=1 pipeline=1 world=2" in fsdp.stdout
-    assert _max_diff(fsdp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
+    assert max_diff(fsdp.losses, single.losses, range(1, N + 1)) < PARALLEL_TOL
 
 
 def test_hsdp_from_pod_contract_matches_single_process(workdir: Path, single: Run) -> None:
     pod = contract.PodEnvironment(
         job_name="hsdp-test", namespace="default", nnodes=1, node_rank=0, procs_per_node=4,
-        rdzv_addr="127.0.0.1", rdzv_port=_free_port(), parallelism=contract.format_parallelism(2, 2, 1, 1),
+        rdzv_addr="127.0.0.1", rdzv_port=free_port(), parallelism=contract.format_parallelism(2, 2, 1, 1),
     )  # fmt: skip
     hsdp = run_pods(workdir / "hsdp", pod, "--steps", str(K))
     assert "parallel=fsdp data=2 fsdp=2 tensor=1 pipeline=1 world=4" in hsdp.stdout
-    assert _max_diff(hsdp.losses, single.losses, range(1, K + 1)) < PARALLEL_TOL
+    assert max_diff(hsdp.losses, single.losses, range(1, K + 1)) < PARALLEL_TOL
 
 
 def test_single_process_resume_continues_exactly(workdir: Path, single: Run) -> None:
@@ -196,7 +171,7 @@ def test_single_process_resume_continues_exactly(workdir: Path, single: Run) -> 
     assert second.rc == 0
     assert f"resumed from step {K}" in second.stdout
     assert sorted(second.losses) == list(range(K + 1, N + 1))
-    assert _max_diff(second.losses, single.losses, range(K + 1, N + 1)) <= RESUME_TOL
+    assert max_diff(second.losses, single.losses, range(K + 1, N + 1)) <= RESUME_TOL
     # interval 5 and the last step: step-15, step-20, step-24 were written; keep=2 leaves the newest two.
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-20", "step-24"]
 
@@ -206,18 +181,18 @@ def test_fsdp_resume_on_two_nodes_from_pod_contract(workdir: Path, fsdp: Run) ->
     ckpt = base / "ckpt"
     first = run_torchrun(base, 2, "--parallel", "fsdp", "--steps", str(K), "--checkpoint-dir", str(ckpt), "--checkpoint-interval", str(K))
     assert (ckpt / f"step-{K}" / MANIFEST).is_file()
-    assert _max_diff(first.losses, fsdp.losses, range(1, K + 1)) <= RESUME_TOL
+    assert max_diff(first.losses, fsdp.losses, range(1, K + 1)) <= RESUME_TOL
     # Second segment: 2 nodes x 1 process, parallelism and checkpoint dir from RAILTRAIN_* only.
     pod = contract.PodEnvironment(
         job_name="resume-test", namespace="default", nnodes=2, node_rank=0, procs_per_node=1,
-        rdzv_addr="127.0.0.1", rdzv_port=_free_port(), parallelism=contract.format_parallelism(1, 2, 1, 1),
+        rdzv_addr="127.0.0.1", rdzv_port=free_port(), parallelism=contract.format_parallelism(1, 2, 1, 1),
         checkpoint_dir=str(ckpt), checkpoint_interval=K,
     )  # fmt: skip
     second = run_pods(base, pod, "--steps", str(N))
     assert "job=resume-test" in second.stdout and "parallel=fsdp data=1 fsdp=2 tensor=1 pipeline=1 world=2" in second.stdout
     assert f"resumed from step {K}" in second.stdout
     assert sorted(second.losses) == list(range(K + 1, N + 1))
-    assert _max_diff(second.losses, fsdp.losses, range(K + 1, N + 1)) <= RESUME_TOL
+    assert max_diff(second.losses, fsdp.losses, range(K + 1, N + 1)) <= RESUME_TOL
     # The sharded checkpoint also loads into a single unwrapped process (DCP reshards on load).
     alone = run_in_process(base, "--steps", str(N + 2), "--checkpoint-dir", str(ckpt))
     assert alone.rc == 0 and f"resumed from step {N}" in alone.stdout
@@ -234,5 +209,5 @@ def test_checkpoint_without_marker_is_ignored(workdir: Path, single: Run) -> Non
     assert resumed.rc == 0
     assert f"resumed from step {K - 4}" in resumed.stdout
     assert sorted(resumed.losses) == list(range(K - 3, K + 5))
-    assert _max_diff(resumed.losses, single.losses, range(K - 3, K + 5)) <= RESUME_TOL
+    assert max_diff(resumed.losses, single.losses, range(K - 3, K + 5)) <= RESUME_TOL
     assert (ckpt / f"step-{K}" / MANIFEST).is_file()  # written again, completely, by the resumed run

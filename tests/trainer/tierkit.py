@@ -1,4 +1,5 @@
-"""Trainer runs for the checkpoint-tier tests: gangs of simulated nodes on this host.
+"""Trainer runs on this host for the trainer tests: the shared flags and helpers, and, for the
+checkpoint-tier tests, gangs of simulated nodes.
 
 Each "node" is one ``torchrun`` configured only by the pod contract
 (``contract.pod_env``), as the operator launches it, with its own memory-tier
@@ -95,9 +96,15 @@ def free_port() -> int:
 
 
 def read_losses(path: Path) -> dict[int, float]:
+    """Loss per step from a ``--metrics-file`` (JSON lines); empty if the file does not exist."""
     if not path.exists():
         return {}
     return {rec["step"]: rec["loss"] for rec in map(json.loads, path.read_text().splitlines())}
+
+
+def max_diff(a: dict[int, float], b: dict[int, float], steps: range) -> float:
+    """The largest absolute difference of two runs' losses over ``steps`` (nats); KeyError if a run lacks a step."""
+    return max(abs(a[s] - b[s]) for s in steps)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from railtrain.crds import contract
-from tests.trainer.test_trainer_training import COMMON, _clean_env, _free_port, _torchrun
+from tests.trainer.test_trainer_training import _clean_env, _torchrun
+from tests.trainer.tierkit import COMMON, RUN_TIMEOUT_S, free_port
 
-RUN_TIMEOUT_S = 240
 FAST = {  # checks at every chance, a short hang floor: the faults show within a few steps
     "fingerprint_interval": 2, "kat_interval": 1000, "timing_interval": 1, "hang_floor_s": 3.0,
 }  # fmt: skip
@@ -39,7 +39,7 @@ def run_gang(workdir: Path, nnodes: int, *args: str, health: dict | None = None,
     workdir.mkdir(parents=True, exist_ok=True)
     pod = contract.PodEnvironment(
         job_name="health", namespace="default", nnodes=nnodes, node_rank=0, procs_per_node=1,
-        rdzv_addr="127.0.0.1", rdzv_port=_free_port(), parallelism=parallelism,
+        rdzv_addr="127.0.0.1", rdzv_port=free_port(), parallelism=parallelism,
     )  # fmt: skip
     settings = contract.health_from_mapping(FAST | (health or {}))
     procs, logs, terms = [], [], []

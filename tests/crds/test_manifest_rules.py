@@ -1,0 +1,85 @@
+"""Finding 7 of the new-user trial: what validate used to accept silently, now refused (or documented) alike by validate and the API server.
+
+- a YAML mapping with a key twice (``nodes: 1 ... nodes: 3`` meant 3 nodes);
+- ``spec.topology.level`` that is not a Kubernetes label key;
+- ``spec.command: []`` stays allowed: it means the image's ENTRYPOINT, as for
+  any Kubernetes container (the operator then sets no command), and
+  ``run --local`` refuses it with its own sentence;
+- omitted ``nodes``/``procsPerNode`` default to 1 (documented in the CRD, as
+  Kubeflow's and JobSet's replicas default to 1).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from railtrain.crds import contract
+from railtrain.crds.validation import ManifestError, manifest_document, parse_manifest
+
+PREFIX_253 = "x." + "a" * 251
+LEVELS_BAD = ["not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "a" * 64, PREFIX_253 + "a/n", "-rack", "rack-"]
+LEVELS_GOOD = ["railtrain.dev/rack", "rack", "kubernetes.io/hostname", "topology.kubernetes.io/zone", "a" * 63, PREFIX_253 + "/n", "A_b.c", ""]
+
+
+def job(**spec) -> dict:
+    return {"apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}", "kind": contract.KIND, "metadata": {"name": "rules"},
+            "spec": {"image": "img:1", **spec}}
+
+
+@pytest.mark.parametrize("level", LEVELS_BAD)
+def test_validate_refuses_a_level_that_is_not_a_label_key(level):
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(job(topology={"policy": "preferred", "level": level}))
+    assert len(err.value.errors) == 1 and err.value.errors[0].startswith("spec.topology.level: "), err.value.errors
+
+
+@pytest.mark.parametrize("level", LEVELS_GOOD)
+def test_validate_accepts_label_keys(level):
+    assert parse_manifest(job(topology={"policy": "preferred", "level": level})).spec.topology.level == level
+
+
+def test_the_api_server_agrees_on_levels(kube):
+    def refused(manifest: dict) -> str | None:
+        try:
+            kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, "default", contract.PLURAL, manifest,
+                                                        dry_run="All", field_validation="Strict")
+        except ApiException as err:
+            assert err.status == 422, err.body
+            return json.loads(err.body)["message"]
+        return None
+
+    for level in LEVELS_BAD:
+        message = refused(job(topology={"policy": "preferred", "level": level}))
+        assert message is not None and "spec.topology.level" in message, (level, message)
+    for level in LEVELS_GOOD:
+        assert refused(job(topology={"policy": "preferred", "level": level})) is None, level
+    assert refused(job(command=[])) is None  # the image's ENTRYPOINT, on both sides
+    parse_manifest(job(command=[]))
+
+
+DUPLICATES = [
+    ("apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n  image: x\n  nodes: 1\n  procsPerNode: 1\n  nodes: 3\n",
+     "line 8: key nodes appears twice in one mapping (first at line 6)"),
+    ("apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nkind: TrainingJob\nmetadata: {name: t}\nspec: {image: x}\n",
+     "line 3: key kind appears twice in one mapping (first at line 2)"),
+    ("spec: {resources: {cpu: 1, cpu: 2}}\n", "line 1: key cpu appears twice in one mapping (first at line 1)"),
+]
+
+
+@pytest.mark.parametrize("text, sentence", DUPLICATES)
+def test_a_key_twice_in_one_mapping_is_refused_naming_the_key_and_line(text, sentence):
+    with pytest.raises(ManifestError) as err:
+        manifest_document(text.encode())
+    assert err.value.errors == [f"{sentence}; each key may appear once (YAML keeps only the last value)"]
+
+
+def test_merge_keys_and_equal_keys_in_different_mappings_are_fine():
+    assert manifest_document(b"base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\ny: {a: 3}\n") == {"base": {"a": 1}, "x": {"a": 2}, "y": {"a": 3}}
+
+
+def test_nodes_and_procs_per_node_default_to_one():
+    spec = parse_manifest(job()).spec
+    assert (spec.nodes, spec.procs_per_node, spec.world_size) == (1, 1, 1)
