@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from railtrain.cli import errors
+from railtrain.cli import errors, helptext
 from railtrain.cli import manifest
 from railtrain.cli.errors import CliError
 from railtrain.crds.validation import ManifestError
@@ -86,9 +86,11 @@ def _report(err: Exception) -> int:
     return described.exit_code
 
 
+helptext.plain_placeholders()
 app = typer.Typer(
     cls=_Group,
     name="railtrain",
+    context_settings={"help_option_names": helptext.HELP_OPTIONS},
     help="Kubernetes-native orchestrator for large-scale model training.",
     no_args_is_help=True,
     add_completion=False,
@@ -101,10 +103,10 @@ app.add_typer(node_app, name="node")
 
 KubeconfigOption = Annotated[
     Optional[str],
-    typer.Option("--kubeconfig", envvar="KUBECONFIG", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
+    typer.Option("--kubeconfig", envvar="KUBECONFIG", metavar="FILE", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
 ]
-NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
-ContextNamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace; default: the kubeconfig context's.")]
+NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
+ContextNamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the kubeconfig context's.")]
 ManifestArgument = Annotated[str, typer.Argument(metavar="FILE", help=manifest.HELP, show_default=False)]  # str: '-' vs './-' 
 
 
@@ -255,7 +257,7 @@ class OutputFormat(str, Enum):
 
 @app.command()
 def get(
-    name: Annotated[Optional[str], typer.Argument(help="A job's name; omit to list jobs.", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A job's name; omit to list jobs.", show_default=False)] = None,
     namespace: ContextNamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List jobs in every namespace.")] = False,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or yaml.")] = OutputFormat.table,
@@ -288,7 +290,7 @@ def get(
 
 @node_app.command("clear")
 def node_clear(
-    node: Annotated[str, typer.Argument(help="The node's name.", show_default=False)],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.", show_default=False)],
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Return a quarantined node to service: remove its railtrain.dev/quarantined taint (an administrator's decision)."""
@@ -315,12 +317,12 @@ def node_list(kubeconfig: KubeconfigOption = None) -> None:
 
 @dev_app.command("up")
 def dev_up(
-    nodes: Annotated[Optional[int], typer.Option("--nodes", min=1, help="GPU nodes: fake (kwok) nodes, or kind workers with --kind. Default 4, or 3 with --kind.")] = None,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu capacity of each node (advertised, not real).")] = 8,
-    name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain",
+    nodes: Annotated[Optional[int], typer.Option("--nodes", min=1, metavar="COUNT", help="GPU nodes: fake (kwok) nodes, or kind workers with --kind. Default 4, or 3 with --kind.")] = None,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, metavar="COUNT", help="nvidia.com/gpu capacity of each node (advertised, not real).")] = 8,
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Name of the local cluster.")] = "railtrain",
     kind: Annotated[bool, typer.Option("--kind", help="A real kind cluster in Docker (pods really run) instead of kwok nodes; the node image is built offline once.")] = False,
-    load: Annotated[Optional[list[str]], typer.Option("--load", help="With --kind: a local Docker image to load into every worker (repeatable).")] = None,
-    cuda_libs: Annotated[Optional[Path], typer.Option("--cuda-libs", help="With --kind: a folder holding nvidia/ (CUDA libraries) that every container on the workers sees read-only at /opt/railtrain/lib/python3.11/site-packages/nvidia; for the CPU trainer image (trainer/Dockerfile, TORCH_CUDA_LIBS=drop).")] = None,
+    load: Annotated[Optional[list[str]], typer.Option("--load", metavar="IMAGE", help="With --kind: a local Docker image to load into every worker (repeatable).")] = None,
+    cuda_libs: Annotated[Optional[Path], typer.Option("--cuda-libs", metavar="DIR", help="With --kind: a folder holding nvidia/ (CUDA libraries) that every container on the workers sees read-only at /opt/railtrain/lib/python3.11/site-packages/nvidia; for the CPU trainer image (trainer/Dockerfile, TORCH_CUDA_LIBS=drop).")] = None,
 ) -> None:
     """Start (or reuse) a local cluster with GPU nodes and railtrain's CRDs; print its kubeconfig.
 
@@ -357,7 +359,7 @@ def dev_up(
 
 @dev_app.command("down")
 def dev_down(
-    name: Annotated[str, typer.Option("--name", help="Name of the local cluster.")] = "railtrain",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Name of the local cluster.")] = "railtrain",
     kind: Annotated[bool, typer.Option("--kind", help="Delete the kind cluster of that name instead.")] = False,
 ) -> None:
     """Stop a local cluster started by 'railtrain dev up' (with --kind: delete the kind cluster) and delete its state."""
@@ -389,10 +391,10 @@ def _import_controlplane() -> Any:
 
 @app.command()
 def operator(
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Watch only this namespace; default: every namespace.")] = None,
+    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Watch only this namespace; default: every namespace.")] = None,
     kubeconfig: KubeconfigOption = None,
-    topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
-    topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
+    topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", metavar="PRESET", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
+    topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", metavar="KEYS", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
 ) -> None:
     """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from railtrain.cli import local, local_checks
@@ -75,3 +77,16 @@ def test_size_warning_names_processes_and_cores():
     line = local_checks.size_warning(32, 2)
     assert line.startswith("warning: this job starts 32 processes on 2 CPU core(s) (16 per core)")
     assert local_checks.size_warning(32, None) is None
+
+
+@pytest.mark.parametrize("words", [["run"], ["dev", "up"], ["get"]], ids=" ".join)
+def test_help_has_no_rest_markup_or_source_paths(words):
+    from typer.testing import CliRunner
+
+    from railtrain.cli.main import app
+
+    text = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "200"}).stdout
+    assert "Usage: railtrain" in text
+    assert "``" not in text and not re.search(r"\w+/\w+\.py", text), text
+    if words == ["get"]:  # get takes no manifest: its namespace comes from --namespace or the kubeconfig context only
+        assert "Namespace; default: the kubeconfig context's." in text and "manifest" not in text

@@ -1,0 +1,36 @@
+"""``--help`` of every command: ``-h`` works too, and value placeholders read like a command line's (finding 8 of the new-user trial)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from railtrain.cli.main import app
+
+runner = CliRunner()
+COMMANDS = [[], ["validate"], ["run"], ["submit"], ["get"], ["operator"], ["dev", "up"], ["dev", "down"], ["node", "list"], ["node", "clear"]]
+INTERNAL = re.compile(r"<(bool|str|int|float|path|list\[[a-z]+\])[^>]*>|\{[a-z]+\}|\{FILE\}|range>")
+
+
+@pytest.mark.parametrize("words", COMMANDS, ids=lambda w: " ".join(w) or "railtrain")
+def test_dash_h_is_help_and_shows_no_python_types(words):
+    long = runner.invoke(app, [*words, "--help"], env={"COLUMNS": "200"})
+    short = runner.invoke(app, [*words, "-h"], env={"COLUMNS": "200"})
+    assert long.exit_code == 0 and short.exit_code == 0, short.output
+    assert short.stdout == long.stdout
+    assert "Usage: railtrain" in long.stdout
+    assert not INTERNAL.search(long.stdout), INTERNAL.search(long.stdout).group(0)
+
+
+def test_placeholders_name_what_to_give():
+    run = runner.invoke(app, ["run", "-h"], env={"COLUMNS": "200"}).stdout
+    assert "Usage: railtrain run [OPTIONS] FILE" in run
+    assert re.search(r"--local\s+Run the gang", run)  # a flag takes no value
+    assert re.search(r"--grace\s+NUMBER \[x>=0\]", run)
+    get = runner.invoke(app, ["get", "-h"], env={"COLUMNS": "200"}).stdout
+    assert "Usage: railtrain get [OPTIONS] [NAME]" in get
+    assert re.search(r"--kubeconfig\s+FILE", get) and re.search(r"--output\s+-o\s+table\|yaml", get)
+    up = runner.invoke(app, ["dev", "up", "-h"], env={"COLUMNS": "200"}).stdout
+    assert re.search(r"--nodes\s+COUNT \[x>=1\]", up) and re.search(r"--load\s+IMAGE", up)
