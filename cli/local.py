@@ -35,7 +35,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
@@ -159,16 +159,25 @@ def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = N
 
 FAULT_FLAGS = {"bitflip": "--fault-bitflip", "slow": "--fault-slow", "hang": "--fault-hang", "kill": "--fault-kill", "bad_batch": "--fault-bad-batch"}
 """``railtrain run --local`` flag of each injectable fault (:class:`~railtrain.crds.contract.Faults` field)."""
+FAULT_VARIABLES = {
+    "bitflip": contract.ENV_FAULT_BITFLIP, "slow": contract.ENV_FAULT_SLOW, "hang": contract.ENV_FAULT_HANG,
+    "kill": contract.ENV_FAULT_KILL, "bad_batch": contract.ENV_FAULT_BAD_BATCH,
+}  # fmt: skip
+"""The variable each fault flag becomes (named in the contract's messages, replaced by the flag's name here)."""
 
 
-def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
-    """The ``RAILTRAIN_FAULT_*`` variables of the ``--fault-*`` flags that were given.
+def parse_fault_flags(values: dict[str, str | None]) -> dict[str, Any]:
+    """The faults of the ``--fault-*`` flags that were given.
 
     Args:
         values: :data:`FAULT_FLAGS` key to the flag's ``key=value,...`` text (``None``: not given).
 
+    Returns:
+        :data:`FAULT_FLAGS` key to the parsed fault (a :class:`~railtrain.crds.contract.Faults` field value).
+
     Raises:
-        CliError: a malformed value; the message names the flag and what is allowed (exit status 2).
+        CliError: a malformed value; the message names the flag (not the variable
+            it becomes) and what is allowed (exit status 2).
     """
     faults = {}
     for kind, text in values.items():
@@ -177,8 +186,18 @@ def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
         try:
             faults[kind] = contract.parse_fault(kind, text)
         except contract.ContractError as err:
-            raise CliError(f"{FAULT_FLAGS[kind]}: {err}", exit_code=2) from None
-    return contract.fault_env(contract.Faults(**faults))
+            message = str(err).replace(FAULT_VARIABLES[kind], FAULT_FLAGS[kind], 1)
+            raise CliError(message if message.startswith(FAULT_FLAGS[kind]) else f"{FAULT_FLAGS[kind]}: {message}", exit_code=2) from None
+    return faults
+
+
+def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
+    """The ``RAILTRAIN_FAULT_*`` variables of the ``--fault-*`` flags that were given (see :func:`parse_fault_flags`).
+
+    Raises:
+        CliError: a malformed value, naming the flag (exit status 2).
+    """
+    return contract.fault_env(contract.Faults(**parse_fault_flags(values)))
 
 
 def plan_local(
@@ -254,11 +273,13 @@ class LocalGang:
         self._lock = threading.Lock()
         self._procs: dict[int, subprocess.Popen[str]] = {}
         self._pumps: list[threading.Thread] = []
-        self._tails = {n.rank: collections.deque(maxlen=TAIL_LINES) for n in nodes}
+        self._tails: dict[int, collections.deque[tuple[str, bool]]] = {n.rank: collections.deque(maxlen=TAIL_LINES) for n in nodes}
         self._hidden = {n.rank: 0 for n in nodes}
         self._unfiltered: set[int] = set()
         self._muted: set[int] = set()
         self._muted_lines = 0
+        self.failed: tuple[int, int] | None = None
+        """``(node rank, exit status)`` of the first node seen failing, once :meth:`run` returned."""
 
     def run(self) -> int:
         """Run every node to completion.
@@ -286,6 +307,7 @@ class LocalGang:
                 self._drain()
                 return 0
             rank, returncode = failed
+            self.failed = (rank, exit_status(returncode))
             others = sum(1 for r, p in self._procs.items() if r != rank and p.poll() is None)
             stopping = f"; stopping the other {others} running node(s)" if others else ""
             self.notify(f"node rank {rank} exited with status {exit_status(returncode)}{stopping}")
@@ -363,23 +385,30 @@ class LocalGang:
             for line in stream:
                 self._emit(rank, line.rstrip("\r\n"))
 
+    def tail(self, rank: int) -> list[str]:
+        """The last :data:`TAIL_LINES` lines node ``rank`` printed (before it was muted)."""
+        return [line for line, _ in self._tails[rank]]
+
     def _emit(self, rank: int, line: str) -> None:
         if rank in self._muted:
             self._muted_lines += 1
             return
-        self._tails[rank].append(line)
         if line.lstrip().startswith("Traceback"):
             self._unfiltered.add(rank)  # show the whole traceback, not just its last line
-        if rank == 0 or self.verbose or rank in self._unfiltered or NOTEWORTHY.search(line):
+        shown = rank == 0 or self.verbose or rank in self._unfiltered or bool(NOTEWORTHY.search(line))
+        self._tails[rank].append((line, shown))
+        if shown:
             self._write(f"[rank {rank}] {line}\n")
         else:
             self._hidden[rank] += 1
 
     def _show_tail(self, rank: int) -> None:
-        if not self._hidden[rank] or not self._tails[rank]:
+        """Repeat the failed node's last lines when some of them were filtered out (never a second copy of what was shown)."""
+        tail = self._tails[rank]
+        if all(shown for _, shown in tail):
             return
-        self._write(f"[rank {rank}] --- last {len(self._tails[rank])} lines of output (rerun with --verbose for all) ---\n")
-        for line in list(self._tails[rank]):
+        self._write(f"[rank {rank}] --- last {len(tail)} lines of output (rerun with --verbose for all) ---\n")
+        for line, _ in list(tail):
             self._write(f"[rank {rank}] {line}\n")
 
     def _write(self, text: str) -> None:

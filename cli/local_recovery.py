@@ -4,7 +4,8 @@ When a node of a local gang fails, :class:`RecoveringRun` reads every node's
 termination message (each node writes its own file, through
 :data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH`), takes the
 gang's verdict the way the operator does (the most specific one,
-:data:`railtrain.operator.phases.verdict.PRECEDENCE`) and applies the rule of
+:data:`railtrain.operator.phases.verdict.PRECEDENCE`; among plain failures,
+the node that failed first) and applies the rule of
 ``spec.runPolicy.failurePolicy`` for it (:func:`decide`): stop with the
 failing node's status, or start the whole gang again with the next restart
 count (``RAILTRAIN_RESTART_COUNT``), on fresh ports, so the trainer resumes
@@ -25,6 +26,7 @@ step 100) still happens in the restarted gang.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,15 +35,22 @@ from typing import Callable, Protocol
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
 from railtrain.crds.failure_policy import FailureAction
+from railtrain.operator.phases.verdict import PRECEDENCE
 
 MAX_INFRASTRUCTURE_RESTARTS = 10
 """Infrastructure restarts a local run allows before it gives up (no other node to move to)."""
-PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, contract.VERDICT_STRAGGLER, contract.VERDICT_HANG, contract.VERDICT_RETRYABLE)
-"""The gang's verdict is the first of these any node reported (the operator's order)."""
+_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
+_TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_TORCHRUN_SIGNAL = re.compile(r"Signal \d+ \((SIG[A-Z0-9]+)\) received")
 
 
 class Gang(Protocol):
-    """What :class:`RecoveringRun` needs of a gang (:class:`~railtrain.cli.local.LocalGang`)."""
+    """What :class:`RecoveringRun` needs of a gang (:class:`~railtrain.cli.local.LocalGang`).
+
+    After :meth:`run`, ``failed`` is ``(node rank, exit status)`` of the first
+    node seen failing (``None`` when none failed), and ``tail(rank)`` that
+    node's last lines of output.
+    """
 
     def run(self) -> int: ...
 
@@ -55,29 +64,90 @@ class Decision:
     detail: str
 
 
-def gang_verdict(messages: list[str | None], code: int) -> tuple[str, str]:
+def torchrun_cause(lines: list[str]) -> str | None:
+    """How torchrun says its worker ended, from torchrun's "Root Cause" report in a node's output, or ``None``.
+
+    torchrun exits 1 whatever happened to its worker; its ``ChildFailedError``
+    report names the worker's global rank and exit code, and the signal when
+    one killed it (``exitcode : -9``, ``Signal 9 (SIGKILL) received by PID``).
+
+    Returns:
+        e.g. ``"worker rank 1 was killed by SIGKILL (exit code -9)"`` or ``"worker rank 1 exited with code 3"``.
+    """
+    rank = code = signame = None
+    for line in lines:
+        if m := _TORCHRUN_RANK.match(line):
+            rank = m.group(1)
+        elif m := _TORCHRUN_EXIT.match(line):
+            code = int(m.group(1))
+        if m := _TORCHRUN_SIGNAL.search(line):
+            signame = m.group(1)
+    if code is None:
+        return None
+    who = f"worker rank {rank}" if rank is not None else "its worker"
+    if signame:
+        return f"{who} was killed by {signame} (exit code {code})"
+    return f"{who} exited with code {code}"
+
+
+def _said(v: contract.Verdict) -> str:
+    """``"reason: message on nodes"``, without repeating a reason the message already starts with."""
+    message = v["message"]
+    text = message if message.startswith(f"{v['reason']}:") else f"{v['reason']}: {message}"
+    return text + (f" on {', '.join(v['nodes'])}" if v["nodes"] else "")
+
+
+def gang_verdict(messages: list[str | None], code: int, first: int | None = None, causes: dict[int, str | None] | None = None) -> tuple[str, str]:
     """``(verdict, detail)`` of a failed gang from its nodes' termination messages and the failing node's exit status.
 
-    Without any verdict, exit status 2 is ``user-error`` and anything else ``retryable`` (as in the operator).
+    A health verdict or ``user-error`` of any node decides, most specific first
+    (the operator's order, :data:`railtrain.operator.phases.verdict.PRECEDENCE`):
+    one rank's finding takes the others down with plain failures. Otherwise
+    the node where the failure began decides: a node whose worker a signal
+    killed (it could not say why; its peers then fail with a closed
+    connection), else the node seen failing first. The others' errors are
+    what that failure did to them. Without any verdict, exit status 2 is
+    ``user-error`` and anything else ``retryable`` (as in the operator).
+
+    Args:
+        messages: each node rank's termination message (``None``: none written).
+        code: the exit status of the first failing node.
+        first: that node's rank, when known.
+        causes: node rank to how its worker ended (:func:`torchrun_cause`), where known.
     """
-    parsed = [v for m in messages if (v := contract.parse_termination_message(m))]
-    if not parsed:
-        kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
-        return kind, f"exit status {code}, no verdict"
-    v = min(parsed, key=lambda v: PRECEDENCE.index(v["verdict"]) if v["verdict"] in PRECEDENCE else len(PRECEDENCE))
-    nodes = f" on {', '.join(v['nodes'])}" if v["nodes"] else ""
-    return v["verdict"], f"{v['reason']}: {v['message']}{nodes}"
+    parsed = {rank: v for rank, m in enumerate(messages) if (v := contract.parse_termination_message(m))}
+    decisive = [v for v in parsed.values() if v["verdict"] != contract.VERDICT_RETRYABLE]
+    if decisive:
+        v = min(decisive, key=lambda v: PRECEDENCE.index(v["verdict"]) if v["verdict"] in PRECEDENCE else len(PRECEDENCE))
+        return v["verdict"], _said(v)
+    causes = causes or {}
+    killed = sorted(r for r, c in causes.items() if c and " killed by " in c and r not in parsed)
+    origin = killed[0] if killed else first
+    if origin is not None:
+        v = parsed.get(origin)
+        if v is not None:
+            return v["verdict"], f"node rank {origin} failed first: {_said(v)}"
+        kind = contract.VERDICT_USER_ERROR if origin == first and code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
+        return kind, f"node rank {origin} failed first: " + (causes.get(origin) or f"exit status {code}, no verdict")
+    if parsed:
+        return contract.VERDICT_RETRYABLE, _said(next(iter(parsed.values())))
+    kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
+    return kind, f"exit status {code}, no verdict"
 
 
-def decide(job: TrainingJob, messages: list[str | None], code: int, job_restarts: int, infrastructure_restarts: int) -> Decision:
+def decide(
+    job: TrainingJob, messages: list[str | None], code: int, job_restarts: int, infrastructure_restarts: int,
+    first: int | None = None, causes: dict[int, str | None] | None = None,
+) -> Decision:  # fmt: skip
     """Apply ``spec.runPolicy.failurePolicy`` to a failed local gang (pure).
 
     Args:
         messages: each node's termination message (None where it wrote none).
         code: the exit status of the first failing node.
         job_restarts, infrastructure_restarts: restarts made so far.
+        first, causes: the first failing node's rank and how each node's worker ended (:func:`gang_verdict`).
     """
-    kind, detail = gang_verdict(messages, code)
+    kind, detail = gang_verdict(messages, code, first, causes)
     policy = job.spec.run_policy
     rule = policy.failure_policy.rule(kind)
     if rule.action == FailureAction.FAIL.value:
@@ -171,7 +241,9 @@ class RecoveringRun:
             self.failed_at = time.monotonic()
             messages = [p.read_text() or None for p in files]
             self.spent |= set().union(*(spent_faults(n.env, messages) for n in nodes))
-            d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts)
+            first, _ = getattr(self.current, "failed", None) or (None, None)
+            causes = {n.rank: torchrun_cause(self.current.tail(n.rank)) for n in nodes} if hasattr(self.current, "tail") else {}
+            d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts, first, causes)
             self.history.append(d)
             if d.action == "fail":
                 self.notify(f"gang failed ({d.verdict}: {d.detail}); not restarting")

@@ -106,6 +106,7 @@ KubeconfigOption = Annotated[
     typer.Option("--kubeconfig", envvar="KUBECONFIG", metavar="FILE", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
 ]
 NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
+ContextNamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the kubeconfig context's.")]
 ManifestArgument = Annotated[str, typer.Argument(metavar="FILE", help=manifest.HELP, show_default=False)]  # str: '-' vs './-' 
 
 
@@ -149,7 +150,8 @@ def validate(
 def run(
     file: ManifestArgument,
     local: Annotated[bool, typer.Option("--local", help="Run the gang as processes on this machine (required: cluster runs use 'railtrain submit').")] = False,
-    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; default: the current one.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", metavar="N", help="Train until step N instead of the --steps in spec.args (the trainer's own flag, changed there); a run resumed from a checkpoint trains only the steps after it.", show_default=False)] = None,
+    workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; a relative spec.checkpoint.location resolves against it too. Default: the current directory.", show_default=False)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line of every rank (default: rank 0 fully, other ranks' errors and warnings).")] = False,
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
     fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,mode=once|persistent,bit=0,index=0,target=param|activation' (docs/health.md).")] = None,
@@ -163,26 +165,37 @@ def run(
     Exits 0 when every node succeeds, 130 after Ctrl-C. When a node fails, the
     other nodes are stopped and spec.runPolicy decides, as on a cluster: the
     whole gang restarts (resuming from its checkpoints) or the run ends with
-    the failing node's status (docs/operator.md, "Recovery"). The ``--fault-*``
-    flags inject faults (docs/health.md); a restarted gang keeps only those it
-    has not met yet (cli/local_recovery.py); a failed run's
-    summary line carries the gang's verdict and its suspect rank and node.
+    the failing node's status (docs/operator.md, "Recovery"). The --fault-*
+    flags inject faults (docs/health.md); a fault happens once: a restarted
+    gang keeps only the faults it has not met yet. A failed run's summary line
+    carries the gang's verdict and the rank that failed first.
     """
     from railtrain.cli import local as local_run
+    from railtrain.cli import local_checks
 
     if not local:
         raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
     if workdir is not None and not workdir.is_dir():
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
-    faults = local_run.fault_environment(
-        {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
-    )
-    job = manifest.read(file).job()  # relative paths in it resolve against the current directory, file or stdin
+    given = {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
+    parsed_faults = local_run.parse_fault_flags(given)
+    job = manifest.read(file).job()
+    if steps is not None:
+        job = local_checks.with_steps(job, steps)
     spec = job.spec
+    local_checks.check_faults(parsed_faults, local_run.FAULT_FLAGS, spec.world_size, local_checks.job_steps(job))
+    faults = local_run.fault_environment(given)
+    base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     ports = local_run.free_ports(spec.nodes + 1)
-    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=Path.cwd(), extra_env=faults)
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults)
     say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
+    if spec.checkpoint.location:
+        say(f"checkpoints: {local_run.resolve_location(spec.checkpoint.location, base_dir)}")
+    warning = local_checks.size_warning(spec.world_size, os.cpu_count())
+    if warning:
+        say(warning, style="yellow")
+    say(f"starting {spec.world_size} rank(s) on {spec.nodes} local node(s); the first lines come after torch has started in every process")
     started = time.monotonic()
     from railtrain.cli.local_recovery import RecoveringRun
 
@@ -190,7 +203,7 @@ def run(
         if not restarts:
             return nodes
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=Path.cwd(), restarts=restarts, extra_env=faults)
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults)
 
     notify = lambda s: say(s, style="yellow")  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
@@ -245,7 +258,7 @@ class OutputFormat(str, Enum):
 @app.command()
 def get(
     name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A job's name; omit to list jobs.", show_default=False)] = None,
-    namespace: NamespaceOption = None,
+    namespace: ContextNamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List jobs in every namespace.")] = False,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or yaml.")] = OutputFormat.table,
     kubeconfig: KubeconfigOption = None,
@@ -313,7 +326,7 @@ def dev_up(
 ) -> None:
     """Start (or reuse) a local cluster with GPU nodes and railtrain's CRDs; print its kubeconfig.
 
-    The export line goes to stdout, so ``eval "$(railtrain dev up)"`` points kubectl and railtrain at it.
+    The export line goes to stdout, so eval "$(railtrain dev up)" points kubectl and railtrain at it.
     """
     controlplane = _import_controlplane()
     if (load or cuda_libs) and not kind:
@@ -382,8 +395,9 @@ def operator(
     kubeconfig: KubeconfigOption = None,
     topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", metavar="PRESET", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
     topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", metavar="KEYS", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
+    unreachable_seconds: Annotated[float, typer.Option("--unreachable-seconds", metavar="SECONDS", help="Stop with exit status 1 once the API server has not answered for this many seconds (more than 0).")] = 60.0,
 ) -> None:
-    """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
+    """Run the railtrain operator in the foreground (Ctrl-C stops it; it stops by itself when the API server is gone)."""
     try:
         from railtrain.operator import main as operator_main
         from railtrain.operator import topology
@@ -399,7 +413,12 @@ def operator(
         os.environ.pop(topology.ENV_LEVELS, None)
     if topology_levels:
         os.environ[topology.ENV_LEVELS] = topology_levels
-    operator_main.run(namespace, kubeconfig)
+    if not unreachable_seconds > 0:
+        raise CliError(f"--unreachable-seconds: must be more than 0 seconds, got {unreachable_seconds:g}")
+    try:
+        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds)
+    except operator_main.OperatorError as err:
+        raise CliError(str(err)) from None
 
 
 def main() -> None:

@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         verdict = err if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
         if verdict is None:
-            write_termination_message(*verdict_of(err), f"{type(err).__name__}: {err}")
+            kind, reason = verdict_of(err)
+            # the reason already names the exception's class when it can; the message does not repeat it
+            write_termination_message(kind, reason, str(err) if reason == type(err).__name__ else f"{type(err).__name__}: {err}")
             raise
         # a finding, not a bug: one line, no traceback
         print(f"railtrain.trainer: health: verdict={verdict.verdict} reason={verdict.reason} ranks={verdict.ranks} nodes={verdict.nodes} step={verdict.step}: {verdict.message}", file=sys.stderr, flush=True)

@@ -309,6 +309,12 @@ class Trainer:
                 f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
             )
         self.resume()
+        if self.step >= c.steps:
+            where = c.checkpoint_dir or "the checkpoint tiers"
+            self.log(
+                f"nothing to train: {where} already holds step {self.step}, and --steps is {c.steps}; "
+                "delete it to start over, or raise --steps (railtrain run --local --steps N) to train further"
+            )
         self.health.start()
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len

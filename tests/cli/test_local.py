@@ -176,7 +176,7 @@ def test_fault_flags_become_the_contract_variables():
     assert contract.read_faults(env) == contract.Faults(
         hang=contract.HangFault(1, 5, "collective"), bitflip=contract.BitFlipFault(rank=0, step=3)
     )
-    with pytest.raises(CliError, match=r"^--fault-slow: RAILTRAIN_FAULT_SLOW factor must be >= 1, got 0.5$") as info:
+    with pytest.raises(CliError, match=r"^--fault-slow factor must be >= 1, got 0.5$") as info:
         local.fault_environment({"slow": "rank=1,factor=0.5"})
     assert info.value.exit_code == 2
 

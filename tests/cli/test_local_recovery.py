@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from railtrain.cli.local_recovery import MAX_INFRASTRUCTURE_RESTARTS, decide, gang_verdict, spent_faults
+from railtrain.cli.local_recovery import MAX_INFRASTRUCTURE_RESTARTS, decide, gang_verdict, spent_faults, torchrun_cause
 from railtrain.crds import contract
 from railtrain.crds.validation import parse_manifest
 from tests.cli import manifests
@@ -91,3 +91,42 @@ def test_fault_flags_reach_restarted_gangs_until_met(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[rank 0] rank 0 restart 0 kill='rank=1,step=5' hang='rank=0,step=50,kind=compute'" in proc.stdout
     assert "[rank 0] rank 0 restart 1 kill='' hang='rank=0,step=50,kind=compute'" in proc.stdout
+
+
+TORCHRUN_KILLED = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=====================================================
+railtrain.trainer FAILED
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_19:43:48
+  host      : localhost
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 6449)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 6449
+=====================================================""".splitlines()
+
+
+def test_torchrun_cause_reads_the_root_cause_report():
+    assert torchrun_cause(TORCHRUN_KILLED) == "worker rank 1 was killed by SIGKILL (exit code -9)"
+    exited = [line.replace("-9 (pid: 6449)  (SIGKILL)", "3 (pid: 1)") for line in TORCHRUN_KILLED if "Signal" not in line]
+    assert torchrun_cause(exited) == "worker rank 1 exited with code 3"
+    assert torchrun_cause(["step=1 loss=5.7"]) is None
+
+
+def test_the_killed_rank_decides_not_its_peers_closed_connection():
+    """Rank 1 SIGKILLed, rank 0 fails in gloo after it: the summary names rank 1 and how it died, whichever node was seen first."""
+    peer = contract.format_termination_message("retryable", "RuntimeError", "[gloo/pair.cc:561] Connection closed by peer")
+    causes = {0: "worker rank 0 exited with code 1", 1: "worker rank 1 was killed by SIGKILL (exit code -9)"}
+    for first in (0, 1):
+        assert gang_verdict([peer, None], 1, first, causes) == ("retryable", "node rank 1 failed first: worker rank 1 was killed by SIGKILL (exit code -9)")
+
+
+def test_plain_failures_are_told_by_the_node_that_failed_first_without_repeating_the_reason():
+    crash = contract.format_termination_message("retryable", "RuntimeError", "RuntimeError: data file vanished")
+    peer = contract.format_termination_message("retryable", "RuntimeError", "Connection closed by peer")
+    assert gang_verdict([crash, peer], 1, 0) == ("retryable", "node rank 0 failed first: RuntimeError: data file vanished")
+    assert gang_verdict([None, None], 2, 1) == ("user-error", "node rank 1 failed first: exit status 2, no verdict")
+    # a health verdict of any node still wins over the node seen first
+    assert gang_verdict([peer, msg("hang", "NoProgress")], 1, 0) == ("hang", "NoProgress: seen on local-1")
