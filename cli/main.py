@@ -395,8 +395,9 @@ def operator(
     kubeconfig: KubeconfigOption = None,
     topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", metavar="PRESET", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
     topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", metavar="KEYS", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
+    unreachable_seconds: Annotated[float, typer.Option("--unreachable-seconds", metavar="SECONDS", help="Stop with exit status 1 once the API server has not answered for this many seconds (more than 0).")] = 60.0,
 ) -> None:
-    """Run the railtrain operator in the foreground (Ctrl-C stops it)."""
+    """Run the railtrain operator in the foreground (Ctrl-C stops it; it stops by itself when the API server is gone)."""
     try:
         from railtrain.operator import main as operator_main
         from railtrain.operator import topology
@@ -412,7 +413,12 @@ def operator(
         os.environ.pop(topology.ENV_LEVELS, None)
     if topology_levels:
         os.environ[topology.ENV_LEVELS] = topology_levels
-    operator_main.run(namespace, kubeconfig)
+    if not unreachable_seconds > 0:
+        raise CliError(f"--unreachable-seconds: must be more than 0 seconds, got {unreachable_seconds:g}")
+    try:
+        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds)
+    except operator_main.OperatorError as err:
+        raise CliError(str(err)) from None
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
-"""``python -m railtrain.operator [--namespace NS] [--kubeconfig PATH] [--topology-preset P | --topology-levels K1,K2,...]``."""
+"""``python -m railtrain.operator [--namespace NS] [--kubeconfig PATH] [--topology-preset P | --topology-levels K1,K2,...] [--unreachable-seconds S]``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from railtrain.operator.topology import ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
 
@@ -22,14 +23,22 @@ def main() -> None:
         "--topology-levels", default=None,
         help=f"Comma-separated node label keys of the topology levels, widest first (overrides the preset; default ${ENV_LEVELS}).",
     )
+    parser.add_argument(
+        "--unreachable-seconds", type=float, default=60.0,
+        help="Stop with exit status 1 once the API server has not answered for this long (default 60).",
+    )
     args = parser.parse_args()
     try:
         resolve_levels(args.topology_preset, args.topology_levels, os.environ)
     except ValueError as err:
         parser.error(str(err))
-    from railtrain.operator.main import run
+    from railtrain.operator.main import OperatorError, run
 
-    run(args.namespace, args.kubeconfig, args.resync_seconds, args.topology_preset, args.topology_levels)
+    try:
+        run(args.namespace, args.kubeconfig, args.resync_seconds, args.topology_preset, args.topology_levels, args.unreachable_seconds)
+    except OperatorError as err:
+        print(f"railtrain-operator: error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import Any, Callable
 from railtrain.crds import contract
 from railtrain.operator import admission, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
-from railtrain.operator.kube import Kube
+from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import GangRequest, Placement, Refusal
 from railtrain.operator.topology import DEFAULT_LEVELS
 
@@ -93,7 +93,8 @@ def reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
-        _apply(kube, job, p)
+        if not _apply_or_reject(kube, job, p, _now(now)):
+            return p
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
         admission_pass(kube, now, levels, watch_namespace)
@@ -135,7 +136,11 @@ def admission_pass(
             meta = job["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
-            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+            try:
+                entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+            except Exception as err:  # one job the planner cannot read never blocks the others' admission
+                log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
+                continue
             if entry is not None:
                 request, ready = entry
                 waiting[request.job] = (job, ready, request)
@@ -151,7 +156,10 @@ def admission_pass(
         for decision in decisions:
             job, ready, request = waiting[decision.job]
             if ready:
-                _decide(kube, job, request, decision.result, at)
+                try:
+                    _decide(kube, job, request, decision.result, at)
+                except Exception as err:  # isolated: the next pass decides this job again
+                    log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
         return decisions
 
 
@@ -167,9 +175,29 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
-        _apply(kube, job, p)
+        if not _apply_or_reject(kube, job, p, now):
+            return
         for type_, reason, message in p.events:
             log.info("%s/%s %s: %s", namespace, name, reason, message)
+
+
+def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> bool:
+    """Apply a plan; when the API server refuses one of its objects as invalid, fail the job instead (status, Warning Event).
+
+    Returns:
+        False when the job was failed here.
+    """
+    try:
+        _apply(kube, job, p)
+        return True
+    except Rejected as err:
+        meta = job["metadata"]
+        message = f"the API server refused {err.kind} {err.name} ({err.status}): {err.message}; fix the spec and submit the job again"
+        log.warning("%s/%s failed: %s", meta["namespace"], meta["name"], message)
+        status = reconcile.rejected_status(job, message, now)
+        if kube.patch_status(meta["namespace"], meta["name"], reconcile.status_patch(job.get("status") or {}, status)):
+            kube.emit_event(job, "Warning", reconcile.REJECTED, message)
+        return False
 
 
 def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:

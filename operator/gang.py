@@ -19,7 +19,7 @@ from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob, TrainingJobSpec
 from railtrain.operator import conditions as cond
 from railtrain.operator import render
-from railtrain.operator.cluster import pod_node
+from railtrain.operator.cluster import parse_quantity, pod_node
 from railtrain.operator.nodefit import pod_needs
 from railtrain.operator.placement import GangRequest
 
@@ -36,6 +36,58 @@ def parse_job(obj: dict[str, Any]) -> TrainingJob:
         pydantic.ValidationError: the stored spec does not match the models.
     """
     return TrainingJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": obj["metadata"]["name"]}})
+
+
+def _quantity_problem(field: str, value: Any) -> str | None:
+    try:
+        amount = parse_quantity(value)
+    except ValueError:
+        return f"{field}: {value!r} is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
+    return f"{field}: {value!r} must not be negative" if amount < 0 else None
+
+
+def spec_problem(job: TrainingJob, namespace: str = "", uid: str = "") -> str | None:
+    """Why a job whose spec parses still cannot become pods: a resource amount the API server refuses in a Pod.
+
+    The CRD schema and the models may let such a value through (an object
+    stored before a stricter schema, or a field the schema types only as a
+    string), so the operator checks before it places or creates anything.
+    ``spec.resources.cpu``, ``.memory`` and ``.shm`` are named as the user
+    wrote them; then every amount of the rendered rank-0 pod (containers'
+    requests and limits, ``emptyDir.sizeLimit``, ``overhead``) is checked,
+    which covers the pod template.
+
+    Args:
+        job: the parsed TrainingJob; namespace, uid: as rendered into the pod.
+
+    Returns:
+        One sentence naming the field and its value, or None when every
+        amount is a non-negative quantity (:data:`~railtrain.operator.cluster.QUANTITY`).
+    """
+    res = job.spec.resources
+    for name in ("cpu", "memory", "shm"):
+        value = getattr(res, name)
+        if value is not None and (problem := _quantity_problem(f"spec.resources.{name}", value)):
+            return problem
+    try:
+        pod = render.render_pod(job, namespace, uid, 0)
+    except ValueError as err:
+        return str(err)
+    spec = pod.get("spec") or {}
+    for group in ("initContainers", "containers"):
+        for c in spec.get(group) or []:
+            for kind in ("requests", "limits"):
+                for key, value in ((c.get("resources") or {}).get(kind) or {}).items():
+                    if problem := _quantity_problem(f"container {c.get('name')} resources.{kind}.{key}", value):
+                        return problem
+    for v in spec.get("volumes") or []:
+        size = (v.get("emptyDir") or {}).get("sizeLimit")
+        if size is not None and (problem := _quantity_problem(f"volume {v.get('name')} emptyDir.sizeLimit", size)):
+            return problem
+    for key, value in (spec.get("overhead") or {}).items():
+        if problem := _quantity_problem(f"overhead.{key}", value):
+            return problem
+    return None
 
 
 def restart_of(pod: dict[str, Any]) -> int:
@@ -149,7 +201,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
 
     Returns:
         ``(request, ready)``, or None when the job does not wait: terminal,
-        suspended, invalid, backing off after a gang timeout
+        suspended, invalid (the models refuse it, or :func:`spec_problem`), backing off after a gang timeout
         (``status.requeueAfter`` in the future), or every rank already released.
         ``ready`` is True when every pod of the gang exists so placement can be
         applied now. A job that is not ready (pods still being created, or the
@@ -165,6 +217,8 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         job = parse_job(obj)
     except ValidationError:
         return None
+    if spec_problem(job, obj["metadata"].get("namespace", ""), obj["metadata"].get("uid", "")):
+        return None  # the reconcile fails it with InvalidSpec; it never takes a turn in the queue
     spec = job.spec
     after = parse_time(status.get("requeueAfter"))
     if now is not None and after is not None and now < after:

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller, metrics
+from railtrain.operator import controller, kube, metrics
 from railtrain.operator.kube import Kube, connect
 from railtrain.operator.topology import DEFAULT_LEVELS
 
 log = logging.getLogger("railtrain.operator")
+
+MAX_BACKOFF_SECONDS = 30.0
+"""Longest wait between resync passes after consecutive failures."""
 
 
 class OperatorConfig:
@@ -31,13 +35,20 @@ class OperatorConfig:
         resync_seconds: period of the level-triggered resync of unfinished jobs.
         topology_levels: node label keys of the topology levels, widest first.
         namespace: the only namespace watched and admitted, or None for all.
+        unreachable_seconds: how long every resync may fail to reach the API
+            server before the operator stops with exit status 1.
+        stop: set to stop kopf (``kopf.run(stop_flag=...)``).
+        fatal: why the operator stopped itself, when it did.
     """
 
     kubeconfig: str | None = None
     namespace: str | None = None
     resync_seconds: float = 2.0
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+    unreachable_seconds: float = 60.0
     kube: Kube | None = None
+    stop: threading.Event = threading.Event()
+    fatal: str | None = None
 
 
 def _kube() -> Kube:
@@ -79,27 +90,75 @@ async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
 
 
 async def _resync_loop() -> None:
+    """Resync every ``resync_seconds`` forever: no error ends it (see :func:`_resync_pass`).
+
+    A pass that fails is logged as one line and the next one waits longer
+    (doubling up to :data:`MAX_BACKOFF_SECONDS`, or a quarter of
+    ``unreachable_seconds`` when that is shorter); once every pass has failed to
+    reach the API server for ``unreachable_seconds``, the operator stops with
+    exit status 1 (:func:`railtrain.operator.main.run`).
+    """
     loop = asyncio.get_running_loop()
+    failures, down_since = 0, None
     while True:
-        await asyncio.sleep(OperatorConfig.resync_seconds)
+        longest = max(OperatorConfig.resync_seconds, min(MAX_BACKOFF_SECONDS, OperatorConfig.unreachable_seconds / 4))
+        await asyncio.sleep(min(OperatorConfig.resync_seconds * 2**failures, longest))
         try:
-            jobs = await loop.run_in_executor(None, _kube().list_jobs, OperatorConfig.namespace)
-            for job in jobs:
-                if (job.get("status") or {}).get("phase") == "Succeeded" and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
-                    continue  # nothing left to do for a Succeeded job unless its TTL will delete it
-                meta = job["metadata"]
-                await loop.run_in_executor(None, _reconcile, meta["namespace"], meta["name"], False)
-            await loop.run_in_executor(None, lambda: metrics.observe_nodes(_kube().list_nodes()))  # railtrain_quarantined_nodes
-            # One admission pass for the whole resync, not one per waiting job.
-            await loop.run_in_executor(None, controller.admission_pass, _kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
+            await loop.run_in_executor(None, _resync_pass)
+            failures, down_since = 0, None
         except asyncio.CancelledError:
             raise
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        except Exception as err:  # the next pass retries; never let the loop die
+            failures = min(failures + 1, 16)
+            if not kube.unreachable(err):
+                down_since = None
+                level = logging.WARNING if kube.transient(err) else logging.ERROR
+                log.log(level, "resync pass failed, retrying: %s", kube.describe(err))
+                continue
+            down_since = down_since or loop.time()
+            down = loop.time() - down_since
+            log.warning("resync pass failed: the API server does not answer (%.0f s so far): %s", down, kube.describe(err))
+            if down >= OperatorConfig.unreachable_seconds:
+                OperatorConfig.fatal = (
+                    f"the Kubernetes API server{_at_host()} has not answered for {down:.0f} s; "
+                    "the operator stops (restart it once the cluster is up)"
+                )
+                OperatorConfig.stop.set()
+                return
+
+
+def _at_host() -> str:
+    host = getattr(getattr(getattr(OperatorConfig.kube, "api", None), "configuration", None), "host", None)
+    return f" at {host}" if host else ""
+
+
+def _resync_pass() -> None:
+    """One resync: reconcile every unfinished job, each on its own, then one admission pass for all.
+
+    An error reconciling one job is that job's alone (one line; the next pass
+    retries it); an error reading the job list or running the admission pass
+    is raised to the loop.
+    """
+    try:
+        jobs = _kube().list_jobs(OperatorConfig.namespace)
+    except ApiException as err:
+        if err.status == 404:
             log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
-        except Exception:  # the next pass retries; never let the loop die
-            log.exception("resync pass failed")
+            return
+        raise
+    for job in jobs:
+        if (job.get("status") or {}).get("phase") == "Succeeded" and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
+            continue  # nothing left to do for a Succeeded job unless its TTL will delete it
+        meta = job["metadata"]
+        try:
+            _reconcile(meta["namespace"], meta["name"], False)
+        except Exception as err:
+            if kube.transient(err):
+                raise  # the server's trouble, not this job's: one line for the pass, not one per job
+            log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err))
+    metrics.observe_nodes(_kube().list_nodes())  # railtrain_quarantined_nodes
+    # One admission pass for the whole resync, not one per waiting job.
+    controller.admission_pass(_kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
@@ -107,13 +166,13 @@ def on_job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
     """Any change to a TrainingJob (and the initial listing on startup) → reconcile it."""
     if type == "DELETED":
         return
-    _reconcile(namespace, name)
+    _reconcile_quietly(namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
 def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
     """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
-    _reconcile(namespace, labels[contract.LABEL_JOB_NAME])
+    _reconcile_quietly(namespace, labels[contract.LABEL_JOB_NAME])
 
 
 @kopf.on.event("", "v1", "nodes")
@@ -122,10 +181,23 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], **_: Any)
     ready = next((c for c in (status or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
     if type != "DELETED" and ready is not None and ready.get("status") == "True":
         return
-    for namespace, job in controller.jobs_on_node(_kube(), name):
+    try:
+        jobs = controller.jobs_on_node(_kube(), name)
+    except Exception as err:
+        log.warning("node %s: could not list its jobs, the resync retries: %s", name, kube.describe(err))
+        return
+    for namespace, job in jobs:
         if OperatorConfig.namespace in (None, namespace):
-            _reconcile(namespace, job)
+            _reconcile_quietly(namespace, job)
 
 
 def _reconcile(namespace: str, name: str, admit: bool = True) -> None:
     controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit, watch_namespace=OperatorConfig.namespace)
+
+
+def _reconcile_quietly(namespace: str, name: str) -> None:
+    """Reconcile from an event handler: an error is one line (the resync retries the job), never a kopf traceback."""
+    try:
+        _reconcile(namespace, name)
+    except Exception as err:
+        log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err))

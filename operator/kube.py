@@ -13,6 +13,7 @@ import socket
 from datetime import datetime, timezone
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -20,6 +21,56 @@ from railtrain.crds import contract
 
 FIELD_MANAGER = "railtrain-operator"
 COMPONENT = "railtrain-operator"
+
+
+class Rejected(Exception):
+    """The API server refused to create an object as invalid (400 BadRequest or 422 Invalid): a spec error, not worth a retry.
+
+    Attributes:
+        kind, name: the object refused; status: 400 or 422; message: the server's own ``Status.message``.
+    """
+
+    def __init__(self, kind: str, name: str, status: int, message: str):
+        super().__init__(f"{kind} {name}: {message}")
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+
+
+def server_message(err: ApiException) -> str:
+    """The ``message`` of the Status body of an API error on one line, else its HTTP reason."""
+    try:
+        body = json.loads(err.body or "")
+    except (TypeError, ValueError):
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    return " ".join(str(message or err.reason or f"HTTP {err.status}").split())
+
+
+def describe(err: BaseException) -> str:
+    """Any error of a call to the API server as one line: ``429 storage is (re)initializing``, ``MaxRetryError: ...``."""
+    if isinstance(err, ApiException):
+        return f"{err.status} {server_message(err)}"
+    text = str(getattr(err, "reason", None) or err)
+    if "refused" in text.lower():
+        return "connection refused"
+    if isinstance(err, (TimeoutError, urllib3.exceptions.TimeoutError)) or "timed out" in text.lower():
+        return "no answer in time"
+    line = " ".join(f"{type(err).__name__}: {text}".split())
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def transient(err: BaseException) -> bool:
+    """Whether an error of a call is worth retrying as it is: 429, 5xx, or no answer at all (connection, timeout, status 0).
+
+    A 4xx other than 429 (a refusal of the request itself) is not.
+    """
+    if isinstance(err, ApiException):
+        return err.status == 0 or err.status == 429 or err.status >= 500
+    return unreachable(err)
+
+
+def unreachable(err: BaseException) -> bool:
+    """Whether an error means the API server did not answer at all (refused, reset, timed out, DNS)."""
+    return isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, socket.gaierror)) or (isinstance(err, ApiException) and err.status == 0)
 
 
 class Kube:
@@ -112,7 +163,13 @@ class Kube:
 
     # --- writes ----------------------------------------------------------------
     def create(self, manifest: dict[str, Any]) -> bool:
-        """Create a Pod or Service; returns False when it already existed or its namespace is being deleted."""
+        """Create a Pod or Service; returns False when it already existed or its namespace is being deleted.
+
+        Raises:
+            Rejected: the server refused the object as invalid (400/422), e.g. a
+                quantity it cannot parse ("cannot be handled as a Pod").
+            kubernetes.client.rest.ApiException: any other refusal (429, 5xx, 403 ...).
+        """
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
@@ -125,6 +182,8 @@ class Kube:
         except ApiException as err:
             if err.status == 409 or (err.status == 403 and "NamespaceTerminating" in str(err.body)):
                 return False
+            if err.status in (400, 422):
+                raise Rejected(manifest["kind"], manifest["metadata"]["name"], err.status, server_message(err)) from None
             raise
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:

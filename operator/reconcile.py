@@ -30,13 +30,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from railtrain.crds.validation import format_validation_error
+
 from railtrain.operator import conditions as cond
-from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names
+from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
+__all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -69,12 +71,39 @@ def observe(
     try:
         step.job = parse_job(obj)
     except ValidationError as err:
-        step.spec_error = str(err.errors()[0].get("msg"))
+        step.spec_error = "; ".join(format_validation_error(err)[:3])
+    if step.job is not None and (problem := spec_problem(step.job, obj["metadata"].get("namespace", ""), obj["metadata"].get("uid", ""))):
+        step.job, step.spec_error = None, problem
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
     step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
+
+
+REJECTED = "PodRejected"
+"""Reason of the Failed condition of a job whose pods or Service the API server refuses as invalid (400/422)."""
+
+
+def rejected_status(obj: dict[str, Any], message: str, now: datetime) -> dict[str, Any]:
+    """The status of a job whose objects the API server refuses as invalid: phase Failed, ``Failed=True`` reason :data:`REJECTED`.
+
+    Such a refusal (e.g. "cannot be handled as a Pod" for a quantity the
+    server cannot parse) repeats on every try, so the job ends rather than
+    retrying; the next pass sees a Failed job and deletes any rank created
+    before the refusal (:data:`~railtrain.operator.phases.terminal.STAY_TERMINAL`).
+
+    Args:
+        obj: the TrainingJob as read; message: the sentence for the condition (the server's words).
+        now: current time (UTC).
+
+    Returns:
+        The whole new status (write it with :func:`status_patch`).
+    """
+    old = dict(obj.get("status") or {})
+    generation = obj["metadata"].get("generation")
+    conds, _ = cond.set_condition(list(old.get("conditions") or []), cond.FAILED, True, REJECTED, message, now, generation)
+    return {**old, "phase": cond.FAILED, "conditions": conds, "observedGeneration": generation, "completionTime": old.get("completionTime") or cond.rfc3339(now)}
 
 
 def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:

@@ -53,13 +53,31 @@ def test_operator_runs_in_the_foreground(monkeypatch):
     from railtrain.operator import main as operator_main
 
     calls = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig: calls.append((namespace, kubeconfig)))
-    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml"])
+    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: calls.append((namespace, kubeconfig, unreachable_seconds)))
+    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml", "--unreachable-seconds", "5"])
     assert result.exit_code == 0, result.output
-    assert calls == [("team-a", "/k.yaml")]
+    assert calls == [("team-a", "/k.yaml", 5.0)]
     monkeypatch.delenv("KUBECONFIG", raising=False)
     runner.invoke(app, ["operator"])
-    assert calls[-1] == (None, None)
+    assert calls[-1] == (None, None, 60.0)
+
+
+def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit_1(monkeypatch):
+    from railtrain.operator import main as operator_main
+
+    def gone(namespace, kubeconfig, unreachable_seconds):
+        raise operator_main.OperatorError("the Kubernetes API server at https://x:6443 has not answered for 60 s; the operator stops")
+
+    monkeypatch.setattr(operator_main, "run", gone)
+    result = runner.invoke(app, ["operator"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: the Kubernetes API server at https://x:6443 has not answered for 60 s; the operator stops"]
+    monkeypatch.undo()  # the real operator: its preflight refuses before kopf starts
+    result = runner.invoke(app, ["operator", "--kubeconfig", "/nonexistent/kubeconfig"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "error: no kubeconfig file at /nonexistent/kubeconfig; pass --kubeconfig PATH or set KUBECONFIG to an existing file"
+    ]
 
 
 def test_operator_topology_flags_reach_the_operator_through_its_environment(monkeypatch):
@@ -67,7 +85,7 @@ def test_operator_topology_flags_reach_the_operator_through_its_environment(monk
     from railtrain.operator import topology
 
     seen = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig: seen.append(topology.resolve_levels(environ=dict(os.environ))))
+    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: seen.append(topology.resolve_levels(environ=dict(os.environ))))
     monkeypatch.setenv(topology.ENV_LEVELS, "a.example/x")  # monkeypatch restores both variables afterwards
     monkeypatch.delenv(topology.ENV_PRESET, raising=False)
     assert runner.invoke(app, ["operator", "--topology-preset", "gke"]).exit_code == 0

@@ -1,0 +1,207 @@
+"""A job the operator cannot turn into pods fails alone, with a reason naming the field; the others are admitted (no cluster).
+
+Finding 1 of the new-user trial: ``resources: {cpu: lots}`` reached the
+operator, the API server refused its pods, and the error ended the periodic
+resync and every later admission pass. These tests run the planner and the
+controller over :class:`~tests.operator.test_controller.FakeKube`; the same
+sequence on a real control plane is in ``test_bad_spec_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import urllib3
+from kubernetes.client.rest import ApiException
+
+from railtrain.operator import cluster, controller, gang, handlers, main, reconcile
+from railtrain.operator.conditions import find
+from railtrain.operator.kube import Rejected
+
+from .builders import job_obj, node
+from .test_controller import NOW, FakeKube, pinned, reconcile_all
+
+
+def failed(kube, name):
+    status = kube.jobs[("team", name)].get("status") or {}
+    c = find(status.get("conditions") or [], "Failed")
+    return (status.get("phase"), c and c["reason"], c and c["message"])
+
+
+@pytest.mark.parametrize("text", ["lots", "2GB", "inf", "nan", "", "1.2.3", "5 Gi"])
+def test_parse_quantity_refuses_what_the_api_server_refuses(text):
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        cluster.parse_quantity(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("500m", 0.5), ("64Gi", 64 * 2**30), ("1e3", 1000.0), ("-5Gi", -5 * 2**30), (".5", 0.5), ("2k", 2000.0)])
+def test_parse_quantity_reads_kubernetes_quantities(text, value):
+    assert cluster.parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("resources", "field", "words"),
+    [
+        ({"cpu": "lots"}, "spec.resources.cpu", "'lots' is not a Kubernetes quantity"),
+        ({"memory": "-5Gi"}, "spec.resources.memory", "must not be negative"),
+        ({"shm": "lots"}, "spec.resources.shm", "'lots' is not a Kubernetes quantity"),
+    ],
+)
+def test_a_bad_resource_amount_fails_the_job_with_invalid_spec_naming_field_and_value(resources, field, words):
+    obj = job_obj("bad", nodes=1, resources={"gpus": 8, **resources})
+    p = reconcile.plan(obj, [], True, NOW)
+    c = find(p.status["conditions"], "Failed")
+    assert p.status["phase"] == "Failed" and c["reason"] == "InvalidSpec"
+    assert field.rsplit(".", 1)[1] in c["message"] and (words in c["message"] or "quantity" in c["message"] or "negative" in c["message"]), c["message"]
+    assert p.create_pods == [] and reconcile.admission_request(obj, [], NOW) is None
+    assert ("Warning", "InvalidSpec") in {(t, r) for t, r, _ in p.events}
+
+
+def test_spec_problem_names_the_field_of_a_bad_amount():
+    job = reconcile.parse_job(job_obj("bad", nodes=1))
+    job.spec.resources.cpu = "lots"  # past the models: stored before a stricter schema
+    assert gang.spec_problem(job) == "spec.resources.cpu: 'lots' is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
+    job.spec.resources.cpu = "16"
+    assert gang.spec_problem(job) is None
+
+
+def test_a_bad_job_next_to_good_ones_fails_alone_and_the_good_ones_are_admitted():
+    bad = job_obj("bad", nodes=1, resources={"gpus": 8, "cpu": "lots"})
+    good = job_obj("good", nodes=2)
+    bad["metadata"]["creationTimestamp"], good["metadata"]["creationTimestamp"] = "2026-11-29T11:00:00Z", "2026-11-29T11:00:01Z"
+    kube = FakeKube([node("n0"), node("n1")], [bad, good])
+    reconcile_all(kube)
+    controller.admission_pass(kube, NOW)
+    assert pinned(kube, "good") == {"n0", "n1"}
+    phase, reason, _ = failed(kube, "bad")
+    assert (phase, reason) == ("Failed", "InvalidSpec") and pinned(kube, "bad") == set()
+    assert not [p for p in kube.pods.values() if p["metadata"]["name"].startswith("bad-")]
+
+
+def test_a_job_whose_status_cannot_be_read_is_left_out_of_the_pass_alone(caplog):
+    odd = job_obj("odd", nodes=1, status={"requeueAfter": "not a time"})
+    kube = FakeKube([node("n0"), node("n1")], [odd, job_obj("good", nodes=1)])
+    controller.reconcile_job(kube, "team", "good", NOW, admit=False)  # odd's own reconcile fails alike (the resync isolates it)
+    with caplog.at_level(logging.WARNING, "railtrain.operator"):
+        controller.admission_pass(kube, NOW)
+    assert pinned(kube, "good")
+    assert any("team/odd left out of this admission pass" in r.getMessage() for r in caplog.records)
+
+
+class RefusingKube(FakeKube):
+    """Refuses the pods of job ``bad`` as the API server does a quantity it cannot parse."""
+
+    def create(self, manifest):
+        if manifest["kind"] == "Pod" and manifest["metadata"]["name"].startswith("bad-"):
+            raise Rejected("Pod", manifest["metadata"]["name"], 400, 'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular expression')
+        return super().create(manifest)
+
+
+def test_pods_the_api_server_refuses_fail_their_job_with_pod_rejected_and_an_event():
+    kube = RefusingKube([node("n0")], [job_obj("bad", nodes=1), job_obj("good", nodes=1)])
+    reconcile_all(kube)
+    phase, reason, message = failed(kube, "bad")
+    assert (phase, reason) == ("Failed", reconcile.REJECTED)
+    assert "refused Pod bad-0 (400)" in message and "cannot be handled as a Pod" in message
+    assert ("bad", "Warning", reconcile.REJECTED) in kube.events
+    reconcile_all(kube)  # a Failed job is not retried: no second event
+    assert kube.events.count(("bad", "Warning", reconcile.REJECTED)) == 1
+    controller.admission_pass(kube, NOW)
+    assert pinned(kube, "good") == {"n0"}
+
+
+class FlakyKube(FakeKube):
+    """``get_job`` of job ``flaky`` answers 403; listing fails with ``errors`` while it has some left."""
+
+    def __init__(self, *args, errors=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.errors = list(errors)
+
+    def get_job(self, ns, name):
+        if name == "flaky":
+            raise ApiException(status=403, reason="Forbidden")
+        return super().get_job(ns, name)
+
+    def list_jobs(self, namespace=None):
+        if self.errors:
+            raise self.errors.pop(0)
+        return super().list_jobs(namespace)
+
+
+@pytest.fixture
+def operator_config(monkeypatch):
+    monkeypatch.setattr(handlers.OperatorConfig, "resync_seconds", 0.01)
+    monkeypatch.setattr(handlers.OperatorConfig, "unreachable_seconds", 60.0)
+    monkeypatch.setattr(handlers.OperatorConfig, "fatal", None)
+    monkeypatch.setattr(handlers.OperatorConfig, "namespace", None)
+    handlers.OperatorConfig.stop.clear()
+    yield handlers.OperatorConfig
+    handlers.OperatorConfig.stop.clear()
+
+
+def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(operator_config, caplog):
+    kube = FlakyKube([node("n0"), node("n1")], [job_obj("flaky", nodes=1), job_obj("good", nodes=1)])
+    operator_config.kube = kube
+    with caplog.at_level(logging.WARNING, "railtrain.operator"):
+        handlers._resync_pass()  # creates the good gang
+        handlers._resync_pass()  # admits it (flaky, unreadable, keeps its turn only until its gang timeout)
+    assert len(pinned(kube, "good")) == 1
+    lines = [r.getMessage() for r in caplog.records if "team/flaky" in r.getMessage()]
+    assert len(lines) == 2 and "403" in lines[0] and not any(r.exc_info for r in caplog.records)
+
+
+def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_is_gone(operator_config, caplog):
+    refused = urllib3.exceptions.MaxRetryError(None, "/apis", urllib3.exceptions.NewConnectionError(None, "Connection refused"))
+    errors = [ApiException(status=429, reason="Too Many Requests"), ApiException(status=400, reason="Bad Request"), ApiException(status=500, reason="x")]
+    kube = FlakyKube([node("n0")], [job_obj("good", nodes=1)], errors=errors + [refused] * 1000)
+    operator_config.kube = kube
+    operator_config.unreachable_seconds = 0.2
+
+    async def run():
+        await asyncio.wait_for(handlers._resync_loop(), timeout=30)
+
+    with caplog.at_level(logging.WARNING, "railtrain.operator"):
+        asyncio.run(run())
+    assert operator_config.stop.is_set() and "has not answered for" in operator_config.fatal
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("429" in m for m in messages) and any("400" in m for m in messages) and any("500" in m for m in messages)
+    assert any("connection refused" in m for m in messages)
+    assert not any(r.exc_info for r in caplog.records)  # one line each, no traceback
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "env", "words"),
+    [
+        ("/nonexistent/kubeconfig", {}, "no kubeconfig file at /nonexistent/kubeconfig"),
+        (None, {"KUBECONFIG": "/nonexistent/kubeconfig"}, "KUBECONFIG=/nonexistent/kubeconfig: no kubeconfig file there"),
+        (None, {"KUBECONFIG": None, "HOME": "/nonexistent-home"}, "no kubeconfig: KUBECONFIG is not set"),
+    ],
+)
+def test_preflight_without_a_kubeconfig_is_one_sentence(monkeypatch, kubeconfig, env, words):
+    for key, value in env.items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(main.OperatorError, match=words):
+        main.preflight(kubeconfig, wait_seconds=0)
+
+
+def test_preflight_against_a_dead_server_is_one_sentence(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    with pytest.raises(main.OperatorError, match=r"^cannot reach the Kubernetes API server at https://127.0.0.1:1 \(connection refused\)"):
+        main.preflight(str(path), wait_seconds=0)
+
+
+def test_kopf_routine_lines_are_quieted():
+    quiet = main.QuietKopf()
+    success = logging.LogRecord("kopf.objects", logging.INFO, "", 0, "Handler 'on_pod_event' succeeded.", None, None)
+    retry = logging.LogRecord("kopf._cogs.clients.api", logging.ERROR, "", 0, "Request attempt #1/9 failed; will retry: GET /x -> APITooManyRequestsError(429)", None, None)
+    ours = logging.LogRecord("railtrain.operator", logging.INFO, "", 0, "x succeeded.", None, None)
+    assert quiet.filter(success) is logging.getLogger().isEnabledFor(logging.DEBUG) and success.levelno == logging.DEBUG
+    assert quiet.filter(retry) and retry.levelname == "WARNING"
+    assert quiet.filter(ours) and ours.levelno == logging.INFO
