@@ -202,7 +202,7 @@ class Checkpoint(_Model):
     """
 
     interval: int = Field(100, ge=1, description="Training steps between checkpoints to the persistent location.")
-    location: str = Field("", description="Persistent tier: a directory every pod sees, or an fsspec URI (s3://, gs://); empty disables it.")
+    location: str | None = Field(None, min_length=1, description="Persistent tier: a directory every pod sees, or an fsspec URI (s3://, gs://); omitted disables it (an empty string is refused: omit the field instead).")
     keep: int = Field(2, ge=0, description="Newest complete persistent checkpoints kept (0 keeps all).")
     volume_claim: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="PersistentVolumeClaim (ReadWriteMany) mounted at location in every pod; location must then be an absolute path.")
     memory: MemoryTier | None = Field(None, description="In-memory tier with a copy on the neighbouring node; omitted means off.")
@@ -280,8 +280,8 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".runPolicy.failurePolicy.rules",
     ),
     Rule(
-        cel="!has(self.checkpoint.volumeClaim) || self.checkpoint.location.startsWith('/')",
-        check=lambda s: s.checkpoint.volume_claim is None or s.checkpoint.location.startswith("/"),
+        cel="!has(self.checkpoint.volumeClaim) || (has(self.checkpoint.location) && self.checkpoint.location.startsWith('/'))",
+        check=lambda s: s.checkpoint.volume_claim is None or (s.checkpoint.location or "").startswith("/"),
         message="spec.checkpoint.location must be an absolute path when spec.checkpoint.volumeClaim is set (the claim is mounted there)",
         field_path=".checkpoint.location",
     ),

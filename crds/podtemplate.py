@@ -223,7 +223,7 @@ def _mount_problems(spec: "TrainingJobSpec") -> list[str]:
             out.append(f"{where} conflicts with spec.checkpoint.memory/local: that path is a checkpoint tier's mount")
         elif path == SHM_MOUNT and spec.resources.shm:
             out.append(f"{where} conflicts with spec.resources.shm, which mounts a memory-backed /dev/shm; use one of them")
-        elif spec.checkpoint.volume_claim and path == spec.checkpoint.location.rstrip("/"):
+        elif spec.checkpoint.volume_claim and spec.checkpoint.location and path == spec.checkpoint.location.rstrip("/"):
             out.append(f"{where} conflicts with spec.checkpoint.volumeClaim, which is mounted at spec.checkpoint.location")
     return out
 
@@ -279,7 +279,7 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
     TemplateRule(
         cel=_each_trainer(
             f"!has(c.volumeMounts) || c.volumeMounts.all(m, !(m.mountPath in {_cel_list((contract.MEMORY_TIER_MOUNT, contract.LOCAL_TIER_MOUNT))}) "
-            f"&& (!has(self.resources.shm) || m.mountPath != '{SHM_MOUNT}') && (!has(self.checkpoint.volumeClaim) || m.mountPath != self.checkpoint.location))"
+            f"&& (!has(self.resources.shm) || m.mountPath != '{SHM_MOUNT}') && (!has(self.checkpoint.volumeClaim) || !has(self.checkpoint.location) || m.mountPath != self.checkpoint.location))"
         ),
         message=f"spec.template.spec.containers[{TRAINER}].volumeMounts conflicts with spec.checkpoint or spec.resources.shm: the checkpoint tiers, spec.checkpoint.location (with volumeClaim) and /dev/shm (with spec.resources.shm) are mounted by the operator",
         field_path=".template.spec.containers",

@@ -70,7 +70,7 @@ def pod_environment(
         procs_per_node=spec.procs_per_node,
         rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
         parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
-        checkpoint_dir=spec.checkpoint.location,
+        checkpoint_dir=spec.checkpoint.location or "",
         checkpoint_interval=spec.checkpoint.interval,
         **checkpoint_tier_environment(spec.checkpoint),
         restart_count=restarts,

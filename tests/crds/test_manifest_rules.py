@@ -2,6 +2,7 @@
 
 - a YAML mapping with a key twice (``nodes: 1 ... nodes: 3`` meant 3 nodes);
 - ``spec.topology.level`` that is not a Kubernetes label key;
+- ``spec.checkpoint.location: ""`` (omit it to disable the persistent tier);
 - ``spec.command: []`` stays allowed: it means the image's ENTRYPOINT, as for
   any Kubernetes container (the operator then sets no command), and
   ``run --local`` refuses it with its own sentence;
@@ -78,6 +79,20 @@ def test_a_key_twice_in_one_mapping_is_refused_naming_the_key_and_line(text, sen
 
 def test_merge_keys_and_equal_keys_in_different_mappings_are_fine():
     assert manifest_document(b"base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\ny: {a: 3}\n") == {"base": {"a": 1}, "x": {"a": 2}, "y": {"a": 3}}
+
+
+def test_an_empty_checkpoint_location_is_refused_and_an_omitted_one_disables_the_tier(kube):
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(job(checkpoint={"location": ""}))
+    assert err.value.errors == ["spec.checkpoint.location: must not be empty"]
+    assert parse_manifest(job()).spec.checkpoint.location is None
+    try:
+        kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, "default", contract.PLURAL, job(checkpoint={"location": ""}),
+                                                    dry_run="All", field_validation="Strict")
+    except ApiException as server:
+        assert server.status == 422 and "spec.checkpoint.location" in json.loads(server.body)["message"]
+    else:
+        raise AssertionError("the API server accepted checkpoint.location ''")
 
 
 def test_nodes_and_procs_per_node_default_to_one():
