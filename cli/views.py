@@ -109,6 +109,26 @@ def _label_column(key: str) -> str:
     return key.split("|")[0].rsplit("/", 1)[-1].upper()
 
 
+QUIET_SECONDS = 30
+"""How long a job may go without any condition before ``railtrain get`` asks whether an operator runs (it writes one within seconds)."""
+
+
+def _no_conditions(meta: dict[str, Any], now: datetime) -> str:
+    """The line shown instead of the conditions of a job that has none.
+
+    Every job the operator has looked at carries a condition (one it cannot
+    run is Failed with InvalidSpec or PodRejected), so a job without one past
+    :data:`QUIET_SECONDS` has not been seen by any operator.
+    """
+    created = parse_time(meta.get("creationTimestamp"))
+    if created is None or (now - created).total_seconds() < QUIET_SECONDS:
+        return "Conditions: none yet (the operator writes them within seconds of creation)"
+    return (
+        f"Conditions: none after {age(meta.get('creationTimestamp'), now)}: no operator has acted on this job; "
+        "is 'railtrain operator' running against this cluster? (its log names a job it cannot act on)"
+    )
+
+
 def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
     """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains)."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
@@ -139,7 +159,7 @@ def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
             table.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""), age(c.get("lastTransitionTime"), now), c.get("message", ""))
         parts.append(table)
     else:
-        parts.append(Text("Conditions: none yet (is the operator running?)"))
+        parts.append(Text(_no_conditions(meta, now)))
     parts.append(Text(""))
 
     placement = sorted(status.get("placement") or [], key=lambda p: p.get("rank", 0))

@@ -87,8 +87,14 @@ def test_job_detail_shows_conditions_and_placement():
 
 
 def test_job_detail_before_the_operator_acted():
-    text = render(views.job_detail(obj("new", conditions=[], placement=[]), NOW))
-    assert "Pending" in text and "none yet" in text and "not placed yet" in text
+    text = render(views.job_detail(obj("new", conditions=[], placement=[], created=5), NOW))
+    assert "Pending" in text and "none yet (the operator writes them within seconds" in text and "not placed yet" in text
+    assert "is 'railtrain operator' running" not in text
+
+
+def test_job_detail_without_conditions_long_after_creation_asks_for_the_operator():
+    text = " ".join(render(views.job_detail(obj("old", conditions=[], placement=[], created=300), NOW)).split())
+    assert "Conditions: none after 5m: no operator has acted on this job; is 'railtrain operator' running" in text
 
 
 def test_yaml_drops_managed_fields():
@@ -125,3 +131,9 @@ def test_job_detail_shows_elastic_admission_and_requeues():
     assert "Requeues:   1 (gang timeout" in text
     job["status"].pop("admittedNodes")
     assert "2..4 nodes × 8 processes, elastic (not admitted yet)" in render(views.job_detail(job, NOW))
+
+
+def test_job_detail_of_a_job_the_operator_failed_shows_its_reason_not_the_operator_hint():
+    message = "the API server refused Pod bad-0 (422): Pod \"bad-0\" is invalid: spec.volumes[0].name: Invalid value: \"Scratch_Vol\""
+    text = " ".join(render(views.job_detail(obj("bad", phase="Failed", conditions=[cond("Failed", "True", "PodRejected", 300, message)]), NOW)).split())
+    assert "Failed True PodRejected" in text and "Scratch_Vol" in text and "operator" not in text.replace("the API server", "")
