@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from kubernetes import client, config
@@ -92,11 +92,22 @@ def connect(kubeconfig: str | None) -> Cluster:
         if IN_CLUSTER_NAMESPACE.is_file():
             namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or namespace
     else:
-        raise CliError(
-            f"--kubeconfig: no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG "
-            "(start a local cluster with 'railtrain dev up', which prints one)"
-        )
+        raise CliError(_missing_kubeconfig(kubeconfig, path, os.environ))
     return Cluster(api=client.CustomObjectsApi(client.ApiClient(cfg)), namespace=namespace, host=cfg.host)
+
+
+def _missing_kubeconfig(kubeconfig: str | None, path: str, environ: Mapping[str, str]) -> str:
+    """The sentence for a kubeconfig that does not exist, naming where the path came from.
+
+    ``kubeconfig`` equal to ``$KUBECONFIG`` came from the environment (typer
+    fills the option from it): the advice is then about that variable, not to set it.
+    """
+    start = "start a local cluster with 'railtrain dev up', which prints one"
+    if kubeconfig is not None and environ.get("KUBECONFIG") == kubeconfig:
+        return f"KUBECONFIG: no kubeconfig file at {path}; point KUBECONFIG at an existing file or unset it (its cluster may be gone: {start})"
+    if kubeconfig is None:
+        return f"no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG ({start})"
+    return f"--kubeconfig: no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG ({start})"
 
 
 def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

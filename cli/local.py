@@ -4,9 +4,10 @@ The gang is rendered exactly as the operator renders it
 (:func:`railtrain.operator.render.render_gang`), so the processes see the same
 pod-environment contract a cluster pod sees; only what cannot hold on one host
 is changed: node rank 0 is ``127.0.0.1`` on a free port, every node gets its own
-metrics port, a relative checkpoint location becomes absolute (against the
-directory ``railtrain`` was started in, not the manifest's folder, so a manifest
-from standard input behaves the same), the node-local checkpoint tiers get a
+metrics port, a relative checkpoint location becomes absolute (against
+``--workdir``, the processes' working directory, when given, else the directory
+``railtrain`` was started in; never the manifest's folder, so a manifest from
+standard input behaves the same), the node-local checkpoint tiers get a
 directory per node rank on this host (:func:`local_tier_dirs`), and the
 container image is ignored.
 ``torchrun`` and ``python`` run from this interpreter, so the local run uses

@@ -6,8 +6,8 @@
 * :func:`check_faults`: a ``--fault-*`` flag whose rank is outside the gang,
   or whose step comes after the job's last step, would never fire; it is
   refused before anything starts.
-* :func:`size_warning`: a gang far bigger than this machine is started (the
-  user may know better), after one line with the numbers.
+* :func:`size_warning`, :func:`memory_warning`: a gang far bigger than this
+  machine is started (the user may know better), after one line with the numbers.
 
 Everything here is pure: plain data in, plain data out.
 """
@@ -22,6 +22,8 @@ from railtrain.crds.api import TrainingJob
 TRAINER_MODULE = "railtrain.trainer"
 OVERSUBSCRIBED = 2
 """Processes per CPU core beyond which :func:`size_warning` warns (each rank wants at least one core)."""
+TRAINING_BYTES_PER_PARAM = 16
+"""float32 weights, gradients and AdamW's two moments: 4 × 4 bytes per parameter, before activations."""
 
 
 def flag_value(args: list[str], flag: str) -> str | None:
@@ -109,4 +111,39 @@ def size_warning(world_size: int, cores: int | None) -> str | None:
     return (
         f"warning: this job starts {world_size} processes on {cores} CPU core(s) ({world_size / cores:.0f} per core): "
         "it was sized for a cluster and will be very slow here, if it fits in memory at all (Ctrl-C stops it)"
+    )
+
+
+def model_params(job: TrainingJob) -> tuple[str, int] | None:
+    """``(preset, parameters)`` of railtrain's trainer's ``--preset`` in ``spec.args`` (default ``tiny``), or ``None``
+    when the command is not railtrain's trainer or the preset is unknown (the trainer then says so itself)."""
+    from railtrain.trainer.presets import PRESETS  # torch-free
+
+    if not runs_trainer(job):
+        return None
+    preset = flag_value(list(job.spec.args), "--preset") or "tiny"
+    return (preset, PRESETS[preset].num_params()) if preset in PRESETS else None
+
+
+def memory_warning(job: TrainingJob, memory_bytes: int | None) -> str | None:
+    """One line when the model's training state alone exceeds this machine's memory, else ``None``.
+
+    The state is :data:`TRAINING_BYTES_PER_PARAM` per parameter for each data-parallel
+    replica (``spec.parallelism.data``; FSDP, tensor and pipeline parallelism split one
+    replica across ranks; without ``spec.parallelism`` every rank is a replica); activations
+    and the processes themselves come on top.
+    """
+    found = model_params(job)
+    if not found or not memory_bytes:
+        return None
+    preset, params = found
+    spec = job.spec
+    replicas = spec.parallelism.data if spec.parallelism is not None else spec.world_size  # no parallelism: plain DDP
+    need = params * TRAINING_BYTES_PER_PARAM * replicas
+    if need <= memory_bytes:
+        return None
+    return (
+        f"warning: the {preset} model ({params / 1e9:.2f} billion parameters) needs about {need / 2**30:.0f} GiB for weights, "
+        f"gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes per parameter × {replicas} data-parallel replica(s)); "
+        f"this machine has {memory_bytes / 2**30:.0f} GiB"
     )

@@ -192,9 +192,9 @@ def run(
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     if spec.checkpoint.location:
         say(f"checkpoints: {local_run.resolve_location(spec.checkpoint.location, base_dir)}")
-    warning = local_checks.size_warning(spec.world_size, os.cpu_count())
-    if warning:
-        say(warning, style="yellow")
+    for warning in (local_checks.size_warning(spec.world_size, os.cpu_count()), local_checks.memory_warning(job, _memory_bytes())):
+        if warning:
+            say(warning, style="yellow")
     say(f"starting {spec.world_size} rank(s) on {spec.nodes} local node(s); the first lines come after torch has started in every process")
     started = time.monotonic()
     from railtrain.cli.local_recovery import RecoveringRun
@@ -219,6 +219,14 @@ def run(
         verdict = f"; verdict {last.verdict}: {last.detail}" if last else ""
         say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
     raise typer.Exit(code)
+
+
+def _memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (POSIX ``sysconf``), or ``None`` where unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @app.command()

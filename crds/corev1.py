@@ -200,7 +200,17 @@ def _type_error(value: Any, schema: dict[str, Any]) -> str | None:
         ok = isinstance(value, _TYPES[kind])
     else:
         return None
-    return None if ok else f"must be of type {kind}, got {type(value).__name__}"
+    return None if ok else f"must be of type {kind}, got {_json_type(value)}"
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a value as the API server names it (``integer``, ``string``, ``array`` ...), not Python's."""
+    if isinstance(value, bool):
+        return "boolean"
+    for kind, names in (("integer", int), ("number", float), ("string", str), ("array", list), ("object", dict)):
+        if isinstance(value, names):
+            return kind
+    return "null" if value is None else "a value JSON does not have"
 
 
 def check(value: Any, schema: dict[str, Any], path: str) -> list[str]:

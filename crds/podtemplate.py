@@ -202,9 +202,9 @@ def _env_problems(spec: "TrainingJobSpec") -> list[str]:
 def _resource_problems(spec: "TrainingJobSpec") -> list[str]:
     res = _trainer(spec).get("resources") or {}
     owned = {spec.resources.gpu_resource_name: "spec.resources.gpus"}
-    if spec.resources.cpu:
+    if spec.resources.cpu is not None:  # as CEL's has(): a quantity of 0 is set too
         owned["cpu"] = "spec.resources.cpu"
-    if spec.resources.memory:
+    if spec.resources.memory is not None:
         owned["memory"] = "spec.resources.memory"
     return [
         f"spec.template.spec.containers[{TRAINER}].resources.{kind}[{name}] conflicts with {owned[name]}: request it in one place"
@@ -221,7 +221,7 @@ def _mount_problems(spec: "TrainingJobSpec") -> list[str]:
         where = f"spec.template.spec.containers[{TRAINER}].volumeMounts[{path}]"
         if path in (contract.MEMORY_TIER_MOUNT, contract.LOCAL_TIER_MOUNT):
             out.append(f"{where} conflicts with spec.checkpoint.memory/local: that path is a checkpoint tier's mount")
-        elif path == SHM_MOUNT and spec.resources.shm:
+        elif path == SHM_MOUNT and spec.resources.shm is not None:
             out.append(f"{where} conflicts with spec.resources.shm, which mounts a memory-backed /dev/shm; use one of them")
         elif spec.checkpoint.volume_claim and spec.checkpoint.location and path == spec.checkpoint.location.rstrip("/"):
             out.append(f"{where} conflicts with spec.checkpoint.volumeClaim, which is mounted at spec.checkpoint.location")

@@ -273,6 +273,9 @@ def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
     missing = [f"{key}: required field is missing (it must be {value})" for key, value in _TYPE_META.items() if data.get(key) is None]
     if missing:  # the server needs both to know what the object is, before any schema
         raise ManifestError(missing, source)
+    problems = json_problems(data)
+    if problems:
+        raise ManifestError(problems, source)
     try:
         text = json.dumps(prune_nulls(_decode_metadata(data)), default=_yaml_scalar)
     except (TypeError, ValueError) as err:
@@ -281,6 +284,47 @@ def parse_manifest(data: Any, source: str = "manifest") -> TrainingJob:
         return TrainingJob.model_validate_json(text, strict=True)
     except ValidationError as err:
         raise ManifestError(format_validation_error(err), source) from None
+
+
+INT64 = (-(2**63), 2**63 - 1)
+"""Kubernetes integers are 64-bit: a JSON number outside this range is not an integer to the API server."""
+_NOT_JSON = {bytes: "binary data (!!binary)", set: "a set (!!set)", tuple: "a pair list (!!pairs / !!omap)"}
+
+
+def json_problems(value: Any, path: str = "") -> list[str]:
+    """What in a parsed YAML document has no Kubernetes JSON form, one sentence each with its field path.
+
+    YAML can express what JSON and the API server cannot: an alias to a
+    mapping that contains it (a cycle), binary data, sets, and integers beyond
+    64 bits. Shared (acyclic) aliases and merge keys are fine.
+
+    Args:
+        value: the parsed document (or a part of it).
+        path: the field path of ``value`` (empty at the root).
+
+    Returns:
+        One ``"<path>: <problem>"`` sentence per problem; empty when the document is plain JSON data.
+    """
+    out: list[str] = []
+
+    def walk(node: Any, where: str, stack: set[int]) -> None:
+        shown = where or "(root)"
+        if isinstance(node, (dict, list)):
+            if id(node) in stack:
+                out.append(f"{shown}: a YAML alias refers to a mapping or list that contains it; a manifest must be a tree")
+                return
+            stack = stack | {id(node)}
+            items = node.items() if isinstance(node, dict) else ((f"[{i}]", v) for i, v in enumerate(node))
+            for key, child in items:
+                sub = key if isinstance(node, list) else (f"{where}.{key}" if where else str(key))
+                walk(child, f"{where}{sub}" if isinstance(node, list) else sub, stack)
+        elif type(node) in _NOT_JSON:
+            out.append(f"{shown}: {_NOT_JSON[type(node)]} has no JSON form; the API server takes strings, numbers, booleans, lists and mappings")
+        elif isinstance(node, int) and not isinstance(node, bool) and not INT64[0] <= node <= INT64[1]:
+            out.append(f"{shown}: {node} is out of range; Kubernetes integers are 64-bit (at most {INT64[1]})")
+
+    walk(value, path, set())
+    return out
 
 
 def _yaml_scalar(value: Any) -> str:

@@ -173,10 +173,10 @@ def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
     amounts: dict[str, str] = {}
     if spec.resources.gpus:
         amounts[spec.resources.gpu_resource_name] = str(spec.resources.gpus)
-    if spec.resources.cpu:
-        amounts["cpu"] = spec.resources.cpu
-    if spec.resources.memory:
-        amounts["memory"] = spec.resources.memory
+    if spec.resources.cpu is not None:  # int-or-string quantities; 0 is a request too
+        amounts["cpu"] = str(spec.resources.cpu)
+    if spec.resources.memory is not None:
+        amounts["memory"] = str(spec.resources.memory)
     # requests == limits: Guaranteed QoS, the class training pods want.
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 

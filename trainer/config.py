@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from railtrain.crds import contract
-from railtrain.trainer.model import PRESETS
+from railtrain.trainer.presets import PRESETS
 
 PARALLEL_MODES = ("ddp", "fsdp")
 PP_SCHEDULES = ("gpipe", "1f1b")

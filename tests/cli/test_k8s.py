@@ -183,3 +183,14 @@ def test_submit_validates_before_connecting(tmp_path):
     result = runner.invoke(app, ["submit", str(job), "--kubeconfig", str(tmp_path / "none.yaml")])
     assert result.exit_code == 1
     assert "spec.nodes" in result.stderr and "kubeconfig" not in result.stderr
+
+
+def test_a_stale_kubeconfig_variable_is_named_not_suggested(tmp_path):
+    """KUBECONFIG set to a file that is gone: the sentence names the variable instead of telling the user to set it."""
+    stale = str(tmp_path / "gone.yaml")
+    result = runner.invoke(app, ["get"], env={"KUBECONFIG": stale})
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: KUBECONFIG: no kubeconfig file at {stale}; point KUBECONFIG at an existing file or unset it "
+        "(its cluster may be gone: start a local cluster with 'railtrain dev up', which prints one)"
+    ]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from railtrain.cli import local, local_checks
 from railtrain.cli.errors import CliError
+from railtrain.cli.main import app
 from railtrain.crds.validation import parse_manifest
 from tests.cli import manifests
 
@@ -81,12 +87,41 @@ def test_size_warning_names_processes_and_cores():
 
 @pytest.mark.parametrize("words", [["run"], ["dev", "up"], ["get"]], ids=" ".join)
 def test_help_has_no_rest_markup_or_source_paths(words):
-    from typer.testing import CliRunner
-
-    from railtrain.cli.main import app
-
     text = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "200"}).stdout
     assert "Usage: railtrain" in text
     assert "``" not in text and not re.search(r"\w+/\w+\.py", text), text
     if words == ["get"]:  # get takes no manifest: its namespace comes from --namespace or the kubeconfig context only
         assert "Namespace; default: the kubeconfig context's." in text and "manifest" not in text
+
+
+def test_memory_warning_for_a_model_too_big_for_the_machine():
+    gpu = parse_manifest(manifests.job(command=TRAINER, args=["--preset=1b"], nodes=4, procsPerNode=8, parallelism={"data": 4, "fsdp": 8}))
+    line = local_checks.memory_warning(gpu, 24 * 2**30)
+    assert line == (
+        "warning: the 1b model (1.23 billion parameters) needs about 74 GiB for weights, gradients and AdamW state "
+        "(16 bytes per parameter × 4 data-parallel replica(s)); this machine has 24 GiB"
+    )
+    assert local_checks.memory_warning(gpu, 1024 * 2**30) is None
+    assert local_checks.memory_warning(_job(command=TRAINER, args=["--preset", "tiny"]), 24 * 2**30) is None
+    assert local_checks.memory_warning(_job(command=["python", "train.py"], args=["--preset=1b"]), 2**30) is None  # not our trainer: no guess
+
+
+def test_the_gpu_example_warns_up_front_with_the_numbers(tmp_path):
+    """examples/gpu on this machine: the warnings and the start line come before any process output (stopped at once here)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "gpu" / "trainingjob.yaml"
+    proc = subprocess.Popen([sys.executable, "-m", "railtrain.cli.main", "run", str(example), "--local", "--grace", "1"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("starting "):
+                break
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    said = "".join(lines)
+    assert "starting 32 rank(s) on 4 local node(s)" in said, said
+    assert "warning: the 1b model (1.23 billion parameters)" in said
+    if (os.cpu_count() or 1) * local_checks.OVERSUBSCRIBED < 32:
+        assert f"warning: this job starts 32 processes on {os.cpu_count()} CPU core(s)" in said

@@ -70,7 +70,7 @@ BAD_MANIFESTS = [
     (
         "template type",
         manifests.job(template={"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}),
-        "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got int",
+        "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got integer",
     ),
     (
         "template conflict",

@@ -98,3 +98,26 @@ def test_an_empty_checkpoint_location_is_refused_and_an_omitted_one_disables_the
 def test_nodes_and_procs_per_node_default_to_one():
     spec = parse_manifest(job()).spec
     assert (spec.nodes, spec.procs_per_node, spec.world_size) == (1, 1, 1)
+
+
+ODD_YAML = [
+    # YAML that has no JSON form: refused with the field path, never a traceback or a Python type name
+    ("spec: {image: !!binary aGVsbG8=}", "spec.image: binary data (!!binary) has no JSON form"),
+    ("spec: {image: x, args: !!set {a, b}}", "spec.args: a set (!!set) has no JSON form"),
+    ("spec: &a {image: x, template: *a}", "spec.template: a YAML alias refers to a mapping or list that contains it; a manifest must be a tree"),
+    ("spec: {image: x, args: &l [a, *l]}", "spec.args[1]: a YAML alias refers to a mapping or list that contains it"),
+    ("spec: {image: x, resources: {cpu: 12345678901234567890123}}", "spec.resources.cpu: 12345678901234567890123 is out of range; Kubernetes integers are 64-bit"),
+]
+
+
+@pytest.mark.parametrize("body, sentence", ODD_YAML)
+def test_yaml_without_a_json_form_is_refused_naming_the_field(body, sentence):
+    text = f"apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {{name: t}}\n{body}\n"
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(manifest_document(text.encode()))
+    assert len(err.value.errors) == 1 and err.value.errors[0].startswith(sentence), err.value.errors
+
+
+def test_shared_aliases_are_fine():
+    text = "apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec: {image: x, command: &c [python], args: *c}\n"
+    assert parse_manifest(manifest_document(text.encode())).spec.args == ["python"]

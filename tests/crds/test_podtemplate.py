@@ -53,12 +53,12 @@ def test_a_realistic_template_is_accepted_as_written():
 @pytest.mark.parametrize(
     "template,expected",
     [
-        ({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}, "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got int"),
+        ({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": 5}}]}}, "spec.template.spec.volumes[0].persistentVolumeClaim.claimName: must be of type string, got integer"),
         ({"spec": {"volumes": [{"persistentVolumeClaim": {"claimName": "c"}}]}}, "spec.template.spec.volumes[0].name: required field is missing"),
         ({"spec": {"volumes": [{"name": "d", "gcePersistentDisk": {"pdName": "x"}}]}}, "spec.template.spec.volumes[0].gcePersistentDisk: unknown field"),
-        ({"spec": {"tolerations": {"key": "a"}}}, "spec.template.spec.tolerations: must be of type array, got dict"),
+        ({"spec": {"tolerations": {"key": "a"}}}, "spec.template.spec.tolerations: must be of type array, got object"),
         ({"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"rdma/ib": "lots"}}}]}}, "spec.template.spec.containers[0].resources.limits.rdma/ib: 'lots' is not a Kubernetes quantity"),
-        ({"spec": {"hostNetwork": "yes"}}, "spec.template.spec.hostNetwork: must be of type boolean, got str"),
+        ({"spec": {"hostNetwork": "yes"}}, "spec.template.spec.hostNetwork: must be of type boolean, got string"),
         ({"spec": {"schedulerName": "volcano"}}, "spec.template.spec.schedulerName: unknown field"),
         ({"spec": {"volumes": [{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}]}}, "spec.template.spec.volumes[1]: duplicate entry with name=d"),
     ],

@@ -92,6 +92,16 @@ def _dry_run(kube, manifest: dict) -> str | None:
     return None
 
 
+def test_a_zero_quantity_is_set_like_any_other(kube):
+    """cpu: 0 is a request (CEL has() is true), so the template may not request cpu too; validate agrees with the server."""
+    manifest = job(cpu=0)
+    manifest["spec"]["template"] = {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}}
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(manifest)
+    assert "conflicts with spec.resources.cpu" in str(err.value)
+    assert "spec.template" in (_dry_run(kube, manifest) or "accepted")
+
+
 def test_the_api_server_refuses_every_bad_quantity_naming_the_field(kube):
     for case, manifest, field, _ in BAD:
         message = _dry_run(kube, manifest)

@@ -35,7 +35,9 @@ SCALARS = [None, True, False, 1.0, 2.5, "5", "", "x", "-1", "none", "preferred",
 COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"name": "A", "value": "1"}],
               [{"name": "A"}, {"name": "A"}], [{"name": "1A", "value": "x"}], [{"value": "x"}], {"minNodes": 1}, {"minNodes": 3},
               {"data": 16}, {"data": 2, "tensor": 8}, {"tensor": 3, "data": 1}, {"policy": "required"}, {"policy": "required", "level": ""},
-              {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"},
+              {"cpu": 0, "memory": "0"}, {"cpu": 4, "shm": 0}, {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}},
+              {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
@@ -48,7 +50,7 @@ PATHS = [
     "spec.checkpoint.memory", "spec.checkpoint.memory.keep", "spec.checkpoint.memory.sizeLimit", "spec.checkpoint.memory.volume", "spec.checkpoint.memory.hostPath",
     "spec.checkpoint.local", "spec.checkpoint.local.interval", "spec.checkpoint.local.sizeLimit", "spec.runPolicy",
     "spec.runPolicy.backoffLimit", "spec.runPolicy.activeDeadlineSeconds", "spec.runPolicy.suspend",
-    "spec.runPolicy.gangTimeoutSeconds", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
+    "spec.runPolicy.gangTimeoutSeconds", "spec.template", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
     "metadata.labels", "metadata.annotations", "metadata.unknownField", "metadata.generation", "apiVersion", "kind",
 ]
 
