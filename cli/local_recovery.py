@@ -5,7 +5,9 @@ termination message (each node writes its own file, through
 :data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH`), takes the
 gang's verdict the way the operator does (the most specific one,
 :data:`railtrain.operator.phases.verdict.PRECEDENCE`; among plain failures,
-the node that failed first) and applies the rule of
+the node where the failure began: one whose worker a signal killed, as
+torchrun reports it (:func:`torchrun_cause`), else the node seen failing
+first) and applies the rule of
 ``spec.runPolicy.failurePolicy`` for it (:func:`decide`): stop with the
 failing node's status, or start the whole gang again with the next restart
 count (``RAILTRAIN_RESTART_COUNT``), on fresh ports, so the trainer resumes
@@ -75,13 +77,16 @@ def torchrun_cause(lines: list[str]) -> str | None:
         e.g. ``"worker rank 1 was killed by SIGKILL (exit code -9)"`` or ``"worker rank 1 exited with code 3"``.
     """
     rank = code = signame = None
-    for line in lines:
+    roots = [i for i, line in enumerate(lines) if line.startswith("Root Cause")]
+    for line in lines[roots[-1]:] if roots else lines:  # after the other failures torchrun lists, the first one
         if m := _TORCHRUN_RANK.match(line):
             rank = m.group(1)
         elif m := _TORCHRUN_EXIT.match(line):
             code = int(m.group(1))
         if m := _TORCHRUN_SIGNAL.search(line):
             signame = m.group(1)
+        if line.startswith("====") and code is not None:
+            break
     if code is None:
         return None
     who = f"worker rank {rank}" if rank is not None else "its worker"

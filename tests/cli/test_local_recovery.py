@@ -130,3 +130,9 @@ def test_plain_failures_are_told_by_the_node_that_failed_first_without_repeating
     assert gang_verdict([None, None], 2, 1) == ("user-error", "node rank 1 failed first: exit status 2, no verdict")
     # a health verdict of any node still wins over the node seen first
     assert gang_verdict([peer, msg("hang", "NoProgress")], 1, 0) == ("hang", "NoProgress: seen on local-1")
+
+
+def test_torchrun_cause_is_the_root_cause_not_the_other_failures():
+    other = ["Failures:", "[1]:", "  rank      : 3 (local_rank: 1)", "  exitcode  : -15 (pid: 7)", "  traceback : Signal 15 (SIGTERM) received by PID 7", "-----"]
+    root = ["Root Cause (first observed failure):", "[0]:", "  rank      : 2 (local_rank: 0)", "  exitcode  : 1 (pid: 6)", "  traceback : To enable traceback see: ...", "====="]
+    assert torchrun_cause(other + root) == "worker rank 2 exited with code 1"
