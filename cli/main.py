@@ -172,6 +172,7 @@ def run(
     """
     from railtrain.cli import local as local_run
     from railtrain.cli import local_checks
+    from railtrain.cli.views import count
 
     if not local:
         raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
@@ -188,7 +189,7 @@ def run(
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     ports = local_run.free_ports(spec.nodes + 1)
     nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults)
-    say(f"{job.metadata.name}: {spec.nodes} nodes × {spec.procs_per_node} procs (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
+    say(f"{job.metadata.name}: {count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')} (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     if spec.checkpoint.location:
         say(f"checkpoints: {local_run.resolve_location(spec.checkpoint.location, base_dir)}")
