@@ -90,10 +90,21 @@ async def start_resync(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the resync task on shutdown."""
+    """Stop the resync task on shutdown and give up the Lease, so that an operator started next is not warned about this one."""
     task = memo.get("resync")
     if task:
         task.cancel()
+    if OperatorConfig.kube is not None and not OperatorConfig.fatal and not OperatorConfig.peers_off:
+        await asyncio.get_running_loop().run_in_executor(None, _release_lease)
+
+
+def _release_lease() -> None:
+    try:
+        lease = _kube().get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
+        if lease and (lease.get("spec") or {}).get("holderIdentity") == IDENTITY:
+            _kube().put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, {}, lease)
+    except Exception as err:  # best effort: the Lease expires by itself
+        log.info("could not give up the Lease %s/%s: %s", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
 
 
 async def _resync_loop() -> None:
@@ -161,8 +172,8 @@ def _check_peers() -> None:
             k.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, peers.lease_spec(IDENTITY, now), lease)
         elif other != OperatorConfig.peer_seen:
             log.warning(
-                "another railtrain operator (%s) is running against this cluster (it renews the Lease %s/%s); "
-                "two operators can promise the same GPUs to two jobs: stop one of them", other, LEASE_NAMESPACE, peers.LEASE_NAME,
+                "another railtrain operator (%s) is running against this cluster (it renewed the Lease %s/%s within %d s); "
+                "two operators can promise the same GPUs to two jobs: stop one of them", other, LEASE_NAMESPACE, peers.LEASE_NAME, peers.LEASE_SECONDS,
             )
         OperatorConfig.peer_seen = other
     except ApiException as err:
