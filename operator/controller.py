@@ -81,9 +81,12 @@ def reconcile_job(
         The applied plan, or None when the job no longer exists.
 
     Raises:
-        kubernetes.client.rest.ApiException: the API server refused a write
-            other than the tolerated 404/409 (kopf logs it; the next event or
-            resync retries).
+        kubernetes.client.rest.ApiException: the API server refused a call
+            other than the tolerated 404/409 (the handler logs one line; the next
+            event or resync retries). A pod or Service refused as invalid
+            (400/422, :class:`~railtrain.operator.kube.Rejected`) is not raised:
+            the job fails with reason PodRejected and a Warning Event.
+        urllib3.exceptions.HTTPError: no answer from the API server.
     """
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
