@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
+from datetime import datetime, timezone
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller, kube, metrics
+from railtrain.operator import controller, kube, metrics, peers
 from railtrain.operator.kube import Kube, connect
 from railtrain.operator.topology import DEFAULT_LEVELS
 
@@ -39,6 +42,8 @@ class OperatorConfig:
             server before the operator stops with exit status 1.
         stop: set to stop kopf (``kopf.run(stop_flag=...)``).
         fatal: why the operator stopped itself, when it did.
+        peer_seen: the other operator last seen holding the Lease (warned about once).
+        peers_off: the Lease cannot be kept (no RBAC), so the check is off.
     """
 
     kubeconfig: str | None = None
@@ -49,6 +54,8 @@ class OperatorConfig:
     kube: Kube | None = None
     stop: threading.Event = threading.Event()
     fatal: str | None = None
+    peer_seen: str | None = None
+    peers_off: bool = False
 
 
 def _kube() -> Kube:
@@ -132,6 +139,39 @@ def _at_host() -> str:
     return f" at {host}" if host else ""
 
 
+IDENTITY = f"{socket.gethostname()}/{os.getpid()}"
+"""This operator's holderIdentity in the Lease :data:`railtrain.operator.peers.LEASE_NAME`."""
+LEASE_NAMESPACE = "default"
+"""Where the Lease lives: one place per cluster, since any two operators (cluster-wide or not) share its nodes."""
+
+
+def _check_peers() -> None:
+    """Renew this operator's Lease; warn once per other holder that renews it (a second operator on the cluster).
+
+    Never stops anything: two operators are a mistake to report, not to fight
+    over. Without RBAC for Leases (401/403) the check is switched off with one line.
+    """
+    if OperatorConfig.peers_off:
+        return
+    k, now = _kube(), datetime.now(timezone.utc)
+    try:
+        lease = k.get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
+        other = peers.other_holder(lease, IDENTITY, now)
+        if other is None:
+            k.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, peers.lease_spec(IDENTITY, now), lease)
+        elif other != OperatorConfig.peer_seen:
+            log.warning(
+                "another railtrain operator (%s) is running against this cluster (it renews the Lease %s/%s); "
+                "two operators can promise the same GPUs to two jobs: stop one of them", other, LEASE_NAMESPACE, peers.LEASE_NAME,
+            )
+        OperatorConfig.peer_seen = other
+    except ApiException as err:
+        if err.status not in (401, 403):
+            raise
+        log.info("cannot keep the Lease %s/%s (%s): a second operator on this cluster will not be noticed", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
+        OperatorConfig.peers_off = True
+
+
 def _resync_pass() -> None:
     """One resync: reconcile every unfinished job, each on its own, then one admission pass for all.
 
@@ -139,6 +179,7 @@ def _resync_pass() -> None:
     retries it); an error reading the job list or running the admission pass
     is raised to the loop.
     """
+    _check_peers()
     try:
         jobs = _kube().list_jobs(OperatorConfig.namespace)
     except ApiException as err:

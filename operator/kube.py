@@ -298,6 +298,35 @@ class Kube:
             raise
         return True
 
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A coordination.k8s.io/v1 Lease as a dict, or None when it does not exist."""
+        try:
+            return self._json(client.CoordinationV1Api(self.api).read_namespaced_lease(name, namespace, _preload_content=False))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def put_lease(self, namespace: str, name: str, spec: dict[str, Any], seen: dict[str, Any] | None) -> bool:
+        """Create the Lease, or replace the one read as ``seen`` (its resourceVersion guards the write).
+
+        Returns:
+            False when someone else wrote it meanwhile (409); read it again.
+        """
+        api = client.CoordinationV1Api(self.api)
+        body: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        try:
+            if seen is None:
+                api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, _preload_content=False)
+            else:
+                body["metadata"]["resourceVersion"] = seen["metadata"]["resourceVersion"]
+                api.replace_namespaced_lease(name, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
     def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (shown by ``kubectl describe tj``), or on any object given as a dict
         with apiVersion, kind and metadata (a Node's Events go to namespace ``default``, as the kubelet's do)."""

@@ -32,7 +32,7 @@ def test_steps_override_second_run_and_workdir(tmp_path):
     # the relative checkpoint location resolved against --workdir, not the directory railtrain ran in
     assert (work / "runs" / "ckpt" / "step-4").is_dir() and not (tmp_path / "runs").exists()
     assert f"checkpoints: {work / 'runs' / 'ckpt'}" in first.stderr
-    assert "starting 2 rank(s) on 2 local node(s)" in first.stderr
+    assert "starting 2 ranks on 2 local nodes" in first.stderr
 
     again = _run([*args, "--steps", "4"], tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

@@ -55,6 +55,7 @@ def test_api_server_accepts_the_chart_and_rbac_covers_the_operator(helm, cluster
             ("create", "pods"), ("delete", "pods"), ("patch", "pods"), ("list", "pods"),
             ("create", "services"), ("list", "nodes"), ("create", "events"),
             ("patch", "nodes"), ("delete", "trainingjobs.railtrain.dev"),
+            ("get", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"), ("update", "leases.coordination.k8s.io"),
         ]:  # fmt: skip
             out = cluster.kubectl("auth", "can-i", verb, resource, "--all-namespaces", f"--as={sa}", check=False)
             assert out.stdout.strip() == "yes", (verb, resource, out.stdout, out.stderr)

@@ -205,3 +205,34 @@ def test_kopf_routine_lines_are_quieted():
     assert quiet.filter(success) is logging.getLogger().isEnabledFor(logging.DEBUG) and success.levelno == logging.DEBUG
     assert quiet.filter(retry) and retry.levelname == "WARNING"
     assert quiet.filter(ours) and ours.levelno == logging.INFO
+
+
+def test_a_lease_renewed_by_another_operator_is_noticed_and_an_expired_one_is_not():
+    from datetime import timedelta
+
+    from railtrain.operator import peers
+
+    lease = {"spec": peers.lease_spec("other-host/7", NOW - timedelta(seconds=5))}
+    assert peers.other_holder(lease, "me/1", NOW) == "other-host/7"
+    assert peers.other_holder(lease, "other-host/7", NOW) is None  # our own
+    assert peers.other_holder(lease, "me/1", NOW + timedelta(seconds=peers.LEASE_SECONDS)) is None  # it stopped renewing
+    assert peers.other_holder(None, "me/1", NOW) is None
+    assert peers.other_holder({"spec": {"holderIdentity": "x", "renewTime": "garbage"}}, "me/1", NOW) is None
+
+
+def test_the_resync_warns_once_about_a_second_operator(operator_config, caplog, monkeypatch):
+    from datetime import datetime, timezone
+
+    from railtrain.operator import peers
+
+    monkeypatch.setattr(handlers.OperatorConfig, "peer_seen", None)
+    monkeypatch.setattr(handlers.OperatorConfig, "peers_off", False)
+    kube = FakeKube([node("n0")], [])
+    kube.put_lease("default", peers.LEASE_NAME, peers.lease_spec("other-host/7", datetime.now(timezone.utc)), None)
+    operator_config.kube = kube
+    with caplog.at_level(logging.WARNING, "railtrain.operator"):
+        handlers._resync_pass()
+        handlers._resync_pass()
+    warnings = [r.getMessage() for r in caplog.records if "another railtrain operator" in r.getMessage()]
+    assert len(warnings) == 1 and "other-host/7" in warnings[0]
+    assert kube.get_lease("default", peers.LEASE_NAME)["spec"]["holderIdentity"] == "other-host/7"  # never taken over

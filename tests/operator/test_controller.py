@@ -89,6 +89,13 @@ class FakeKube:
                 status[key] = value
         return True
 
+    def get_lease(self, ns, name):
+        return copy.deepcopy(getattr(self, "leases", {}).get((ns, name)))
+
+    def put_lease(self, ns, name, spec, seen):
+        self.__dict__.setdefault("leases", {})[(ns, name)] = {"metadata": {"name": name, "namespace": ns, "resourceVersion": "1"}, "spec": spec}
+        return True
+
     def emit_event(self, job, type_, reason, message):
         self.events.append((job["metadata"]["name"], type_, reason))
 

@@ -273,3 +273,27 @@ def test_manifest_lists_checkpoint_files(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "step-1" / "railtrain-manifest.json").read_text())
     assert manifest["format"] == "railtrain-dcp/1" and manifest["train"] == {"step": 1} and ".metadata" in manifest["files"]
     assert lines[-1].startswith("checkpoint step=1 tier=persistent complete")
+
+
+def test_a_crash_verdict_names_the_exception_class_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason is the class's name; the message is the error's text, not "RuntimeError: RuntimeError: ..." when shown together."""
+    import railtrain.trainer.__main__ as entry
+
+    class Crashing:
+        def __init__(self, config: object) -> None:
+            self.health = type("H", (), {"shared_hang": staticmethod(lambda: None)})()
+
+        def train(self) -> None:
+            raise RuntimeError("Connection closed by peer")
+
+        def close(self) -> None:
+            pass
+
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    monkeypatch.setenv(contract.ENV_TERMINATION_MESSAGE_PATH, str(log))
+    monkeypatch.setattr(entry, "Trainer", Crashing)
+    with pytest.raises(RuntimeError):
+        entry.main([*COMMON, "--steps", "5"])
+    verdict = contract.parse_termination_message(log.read_text())
+    assert verdict is not None and (verdict["verdict"], verdict["reason"], verdict["message"]) == ("retryable", "RuntimeError", "Connection closed by peer")
