@@ -70,5 +70,8 @@ def test_killed_rank_is_named_in_the_summary_once(tmp_path):
     said = " ".join(proc.stderr.split())
     assert "gang failed (retryable: node rank 1 failed first: worker rank 1 was killed by SIGKILL (exit code -9)); restarting the whole gang" in said, proc.stderr
     assert "RuntimeError: RuntimeError" not in proc.stdout + proc.stderr
+    assert "[rank 1] torchrun: its worker failed (torchrun's own" in proc.stdout
+    assert "torch/distributed/run.py" not in proc.stdout  # torchrun's own frames are one line, not 16
+    assert "[rank 1] fault: rank 1 kills itself at step 3" in proc.stdout  # filtered while running, shown once it failed
     for rank in (0, 1):  # each node's torchrun report is shown at most once (it used to be repeated as the "last lines")
         assert proc.stdout.count(f"[rank {rank}] torch.distributed.elastic.multiprocessing.errors.ChildFailedError") <= 1, proc.stdout
