@@ -18,7 +18,8 @@ def _run(args, cwd, timeout=300):
 
 
 def test_steps_override_second_run_and_workdir(tmp_path):
-    """--steps 4 trains to 4 in --workdir; the same run again says there is nothing to train; --steps 6 trains 5 and 6 only."""
+    """--steps 4 trains to 4 in --workdir; the same run again says there is nothing to train (and that a fault before step 4
+    cannot fire); --steps 6 trains 5 and 6 only."""
     work = tmp_path / "work"
     work.mkdir()
     doc = manifests.job(name="steps-test", command=["torchrun", "-m", "railtrain.trainer"], args=TINY, checkpoint={"location": "runs/ckpt", "interval": 2})
@@ -34,11 +35,12 @@ def test_steps_override_second_run_and_workdir(tmp_path):
     assert f"checkpoints: {work / 'runs' / 'ckpt'}" in first.stderr
     assert "starting 2 ranks on 2 local nodes" in first.stderr
 
-    again = _run([*args, "--steps", "4"], tmp_path)
+    again = _run([*args, "--steps", "4", "--fault-kill", "rank=1,step=3"], tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert STEP_LINE.findall(again.stdout) == []
     said = " ".join(again.stdout.split())
     assert f"nothing to train: {work / 'runs' / 'ckpt'} already holds step 4, and --steps is 4; delete it to start over, or raise --steps" in said
+    assert "warning: injected fault(s) kill at step 3 come at or before the resumed step 4: they will not fire" in said  # not silently
 
     further = _run([*args, "--steps", "6"], tmp_path)
     assert further.returncode == 0, further.stdout[-3000:] + further.stderr[-3000:]
