@@ -50,9 +50,11 @@ LOCAL_ADDR = "127.0.0.1"
 GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping a node, like a pod's terminationGracePeriodSeconds."""
 TAIL_LINES = 30
-"""Lines of a failed node's output repeated when some of them were filtered out."""
+"""Lines of a failed node's output looked at again: those of them that were filtered out are shown after it failed."""
 NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|signal", re.IGNORECASE)
 """Lines of ranks other than 0 that are shown without --verbose."""
+LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+"""The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
 
 
 @dataclass(frozen=True)
@@ -382,9 +384,34 @@ class LocalGang:
 
     # -- output -------------------------------------------------------------
     def _pump(self, rank: int, stream: TextIO) -> None:
+        """Emit a node's lines; a traceback is held until its last line says whose it is.
+
+        torchrun's own traceback when its worker failed (ending in
+        :data:`LAUNCHER_FAILED`) only says where in torchrun the report was
+        raised; it becomes one line (unless verbose), and torchrun's report of
+        the worker, which follows, is shown in full.
+        """
+        held: list[str] = []
         with stream:
-            for line in stream:
-                self._emit(rank, line.rstrip("\r\n"))
+            for raw in stream:
+                line = raw.rstrip("\r\n")
+                if not self.verbose and not held and line.startswith("Traceback (most recent call last):"):
+                    held.append(line)
+                    continue
+                if held:
+                    if line.startswith((" ", "\t")):
+                        held.append(line)
+                        continue
+                    if line.startswith(LAUNCHER_FAILED):
+                        self._unfiltered.add(rank)
+                        self._emit(rank, f"torchrun: its worker failed (torchrun's own {len(held)}-line traceback is not shown; --verbose shows it)")
+                    else:
+                        for kept in held:
+                            self._emit(rank, kept)
+                    held = []
+                self._emit(rank, line)
+            for kept in held:
+                self._emit(rank, kept)
 
     def tail(self, rank: int) -> list[str]:
         """The last :data:`TAIL_LINES` lines node ``rank`` printed (before it was muted)."""
@@ -404,12 +431,12 @@ class LocalGang:
             self._hidden[rank] += 1
 
     def _show_tail(self, rank: int) -> None:
-        """Repeat the failed node's last lines when some of them were filtered out (never a second copy of what was shown)."""
-        tail = self._tails[rank]
-        if all(shown for _, shown in tail):
+        """Show the failed node's last lines that were filtered out (never a second copy of what was shown)."""
+        hidden = [line for line, shown in list(self._tails[rank]) if not shown]
+        if not hidden:
             return
-        self._write(f"[rank {rank}] --- last {len(tail)} lines of output (rerun with --verbose for all) ---\n")
-        for line, _ in list(tail):
+        self._write(f"[rank {rank}] --- {len(hidden)} of its last {TAIL_LINES} lines, not shown above (rerun with --verbose for all) ---\n")
+        for line in hidden:
             self._write(f"[rank {rank}] {line}\n")
 
     def _write(self, text: str) -> None:

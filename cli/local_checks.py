@@ -109,7 +109,7 @@ def size_warning(world_size: int, cores: int | None) -> str | None:
     if not cores or world_size <= OVERSUBSCRIBED * cores:
         return None
     return (
-        f"warning: this job starts {world_size} processes on {cores} CPU core(s) ({world_size / cores:.0f} per core): "
+        f"warning: this job starts {world_size} processes on {cores} CPU {'core' if cores == 1 else 'cores'} ({world_size / cores:.0f} per core): "
         "it was sized for a cluster and will be very slow here, if it fits in memory at all (Ctrl-C stops it)"
     )
 
@@ -144,6 +144,6 @@ def memory_warning(job: TrainingJob, memory_bytes: int | None) -> str | None:
         return None
     return (
         f"warning: the {preset} model ({params / 1e9:.2f} billion parameters) needs about {need / 2**30:.0f} GiB for weights, "
-        f"gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes per parameter × {replicas} data-parallel replica(s)); "
+        f"gradients and AdamW state ({TRAINING_BYTES_PER_PARAM} bytes per parameter × {replicas} data-parallel {'replica' if replicas == 1 else 'replicas'}); "
         f"this machine has {memory_bytes / 2**30:.0f} GiB"
     )

@@ -196,7 +196,7 @@ def run(
     for warning in (local_checks.size_warning(spec.world_size, os.cpu_count()), local_checks.memory_warning(job, _memory_bytes())):
         if warning:
             say(warning, style="yellow")
-    say(f"starting {spec.world_size} rank(s) on {spec.nodes} local node(s); the first lines come after torch has started in every process")
+    say(f"starting {count(spec.world_size, 'rank')} on {count(spec.nodes, 'local node')}; the first lines come after torch has started in every process")
     started = time.monotonic()
     from railtrain.cli.local_recovery import RecoveringRun
 

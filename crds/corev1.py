@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from railtrain.crds.quantity import QUANTITY_PATTERN
+from railtrain.crds.quantity import NON_NEGATIVE_PATTERN, is_quantity
 
 KUBERNETES_VERSION = "v1.34.4"
 """Release whose core/v1 schema is vendored; the control plane the tests run is built from the same one."""
@@ -135,8 +135,8 @@ def _structural(node: Any, key: str = "") -> Any:
         rest = {k: v for k, v in node.items() if k != "$ref"}
         if ref in (_QUANTITY, _INT_OR_STRING):
             out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
-            if ref == _QUANTITY:
-                out["pattern"] = QUANTITY_PATTERN
+            if ref == _QUANTITY:  # a pod's quantities are never negative (pod validation refuses them later, at pod creation)
+                out |= {"pattern": NON_NEGATIVE_PATTERN, "minimum": 0}
             return {**out, **({"description": rest["description"]} if "description" in rest else {})}
         target = _schemas()[ref.removeprefix(_PREFIX)]
         return _structural({**target, **rest}, key)
@@ -189,7 +189,11 @@ def _type_error(value: Any, schema: dict[str, Any]) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             return "must be an integer or a string"
         if "pattern" in schema and isinstance(value, str) and not re.match(schema["pattern"], value):
+            if is_quantity(value):
+                return f"{value!r} is negative (a quantity must be at least 0, e.g. 500m, 4, 64Gi)"
             return f"{value!r} is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
+        if "minimum" in schema and isinstance(value, int) and value < schema["minimum"]:
+            return f"must be at least {schema['minimum']}, not {value}"
         return None
     kind = schema.get("type")
     if kind == "integer":

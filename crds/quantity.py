@@ -20,6 +20,8 @@ from typing import Any
 
 QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 """The resource.Quantity grammar (as controller-gen emits it for CRDs)."""
+NON_NEGATIVE_PATTERN = "^\\+?" + QUANTITY_PATTERN.removeprefix("^(\\+|-)?")
+"""The grammar without a minus sign: the quantities of a pod (resources, emptyDir sizeLimit) are never negative."""
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}

@@ -388,8 +388,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 continue
             key = self.construct_object(key_node, deep=True)
             if key in seen:
-                first = seen[key].start_mark.line + 1
-                raise DuplicateKeyError(None, None, f"key {key} appears twice in one mapping (first at line {first})", key_node.start_mark)
+                first, again = seen[key].start_mark, key_node.start_mark
+                where = f"line {first.line + 1}" if first.line != again.line else f"column {first.column + 1}"
+                raise DuplicateKeyError(None, None, f"key {key} appears twice in one mapping (first at {where})", again)
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
@@ -423,7 +424,7 @@ def manifest_document(raw: bytes, source: str = "manifest") -> Any:
         docs = [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d is not None]
     except DuplicateKeyError as err:
         mark = err.problem_mark
-        raise ManifestError([f"line {mark.line + 1}: {err.problem}; each key may appear once (YAML keeps only the last value)"], source) from None
+        raise ManifestError([f"line {mark.line + 1}, column {mark.column + 1}: {err.problem}; each key may appear once (YAML keeps only the last value)"], source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -289,6 +289,10 @@ class Trainer:
             return
         self.step = saved.pop("step")
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
+        faults = self.health.injector.faults
+        missed = [f"{kind} at step {f.step}" for kind in ("bitflip", "hang", "kill", "bad_batch") if (f := getattr(faults, kind)) is not None and f.step <= self.step]
+        if missed:
+            self.log(f"warning: injected fault(s) {', '.join(missed)} come at or before the resumed step {self.step}: they will not fire")
         current = self.sampler.state()
         changed = [f"{k} {saved[k]}->{current[k]}" for k in current if k in saved and saved[k] != current[k]]
         if changed:

@@ -81,7 +81,7 @@ def test_faults_inside_the_job_pass_and_unknown_last_step_is_not_guessed():
 def test_size_warning_names_processes_and_cores():
     assert local_checks.size_warning(4, 2) is None  # two per core: fine
     line = local_checks.size_warning(32, 2)
-    assert line.startswith("warning: this job starts 32 processes on 2 CPU core(s) (16 per core)")
+    assert line.startswith("warning: this job starts 32 processes on 2 CPU cores (16 per core)")
     assert local_checks.size_warning(32, None) is None
 
 
@@ -99,7 +99,7 @@ def test_memory_warning_for_a_model_too_big_for_the_machine():
     line = local_checks.memory_warning(gpu, 24 * 2**30)
     assert line == (
         "warning: the 1b model (1.23 billion parameters) needs about 74 GiB for weights, gradients and AdamW state "
-        "(16 bytes per parameter × 4 data-parallel replica(s)); this machine has 24 GiB"
+        "(16 bytes per parameter × 4 data-parallel replicas); this machine has 24 GiB"
     )
     assert local_checks.memory_warning(gpu, 1024 * 2**30) is None
     assert local_checks.memory_warning(_job(command=TRAINER, args=["--preset", "tiny"]), 24 * 2**30) is None
@@ -121,7 +121,7 @@ def test_the_gpu_example_warns_up_front_with_the_numbers(tmp_path):
         proc.terminate()
         proc.communicate(timeout=60)
     said = "".join(lines)
-    assert "starting 32 rank(s) on 4 local node(s)" in said, said
+    assert "starting 32 ranks on 4 local nodes" in said, said
     assert "warning: the 1b model (1.23 billion parameters)" in said
     if (os.cpu_count() or 1) * local_checks.OVERSUBSCRIBED < 32:
-        assert f"warning: this job starts 32 processes on {os.cpu_count()} CPU core(s)" in said
+        assert f"warning: this job starts 32 processes on {os.cpu_count()} CPU cores" in said

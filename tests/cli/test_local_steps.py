@@ -18,7 +18,8 @@ def _run(args, cwd, timeout=300):
 
 
 def test_steps_override_second_run_and_workdir(tmp_path):
-    """--steps 4 trains to 4 in --workdir; the same run again says there is nothing to train; --steps 6 trains 5 and 6 only."""
+    """--steps 4 trains to 4 in --workdir; the same run again says there is nothing to train (and that a fault before step 4
+    cannot fire); --steps 6 trains 5 and 6 only."""
     work = tmp_path / "work"
     work.mkdir()
     doc = manifests.job(name="steps-test", command=["torchrun", "-m", "railtrain.trainer"], args=TINY, checkpoint={"location": "runs/ckpt", "interval": 2})
@@ -32,13 +33,14 @@ def test_steps_override_second_run_and_workdir(tmp_path):
     # the relative checkpoint location resolved against --workdir, not the directory railtrain ran in
     assert (work / "runs" / "ckpt" / "step-4").is_dir() and not (tmp_path / "runs").exists()
     assert f"checkpoints: {work / 'runs' / 'ckpt'}" in first.stderr
-    assert "starting 2 rank(s) on 2 local node(s)" in first.stderr
+    assert "starting 2 ranks on 2 local nodes" in first.stderr
 
-    again = _run([*args, "--steps", "4"], tmp_path)
+    again = _run([*args, "--steps", "4", "--fault-kill", "rank=1,step=3"], tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert STEP_LINE.findall(again.stdout) == []
     said = " ".join(again.stdout.split())
     assert f"nothing to train: {work / 'runs' / 'ckpt'} already holds step 4, and --steps is 4; delete it to start over, or raise --steps" in said
+    assert "warning: injected fault(s) kill at step 3 come at or before the resumed step 4: they will not fire" in said  # not silently
 
     further = _run([*args, "--steps", "6"], tmp_path)
     assert further.returncode == 0, further.stdout[-3000:] + further.stderr[-3000:]
@@ -68,5 +70,8 @@ def test_killed_rank_is_named_in_the_summary_once(tmp_path):
     said = " ".join(proc.stderr.split())
     assert "gang failed (retryable: node rank 1 failed first: worker rank 1 was killed by SIGKILL (exit code -9)); restarting the whole gang" in said, proc.stderr
     assert "RuntimeError: RuntimeError" not in proc.stdout + proc.stderr
+    assert "[rank 1] torchrun: its worker failed (torchrun's own" in proc.stdout
+    assert "torch/distributed/run.py" not in proc.stdout  # torchrun's own frames are one line, not 16
+    assert "[rank 1] fault: rank 1 kills itself at step 3" in proc.stdout  # filtered while running, shown once it failed
     for rank in (0, 1):  # each node's torchrun report is shown at most once (it used to be repeated as the "last lines")
         assert proc.stdout.count(f"[rank {rank}] torch.distributed.elastic.multiprocessing.errors.ChildFailedError") <= 1, proc.stdout

@@ -50,6 +50,14 @@ BAD_MANIFESTS = [
     ("memory 2GB", manifests.job(resources={"memory": "2GB"}), 'spec.resources.memory: "2GB" is not a Kubernetes quantity; use e.g. 2Gi, 2G or 2000M'),
     ("shm lots", manifests.job(resources={"shm": "lots"}), 'spec.resources.shm: "lots" is not a Kubernetes quantity'),
     ("memory negative", manifests.job(resources={"memory": "-5Gi"}), "spec.resources.memory: -5Gi is negative; use a quantity of at least 0"),
+    # finding 7: what used to pass silently
+    (
+        "duplicate key",
+        "apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\nspec: {image: i, command: [a], nodes: 1, procsPerNode: 1, nodes: 3}\n",
+        "line 4, column 59: key nodes appears twice in one mapping (first at column 32)",
+    ),
+    ("level not a label key", manifests.job(topology={"level": "not a label!!"}), 'spec.topology.level: "not a label!!" is not a Kubernetes label key'),
+    ("empty checkpoint location", manifests.job(checkpoint={"location": ""}), "spec.checkpoint.location: must not be empty"),
     # finding 6: the project's wording, not pydantic's
     ("nodes below 1", manifests.job(nodes=0), "spec.nodes: must be at least 1, not 0"),
     ("procsPerNode above 64", manifests.job(procsPerNode=65), "spec.procsPerNode: must be at most 64, not 65"),

@@ -63,10 +63,10 @@ def test_the_api_server_agrees_on_levels(kube):
 
 DUPLICATES = [
     ("apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n  image: x\n  nodes: 1\n  procsPerNode: 1\n  nodes: 3\n",
-     "line 8: key nodes appears twice in one mapping (first at line 6)"),
+     "line 8, column 3: key nodes appears twice in one mapping (first at line 6)"),
     ("apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nkind: TrainingJob\nmetadata: {name: t}\nspec: {image: x}\n",
-     "line 3: key kind appears twice in one mapping (first at line 2)"),
-    ("spec: {resources: {cpu: 1, cpu: 2}}\n", "line 1: key cpu appears twice in one mapping (first at line 1)"),
+     "line 3, column 1: key kind appears twice in one mapping (first at line 2)"),
+    ("spec: {resources: {cpu: 1, cpu: 2}}\n", "line 1, column 28: key cpu appears twice in one mapping (first at column 20)"),
 ]
 
 

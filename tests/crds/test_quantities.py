@@ -59,7 +59,21 @@ BAD = [
     ("memory tier sizeLimit", tiers(memory={"volume": "pod", "sizeLimit": "big"}), "spec.checkpoint.memory.sizeLimit", '"big" is not a Kubernetes quantity'),
     ("local tier sizeLimit", tiers(local={"volume": "pod", "sizeLimit": "-1Gi"}), "spec.checkpoint.local.sizeLimit", "-1Gi is negative"),
 ]
+def templated(resources: dict, volumes: list | None = None) -> dict:
+    m = job()
+    m["spec"]["template"] = {"spec": {"containers": [{"name": "side", "image": "i", "resources": resources}], **({"volumes": volumes} if volumes else {})}}
+    return m
+
+
+BAD += [
+    # the pod template's quantities (core/v1 schema): never negative either, so a pod is never refused at creation for it
+    ("template request negative", templated({"requests": {"cpu": "-1"}}), "spec.template.spec.containers[0].resources.requests.cpu", "'-1' is negative"),
+    ("template request negative integer", templated({"requests": {"cpu": -1}}), "spec.template.spec.containers[0].resources.requests.cpu", "must be at least 0, not -1"),
+    ("template limit 2GB", templated({"limits": {"memory": "2GB"}}), "spec.template.spec.containers[0].resources.limits.memory", "'2GB' is not a Kubernetes quantity"),
+    ("template emptyDir negative", templated({}, [{"name": "v", "emptyDir": {"sizeLimit": "-1Gi"}}]), "spec.template.spec.volumes[0].emptyDir.sizeLimit", "'-1Gi' is negative"),
+]
 GOOD = [
+    ("template quantities", templated({"requests": {"cpu": "500m", "example.com/x": 0}, "limits": {"memory": "+1Gi"}}, [{"name": "v", "emptyDir": {"sizeLimit": 0}}])),
     ("integer cpu", job(cpu=4)),
     ("string quantities", job(cpu="500m", memory="64Gi", shm="2G")),
     ("zero", job(cpu="0", memory=0)),
