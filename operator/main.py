@@ -114,7 +114,7 @@ def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS
         except Exception as err:
             if kube.unreachable(err):
                 raise OperatorError(
-                    f"cannot reach the Kubernetes API server at {host} ({kube.describe(err)}); "
+                    f"cannot reach the Kubernetes API server at {host}: {kube.describe(err)}; "
                     "start a cluster with 'railtrain dev up' or point --kubeconfig/KUBECONFIG at a running one"
                 ) from None
             if not kube.transient(err):
