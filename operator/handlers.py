@@ -131,7 +131,7 @@ async def _resync_loop() -> None:
             if not kube.unreachable(err):
                 down_since = None
                 level = logging.WARNING if kube.transient(err) else logging.ERROR
-                log.log(level, "resync pass failed, retrying: %s", kube.describe(err))
+                log.log(level, "resync pass failed, retrying: %s", kube.describe(err), exc_info=_trace(err))
                 continue
             down_since = down_since or loop.time()
             down = loop.time() - down_since
@@ -207,7 +207,7 @@ def _resync_pass() -> None:
         except Exception as err:
             if kube.transient(err):
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
-            log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err))
+            log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
     metrics.observe_nodes(_kube().list_nodes())  # railtrain_quarantined_nodes
     # One admission pass for the whole resync, not one per waiting job.
     controller.admission_pass(_kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
@@ -252,4 +252,10 @@ def _reconcile_quietly(namespace: str, name: str) -> None:
     try:
         _reconcile(namespace, name)
     except Exception as err:
-        log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err))
+        log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err), exc_info=_trace(err))
+
+
+def _trace(err: BaseException) -> BaseException | None:
+    """The exception to log with its traceback: only an unexpected one (a bug, not an API answer) and only with DEBUG on."""
+    expected = isinstance(err, ApiException) or kube.unreachable(err)
+    return err if not expected and log.isEnabledFor(logging.DEBUG) else None
