@@ -45,7 +45,8 @@ class RankFailure:
         rank: node rank; pod: pod name; node: its node ("" if never bound).
         code: exit code of the trainer container; verdict: the verdict kind;
         reason, message: the verdict's (or the kubelet's) reason and message;
-        nodes: suspect nodes named; evidence: the verdict's evidence.
+        nodes: suspect nodes named; evidence: the verdict's evidence;
+        finished_at: the container's ``state.terminated.finishedAt`` (RFC 3339, "" if unknown).
     """
 
     rank: int
@@ -58,6 +59,12 @@ class RankFailure:
     nodes: tuple[str, ...] = ()
     evidence: str = ""
     reported: bool = False
+    finished_at: str = ""
+
+    @property
+    def signalled(self) -> bool:
+        """Whether the container was killed by a signal (exit code 128 + N, the shell and container-runtime convention; e.g. 137 = SIGKILL, OOMKilled)."""
+        return self.code > 128
 
     def detail(self) -> str:
         """``"rank 1 exited with code 1: NoProgress: rank 3 stopped"`` (the verdict's reason only when the trainer reported one)."""
@@ -77,18 +84,31 @@ def rank_failure(pod: dict[str, Any]) -> RankFailure:
             v = contract.parse_termination_message(raw)
             if v:
                 evidence = json.dumps(v["evidence"], sort_keys=True)[:300] if v["evidence"] else ""
-                return RankFailure(code=code, verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), evidence=evidence, reported=True, **base)
+                return RankFailure(code=code, verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), evidence=evidence, reported=True, finished_at=term.get("finishedAt") or "", **base)
             kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
-            return RankFailure(code=code, verdict=kind, reason=term.get("reason") or "Error", message=raw or (term.get("reason") or ""), **base)
+            return RankFailure(code=code, verdict=kind, reason=term.get("reason") or "Error", message=raw or (term.get("reason") or ""), finished_at=term.get("finishedAt") or "", **base)
     return RankFailure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), **base)
 
 
 def gang_failure(step: Step) -> RankFailure | None:
-    """The failure that decides for the gang (see :data:`PRECEDENCE`; the lowest rank among equals), or None."""
+    """The failure that decides for the gang, or None when no rank Failed.
+
+    The most specific verdict wins (:data:`PRECEDENCE`). Among equals the rank
+    where the failure began is named, not its peers' symptoms (a killed rank
+    makes the others fail with "connection closed by peer"): a rank killed by
+    a signal first, then the one whose container finished first
+    (``finishedAt``, RFC 3339 UTC, compared as text; unknown sorts last), then
+    the lowest rank.
+    """
     failures = [rank_failure(p) for p in step.gang if phase(p) == "Failed"]
     if not failures:
         return None
-    return min(failures, key=lambda f: (PRECEDENCE.index(f.verdict) if f.verdict in PRECEDENCE else len(PRECEDENCE), f.rank))
+    return min(failures, key=_blame_order)
+
+
+def _blame_order(f: RankFailure) -> tuple[int, bool, bool, str, int]:
+    verdict = PRECEDENCE.index(f.verdict) if f.verdict in PRECEDENCE else len(PRECEDENCE)
+    return verdict, not f.signalled, not f.finished_at, f.finished_at, f.rank
 
 
 def _evicted(step: Step) -> list[dict[str, Any]]:

@@ -100,6 +100,30 @@ def test_the_most_specific_verdict_of_the_gang_decides():
     assert [q[0] for q in p.quarantine] == ["b"]
 
 
+@pytest.mark.parametrize(
+    "statuses,blamed",
+    [
+        # rank 1 killed by SIGKILL (137); rank 0 then failed on the closed connection, earlier in the list and lower
+        ({0: (1, "2026-11-29T11:30:05Z"), 1: (137, "2026-11-29T11:30:06Z")}, 1),
+        # neither killed by a signal: the one that finished first
+        ({0: (1, "2026-11-29T11:30:09Z"), 1: (1, "2026-11-29T11:30:04Z")}, 1),
+        # a rank whose finish time is unknown comes after one that has it
+        ({0: (1, ""), 1: (1, "2026-11-29T11:30:04Z")}, 1),
+        # all equal: the lowest rank
+        ({0: (1, "2026-11-29T11:30:04Z"), 1: (1, "2026-11-29T11:30:04Z")}, 0),
+    ],
+)
+def test_among_equal_verdicts_the_rank_where_the_failure_began_is_named(statuses, blamed):
+    obj = job_obj(nodes=2, status=running())
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    for rank, (code, finished) in statuses.items():
+        fail(pods[rank], code=code, message="")
+        pods[rank]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = finished
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    running_cond = find(p.status["conditions"], "Running")
+    assert running_cond["message"].startswith(f"rank {blamed} exited with code {statuses[blamed][0]}"), running_cond
+
+
 def test_evicted_pod_is_an_infrastructure_restart():
     obj = job_obj(nodes=2, status=running())
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
