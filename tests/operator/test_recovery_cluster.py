@@ -185,8 +185,8 @@ def test_node_not_ready_past_the_grace_restarts_the_gang_elsewhere_and_not_befor
     new = wait_for(lambda: all_running(core, namespace, "sick", 2, {p.metadata.uid for p in pods}),
                    seconds_until(since + timedelta(seconds=grace + 15)), "the whole gang Running elsewhere after the grace")
     assert victim not in {p.spec.node_name for p in new}
-    status = job_status(custom, namespace, "sick")
-    assert status["phase"] == "Running"
+    # The pods run before the operator has seen them do so: wait for the job's own status to say Running.
+    status = wait_for(lambda: phase_is(custom, namespace, "sick", "Running"), 30, "the job Running again")
     assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0  # backoffLimit 0 not spent
     lost = [e for e in events(core, namespace, "sick") if e.reason == "NodeLost"]
     assert len(lost) == 1 and f"node {victim}: the Node has been NotReady since" in lost[0].message, lost
