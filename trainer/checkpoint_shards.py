@@ -99,82 +99,110 @@ class ShardTier:
 
     # --- load ---
     def claims(self) -> dict[str, Any]:
-        """What this rank finds: ``{"own": {step: manifest}, "peer": {step: manifest}, "partial": [steps]}``.
+        """What this rank finds on its node: ``{"own": {step: manifest}, "held": {"<kind>-<R>": {step: manifest}}, "partial": [steps]}``.
 
-        ``own`` are this rank's shards with a readable manifest, ``peer`` the
-        copies it keeps, ``partial`` its shards whose manifest is missing.
+        ``own`` are this rank's shards with a readable manifest; ``held`` every
+        other shard or copy in this node's directory (another rank's own shard,
+        a neighbour's copy, whatever rank saved it), so a restarted gang whose
+        ranks landed on other nodes still finds them; ``partial`` this rank's
+        shards whose manifest is missing.
         """
         entries = self.dir.entries()
         mine = entries.get(("rank", self.rank), {})
         own = {s: m for s in mine if (m := self.dir.read_manifest(s, "rank", self.rank))}
-        peer: dict[int, dict[str, Any]] = {}
-        if self.peers:
-            src = self.peers.src(self.rank)
-            peer = {s: m for s in entries.get(("peer", src), {}) if (m := self.dir.read_manifest(s, "peer", src))}
-        return {"own": own, "peer": peer, "partial": sorted(s for s in mine if s not in own)}
+        held: dict[str, dict[int, dict[str, Any]]] = {}
+        for (kind, rank), steps in sorted(entries.items()):
+            if (kind, rank) != ("rank", self.rank):
+                found = {s: m for s in steps if (m := self.dir.read_manifest(s, kind, rank))}
+                if found:
+                    held[f"{kind}-{rank}"] = found
+        return {"own": own, "held": held, "partial": sorted(s for s in mine if s not in own)}
 
     def candidates(self, gathered: list[dict[str, Any]], layout: str) -> tuple[list[int], list[str]]:
-        """Steps for which every rank's shard exists here or as a copy, newest first, and notes on the others.
+        """Steps for which every rank's shard exists on some node (its own, or a copy anywhere), newest first, and notes on the others.
 
         Args:
             gathered: every rank's :meth:`claims`.
             layout: this run's parallel layout; shards of another one are not candidates.
         """
-        steps = sorted({s for c in gathered for key in ("own", "peer", "partial") for s in c[key]}, reverse=True)
+        steps = sorted({s for c in gathered for s in [*c["own"], *c["partial"], *(s for h in c["held"].values() for s in h)]}, reverse=True)
         out, notes = [], []
         for step in steps:
-            metas = [m for c in gathered for key in ("own", "peer") if (m := c[key].get(step))]
+            metas = [m for c in gathered for m in [c["own"].get(step), *(h.get(step) for h in c["held"].values())] if m]
             foreign = {(m.get("world_size"), m.get("layout")) for m in metas} - {(self.world_size, layout)}
             if foreign:
                 ws, lay = sorted(foreign, key=str)[0]
                 notes.append(f"{self.name} step {step}: saved by {ws} ranks as '{lay}', this run is {self.world_size} as '{layout}' (only the persistent tier reshards)")
                 continue
-            missing = [r for r in range(self.world_size) if step not in gathered[r]["own"] and self._copy_holder(gathered, r, step) is None]
+            missing = [r for r in range(self.world_size) if step not in gathered[r]["own"] and not _holders(gathered, r, step)]
             if missing:
                 notes.append(f"{self.name} step {step}: no manifest for rank(s) {_ranks(missing)} and no copy (save cut short or node lost)")
                 continue
             out.append(step)
         return out, notes
 
-    def _copy_holder(self, gathered: list[dict[str, Any]], rank: int, step: int) -> int | None:
-        if not self.peers:
-            return None
-        holder = self.peers.dst(rank)
-        return holder if step in gathered[holder]["peer"] else None
+    def _holder_order(self, rank: int) -> list[int]:
+        """Who should serve ``rank``'s shard, best first: the rank itself (no transfer), its copy's usual holder, then the rest."""
+        usual = self.peers.dst(rank) if self.peers else rank
+        return sorted(range(self.world_size), key=lambda h: (h != rank, h != usual, h))
 
     def try_load(self, step: int, template: dict[str, Any], gathered: list[dict[str, Any]], comm: Comm) -> tuple[dict[str, Any] | None, TierResult]:
         """Verify and fetch every rank's shard of ``step``, then rebuild this rank's state (collective).
 
+        A rank whose own shard is missing or corrupt gets a verified copy from
+        the best holder (:meth:`_holder_order`): a copy on its own node, the
+        neighbour that kept it, or any node that has it (a restarted gang's
+        ranks may have landed on other nodes than the ones that saved).
+
         Returns:
             ``(state, result)``; ``state`` is ``None`` when some rank's shard and
-            its copy are both missing or corrupt or do not fit, with the reason
-            in ``result.error`` (the same on every rank).
+            every copy of it are missing or corrupt or do not fit, with the
+            reason in ``result.error`` (the same on every rank).
         """
         result, start = TierResult(self.name), time.perf_counter()
         own_err = self._verify_file(step, "rank", self.rank, gathered[self.rank]["own"].get(step))
         own_errs = comm.all_gather(own_err)
-        # Ranks whose own shard is missing or bad get the copy from its holder.
         needy = [r for r, e in enumerate(own_errs) if e]
-        sends: dict[int, Any] = {}
+        # Each rank verifies what it holds of the needy ranks' shards and offers it.
+        offers: dict[int, str] = {}
         copy_errs: dict[int, str] = {}
-        if self.peers and self.rank in [self.peers.dst(r) for r in needy]:
-            src = self.peers.src(self.rank)
-            data, err = self._read_verified(step, "peer", src, gathered[self.rank]["peer"].get(step))
-            copy_errs[src] = err
-            if not err:
-                sends[src] = data
-        copy_errs_all = {r: e for errs in comm.all_gather(copy_errs) for r, e in errs.items()}
-        lost = [r for r in needy if copy_errs_all.get(r, "no copy") != ""]
+        for r in needy:
+            for kind in ("rank", "peer"):
+                manifest = gathered[self.rank]["held"].get(f"{kind}-{r}", {}).get(step)
+                if manifest is None:
+                    continue
+                err = self._verify_file(step, kind, r, manifest)
+                if not err:
+                    offers[r] = kind
+                    break
+                copy_errs.setdefault(r, err)
+        all_offers = comm.all_gather(offers)
+        all_copy_errs = {r: e for errs in comm.all_gather(copy_errs) for r, e in errs.items()}
+        source = {r: h for r in needy if (h := next((h for h in self._holder_order(r) if r in all_offers[h]), -1)) >= 0}
+        lost = [r for r in needy if r not in source]
         if lost:
-            detail = "; ".join(f"rank {r}: {own_errs[r]}, copy: {copy_errs_all.get(r, 'none')}" for r in lost[:4])
+            detail = "; ".join(f"rank {r}: {own_errs[r]}, copy: {all_copy_errs.get(r, 'none')}" for r in lost[:4])
             result.error = f"{self.name} step {step}: {detail}"
             return None, result
-        received = comm.exchange(sends, [self.peers.dst(self.rank)] if self.peers and self.rank in needy else [])
-        payload = received.get(self.peers.dst(self.rank)) if self.peers and self.rank in needy else None
-        if payload is not None:
-            result.notes.append(f"rank {self.rank}'s shard came from the copy on rank {self.peers.dst(self.rank)}")  # type: ignore[union-attr]
-        state, err = None, ""
+        payload: bytes | bytearray | None = None
+        err = ""
         try:
+            sends = {r: self.dir.read_data(step, offers[r], r) for r in needy if source[r] == self.rank and r != self.rank}
+            if source.get(self.rank) == self.rank:
+                payload = self.dir.read_data(step, offers[self.rank], self.rank)
+        except OSError as exc:  # verified a moment ago; the transfer must still happen, so send nothing usable
+            err, sends = _describe(exc), {r: b"" for r in needy if source[r] == self.rank and r != self.rank}
+        needs_transfer = self.rank in needy and source[self.rank] != self.rank
+        received = comm.exchange(sends, [source[self.rank]] if needs_transfer else [])
+        if needs_transfer:
+            payload = received.get(source[self.rank])
+        if self.rank in needy:
+            where = "its own node" if source[self.rank] == self.rank else f"rank {source[self.rank]}"
+            result.notes.append(f"rank {self.rank}'s shard came from the copy on {where}")
+        state = None
+        try:
+            if err:
+                raise OSError(err)
             # The own shard is read straight from its (verified) file into tensors: no intermediate bytes.
             loaded = deserialize(payload) if payload is not None else load_file(self.dir.data_path(step, "rank", self.rank))
             state = rebuild(template, loaded)
@@ -185,9 +213,11 @@ class ShardTier:
             result.error = f"{self.name} step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in enumerate(errs) if e)
             return None, result
         if payload is not None:  # put this node's own shard back, so the next failure finds two copies again
+            holder = source[self.rank]
+            manifest = gathered[holder]["held"][f"{all_offers[holder][self.rank]}-{self.rank}"][step]
             try:
                 self.dir.write_data(step, "rank", self.rank, payload)
-                self.dir.write_manifest(step, "rank", self.rank, gathered[self.peers.dst(self.rank)]["peer"][step])  # type: ignore[union-attr]
+                self.dir.write_manifest(step, "rank", self.rank, manifest)
             except OSError:
                 pass
         result.bytes = len(payload) if payload is not None else int(gathered[self.rank]["own"][step]["bytes"])
@@ -206,18 +236,6 @@ class ShardTier:
         except OSError as err:
             return f"unreadable ({err.strerror or err})"
         return f"{kind}-{rank}.pt {problem}" if problem else ""
-
-    def _read_verified(self, step: int, kind: str, rank: int, manifest: dict[str, Any] | None) -> tuple[bytes, str]:
-        """``(bytes, "")`` if the shard is present and matches its manifest, else ``(b"", reason)``."""
-        if manifest is None:
-            return b"", "no shard"
-        try:
-            data = self.dir.read_data(step, kind, rank)
-        except OSError as err:
-            return b"", f"unreadable ({err.strerror or err})"
-        if problem := checksum.verify_bytes(manifest, data):
-            return b"", f"{kind}-{rank}.pt {problem}"
-        return data, ""
 
 
 class _CopySink:
@@ -296,6 +314,11 @@ def write_shards(tiers: list[ShardTier], step: int, state: Any, manifest: dict[s
         result.seconds += serialize_s
         results.append(result)
     return results
+
+
+def _holders(gathered: list[dict[str, Any]], rank: int, step: int) -> list[int]:
+    """The ranks whose node holds a copy of ``rank``'s shard of ``step`` (see :meth:`ShardTier.claims`)."""
+    return [h for h, c in enumerate(gathered) if any(step in c["held"].get(f"{kind}-{rank}", {}) for kind in ("rank", "peer"))]
 
 
 def _ranks(ranks: list[int]) -> str:

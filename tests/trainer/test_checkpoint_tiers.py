@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
@@ -98,6 +99,23 @@ def test_memory_tier_outlives_the_trainer_and_a_peer_copy_restores_a_lost_node(w
     assert max_diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
     # Node 1 has its own shard again (written back on restore), next to newer saves.
     assert (scenario.memory(1) / "step-12" / "rank-1.json").is_file()
+
+
+def test_memory_tier_restores_a_gang_whose_ranks_moved_to_other_nodes(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
+    """Rank 0's node was lost, and the restarted gang runs rank 0 on the node that was rank 1's and rank 1 on a
+    fresh node (as a kind cluster placed it): rank 0 finds its shard in the copy on its own node, rank 1 gets its
+    shard from the node rank 0 now runs on."""
+    for tier in (scenario.memory, scenario.local):
+        shutil.rmtree(tier(0))
+        tier(1).rename(tier(0))
+        tier(1).mkdir()
+    run = run_gang(workdir / "moved", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS))
+    assert "checkpoint: loaded step 12 from memory" in run.stdout, run.stdout
+    assert "rank 0's shard came from the copy on its own node" in run.stdout
+    assert "rank 1's shard came from the copy on rank 0" in run.stdout
+    assert max_diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
+    # Both nodes hold their rank's own shard again.
+    assert (scenario.memory(0) / "step-12" / "rank-0.json").is_file() and (scenario.memory(1) / "step-12" / "rank-1.json").is_file()
 
 
 def test_corrupt_local_shard_falls_back_to_the_persistent_copy_of_the_same_step(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
