@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.crds.validation import ManifestError, manifest_document, parse_manifest
+from tests.crds.dryrun import dry_run
 
 PREFIX_253 = "x." + "a" * 251
 LEVELS_BAD = ["not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "a" * 64, PREFIX_253 + "a/n", "-rack", "rack-"]
@@ -44,13 +45,7 @@ def test_validate_accepts_label_keys(level):
 
 def test_the_api_server_agrees_on_levels(kube):
     def refused(manifest: dict) -> str | None:
-        try:
-            kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, "default", contract.PLURAL, manifest,
-                                                        dry_run="All", field_validation="Strict")
-        except ApiException as err:
-            assert err.status == 422, err.body
-            return json.loads(err.body)["message"]
-        return None
+        return dry_run(kube, manifest)
 
     for level in LEVELS_BAD:
         message = refused(job(topology={"policy": "preferred", "level": level}))

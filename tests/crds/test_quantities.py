@@ -7,14 +7,13 @@ jammed the operator when it built the pods.
 
 from __future__ import annotations
 
-import json
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.crds.quantity import is_quantity, parse_quantity
 from railtrain.crds.validation import ManifestError, parse_manifest
+from tests.crds.dryrun import dry_run
 
 
 @pytest.mark.parametrize("text, value", [("8", 8.0), ("500m", 0.5), ("64Gi", 64 * 2**30), ("2G", 2e9), ("1e3", 1000.0), (4, 4.0), (".5", 0.5), ("+1Ki", 1024.0)])
@@ -95,17 +94,6 @@ def test_validate_accepts_quantities(case, manifest):
     parse_manifest(manifest)
 
 
-def _dry_run(kube, manifest: dict) -> str | None:
-    """The API server's message refusing ``manifest`` (server-side dry run), or None when it accepts it."""
-    try:
-        kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, "default", contract.PLURAL, manifest,
-                                                    dry_run="All", field_validation="Strict")
-    except ApiException as err:
-        assert err.status == 422, err.body
-        return json.loads(err.body)["message"]
-    return None
-
-
 def test_a_zero_quantity_is_set_like_any_other(kube):
     """cpu: 0 is a request (CEL has() is true), so the template may not request cpu too; validate agrees with the server."""
     manifest = job(cpu=0)
@@ -113,13 +101,13 @@ def test_a_zero_quantity_is_set_like_any_other(kube):
     with pytest.raises(ManifestError) as err:
         parse_manifest(manifest)
     assert "conflicts with spec.resources.cpu" in str(err.value)
-    assert "spec.template" in (_dry_run(kube, manifest) or "accepted")
+    assert "spec.template" in (dry_run(kube, manifest) or "accepted")
 
 
 def test_the_api_server_refuses_every_bad_quantity_naming_the_field(kube):
     for case, manifest, field, _ in BAD:
-        message = _dry_run(kube, manifest)
+        message = dry_run(kube, manifest)
         assert message is not None, f"{case}: the API server accepted it"
         assert field in message, f"{case}: {message}"
     for case, manifest in GOOD:
-        assert _dry_run(kube, manifest) is None, case
+        assert dry_run(kube, manifest) is None, case
