@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -57,12 +59,43 @@ async def start_resync(memo: OperatorContext, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def stop_resync(memo: OperatorContext, **_: Any) -> None:
-    """Stop the resync task on shutdown and give up the Lease, so that an operator started next is not warned about this one."""
+    """On shutdown (SIGTERM, SIGINT, or the operator stopping itself): stop the resync, give up the Lease, and make sure the process ends.
+
+    kopf waits for a ``threading.Event`` stop flag in a worker thread of the
+    event loop's default executor, and ``asyncio.run`` joins that executor
+    before it returns: after a signal nobody set the flag, so the process
+    stayed alive, reconciling nothing, until SIGKILL. Setting it here ends that
+    thread. A reconcile pass still in flight finishes (each is idempotent); one
+    still running :data:`~railtrain.operator.settings.Settings.stop_seconds`
+    minus 2 s after the stop began is abandoned by :func:`_exit_when_late`, so
+    the whole stop takes at most ``stop_seconds`` (default 10). The Lease is
+    given up first, so that an operator started next is not warned about this one.
+    """
+    _exit_when_late(memo)
+    memo.stop.set()
     task = memo.state.resync
     if task:
         task.cancel()
     if not memo.state.fatal and not memo.state.peers_off:
         await asyncio.get_running_loop().run_in_executor(None, _release_lease, memo)
+    log.info("the operator stopped: the Lease %s/%s is given up; jobs in flight are picked up by the next operator", LEASE_NAMESPACE, peers.LEASE_NAME)
+
+
+def _exit_when_late(ctx: OperatorContext) -> None:
+    """Start a daemon timer that ends the process ``stop_seconds - 2`` s (at least 1 s) from now if it is still alive (one WARNING line).
+
+    Exit status: 1 when the operator stopped itself (``state.fatal``), else 0.
+    """
+    seconds = max(1.0, ctx.settings.stop_seconds - 2.0)
+
+    def late() -> None:
+        log.warning("the operator has not stopped %.0f s after it was asked to; exiting now (a reconcile in flight is redone by the next operator)", seconds)
+        logging.shutdown()
+        os._exit(1 if ctx.state.fatal else 0)
+
+    timer = threading.Timer(seconds, late)
+    timer.daemon = True
+    timer.start()
 
 
 def _release_lease(ctx: OperatorContext) -> None:

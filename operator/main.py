@@ -26,7 +26,7 @@ class OperatorError(Exception):
 
 
 def run(settings: Settings) -> None:
-    """Run the operator until interrupted (SIGINT/SIGTERM stop it cleanly).
+    """Run the operator until SIGTERM or SIGINT, which stop it within ``settings.stop_seconds`` (Lease given up; see ``handlers.stop_resync``).
 
     Args:
         settings: the frozen settings, from :func:`railtrain.operator.settings.parse`.
@@ -40,7 +40,12 @@ def run(settings: Settings) -> None:
         # kopf's default login handler and our client both read $KUBECONFIG.
         os.environ["KUBECONFIG"] = settings.kubeconfig
     configure_logging()
-    ctx = OperatorContext(settings=settings, kube=kube.Kube(preflight(settings.kubeconfig)))
+    try:
+        api = preflight(settings.kubeconfig)
+    except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
+        log.info("the operator stopped before it started")
+        return
+    ctx = OperatorContext(settings=settings, kube=kube.Kube(api))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
