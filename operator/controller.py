@@ -94,7 +94,10 @@ def reconcile_job(
             return None
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
-        grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
+        grow_to = None
+        if nodes is not None and resize.wants_to_grow(job):
+            queue = [request for _, _, request in _waiting(kube, _now(now), watch_namespace).values()]
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
         if not _apply_or_reject(kube, job, p, _now(now)):
             return p
@@ -127,27 +130,10 @@ def admission_pass(
             return []
         _passes_started += 1
         at = _now(now)
-        gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
-        jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
-        by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for pod in kube.list_railtrain_pods():
-            meta = pod["metadata"]
-            by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
-        waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+        waiting = _waiting(kube, at, watch_namespace)
         requests: dict[str, list[GangRequest]] = defaultdict(list)
-        for job in jobs:
-            meta = job["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
-            try:
-                entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
-            except Exception as err:  # one job the planner cannot read never blocks the others' admission
-                log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
-                continue
-            if entry is not None:
-                request, ready = entry
-                waiting[request.job] = (job, ready, request)
-                requests[request.gpu_resource].append(request)
+        for _, _, request in waiting.values():
+            requests[request.gpu_resource].append(request)
         if not waiting:
             return []
         nodes, active = kube.list_nodes(), kube.list_active_pods()
@@ -164,6 +150,35 @@ def admission_pass(
                 except Exception as err:  # isolated: the next pass decides this job again
                     log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
         return decisions
+
+
+def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> dict[str, tuple[dict[str, Any], bool, GangRequest]]:
+    """Every job that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
+
+    Jobs in namespaces being deleted are left out (no pods can be created
+    there), and so is a job the planner cannot read (one line: it never blocks
+    the others' admission).
+    """
+    gone = kube.terminating_namespaces()
+    jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in kube.list_railtrain_pods():
+        meta = pod["metadata"]
+        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    for job in jobs:
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+        except Exception as err:
+            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
+            continue
+        if entry is not None:
+            request, ready = entry
+            waiting[request.job] = (job, ready, request)
+    return waiting
 
 
 def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:

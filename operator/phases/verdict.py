@@ -24,6 +24,7 @@ from typing import Any
 
 from railtrain.crds import contract
 from railtrain.crds.failure_policy import FailureAction
+from railtrain.crds.podtemplate import TRAINER
 from railtrain.operator import conditions as cond
 from railtrain.operator import quarantine
 from railtrain.operator.gang import phase, rank_of
@@ -78,7 +79,7 @@ def rank_failure(pod: dict[str, Any]) -> RankFailure:
     base = dict(rank=rank_of(pod), pod=meta["name"], node=(pod.get("spec") or {}).get("nodeName") or "")
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
-        if term:
+        if term and cs.get("name") == TRAINER:  # a sidecar's exit says nothing about the rank
             code = int(term.get("exitCode", contract.EXIT_FAILED))
             raw = (term.get("message") or "").strip()
             v = contract.parse_termination_message(raw)
