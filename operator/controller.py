@@ -241,8 +241,11 @@ def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
 
 
 def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-    """Whether this pass must see the Nodes: some pod is bound to one (node loss), or the job may grow."""
-    return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods)
+    """Whether this pass must see the Nodes: some pod is bound to one (node loss), some is pinned to one but
+    not bound yet (a node unusable before binding), or the job may grow."""
+    return resize.wants_to_grow(job) or any(
+        (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
+    )
 
 
 def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, attempts: int = 5) -> bool:

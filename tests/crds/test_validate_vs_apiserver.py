@@ -38,6 +38,10 @@ COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"
               {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"},
               {"cpu": 0, "memory": "0"}, {"cpu": 4, "shm": 0}, {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}},
               {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}},
+              {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}]}},
+              {"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}}}},
+              {"spec": {"containers": [{"name": "x", "image": "x:1", "ports": [{"containerPort": 80, "hostPort": 80}]}]}},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
