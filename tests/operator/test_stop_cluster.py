@@ -7,6 +7,7 @@ import socket
 import time
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from railtrain.operator import peers
 from tests.polling import wait_for
@@ -17,7 +18,12 @@ pytestmark = pytest.mark.cluster
 
 
 def lease_holder(kube) -> str | None:
-    lease = kube.coordination.read_namespaced_lease(peers.LEASE_NAME, "default")
+    try:
+        lease = kube.coordination.read_namespaced_lease(peers.LEASE_NAME, "default")
+    except ApiException as err:
+        if err.status == 404:  # not taken yet
+            return None
+        raise
     return lease.spec.holder_identity if lease.spec else None
 
 
