@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -88,6 +89,19 @@ def reconcile_job(
             the job fails with reason PodRejected and a Warning Event.
         urllib3.exceptions.HTTPError: no answer from the API server.
     """
+    started = time.monotonic()
+    try:
+        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace)
+    except Exception as err:
+        metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+def _reconcile_job(
+    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None
+) -> reconcile.Plan | None:
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -96,7 +110,7 @@ def reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = None
         if nodes is not None and resize.wants_to_grow(job):
-            queue = [request for _, _, request in _waiting(kube, _now(now), watch_namespace).values()]
+            queue = [request for _, _, request in _waiting(kube, _now(now), watch_namespace)[1].values()]
             grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
         if not _apply_or_reject(kube, job, p, _now(now)):
@@ -129,31 +143,42 @@ def admission_pass(
         if _passes_started > seen:
             return []
         _passes_started += 1
-        at = _now(now)
-        waiting = _waiting(kube, at, watch_namespace)
-        requests: dict[str, list[GangRequest]] = defaultdict(list)
-        for _, _, request in waiting.values():
-            requests[request.gpu_resource].append(request)
-        if not waiting:
-            return []
-        nodes, active = kube.list_nodes(), kube.list_active_pods()
-        metrics.observe_nodes(nodes)
-        decisions: list[admission.Decision] = []
-        for resource, group in sorted(requests.items()):
-            snap = cluster_model.snapshot(nodes, active, resource, levels)
-            decisions.extend(admission.schedule(group, snap))
-        for decision in decisions:
-            job, ready, request = waiting[decision.job]
-            if ready:
-                try:
-                    _decide(kube, job, request, decision.result, at)
-                except Exception as err:  # isolated: the next pass decides this job again
-                    log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
-        return decisions
+        started = time.monotonic()
+        try:
+            return _admission_pass(kube, now, levels, watch_namespace)
+        finally:
+            metrics.ADMISSION_PASS_SECONDS.observe(time.monotonic() - started)
 
 
-def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> dict[str, tuple[dict[str, Any], bool, GangRequest]]:
-    """Every job that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
+def _admission_pass(kube: Kube, now: datetime | None, levels: tuple[str, ...], watch_namespace: str | None) -> list[admission.Decision]:
+    """The body of :func:`admission_pass`, run under the scheduling lock."""
+    at = _now(now)
+    jobs, waiting = _waiting(kube, at, watch_namespace)
+    metrics.observe_jobs(jobs)
+    requests: dict[str, list[GangRequest]] = defaultdict(list)
+    for _, _, request in waiting.values():
+        requests[request.gpu_resource].append(request)
+    metrics.ADMISSION_QUEUE.set(len(waiting))
+    if not waiting:
+        return []
+    nodes, active = kube.list_nodes(), kube.list_active_pods()
+    metrics.observe_nodes(nodes)
+    decisions: list[admission.Decision] = []
+    for resource, group in sorted(requests.items()):
+        snap = cluster_model.snapshot(nodes, active, resource, levels)
+        decisions.extend(admission.schedule(group, snap))
+    for decision in decisions:
+        job, ready, request = waiting[decision.job]
+        if ready:
+            try:
+                _decide(kube, job, request, decision.result, at)
+            except Exception as err:  # isolated: the next pass decides this job again
+                log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
+    return decisions
+
+
+def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]]]:
+    """The jobs listed, and every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
@@ -178,7 +203,7 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> dict[str,
         if entry is not None:
             request, ready = entry
             waiting[request.job] = (job, ready, request)
-    return waiting
+    return jobs, waiting
 
 
 def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:
@@ -314,6 +339,4 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)
-        if int(p.status.get("restarts", 0)) > int((job.get("status") or {}).get("restarts", 0)):
-            scheduled = next((c for c in p.status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
-            metrics.RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()
+        metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
