@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from railtrain.crds import contract
-from railtrain.operator import admission, metrics, quarantine, reconcile, resize
+from railtrain.operator import admission, kubeclient, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import GangRequest, Placement, Refusal
@@ -276,28 +276,24 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
 def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, attempts: int = 5) -> bool:
     """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
 
-    Read-modify-write with the node's resourceVersion, retried on conflict.
+    Read-modify-write with the node's resourceVersion, retried on conflict
+    (:func:`railtrain.operator.kubeclient.update_taints`, as ``railtrain node clear`` does).
 
     Returns:
         True when this call added the taint; False when the node is gone, already quarantined, or kept changing.
     """
     meta = job["metadata"]
-    for _ in range(attempts):
-        node = kube.get_node(node_name)
-        if node is None:
-            return False
-        taints = quarantine.taints_with(node, verdict)
-        if taints is None:
-            return False
-        if kube.set_node_taints(node, taints):
-            kube.emit_event(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
-                "Warning", quarantine.REASON_QUARANTINED,
-                f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
-            )
-            metrics.QUARANTINES.labels(verdict).inc()
-            return True
-    log.warning("node %s: could not add the quarantine taint after %d attempts (concurrent changes)", node_name, attempts)
+    outcome, _ = kubeclient.update_taints(lambda: kube.get_node(node_name), kube.set_node_taints, lambda node: quarantine.taints_with(node, verdict), attempts)
+    if outcome == "changed":
+        kube.emit_event(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
+            "Warning", quarantine.REASON_QUARANTINED,
+            f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
+        )
+        metrics.QUARANTINES.labels(verdict).inc()
+        return True
+    if outcome == "conflict":
+        log.warning("node %s: could not add the quarantine taint after %d attempts (concurrent changes)", node_name, attempts)
     return False
 
 
