@@ -43,7 +43,7 @@ def scheduler_refusal(pod: dict[str, Any]) -> str:
     """kube-scheduler's message when it refused the pod (``PodScheduled=False``, reason ``Unschedulable``), else ""."""
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-            return " ".join(str(c.get("message") or "the scheduler refused it").split())
+            return " ".join(str(c.get("message") or "the scheduler refused it").split()).rstrip(".")
     return ""
 
 

@@ -11,7 +11,7 @@ from .builders import gang, job_obj, node
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 RELEASED = "2026-11-29T11:59:50Z"
-WORDS = "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 node(s) didn't match Pod's node affinity/selector."
+WORDS = "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 node(s) didn't match Pod's node affinity/selector"
 
 
 def released(obj, **status):

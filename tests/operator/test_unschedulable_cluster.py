@@ -49,6 +49,6 @@ def test_a_rank_the_scheduler_refuses_is_re_placed_at_once_with_the_schedulers_w
         assert pods[0].spec.node_name == second
         refused = [e for e in events(core, namespace, "local") if e.reason == "FailedScheduling" and e.source.component == "railtrain-operator"]
         assert refused, "placement did not try the other node first: the test shows nothing"
-        assert f"on node {first}" in refused[0].message and "volume node affinity conflict" in refused[0].message
+        assert f"on node {first}" in refused[0].message and "didn't match PersistentVolume's node affinity" in refused[0].message
     finally:
         core.delete_persistent_volume(pv)
