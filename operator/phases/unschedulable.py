@@ -14,14 +14,15 @@ Scheduled condition carries the scheduler's message.
 Bounds: the first re-place of a job is immediate; each further one waits
 :func:`railtrain.operator.gang.requeue_delay` of the job's ``status.requeues``
 (10 s doubling to 600 s, shared with the gang timeout). A node the scheduler
-refused although the operator's model finds it usable (what placement does not
-model) is added to ``status.avoidNodes``, so the next placement of this job
+refused for a reason of its own (:func:`about_the_node`) although the operator's
+model finds it usable (what placement does not model) is added to ``status.avoidNodes``, so the next placement of this job
 does not pick it again; a node that is merely cordoned, tainted or gone needs
 no such record, since placement already leaves it out.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from railtrain.operator import conditions as cond
@@ -45,6 +46,23 @@ def scheduler_refusal(pod: dict[str, Any]) -> str:
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
             return " ".join(str(c.get("message") or "the scheduler refused it").split()).rstrip(".")
     return ""
+
+
+_SELECTOR = "didn't match Pod's node affinity/selector"
+_COUNTED = re.compile(r"\d+ node\(s\) ([^,.]+)")
+
+
+def about_the_node(words: str) -> bool:
+    """Whether kube-scheduler's refusal of a pinned pod names a reason of its pinned node.
+
+    The scheduler counts the nodes each filter refused (``1 node(s) didn't match
+    PersistentVolume's node affinity, 2 node(s) didn't match Pod's node
+    affinity/selector``); for a pod pinned by nodeSelector every other node
+    fails the selector, so any other counted reason is the pinned node's. A
+    refusal of the pod itself (``pod has unbound immediate PersistentVolumeClaims``)
+    counts no node and says nothing against it.
+    """
+    return any(reason.strip() != _SELECTOR for reason in _COUNTED.findall(words))
 
 
 def node_unusable(node: dict[str, Any] | None, pod: dict[str, Any]) -> str:
@@ -93,7 +111,7 @@ def _replace(step: Step) -> str:
     for p, node, ours, words in refused:
         said = f"kube-scheduler: {words}" if words else "not bound yet"
         parts.append(f"pod {p['metadata']['name']} (rank {rank_of(p)}) on node {node}: {ours + '; ' if ours else ''}{said}")
-    avoid = sorted({node for _, node, ours, words in refused if words and not ours})
+    avoid = sorted({node for _, node, ours, words in refused if words and not ours and about_the_node(words)})
     if avoid:
         step.status["avoidNodes"] = sorted(set(step.status.get("avoidNodes") or []) | set(avoid))
     requeues = int(step.status.get("requeues", 0)) + 1

@@ -61,3 +61,10 @@ def test_a_gang_being_bound_or_running_is_left_alone():
     obj, pods = released(job_obj(nodes=2))
     p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])  # rank 1 simply not bound yet
     assert p.delete_pods == [] and find(p.status["conditions"], "Scheduled")["reason"] == "GangPlaced"
+
+
+def test_a_refusal_of_the_pod_itself_avoids_no_node():
+    obj, pods = released(job_obj(nodes=2))
+    refuse(pods[1], "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available")
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])
+    assert p.status["phase"] == "Pending" and "avoidNodes" not in p.status
