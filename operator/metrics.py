@@ -48,6 +48,11 @@ RESYNC_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf")),
 )
 RESYNC_COMPLETED = Gauge("railtrain_resync_last_completed_timestamp_seconds", "Unix time the last resync pass (or a standby's Lease check) ended; /healthz fails when it is too old.")
+GOODPUT_SECONDS = Gauge(
+    "railtrain_job_goodput_seconds", "A job's wall time since creation split by cause (status.goodput): queued, starting, training, restart_<reason>, recompute, checkpoint.",
+    ["namespace", "trainingjob", "cause"],
+)
+GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
 LEADER = Gauge("railtrain_operator_leader", "1 while this operator holds the Lease and admits and reconciles, 0 while it stands by.")
 
 ENV_PORT = "RAILTRAIN_OPERATOR_METRICS_PORT"
