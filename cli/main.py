@@ -206,11 +206,16 @@ def run(
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
         return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults)
 
+    from railtrain.cli.local_goodput import GoodputRecorder, summary
+
     notify = lambda s: say(s, style="yellow")  # noqa: E731
+    recorder = GoodputRecorder()
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
-        runner = RecoveringRun(job, plan, lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify), Path(messages), notify)
+        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=recorder.line)  # noqa: E731
+        runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started
+    say(f"{job.metadata.name}: {summary(recorder.goodput())}")
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
     elif code == 130:
