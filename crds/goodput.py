@@ -35,10 +35,10 @@ CAUSES = ("job", "node_lost", "quarantine", "elastic")
 
 REASON_CAUSE = {
     "NodeLost": "node_lost", "RankVanished": "node_lost", "RankEvicted": "node_lost",
-    "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine",
+    "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine", "InfrastructureRestart": "quarantine",
     "ElasticGrow": "elastic",
 }  # fmt: skip
-"""Condition reasons of a gang restart (operator/phases) → cause; any other reason is the job's own (``job``)."""
+"""Condition reasons of a gang restart (operator/phases, docs/operator.md "Condition reasons added by recovery") → cause; a verdict's infrastructure restart counts as ``quarantine`` (the verdict named a node), any other reason is the job's own (``job``)."""
 
 
 def restart_cause(reason: str | None) -> str:
