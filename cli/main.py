@@ -405,6 +405,7 @@ def operator(
     topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", metavar="PRESET", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
     topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", metavar="KEYS", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
     unreachable_seconds: Annotated[float, typer.Option("--unreachable-seconds", metavar="SECONDS", help="Stop with exit status 1 once the API server has not answered for this many seconds (more than 0).")] = 60.0,
+    fabric_profile: Annotated[Optional[str], typer.Option("--fabric-profile", metavar="PROFILE", help="NCCL/libfabric variables written into every rank: railtrain (default), gke, aws, oci, infiniband or none (docs/fabric.md).")] = None,
 ) -> None:
     """Run the railtrain operator in the foreground (Ctrl-C stops it; it stops by itself when the API server is gone)."""
     try:
@@ -412,8 +413,11 @@ def operator(
         from railtrain.operator import topology
     except ModuleNotFoundError as err:
         raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
+    from railtrain.crds import fabric
+
     try:
         topology.resolve_levels(topology_preset, topology_levels, os.environ)
+        fabric.resolve_profile(fabric_profile, os.environ)
     except ValueError as err:
         raise CliError(str(err)) from None
     # The operator reads its topology from the environment when run() is not told.
@@ -425,7 +429,7 @@ def operator(
     if not unreachable_seconds > 0:
         raise CliError(f"--unreachable-seconds: must be more than 0 seconds, got {unreachable_seconds:g}")
     try:
-        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds)
+        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds, fabric_profile=fabric_profile)
     except operator_main.OperatorError as err:
         raise CliError(str(err)) from None
 

@@ -20,6 +20,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
+from railtrain.crds.fabric import DEFAULT_PROFILE, PROFILES, FabricProfile
 from railtrain.operator import controller, kube, metrics, peers
 from railtrain.operator.kube import Kube, connect
 from railtrain.operator.topology import DEFAULT_LEVELS
@@ -37,6 +38,7 @@ class OperatorConfig:
         kubeconfig: path, or None for $KUBECONFIG / in-cluster.
         resync_seconds: period of the level-triggered resync of unfinished jobs.
         topology_levels: node label keys of the topology levels, widest first.
+        fabric: the fabric profile rendered into every rank (:mod:`railtrain.crds.fabric`).
         namespace: the only namespace watched and admitted, or None for all.
         unreachable_seconds: how long every resync may fail to reach the API
             server before the operator stops with exit status 1.
@@ -50,6 +52,7 @@ class OperatorConfig:
     namespace: str | None = None
     resync_seconds: float = 2.0
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
+    fabric: FabricProfile | None = PROFILES[DEFAULT_PROFILE]
     unreachable_seconds: float = 60.0
     kube: Kube | None = None
     stop: threading.Event = threading.Event()
@@ -210,7 +213,7 @@ def _resync_pass() -> None:
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
     metrics.observe_nodes(_kube().list_nodes())  # railtrain_quarantined_nodes
     # One admission pass for the whole resync, not one per waiting job.
-    controller.admission_pass(_kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
+    controller.admission_pass(_kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace, OperatorConfig.fabric)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
@@ -244,7 +247,9 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], **_: Any)
 
 
 def _reconcile(namespace: str, name: str, admit: bool = True) -> None:
-    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit, watch_namespace=OperatorConfig.namespace)
+    controller.reconcile_job(
+        _kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit, watch_namespace=OperatorConfig.namespace, fabric=OperatorConfig.fabric
+    )
 
 
 def _reconcile_quietly(namespace: str, name: str) -> None:

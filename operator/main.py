@@ -11,6 +11,7 @@ import prometheus_client
 import yaml
 from kubernetes import client, config
 
+from railtrain.crds import fabric
 from railtrain.operator import handlers, kube, metrics, topology
 
 log = logging.getLogger("railtrain.operator")
@@ -30,6 +31,7 @@ def run(
     topology_preset: str | None = None,
     topology_levels: str | None = None,
     unreachable_seconds: float = 60.0,
+    fabric_profile: str | None = None,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM stop it cleanly).
 
@@ -43,14 +45,17 @@ def run(
             the preset; None reads $RAILTRAIN_TOPOLOGY_LEVELS.
         unreachable_seconds: stop once the API server has not answered any
             resync for this long (seconds).
+        fabric_profile: a profile of :data:`railtrain.crds.fabric.PROFILES`;
+            None reads $RAILTRAIN_FABRIC_PROFILE, else ``railtrain``.
 
     Raises:
-        ValueError: an unknown preset or a malformed level list (before anything starts).
+        ValueError: an unknown preset or fabric profile, or a malformed level list (before anything starts).
         OperatorError: no usable kubeconfig, or the API server cannot be reached
             or refuses the credentials (before anything starts); or the API
             server stopped answering for ``unreachable_seconds`` while running.
     """
     levels = topology.resolve_levels(topology_preset, topology_levels, os.environ)
+    profile = fabric.resolve_profile(fabric_profile, os.environ)
     if kubeconfig:
         # kopf's default login handler and our client both read $KUBECONFIG.
         os.environ["KUBECONFIG"] = kubeconfig
@@ -59,11 +64,13 @@ def run(
     handlers.OperatorConfig.resync_seconds = resync_seconds
     handlers.OperatorConfig.unreachable_seconds = unreachable_seconds
     handlers.OperatorConfig.topology_levels = levels
+    handlers.OperatorConfig.fabric = profile
     handlers.OperatorConfig.fatal = None
     handlers.OperatorConfig.stop.clear()
     configure_logging()
     handlers.OperatorConfig.kube = kube.Kube(preflight(kubeconfig))
     log.info("topology levels, widest first: %s", ", ".join(levels))
+    log.info("fabric profile %s: %s", profile.name, profile.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
         prometheus_client.start_http_server(int(port))

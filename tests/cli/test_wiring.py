@@ -53,19 +53,23 @@ def test_operator_runs_in_the_foreground(monkeypatch):
     from railtrain.operator import main as operator_main
 
     calls = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: calls.append((namespace, kubeconfig, unreachable_seconds)))
-    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml", "--unreachable-seconds", "5"])
+    monkeypatch.setattr(
+        operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds, fabric_profile: calls.append((namespace, kubeconfig, unreachable_seconds, fabric_profile))
+    )
+    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml", "--unreachable-seconds", "5", "--fabric-profile", "aws"])
     assert result.exit_code == 0, result.output
-    assert calls == [("team-a", "/k.yaml", 5.0)]
+    assert calls == [("team-a", "/k.yaml", 5.0, "aws")]
     monkeypatch.delenv("KUBECONFIG", raising=False)
     runner.invoke(app, ["operator"])
-    assert calls[-1] == (None, None, 60.0)
+    assert calls[-1] == (None, None, 60.0, None)
+    bad = runner.invoke(app, ["operator", "--fabric-profile", "azure"])
+    assert bad.exit_code == 1 and "--fabric-profile: unknown profile 'azure'; choose one of railtrain, gke, aws, oci, infiniband, none" in bad.stderr
 
 
 def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit_1(monkeypatch):
     from railtrain.operator import main as operator_main
 
-    def gone(namespace, kubeconfig, unreachable_seconds):
+    def gone(namespace, kubeconfig, unreachable_seconds, fabric_profile=None):
         raise operator_main.OperatorError("the Kubernetes API server at https://x:6443 has not answered for 60 s; the operator stops")
 
     monkeypatch.setattr(operator_main, "run", gone)
@@ -85,7 +89,7 @@ def test_operator_topology_flags_reach_the_operator_through_its_environment(monk
     from railtrain.operator import topology
 
     seen = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: seen.append(topology.resolve_levels(environ=dict(os.environ))))
+    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds, fabric_profile: seen.append(topology.resolve_levels(environ=dict(os.environ))))
     monkeypatch.setenv(topology.ENV_LEVELS, "a.example/x")  # monkeypatch restores both variables afterwards
     monkeypatch.delenv(topology.ENV_PRESET, raising=False)
     assert runner.invoke(app, ["operator", "--topology-preset", "gke"]).exit_code == 0
