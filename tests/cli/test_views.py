@@ -137,3 +137,17 @@ def test_job_detail_of_a_job_the_operator_failed_shows_its_reason_not_the_operat
     message = "the API server refused Pod bad-0 (422): Pod \"bad-0\" is invalid: spec.volumes[0].name: Invalid value: \"Scratch_Vol\""
     text = " ".join(render(views.job_detail(obj("bad", phase="Failed", conditions=[cond("Failed", "True", "PodRejected", 300, message)]), NOW)).split())
     assert "Failed True PodRejected" in text and "Scratch_Vol" in text and "operator" not in text.replace("the API server", "")
+
+
+def test_job_detail_shows_the_fabric_settings_rank_0_got():
+    pod = {
+        "metadata": {"annotations": {"railtrain.dev/fabric-profile": "infiniband", "railtrain.dev/fabric-nccl-ib-hca": "=mlx5_0,mlx5_1"}},
+        "spec": {"containers": [{"name": "trainer", "env": [
+            {"name": "RAILTRAIN_JOB_NAME", "value": "llama"},
+            {"name": "NCCL_CROSS_NIC", "value": "0"},
+            {"name": "NCCL_IB_HCA", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['railtrain.dev/fabric-nccl-ib-hca']"}}},
+        ]}]},
+    }
+    text = render(views.job_detail(obj("llama", phase="Running"), NOW, pod))
+    assert "Fabric:     profile infiniband: rank 0 got NCCL_CROSS_NIC=0 NCCL_IB_HCA==mlx5_0,mlx5_1" in text
+    assert "Fabric:" not in render(views.job_detail(obj("llama", phase="Running"), NOW))
