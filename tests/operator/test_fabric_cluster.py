@@ -46,25 +46,6 @@ def test_default_profile_env_per_node_hcas_and_user_overrides(api, namespace, gp
     assert not [e for e in events(core, namespace, "fab") if e.reason == "FabricDeviceMissing"]
 
 
-@pytest.fixture
-def profile_operator(cluster, operator_process, tmp_path):
-    """``start(profile)``: the session operator stopped and one with ``--fabric-profile`` running in its place
-    (two operators would race for the same jobs); the ``operator`` fixture restarts the session one for later tests."""
-    started: list[OperatorProcess] = []
-
-    def start(profile: str) -> OperatorProcess:
-        operator_process.stop()
-        op = OperatorProcess(Path(cluster.kubeconfig), tmp_path / f"{profile}.log", resync_seconds=1,
-                             extra_args=("--topology-preset", "railtrain", "--fabric-profile", profile))
-        op.start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
-
-
 DEVICE = {
     "aws": {"spec": {"containers": [{"name": "trainer", "resources": {"limits": {"vpc.amazonaws.com/efa": "4"}}}]}},
     "gke": {"metadata": {"annotations": {"networking.gke.io/interfaces": '[{"interfaceName":"eth0","network":"default"}]'}}},
@@ -73,34 +54,38 @@ DEVICE = {
 }
 
 
-@pytest.mark.parametrize("profile", ["gke", "aws", "oci", "infiniband", "none"])
-def test_each_profile_in_the_pods_and_the_rdma_check(profile, api, namespace, gpu_nodes, profile_operator, submit):
+def test_each_platform_profile_in_the_pods_and_the_rdma_check(cluster, operator_process, api, namespace, gpu_nodes, submit, tmp_path):
+    """One operator per profile in turn, in place of the session's (two operators would race for the same jobs);
+    the ``operator`` fixture restarts the session's for later tests."""
     core, _ = api
     gpu_nodes(4)
-    op = profile_operator(profile)
-    chosen = fabric.PROFILES[profile]
-    submit(job_body("bare", nodes=2))
-    try:
-        pods = wait_for(lambda: all_running(core, namespace, "bare", 2), 60, f"bare Running under profile {profile}")
-    except AssertionError:
-        print(op.tail())
-        raise
-    expected = dict(chosen.env) | {v.env: "" for v in chosen.per_node}  # no node gives an HCA list: NCCL's default
-    got = settings(core, namespace, pods)
-    assert all(s == expected for s in got.values()), got
-    assert all(p.metadata.annotations[fabric.ANNOTATION_PROFILE] == profile for p in pods)
-    warned = [e for e in events(core, namespace, "bare") if e.reason == "FabricDeviceMissing"]
-    if chosen.requires is None:
-        assert warned == []
-        return
-    assert len(warned) == 1 and warned[0].type == "Warning", warned
-    assert warned[0].message == fabric.device_problem(chosen, _spec(job_body("bare", nodes=2)))
-    assert warned[0].message.startswith(f"spec.template: the operator's fabric profile {profile} expects ")
-    # The same job asking for the device is not warned about (its pods need not run: KWOK nodes have no such device).
-    submit(job_body("equipped", nodes=2, template=DEVICE[profile]))
-    seen = wait_for(lambda: [e.reason for e in events(core, namespace, "equipped") if e.reason in ("GangCreated", "FabricDeviceMissing")],
-                    60, "equipped's gang to be created")  # both Events would be written together, after the status
-    assert seen == ["GangCreated"], seen
+    operator_process.stop()
+    for profile, chosen in ((name, fabric.PROFILES[name]) for name in DEVICE):
+        op = OperatorProcess(Path(cluster.kubeconfig), tmp_path / f"{profile}.log", resync_seconds=1,
+                             extra_args=("--topology-preset", "railtrain", "--fabric-profile", profile))
+        op.start()
+        try:
+            bare, equipped = f"{profile}-bare", f"{profile}-equipped"
+            submit(job_body(bare, nodes=2, gpus=1, procs=1))
+            submit(job_body(equipped, nodes=2, gpus=1, procs=1, template=DEVICE[profile]))
+            pods = wait_for(lambda: all_running(core, namespace, bare, 2), 60, f"{bare} Running")
+            expected = dict(chosen.env) | {v.env: "" for v in chosen.per_node}  # no node gives an HCA list: NCCL's default
+            got = settings(core, namespace, pods)
+            assert all(s == expected for s in got.values()), (profile, got)
+            assert all(p.metadata.annotations[fabric.ANNOTATION_PROFILE] == profile for p in pods)
+            warned = [e for e in events(core, namespace, bare) if e.reason == "FabricDeviceMissing"]
+            assert len(warned) == 1 and warned[0].type == "Warning", warned
+            assert warned[0].message == fabric.device_problem(chosen, _spec(job_body(bare, nodes=2, gpus=1, procs=1)))
+            assert warned[0].message.startswith(f"spec.template: the operator's fabric profile {profile} expects ")
+            # The job asking for the device is not warned about (its pods need not run: KWOK nodes have no such device).
+            seen = wait_for(lambda: [e.reason for e in events(core, namespace, equipped) if e.reason in ("GangCreated", "FabricDeviceMissing")],
+                            60, f"{equipped}'s gang to be created")  # both Events would be written together, after the status
+            assert seen == ["GangCreated"], seen
+        except AssertionError:
+            print(f"---- {profile} operator log tail ----\n{op.tail()}")
+            raise
+        finally:
+            op.kill()  # SIGKILL: the next one starts at once (it may warn once about this one's Lease)
 
 
 def _spec(body):
