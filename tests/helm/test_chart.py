@@ -52,6 +52,23 @@ def test_chart_renders_crd_operator_rbac_service_dashboard_and_test_hook(helm):
     levels = of_kind(render(helm, "x", "topology.levels={a,b}"), "Deployment")[0]
     assert "--topology-levels=a,b" in levels["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "PodDisruptionBudget" not in kinds, "one replica: a PDB would block every node drain"
+    assert "--fabric-profile=railtrain" in container["args"]
+    aws = of_kind(render(helm, "x", "fabricProfile=aws"), "Deployment")[0]
+    assert "--fabric-profile=aws" in aws["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_charts_operator_args_are_what_the_operators_one_parser_accepts(helm):
+    from railtrain.operator import settings
+
+    for sets, bound in (((), settings.DEFAULT_MAX_QUARANTINES_PER_HOUR), (("maxQuarantinesPerHour=2",), 2)):
+        deploy = next(d for d in render(helm, "x", *sets) if d["kind"] == "Deployment")
+        args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]  # the kubelet expands it
+        parsed = settings.parse(args, environ={})
+        assert parsed.max_quarantines_per_hour == bound and parsed.resync_seconds == 2.0
+        assert (parsed.lease_namespace, parsed.lease_seconds, parsed.log_format, parsed.stale_seconds) == ("x", 8, "text", 120)
+    deploy = of_kind(render(helm, "x", "fabricProfile=gke"), "Deployment")[0]
+    args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]
+    assert settings.parse(args, environ={}).fabric.name == "gke"
 
 
 def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes(helm):
