@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 LEASE_NAME = "railtrain-operator"
-LEASE_SECONDS = 10
+LEASE_SECONDS = 8
 """Default leaseDurationSeconds: a holder that has not renewed for this long is gone (the chart allows 5..15)."""
 
 
