@@ -24,13 +24,17 @@ def free_port() -> int:
 
 
 def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The operator's /metrics as ``{(sample name, sorted labels): value}`` (prometheus-client's own text parser)."""
+    """The operator's /metrics as ``{(sample name, sorted labels): value}`` (prometheus-client's own text parser); ``{}`` while it does not answer."""
+    import urllib.error
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{op.env[ENV_PORT]}/metrics", timeout=10) as r:
-        text = r.read().decode()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.env[ENV_PORT]}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.URLError:  # not serving yet (the operator is starting): a wait_for polls again
+        return {}
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
