@@ -335,8 +335,11 @@ def apply_data_parallel(
     if not dims.uses_fsdp:
         if dims.degrees.data * dims.cp == 1:
             return model
+        # broadcast_buffers=False: the one buffer, the rotary table, is derived from the config and, under
+        # context parallelism, differs by rank (its tokens' positions); rank 0's must not overwrite it.
         return DistributedDataParallel(
-            model, process_group=mesh["dp_replicate_cp"].get_group(), device_ids=[device.index] if device.type == "cuda" else None
+            model, process_group=mesh["dp_replicate_cp"].get_group(), device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False,
         )
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
