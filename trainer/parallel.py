@@ -158,7 +158,8 @@ def resolve_dims(
     if flag_mode or flag_tp or flag_pp or flag_cp:
         tp, pp, cp = flag_tp or 1, flag_pp or 1, flag_cp or 1
         if world_size % (tp * pp * cp):
-            raise ValueError(f"--tp {tp} x --pp {pp} x --cp {cp} does not divide the world size {world_size}")
+            cp_part = f" x --cp {cp}" if flag_cp else ""
+            raise ValueError(f"--tp {tp} x --pp {pp}{cp_part} does not divide the world size {world_size}")
         dp = world_size // (tp * pp * cp)
         degrees = Degrees(1, dp, tp, pp, cp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp, cp)
         errors = rule.problems(degrees, world_size, procs_per_node)
