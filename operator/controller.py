@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -88,6 +89,19 @@ def reconcile_job(
             the job fails with reason PodRejected and a Warning Event.
         urllib3.exceptions.HTTPError: no answer from the API server.
     """
+    started = time.monotonic()
+    try:
+        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace)
+    except Exception as err:
+        metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+def _reconcile_job(
+    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None
+) -> reconcile.Plan | None:
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -126,44 +140,55 @@ def admission_pass(
         if _passes_started > seen:
             return []
         _passes_started += 1
-        at = _now(now)
-        gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
-        jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
-        by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for pod in kube.list_railtrain_pods():
-            meta = pod["metadata"]
-            by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
-        waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
-        requests: dict[str, list[GangRequest]] = defaultdict(list)
-        for job in jobs:
-            meta = job["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
+        started = time.monotonic()
+        try:
+            return _admission_pass(kube, now, levels, watch_namespace)
+        finally:
+            metrics.ADMISSION_PASS_SECONDS.observe(time.monotonic() - started)
+
+
+def _admission_pass(kube: Kube, now: datetime | None, levels: tuple[str, ...], watch_namespace: str | None) -> list[admission.Decision]:
+    """The body of :func:`admission_pass`, run under the scheduling lock."""
+    at = _now(now)
+    gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
+    jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
+    metrics.observe_jobs(jobs)
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in kube.list_railtrain_pods():
+        meta = pod["metadata"]
+        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    requests: dict[str, list[GangRequest]] = defaultdict(list)
+    for job in jobs:
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+        except Exception as err:  # one job the planner cannot read never blocks the others' admission
+            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
+            continue
+        if entry is not None:
+            request, ready = entry
+            waiting[request.job] = (job, ready, request)
+            requests[request.gpu_resource].append(request)
+    metrics.ADMISSION_QUEUE.set(len(waiting))
+    if not waiting:
+        return []
+    nodes, active = kube.list_nodes(), kube.list_active_pods()
+    metrics.observe_nodes(nodes)
+    decisions: list[admission.Decision] = []
+    for resource, group in sorted(requests.items()):
+        snap = cluster_model.snapshot(nodes, active, resource, levels)
+        decisions.extend(admission.schedule(group, snap))
+    for decision in decisions:
+        job, ready, request = waiting[decision.job]
+        if ready:
             try:
-                entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
-            except Exception as err:  # one job the planner cannot read never blocks the others' admission
-                log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
-                continue
-            if entry is not None:
-                request, ready = entry
-                waiting[request.job] = (job, ready, request)
-                requests[request.gpu_resource].append(request)
-        if not waiting:
-            return []
-        nodes, active = kube.list_nodes(), kube.list_active_pods()
-        metrics.observe_nodes(nodes)
-        decisions: list[admission.Decision] = []
-        for resource, group in sorted(requests.items()):
-            snap = cluster_model.snapshot(nodes, active, resource, levels)
-            decisions.extend(admission.schedule(group, snap))
-        for decision in decisions:
-            job, ready, request = waiting[decision.job]
-            if ready:
-                try:
-                    _decide(kube, job, request, decision.result, at)
-                except Exception as err:  # isolated: the next pass decides this job again
-                    log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
-        return decisions
+                _decide(kube, job, request, decision.result, at)
+            except Exception as err:  # isolated: the next pass decides this job again
+                log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
+    return decisions
 
 
 def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:
@@ -296,6 +321,4 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)
-        if int(p.status.get("restarts", 0)) > int((job.get("status") or {}).get("restarts", 0)):
-            scheduled = next((c for c in p.status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
-            metrics.RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()
+        metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))

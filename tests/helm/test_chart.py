@@ -39,6 +39,15 @@ def test_chart_renders_crd_operator_and_rbac(helm):
     assert "--topology-levels=a,b" in levels["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+def test_the_charts_operator_args_are_what_the_operators_one_parser_accepts(helm):
+    from railtrain.operator import settings
+
+    for sets, bound in (((), settings.DEFAULT_MAX_QUARANTINES_PER_HOUR), (("maxQuarantinesPerHour=2",), 2)):
+        deploy = next(d for d in render(helm, "x", *sets) if d["kind"] == "Deployment")
+        parsed = settings.parse(deploy["spec"]["template"]["spec"]["containers"][0]["args"], environ={})
+        assert parsed.max_quarantines_per_hour == bound and parsed.resync_seconds == 2.0
+
+
 def test_api_server_accepts_the_chart_and_rbac_covers_the_operator(helm, cluster, namespace):
     docs = [d for d in render(helm, namespace) if d["kind"] != "CustomResourceDefinition"]  # the CRD is installed already
     suffix = uuid.uuid4().hex[:6]
