@@ -29,6 +29,11 @@ context N, one process per GPU under torchrun:
     torchrun --nproc-per-node 8 bench/gpu_check.py --cp-memory
     torchrun --nproc-per-node 2 bench/gpu_check.py --cp-memory --device cpu --preset tiny --cp-seq-lens 64,128   # a dry run on CPU
 
+``--allreduce`` runs the all-reduce bus-bandwidth check instead (``bench/allreduce.py``):
+every visible GPU, NCCL, with a fabric profile's variables off and on (docs/fabric.md):
+
+    python bench/gpu_check.py --allreduce --fabric-profile infiniband --hcas mlx5_0,mlx5_1
+
 Without a CUDA device (and without ``--device cpu``) it exits with status 1
 and one sentence on stderr.
 """
@@ -71,6 +76,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
     parser.add_argument("--cp-memory", action="store_true", help="Run the context-parallel memory case instead (under torchrun, one process per GPU; see bench/gpu_cp_memory.py).")
     parser.add_argument("--cp-seq-lens", default="8192,32768,131072", help="--cp-memory: sequence lengths, comma-separated (default 8192,32768,131072).")
+    parser.add_argument("--allreduce", action="store_true", help="Instead of training: all-reduce bus bandwidth with --fabric-profile's variables off and on (bench/allreduce.py).")
+    parser.add_argument("--fabric-profile", default="railtrain", help="With --allreduce: the fabric profile compared (default railtrain).")
+    parser.add_argument("--hcas", default=None, help="With --allreduce: this node's HCA list, as its railtrain.dev/hcas annotation would give it.")
     args = parser.parse_args(argv)
     try:
         args.cp_seq_len_list = [int(x) for x in args.cp_seq_lens.split(",")]
@@ -170,6 +178,11 @@ def health_figures(model: Any, device: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the check; 0 on success, 1 without a CUDA device (one sentence on stderr)."""
     args = parse_args(argv)
+    if args.allreduce:
+        from allreduce import main as allreduce_main
+
+        extra = ["--hcas", args.hcas] if args.hcas else []
+        return allreduce_main(["--fabric-profile", args.fabric_profile, "--device", args.device, *extra, *(["--json", str(args.json)] if args.json else [])])
     if args.device == "cuda":
         import torch
 

@@ -209,7 +209,7 @@ def _resync_pass(ctx: OperatorContext) -> None:
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
     metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
     # One admission pass for the whole resync, not one per waiting job.
-    controller.admission_pass(ctx.kube, None, ctx.settings.topology_levels, ctx.settings.namespace)
+    controller.admission_pass(ctx.kube, None, ctx.settings.topology_levels, ctx.settings.namespace, ctx.settings.fabric)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
@@ -244,7 +244,7 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: Ope
 
 def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
     s = ctx.settings
-    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace)
+    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric)
 
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:

@@ -47,6 +47,7 @@ def run(settings: Settings) -> None:
         return
     ctx = OperatorContext(settings=settings, kube=kube.Kube(api))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
+    log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
         prometheus_client.start_http_server(int(port))

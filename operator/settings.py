@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from railtrain.crds.fabric import DEFAULT_PROFILE, ENV_PROFILE, PROFILES, FabricProfile, resolve_profile
 from railtrain.operator.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
 
 DEFAULT_MAX_QUARANTINES_PER_HOUR = 8
@@ -43,6 +44,8 @@ class Settings:
             setting may only lower it (issue 15, kind 1).
         stop_seconds: how long a SIGTERM/SIGINT stop may take before the operator
             exits anyway (seconds, > 0).
+        fabric: the fabric profile whose NCCL/libfabric variables every rank gets
+            (:mod:`railtrain.crds.fabric`, docs/fabric.md).
     """
 
     kubeconfig: str | None = None
@@ -52,6 +55,7 @@ class Settings:
     unreachable_seconds: float = 60.0
     max_quarantines_per_hour: int = DEFAULT_MAX_QUARANTINES_PER_HOUR
     stop_seconds: float = DEFAULT_STOP_SECONDS
+    fabric: FabricProfile = PROFILES[DEFAULT_PROFILE]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +95,10 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
         help=f"Comma-separated node label keys of the topology levels, widest first; overrides the preset (default ${ENV_LEVELS}).",
     )
     p.add_argument(
+        "--fabric-profile", default=None, metavar="PROFILE",
+        help=f"NCCL/libfabric variables written into every rank: {', '.join(PROFILES)} (docs/fabric.md); default ${ENV_PROFILE}, else railtrain.",
+    )
+    p.add_argument(
         "--unreachable-seconds", type=float, default=60.0, metavar="SECONDS",
         help="Stop with exit status 1 once the API server has not answered for this many seconds (default 60).",
     )
@@ -107,7 +115,8 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
     Args:
         argv: the arguments after the program name.
         environ: where ``$RAILTRAIN_TOPOLOGY_PRESET``/``$RAILTRAIN_TOPOLOGY_LEVELS``
-            are read when the flags are absent (default ``os.environ``).
+            and ``$RAILTRAIN_FABRIC_PROFILE`` are read when the flags are absent
+            (default ``os.environ``).
         prog: the program name for ``--help``.
 
     Returns:
@@ -115,12 +124,14 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
 
     Raises:
         SettingsError: an unknown flag, a value of the wrong type, an unknown
-            topology preset, malformed levels, or a number out of range (one sentence).
+            topology preset or fabric profile, malformed levels, or a number out of range (one sentence).
         SystemExit: ``-h``/``--help`` (after printing the help; status 0).
     """
     args = parser(prog).parse_args(list(argv))
+    env = os.environ if environ is None else environ
     try:
-        levels = resolve_levels(args.topology_preset, args.topology_levels, os.environ if environ is None else environ)
+        levels = resolve_levels(args.topology_preset, args.topology_levels, env)
+        profile = resolve_profile(args.fabric_profile, env)
     except ValueError as err:
         raise SettingsError(str(err)) from None
     for flag, value in (("--resync-seconds", args.resync_seconds), ("--unreachable-seconds", args.unreachable_seconds)):
@@ -135,4 +146,5 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
         topology_levels=levels,
         unreachable_seconds=args.unreachable_seconds,
         max_quarantines_per_hour=args.max_quarantines_per_hour,
+        fabric=profile,
     )
