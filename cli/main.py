@@ -291,7 +291,7 @@ def get(
         if output is OutputFormat.yaml:
             typer.echo(views.to_yaml(obj), nl=False)
         else:
-            out.print(views.job_detail(obj, now))
+            out.print(views.job_detail(obj, now, k8s.rank_pod(cluster, ns, name)))
         return
     items = k8s.list_jobs(cluster, None if all_namespaces else ns)
     if output is OutputFormat.yaml:

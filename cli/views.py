@@ -14,6 +14,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from railtrain.crds import fabric
+
 PROBLEM_TYPES = ("Failed",)
 """Condition types that explain a job's state when True (others explain it when False/Unknown)."""
 
@@ -186,8 +188,16 @@ def _no_conditions(meta: dict[str, Any], now: datetime) -> str:
     )
 
 
-def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
-    """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains)."""
+def fabric_line(settings: dict[str, str]) -> str:
+    """``NAME=value`` pairs of a rank's NCCL/libfabric settings (:func:`railtrain.crds.fabric.rank_settings`), or ``none``."""
+    return " ".join(f"{k}={v}" for k, v in settings.items()) or "none"
+
+
+def job_detail(obj: dict[str, Any], now: datetime, rank0: dict[str, Any] | None = None) -> RenderableType:
+    """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains).
+
+    ``rank0``, rank 0's pod when it exists, adds the NCCL/libfabric settings that rank got (docs/fabric.md).
+    """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -201,6 +211,9 @@ def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
     summary.add_row("Topology:", asked + (f", priority {spec['priority']}" if spec.get("priority") else ""))
     if (status.get("topology") or {}).get("reason"):
         summary.add_row("Placed:", status["topology"]["reason"])
+    if rank0 is not None:
+        profile = ((rank0.get("metadata") or {}).get("annotations") or {}).get(fabric.ANNOTATION_PROFILE)
+        summary.add_row("Fabric:", (f"profile {profile}: " if profile else "") + f"rank 0 got {fabric_line(fabric.rank_settings(rank0))}")
     summary.add_row("Restarts:", str(status.get("restarts", 0)))
     if status.get("requeues"):
         summary.add_row("Requeues:", f"{status['requeues']} (gang timeout; not admitted before {status.get('requeueAfter', '?')})")

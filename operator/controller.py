@@ -31,10 +31,12 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from railtrain.crds import contract
+from railtrain.crds.fabric import FabricProfile, rank_annotations
 from railtrain.operator import admission, kubeclient, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
@@ -66,6 +68,7 @@ def reconcile_job(
     levels: tuple[str, ...] = DEFAULT_LEVELS,
     admit: bool = True,
     watch_namespace: str | None = None,
+    fabric: FabricProfile | None = None,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -77,6 +80,7 @@ def reconcile_job(
         admit: run an admission pass when the job waits (the resync runs one
             pass after reconciling every job instead).
         watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
+        fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -91,7 +95,7 @@ def reconcile_job(
     """
     started = time.monotonic()
     try:
-        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace)
+        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace, fabric)
     except Exception as err:
         metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
         raise
@@ -100,7 +104,8 @@ def reconcile_job(
 
 
 def _reconcile_job(
-    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None
+    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
+    fabric: FabricProfile | None = None,
 ) -> reconcile.Plan | None:
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
@@ -112,17 +117,18 @@ def _reconcile_job(
         if nodes is not None and resize.wants_to_grow(job):
             queue = [request for _, _, request in _waiting(kube, _now(now), watch_namespace)[1].values()]
             grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to, fabric=fabric)
         if not _apply_or_reject(kube, job, p, _now(now)):
             return p
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
-        admission_pass(kube, now, levels, watch_namespace)
+        admission_pass(kube, now, levels, watch_namespace, fabric)
     return p
 
 
 def admission_pass(
-    kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, watch_namespace: str | None = None
+    kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, watch_namespace: str | None = None,
+    fabric: FabricProfile | None = None,
 ) -> list[admission.Decision]:
     """Admit waiting gangs across all jobs in queue order, and apply the decisions of ready ones.
 
@@ -132,6 +138,8 @@ def admission_pass(
         levels: the operator's topology levels, widest first.
         watch_namespace: admit only this namespace's jobs (an operator run with
             ``--namespace``); capacity is still counted over every namespace.
+        fabric: the operator's fabric profile: each released rank gets its
+            node's per-node values as pod annotations (:func:`with_node_values`).
 
     Returns:
         Every decision of the pass (also those of jobs not ready to be released),
@@ -145,12 +153,14 @@ def admission_pass(
         _passes_started += 1
         started = time.monotonic()
         try:
-            return _admission_pass(kube, now, levels, watch_namespace)
+            return _admission_pass(kube, now, levels, watch_namespace, fabric)
         finally:
             metrics.ADMISSION_PASS_SECONDS.observe(time.monotonic() - started)
 
 
-def _admission_pass(kube: Kube, now: datetime | None, levels: tuple[str, ...], watch_namespace: str | None) -> list[admission.Decision]:
+def _admission_pass(
+    kube: Kube, now: datetime | None, levels: tuple[str, ...], watch_namespace: str | None, fabric: FabricProfile | None = None
+) -> list[admission.Decision]:
     """The body of :func:`admission_pass`, run under the scheduling lock."""
     at = _now(now)
     jobs, waiting = _waiting(kube, at, watch_namespace)
@@ -167,11 +177,12 @@ def _admission_pass(kube: Kube, now: datetime | None, levels: tuple[str, ...], w
     for resource, group in sorted(requests.items()):
         snap = cluster_model.snapshot(nodes, active, resource, levels)
         decisions.extend(admission.schedule(group, snap))
+    by_name = {n["metadata"]["name"]: n for n in nodes}
     for decision in decisions:
         job, ready, request = waiting[decision.job]
         if ready:
             try:
-                _decide(kube, job, request, decision.result, at)
+                _decide(kube, job, request, with_node_values(decision.result, fabric, by_name), at, fabric)
             except Exception as err:  # isolated: the next pass decides this job again
                 log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
     return decisions
@@ -206,7 +217,17 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
     return jobs, waiting
 
 
-def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:
+def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
+    """``result`` with, per rank, the pod annotations of the fabric's per-node values read from its node (pure).
+
+    A refusal, no profile, or a profile without per-node values returns ``result`` unchanged.
+    """
+    if not isinstance(result, Placement) or fabric is None or not fabric.per_node:
+        return result
+    return replace(result, annotations=tuple(rank_annotations(fabric, nodes.get(n)) for n in result.nodes))
+
+
+def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime, fabric: FabricProfile | None = None) -> None:
     """Apply one admission decision to a job, if its gang still asks what the pass answered."""
     meta = seen["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -217,7 +238,7 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         pods = _snapshot_pods(kube, job)
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None, fabric=fabric)
         if not _apply_or_reject(kube, job, p, now):
             return
         for type_, reason, message in p.events:

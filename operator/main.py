@@ -7,11 +7,11 @@ import os
 import time
 
 import kopf
-import prometheus_client
 from kubernetes import client
 
-from railtrain.operator import handlers, kube, kubeclient, metrics  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator import handlers, kube, kubeclient, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
 
 log = logging.getLogger("railtrain.operator")
@@ -35,7 +35,7 @@ def run(settings: Settings) -> None:
             or refuses the credentials (before anything starts); or the API
             server stopped answering for ``settings.unreachable_seconds`` while running.
     """
-    configure_logging()
+    configure_logging(json_lines=settings.log_format == "json")
     try:
         api = preflight(settings.kubeconfig)
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
@@ -43,12 +43,16 @@ def run(settings: Settings) -> None:
         return
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
-    ctx = OperatorContext(settings=settings, kube=kube.Kube(api))
+    ctx = OperatorContext(settings=settings, kube=kube.Kube(api), health=serve.Health(stale_seconds=settings.stale_seconds))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
+    log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
-        prometheus_client.start_http_server(int(port))
-        log.info("metrics on :%s/metrics", port)
+        try:
+            serve.start(int(port), ctx.health)
+        except OSError as err:
+            raise OperatorError(f"${metrics.ENV_PORT}={port}: cannot serve /metrics there: {err.strerror or err}") from None
+        log.info("metrics on :%s/metrics, health on /healthz and /readyz", port)
     namespace = settings.namespace
     kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True, stop_flag=ctx.stop, memo=ctx)
     if ctx.state.fatal:
@@ -110,9 +114,12 @@ class QuietKopf(logging.Filter):
         return True
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """One line per record (``time LEVEL logger: message``) at ``level``, through :class:`QuietKopf`."""
+def configure_logging(level: int = logging.INFO, json_lines: bool = False) -> None:
+    """One line per record (``time LEVEL logger: message``, or one JSON object with ``json_lines``) at ``level``, through :class:`QuietKopf`."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if json_lines:
+        for h in logging.getLogger().handlers:
+            h.setFormatter(JsonFormatter())
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its per-try "Retrying" lines; the operator logs one line per failed call
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, QuietKopf) for f in h.filters):

@@ -141,6 +141,20 @@ def test_job_detail_of_a_job_the_operator_failed_shows_its_reason_not_the_operat
     assert "Failed True PodRejected" in text and "Scratch_Vol" in text and "operator" not in text.replace("the API server", "")
 
 
+def test_job_detail_shows_the_fabric_settings_rank_0_got():
+    pod = {
+        "metadata": {"annotations": {"railtrain.dev/fabric-profile": "infiniband", "railtrain.dev/fabric-nccl-ib-hca": "=mlx5_0,mlx5_1"}},
+        "spec": {"containers": [{"name": "trainer", "env": [
+            {"name": "RAILTRAIN_JOB_NAME", "value": "llama"},
+            {"name": "NCCL_CROSS_NIC", "value": "0"},
+            {"name": "NCCL_IB_HCA", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['railtrain.dev/fabric-nccl-ib-hca']"}}},
+        ]}]},
+    }
+    text = render(views.job_detail(obj("llama", phase="Running"), NOW, pod))
+    assert "Fabric:     profile infiniband: rank 0 got NCCL_CROSS_NIC=0 NCCL_IB_HCA==mlx5_0,mlx5_1" in text
+    assert "Fabric:" not in render(views.job_detail(obj("llama", phase="Running"), NOW))
+
+
 def test_job_detail_shows_progress_and_goodput():
     job = obj("llama", phase="Running")
     job["status"]["progress"] = {"step": 120, "totalSteps": 300, "loss": 2.3141, "tokensPerSecond": 12345.6, "etaSeconds": 300, "lastUpdateTime": ts(3)}

@@ -88,6 +88,7 @@ def test_railtrain_operator_and_railtrain_operator_script_parse_the_same_flags(m
         (["--max-quarantines-per-hour", "-2"], "--max-quarantines-per-hour: must be 0 or more, got -2"),
         (["--max-quarantines-per-hour", "many"], "argument --max-quarantines-per-hour: invalid int value: 'many'"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--fabric-profile", "azure"], "--fabric-profile: unknown profile 'azure'; choose one of railtrain, gke, aws, oci, infiniband, none"),
     ],
 )
 def test_a_bad_operator_flag_is_one_sentence_from_both_entry_points(monkeypatch, capsys, argv, sentence):
@@ -135,3 +136,17 @@ def test_operator_topology_flags_reach_the_operator_settings(monkeypatch):
     assert seen[-1] == ("railtrain.dev/rack", "kubernetes.io/hostname")
     bad = runner.invoke(app, ["operator", "--topology-preset", "azure"])
     assert bad.exit_code == 1 and "unknown preset 'azure'" in bad.stderr
+
+
+def test_operator_fabric_profile_reaches_the_settings(monkeypatch):
+    from railtrain.crds import fabric
+    from railtrain.operator import main as operator_main
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", lambda settings: seen.append(settings.fabric.name))
+    monkeypatch.setenv(fabric.ENV_PROFILE, "oci")
+    assert runner.invoke(app, ["operator", "--fabric-profile", "aws"]).exit_code == 0
+    assert runner.invoke(app, ["operator"]).exit_code == 0
+    monkeypatch.delenv(fabric.ENV_PROFILE)
+    assert runner.invoke(app, ["operator"]).exit_code == 0
+    assert seen == ["aws", "oci", "railtrain"]
