@@ -5,17 +5,21 @@ then binds each pod or refuses it (pod condition ``PodScheduled=False``,
 reason ``Unschedulable``, the message of its ``FailedScheduling`` Event). A
 refusal happens when the pinned node became unusable between release and
 binding (cordoned, tainted, NotReady, deleted) or when a pod needs what
-placement does not model (a PersistentVolume's node affinity, a host port
-taken by another pod). Either way the pinned pod can never bind, so waiting
-for ``runPolicy.gangTimeoutSeconds`` only keeps the other ranks' nodes idle:
-the whole gang is released at once and re-queued (phase Pending), and the
-Scheduled condition carries the scheduler's message.
+placement does not model of that node (a PersistentVolume's node affinity, a
+host port taken by another pod). Either way the pinned pod can never bind
+there, so waiting for ``runPolicy.gangTimeoutSeconds`` only keeps the other
+ranks' nodes idle: the whole gang is released at once and re-queued (phase
+Pending), and the Scheduled condition carries the scheduler's message. A
+refusal of the pod itself, which no other node would cure (a claim that does
+not exist or is not bound yet: no node counted against the pinned one, see
+:func:`about_the_node`), is left to the gang timeout, whose condition quotes
+the scheduler too.
 
 Bounds: the first re-place of a job is immediate; each further one waits
 :func:`railtrain.operator.gang.requeue_delay` of the job's ``status.requeues``
 (10 s doubling to 600 s, shared with the gang timeout). A node the scheduler
-refused for a reason of its own (:func:`about_the_node`) although the operator's
-model finds it usable (what placement does not model) is added to ``status.avoidNodes``, so the next placement of this job
+refused although the operator's model finds it usable (what placement does not
+model) is added to ``status.avoidNodes``, so the next placement of this job
 does not pick it again; a node that is merely cordoned, tainted or gone needs
 no such record, since placement already leaves it out.
 """
@@ -95,7 +99,7 @@ def _refused(step: Step) -> list[tuple[dict[str, Any], str, str, str]]:
             continue
         ours = node_unusable(step.nodes.get(node), p) if step.nodes is not None else ""
         words = scheduler_refusal(p)
-        if ours or words:
+        if ours or (words and about_the_node(words)):
             out.append((p, node, ours, words))
     return out
 
@@ -111,7 +115,7 @@ def _replace(step: Step) -> str:
     for p, node, ours, words in refused:
         said = f"kube-scheduler: {words}" if words else "not bound yet"
         parts.append(f"pod {p['metadata']['name']} (rank {rank_of(p)}) on node {node}: {ours + '; ' if ours else ''}{said}")
-    avoid = sorted({node for _, node, ours, words in refused if words and not ours and about_the_node(words)})
+    avoid = sorted({node for _, node, ours, words in refused if words and not ours})
     if avoid:
         step.status["avoidNodes"] = sorted(set(step.status.get("avoidNodes") or []) | set(avoid))
     requeues = int(step.status.get("requeues", 0)) + 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from railtrain.operator import reconcile
 from railtrain.operator.conditions import find
@@ -63,8 +63,12 @@ def test_a_gang_being_bound_or_running_is_left_alone():
     assert p.delete_pods == [] and find(p.status["conditions"], "Scheduled")["reason"] == "GangPlaced"
 
 
-def test_a_refusal_of_the_pod_itself_avoids_no_node():
-    obj, pods = released(job_obj(nodes=2))
-    refuse(pods[1], "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available")
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])
-    assert p.status["phase"] == "Pending" and "avoidNodes" not in p.status
+def test_a_refusal_of_the_pod_itself_is_left_to_the_gang_timeout_which_quotes_the_scheduler():
+    obj, pods = released(job_obj(nodes=2, runPolicy={"gangTimeoutSeconds": 30}))
+    words = 'persistentvolumeclaim "absent" not found. preemption: 0/3 nodes are available'
+    refuse(pods[1], words)
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])  # another node would not help
+    assert p.delete_pods == [] and "avoidNodes" not in p.status
+    late = reconcile.plan(obj, pods, True, NOW + timedelta(seconds=60), nodes=[node("a"), node("b"), node("c")])
+    scheduled = find(late.status["conditions"], "Scheduled")
+    assert scheduled["reason"] == "GangTimeout" and 'kube-scheduler: persistentvolumeclaim "absent" not found' in scheduled["message"]
