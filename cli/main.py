@@ -139,7 +139,7 @@ def validate(
     if manifest.is_stdin(file) and manifest.is_stdin(old):
         raise CliError("FILE and --old cannot both be '-': standard input holds one manifest; give one of them as a file", exit_code=2)
     new = manifest.read(file)
-    job = new.job() if old is None else check_update(manifest.read(old).data, new.data, new.source)
+    job = new.checked_job() if old is None else manifest.checked(check_update(manifest.read(old).data, new.data, new.source), new.source)
     spec = job.spec
     from railtrain.cli.views import count
 
@@ -180,9 +180,11 @@ def run(
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
     given = {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
     parsed_faults = local_run.parse_fault_flags(given)
-    job = manifest.read(file).job()
+    doc = manifest.read(file)
+    job = doc.job()
     if steps is not None:
         job = local_checks.with_steps(job, steps)
+    job = manifest.checked(job, doc.source)
     spec = job.spec
     local_checks.check_faults(parsed_faults, local_run.FAULT_FLAGS, spec.world_size, local_checks.job_steps(job))
     faults = local_run.fault_environment(given)
@@ -242,7 +244,7 @@ def submit(
 
     doc = manifest.read(file)  # read once: standard input cannot be read again
     if not no_validate:
-        doc.job()  # every problem at once, before any network traffic
+        doc.checked_job()  # every problem at once (the trainer's flags too), before any network traffic
     elif not isinstance(doc.data, dict):
         raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], doc.source)
     body = doc.data

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from railtrain.crds.contract import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, VERDICT_RETRYABLE, VERDICT_USER_ERROR, write_termination_message
-from railtrain.trainer.config import parse_args
+from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
@@ -31,15 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), train, and return the exit code."""
     try:
         trainer = Trainer(parse_args(argv))
-    except ValueError as err:  # includes contract.ContractError
+    except ValueError as err:  # includes contract.ContractError and argparse's refusal (ArgumentsError)
         print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
-        write_termination_message(VERDICT_USER_ERROR, "InvalidConfiguration", str(err))
+        reason = "InvalidArguments" if isinstance(err, ArgumentsError) else "InvalidConfiguration"
+        write_termination_message(VERDICT_USER_ERROR, reason, str(err))
         shutdown_distributed()
         return EXIT_USER_ERROR
-    except SystemExit as exit_:
-        if exit_.code == EXIT_USER_ERROR:  # argparse's usage error, already printed
-            write_termination_message(VERDICT_USER_ERROR, "InvalidArguments", "the trainer's command line was rejected; see the log")
-        raise
     try:
         trainer.train()
     except Exception as err:
