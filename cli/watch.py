@@ -76,18 +76,18 @@ def follow_job(
             phase = (job.get("status") or {}).get("phase")
             if phase == "Succeeded":
                 _stop(live)
-                console.print(Text(f"trainingjob {name} succeeded (followed for {duration(time.monotonic() - started)})", style="green"))
+                console.print(Text(f"trainingjob {name} succeeded (followed for {duration(time.monotonic() - started)})", style="green"), soft_wrap=True)
                 return 0
             if phase == "Failed":
                 _stop(live)
-                console.print(Text(failure_sentence(job) or f"trainingjob {name} failed", style="red"))
+                console.print(Text(failure_sentence(job) or f"trainingjob {name} failed", style="red"), soft_wrap=True)
                 return 1
             if live is not None:
                 live.update(live_view(job, now), refresh=True)
             time.sleep(interval)
     except KeyboardInterrupt:
         _stop(live)
-        console.print(Text(f"stopped following; trainingjob {name} keeps running ('railtrain delete {name}' stops it)", style="yellow"))
+        console.print(Text(f"stopped following; trainingjob {name} keeps running ('railtrain delete {name}' stops it)", style="yellow"), soft_wrap=True)
         return 130
     finally:
         _stop(live)
@@ -95,7 +95,7 @@ def follow_job(
 
 def _say(console: Console, live: Live | None, line: Text) -> None:
     """Print a line above the live area (or as plain output without one)."""
-    (live.console if live is not None else console).print(line)
+    (live.console if live is not None else console).print(line, soft_wrap=True)  # one line each, for logs and pipelines
 
 
 def _stop(live: Live | None) -> None:

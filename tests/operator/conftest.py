@@ -1,52 +1,13 @@
-"""Fixtures for operator tests on the real local control plane: the operator as a real process, API clients, job submission."""
+"""Fixtures for operator tests on the real local control plane: API clients, job submission (the operator process is tests/conftest.py's ``operator``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from railtrain.cli.controlplane.operator_process import OperatorProcess
-from tests.conftest import _FAILED, KubeClients
-from tests.polling import wait_for
+from tests.conftest import KubeClients
 
 from .clusterkit import G, P, V
-
-
-@pytest.fixture(scope="session")
-def operator_process(cluster, kube, tmp_path_factory):
-    from kubernetes.client.rest import ApiException
-
-    from railtrain.crds import contract
-
-    custom = kube.custom
-
-    def served():  # Established can precede the API server serving the new route
-        try:
-            return custom.list_cluster_custom_object(contract.API_GROUP, contract.API_VERSION, contract.PLURAL) is not None
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-
-    wait_for(served, 60, "the TrainingJob API to be served")
-    op = OperatorProcess(
-        Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=1, extra_args=("--topology-preset", "railtrain"),
-    )
-    op.start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def operator(operator_process, request):
-    """The running operator; its log tail is printed when the test fails."""
-    if not operator_process.running():
-        operator_process.start()
-    yield operator_process
-    if request.node.stash.get(_FAILED, False):
-        print("---- operator log tail ----\n" + operator_process.tail())
 
 
 @pytest.fixture
