@@ -35,10 +35,10 @@ from railtrain.cli.options import (
 
 def follow(cluster: object, namespace: str, name: str) -> int:
     """Follow a submitted job until it ends (:func:`railtrain.cli.watch.follow_job`); returns the exit status."""
-    from railtrain.cli import k8s
+    from railtrain.cli import k8s_jobs
     from railtrain.cli.watch import follow_job
 
-    return follow_job(lambda: k8s.get_job(cluster, namespace, name), stdout(), name)  # type: ignore[arg-type]
+    return follow_job(lambda: k8s_jobs.watch_job(cluster, namespace, name), stdout(), name)  # type: ignore[arg-type]
 
 
 def describe(job: JobArgument, namespace: ContextNamespaceOption = None, output: OutputOption = ObjectFormat.table, kubeconfig: KubeconfigOption = None) -> None:

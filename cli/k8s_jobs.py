@@ -181,3 +181,47 @@ def job_names(cluster: Cluster, namespace: str | None) -> list[str]:
     else:
         result = cluster.api.list_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, _request_timeout=(2, 3))
     return sorted(o["metadata"]["name"] for o in result.get("items") or [])
+
+
+def watch_job(cluster: Cluster, namespace: str, name: str, tick_s: int = 2) -> Iterator[dict[str, Any] | None]:
+    """The job as it is now, then again after every change (a watch, so no change is missed), and ``None`` every
+    ``tick_s`` seconds without one (for a live view's clock).
+
+    Raises:
+        CliError: the job does not exist or was deleted (a sentence saying "not found"), or the server cannot be reached.
+    """
+    from kubernetes import watch
+
+    obj = get_job(cluster, namespace, name)
+    yield obj
+    rv = obj["metadata"].get("resourceVersion")
+    gone = f"trainingjob {name} not found in namespace {namespace}"
+    while True:
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                cluster.api.list_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL,
+                field_selector=f"metadata.name={name}", resource_version=rv, timeout_seconds=tick_s, _request_timeout=(10, tick_s + 30),
+            ):
+                kind, changed = event.get("type"), event.get("object") or {}
+                if kind == "DELETED":
+                    raise CliError(gone)
+                if kind == "ERROR":  # 410 Gone: the version is too old; start again from the object as it is now
+                    obj = get_job(cluster, namespace, name)
+                    rv = obj["metadata"].get("resourceVersion")
+                    yield obj
+                    break
+                rv = (changed.get("metadata") or {}).get("resourceVersion", rv)
+                yield changed
+        except ApiException as err:
+            if err.status == 410:
+                obj = get_job(cluster, namespace, name)
+                rv = obj["metadata"].get("resourceVersion")
+                yield obj
+                continue
+            raise describe_client_error(err, cluster.host) from None
+        except HTTPError as err:
+            raise describe_client_error(err, cluster.host) from None
+        finally:
+            w.stop()
+        yield None

@@ -187,10 +187,10 @@ def plan_view(result: PlanResult) -> Any:
         parts.append(Text(f"{result.job} would be admitted now: {result.result.message()}", style="green"))
         table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
         table.add_column("RANK", justify="right")
-        table.add_column("NODE")
-        levels = [k for k in result.levels if any(k in d for d in result.result.domains)]
+        table.add_column("NODE", overflow="fold")
+        levels = [k for k in result.levels if k != cluster_model.HOSTNAME_LABEL and any(k in d for d in result.result.domains)]
         for level in levels:
-            table.add_column(_label_column(level))
+            table.add_column(_label_column(level), overflow="fold")
         for rank, node in enumerate(result.result.nodes):
             domains = result.result.domains[rank] if rank < len(result.result.domains) else {}
             table.add_row(str(rank), node, *(domains.get(level, "") for level in levels))
@@ -206,12 +206,14 @@ def plan_view(result: PlanResult) -> Any:
         parts += [Text(""), table]
     if result.nodes:
         table = Table(box=None, pad_edge=False, header_style="bold", title="Nodes", title_justify="left", title_style="bold")
-        table.add_column("NODE", no_wrap=True)
+        table.add_column("NODE", overflow="fold")
         table.add_column("GPUS FREE", justify="right", no_wrap=True)
-        shown = [i for i, k in enumerate(result.levels) if any(r.domains[i] for r in result.nodes if i < len(r.domains))]
+        # the narrowest level above the node (e.g. the rack) names the domain; wider ones follow from it
+        named = [i for i, k in enumerate(result.levels) if k != cluster_model.HOSTNAME_LABEL and any(i < len(r.domains) and r.domains[i] for r in result.nodes)]
+        shown = named[-1:]
         for i in shown:
-            table.add_column(_label_column(result.levels[i]), no_wrap=True)
-        table.add_column("FOR THIS JOB")
+            table.add_column(_label_column(result.levels[i]), overflow="fold")
+        table.add_column("FOR THIS JOB", overflow="fold")
         for row in result.nodes:
             table.add_row(row.name, f"{row.free_gpus}/{row.gpus}", *((row.domains[i] or "") for i in shown), row.verdict)
         parts += [Text(""), table]
