@@ -1,9 +1,9 @@
 """``railtrain describe`` and the live view of ``submit --wait`` (pure: objects in, rich renderables and sentences out).
 
 The objects are the JSON mappings the API server returns: the TrainingJob, its
-pods and its Events. ``status.progress`` and ``status.goodput`` are read
-defensively (each field may be absent, or of another type): a job written by an
-operator that does not fill them shows the rest.
+pods and its Events. ``status.progress`` (crds/goodput.py) is read defensively
+for the live view's progress bar (each field may be absent, or of another
+type): a job written by an operator that does not fill it shows the rest.
 
 Everything is laid out for a terminal of 80 columns: tables wrap only their
 last (message) column.
@@ -95,41 +95,6 @@ def progress_line(status: dict[str, Any], now: datetime, width: int = 24) -> Ren
     return grid
 
 
-def goodput_table(status: dict[str, Any]) -> RenderableType | None:
-    """``status.goodput`` as rows of ``where the time went`` (seconds shown as durations), or None when absent.
-
-    Any mapping is shown: numbers ending in ``Seconds`` as durations, a
-    ``ratio``-like number as a percentage, nested mappings (lost time by cause)
-    one row per cause.
-    """
-    g = status.get("goodput")
-    if not isinstance(g, dict) or not g:
-        return None
-    table = Table(box=None, pad_edge=False, show_header=False, title="Goodput", title_justify="left", title_style="bold")
-    table.add_column(no_wrap=True)
-    table.add_column(justify="right", no_wrap=True)
-
-    def show(key: str, value: Any) -> str:
-        n = _number(value)
-        if n is None:
-            return str(value)
-        if "ratio" in key.lower() or "fraction" in key.lower():
-            return f"{100 * n:.1f}%" if n <= 1 else f"{n:.1f}%"
-        return duration(n) if key.lower().endswith("seconds") or isinstance(value, (int, float)) else str(value)
-
-    def label(key: str) -> str:
-        words = "".join(f" {c.lower()}" if c.isupper() else c for c in key).removesuffix(" seconds")
-        return words.strip()
-
-    for key, value in g.items():
-        if isinstance(value, dict):
-            for sub, v in value.items():
-                table.add_row(f"{label(key)}: {label(sub)}", show(sub if "seconds" in key.lower() else key, v))
-        else:
-            table.add_row(label(key), show(key, value))
-    return table
-
-
 def restart_reasons(events: list[dict[str, Any]]) -> Counter[str]:
     """Restarts by reason, from the job's Warning Events whose message says it restarts the gang (summing each Event's count)."""
     out: Counter[str] = Counter()
@@ -192,10 +157,14 @@ def events_table(events: list[dict[str, Any]], now: datetime, limit: int = 10) -
 
 
 def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime) -> RenderableType:
-    """Everything ``railtrain describe`` shows: ``railtrain get``'s view (summary, conditions, placement with domains),
-    then the command, restarts by reason, progress, goodput, the failed ranks' verdicts and the recent Events."""
+    """Everything ``railtrain describe`` shows: ``railtrain get``'s view (summary with progress and goodput, conditions,
+    placement with domains), then the command, restarts by reason, the failed ranks' verdicts and the recent Events."""
     spec, status = job.get("spec") or {}, job.get("status") or {}
-    parts: list[RenderableType] = [job_detail(job, now), Text("")]
+    from railtrain.cli.logs import pod_rank, pod_restart
+
+    current = int(status.get("restarts") or 0)
+    rank0 = next((p for p in pods if pod_rank(p) == 0 and pod_restart(p) == current), None)
+    parts: list[RenderableType] = [job_detail(job, now, rank0), Text("")]
     extra = Table.grid(padding=(0, 2))
     extra.add_column(style="bold", no_wrap=True)
     extra.add_column()
@@ -211,13 +180,7 @@ def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[
     for label, key in (("Started:", "startTime"), ("Completed:", "completionTime")):
         if status.get(key):
             extra.add_row(label, f"{age(status[key], now)} ago")
-    progress = progress_line(status, now)
-    if progress is not None:
-        extra.add_row("Progress:", progress)
-    parts += [extra, Text("")]
-    goodput = goodput_table(status)
-    if goodput is not None:
-        parts += [goodput, Text("")]
+    parts += [extra, Text("")]  # progress and goodput are job_detail's lines
     verdicts = rank_verdicts(pods)
     if verdicts:
         table = Table(box=None, pad_edge=False, header_style="bold", title="Failed ranks", title_justify="left", title_style="bold")

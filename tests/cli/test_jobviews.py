@@ -84,7 +84,8 @@ def _failed_job():
         "placement": [{"rank": 0, "node": "b0r0n0", "domains": {"railtrain.dev/block": "b0", "railtrain.dev/rack": "b0-r0"}},
                       {"rank": 1, "node": "b0r0n1", "domains": {"railtrain.dev/block": "b0", "railtrain.dev/rack": "b0-r0"}}],
         "progress": {"step": 40, "totalSteps": 300, "loss": 2.51, "tokensPerSecond": 5210.4, "etaSeconds": 130},
-        "goodput": {"trainingSeconds": 500, "queuedSeconds": 20, "lostSeconds": {"nodeLost": 60, "job": 30}, "ratio": 0.82},
+        "goodput": {"wallSeconds": 610, "queuedSeconds": 20, "startingSeconds": 30, "trainingSeconds": 500, "lostSeconds": {"restart_node_lost": 60}, "ratio": 0.82,
+                    "lastUpdateTime": "2026-05-01T12:00:00Z"},
     })
     obj["metadata"]["creationTimestamp"] = "2026-05-01T11:50:00Z"
     pods = gang(obj, restarts=2)
@@ -103,7 +104,7 @@ def test_describe_shows_every_section_within_80_columns():
     text = render(describe.describe_view(obj, pods, events, NOW))
     assert max(len(line) for line in text.splitlines()) <= 80
     for expected in ("Name:", "Placement", "BLOCK", "RACK", "b0-r0", "Restarts:", "2 (job 1, infrastructure 1); by reason: NodeLost 1, Restarting 1",
-                     "step 40/300", "loss 2.51", "tokens/s 5,210", "ETA 2m10s", "Goodput", "lost: node lost", "82.0%",
+                     "step 40/300", "loss 2.510", "5210 tokens/s", "ETA 2m10s", "82% training of", "restart_node_lost",
                      "Failed ranks", "retryable (LossNotFinite)", "Events", "GangPlaced ×3"):
         assert expected in text, expected
     last = " ".join(text.strip().split("\n\n")[-1].split())  # the last paragraph, wrapped at 80 columns
@@ -114,7 +115,7 @@ def test_describe_without_progress_or_goodput_shows_the_rest():
     obj = job_obj("fresh", status={"phase": "Pending", "progress": "garbage", "goodput": None})
     obj["metadata"]["creationTimestamp"] = "2026-05-01T11:59:50Z"
     text = render(describe.describe_view(obj, [], [], NOW))
-    assert "Progress:" not in text and "Goodput" not in text and "Events: none" in text
+    assert "step" not in text and "training of" not in text and "Events: none" in text
 
 
 def test_the_failure_sentence_names_reason_and_the_failing_ranks_message():
@@ -132,6 +133,14 @@ def test_condition_changes_report_the_phase_and_each_changed_condition_once():
     assert describe.condition_changes(None, a) == ["phase Pending", "Scheduled=False Unschedulable: m"]
     assert describe.condition_changes(a, b) == ["phase Running", "Scheduled=True GangPlaced", "Running=True AllRanksRunning"]
     assert describe.condition_changes(b, b) == []
+
+
+def test_the_live_view_shows_phase_restarts_and_a_progress_bar():
+    obj, _, _ = _failed_job()
+    obj["status"]["phase"] = "Running"
+    text = render(describe.live_view(obj, NOW))
+    assert text.splitlines()[0].split() == ["tiny", "Running", "age", "10m", "2", "restarts"]
+    assert "step 40/300" in text and "13%" in text and "loss 2.51" in text and "tokens/s 5,210" in text and "ETA 2m10s" in text
 
 
 def test_progress_eta_from_a_finish_time():
