@@ -15,7 +15,7 @@ from railtrain.crds import parallel as rule
 from railtrain.crds.parallel import Degrees
 from railtrain.trainer.presets import ModelConfig
 
-FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp"}
+FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp", "context": "--cp"}
 """The trainer flag that sets each degree (data and fsdp both come from ``--parallel``)."""
 
 
@@ -24,7 +24,7 @@ class ParallelDims:
     """The parallel degrees of a job, validated by :func:`railtrain.crds.parallel.problems` (the operator's rule).
 
     Attributes:
-        degrees: data (replicate), fsdp (shard), tensor, pipeline.
+        degrees: data (replicate), fsdp (shard), tensor, pipeline, context.
         world_size: processes in the job.
         procs_per_node: processes per node (torchrun's ``LOCAL_WORLD_SIZE``),
             for the "tensor inside a node" check; ``None`` skips it.
@@ -52,7 +52,21 @@ class ParallelDims:
     def uses_fsdp(self) -> bool:
         """Whether FSDP2 wraps the model: sharding, or replication under tensor parallel (see the module docstring)."""
         d = self.degrees
-        return d.fsdp > 1 or (d.data > 1 and d.tensor > 1)
+        return d.fsdp > 1 or (d.data * d.context > 1 and d.tensor > 1)
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree."""
+        return self.degrees.context
+
+    @property
+    def loss_ranks(self) -> int:
+        """Ranks whose local mean losses average to the global one: data × fsdp × context (equal token counts each)."""
+        return self.degrees.dp * self.degrees.context
+
+    def cp_rank(self, rank: int) -> int:
+        """Which chunks of each sequence ``rank`` holds (its index in its ``cp`` group)."""
+        return rule.cp_rank(rank, self.degrees)
 
     @property
     def dp_degree(self) -> int:
@@ -89,13 +103,14 @@ def resolve_dims(
     procs_per_node: int | None = None,
     flag_tp: int | None = None,
     flag_pp: int | None = None,
+    flag_cp: int | None = None,
 ) -> ParallelDims:
     """Decide the degrees from the flags, else the pod's parallelism, else DDP over every rank.
 
-    Any of ``--parallel``, ``--tp``, ``--pp`` given means the flags alone
-    decide: tensor and pipeline default to 1 and the data-parallel ranks are
-    the rest, replicated (``ddp``, the default) or sharded (``fsdp``).
-    Otherwise the pod's four degrees are taken as they are.
+    Any of ``--parallel``, ``--tp``, ``--pp``, ``--cp`` given means the flags
+    alone decide: tensor, pipeline and context default to 1 and the
+    data-parallel ranks are the rest, replicated (``ddp``, the default) or
+    sharded (``fsdp``). Otherwise the pod's degrees are taken as they are.
 
     Args:
         flag_mode: ``"ddp"``, ``"fsdp"`` or ``None``.
@@ -104,18 +119,20 @@ def resolve_dims(
         procs_per_node: processes per node, for the tensor-in-a-node check.
         flag_tp: ``--tp`` or ``None``.
         flag_pp: ``--pp`` or ``None``.
+        flag_cp: ``--cp`` or ``None``.
 
     Raises:
         ValueError: the degrees break the rule of
             :func:`railtrain.crds.parallel.problems`; the message names the
             flags or the environment variable and the degree.
     """
-    if flag_mode or flag_tp or flag_pp:
-        tp, pp = flag_tp or 1, flag_pp or 1
-        if world_size % (tp * pp):
-            raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world_size}")
-        dp = world_size // (tp * pp)
-        degrees = Degrees(1, dp, tp, pp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp)
+    if flag_mode or flag_tp or flag_pp or flag_cp:
+        tp, pp, cp = flag_tp or 1, flag_pp or 1, flag_cp or 1
+        if world_size % (tp * pp * cp):
+            cp_part = f" x --cp {cp}" if flag_cp else ""
+            raise ValueError(f"--tp {tp} x --pp {pp}{cp_part} does not divide the world size {world_size}")
+        dp = world_size // (tp * pp * cp)
+        degrees = Degrees(1, dp, tp, pp, cp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp, cp)
         errors = rule.problems(degrees, world_size, procs_per_node)
         if errors:
             raise ValueError("; ".join(f"{FLAG_OF_FIELD.get(field, 'parallel flags')}: {msg}" for field, msg in errors))
@@ -143,11 +160,14 @@ def check_model_fits(dims: ParallelDims, model: ModelConfig, seq_len: int, local
     Raises:
         ValueError: one sentence naming the flag: ``--tp`` must divide the
             heads, widths and vocabulary and ``--seq-len`` (sequence parallel
-            shards it); ``--pp`` must not exceed the blocks nor the
+            shards it); ``--seq-len`` must be a multiple of ``2 × cp × tp``; ``--pp`` must not exceed the blocks nor the
             micro-batches; the local batch must split into accumulation steps
             and micro-batches.
     """
-    tp, pp = dims.tp, dims.pp
+    tp, pp, cp = dims.tp, dims.pp, dims.cp
+    if cp > 1 and seq_len % (2 * cp * tp):
+        raise ValueError(f"--seq-len {seq_len} must be a multiple of 2 x --cp {cp} x --tp {tp} = {2 * cp * tp} "
+                         "(each context-parallel rank holds two chunks, which sequence parallel splits further)")
     if tp > 1:
         for what, n in (("n_heads", model.n_heads), ("hidden_dim", model.hidden_dim), ("vocab_size", model.vocab_size)):
             if n % tp:

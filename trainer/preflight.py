@@ -71,12 +71,12 @@ def problems(spec: TrainingJobSpec) -> list[str]:
     sizes = spec.node_counts() if spec.elastic is not None else [spec.nodes]
     for nodes in sizes:
         par = spec.effective_parallelism(nodes)
-        degrees = {"data": par.data, "fsdp": par.fsdp, "tensor": par.tensor, "pipeline": par.pipeline}
+        degrees = {"data": par.data, "fsdp": par.fsdp, "tensor": par.tensor, "pipeline": par.pipeline, "context": par.context}
         world = nodes * spec.procs_per_node
         where = f" (with {nodes} of the elastic gang's nodes)" if len(sizes) > 1 else ""
         try:
             config = apply_launch_context(flags, LaunchContext(parallelism=degrees))
-            dims = resolve_dims(config.parallel, degrees, world, spec.procs_per_node, config.tp, config.pp)
+            dims = resolve_dims(config.parallel, degrees, world, spec.procs_per_node, config.tp, config.pp, config.cp)
             if config.batch_size % dims.dp_degree:
                 raise ValueError(f"--batch-size {config.batch_size} is not divisible by the data-parallel degree {dims.dp_degree}")
             local_batch = config.batch_size // dims.dp_degree

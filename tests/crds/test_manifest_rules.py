@@ -151,3 +151,30 @@ def test_the_restart_counters_read_0_once_the_operator_wrote_any_status(kube, na
     kube.custom.patch_namespaced_custom_object_status(g, v, namespace, p, "rules", {"status": {"phase": "Pending"}})
     status = kube.custom.get_namespaced_custom_object(g, v, namespace, p, "rules")["status"]
     assert (status["restarts"], status["jobRestarts"], status["infrastructureRestarts"]) == (0, 0, 0)
+
+
+CONTEXT_CASES = [
+    # (nodes, procsPerNode, parallelism, the rule's message when refused, else None)
+    (2, 4, {"data": 2, "context": 4}, None),  # one ring per node
+    (1, 8, {"fsdp": 2, "context": 2, "tensor": 2}, None),
+    (2, 4, {"context": 8}, "spec.parallelism.context × tensor must divide procsPerNode"),  # the ring would cross nodes
+    (1, 8, {"context": 4, "tensor": 4}, "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode"),
+    (1, 6, {"context": 4, "tensor": 1, "data": 1, "fsdp": 1, "pipeline": 1}, "spec.parallelism"),
+    (1, 4, {"context": 0, "data": 4}, "spec.parallelism.context"),
+]
+
+
+@pytest.mark.parametrize("nodes, ppn, par, message", CONTEXT_CASES)
+def test_validate_and_the_api_server_agree_on_context(kube, nodes, ppn, par, message):
+    manifest = job(nodes=nodes, procsPerNode=ppn, parallelism=par)
+    server = dry_run(kube, manifest)
+    try:
+        parse_manifest(manifest)
+        local = None
+    except ManifestError as err:
+        local = str(err)
+    if message is None:
+        assert server is None and local is None, (server, local)
+    else:
+        assert server is not None and message in server, server
+        assert local is not None and message in local, local
