@@ -171,12 +171,22 @@ def _dump_namespace(kube: KubeClients, namespace: str) -> str:
     return "\n".join(lines)
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the operator binds it moments later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def operator_process(cluster, kube, tmp_path_factory):
     from kubernetes.client.rest import ApiException
 
     from railtrain.cli.controlplane.operator_process import OperatorProcess
     from railtrain.crds import contract
+    from railtrain.operator.metrics import ENV_PORT
     from tests.polling import wait_for
 
     custom = kube.custom
@@ -192,7 +202,7 @@ def operator_process(cluster, kube, tmp_path_factory):
     wait_for(served, 60, "the TrainingJob API to be served")
     op = OperatorProcess(
         Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=1, extra_args=("--topology-preset", "railtrain"),
+        resync_seconds=1, extra_args=("--topology-preset", "railtrain"), env={ENV_PORT: str(free_port())},
     )
     op.start()
     yield op

@@ -5,9 +5,26 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import KubeClients
+from railtrain.cli.controlplane.operator_process import OperatorProcess
+from railtrain.operator.metrics import ENV_PORT
+from tests.conftest import KubeClients, free_port  # noqa: F401  (free_port: re-exported for this directory's tests)
 
 from .clusterkit import G, P, V
+
+
+def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The operator's /metrics as ``{(sample name, sorted labels): value}`` (prometheus-client's own text parser); ``{}`` while it does not answer."""
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.env[ENV_PORT]}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.URLError:  # not serving yet (the operator is starting): a wait_for polls again
+        return {}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 @pytest.fixture
