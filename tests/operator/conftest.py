@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
