@@ -65,6 +65,7 @@ def reconcile_job(
     levels: tuple[str, ...] = DEFAULT_LEVELS,
     admit: bool = True,
     watch_namespace: str | None = None,
+    max_quarantines_per_hour: int | None = None,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -76,6 +77,7 @@ def reconcile_job(
         admit: run an admission pass when the job waits (the resync runs one
             pass after reconciling every job instead).
         watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
+        max_quarantines_per_hour: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -88,6 +90,7 @@ def reconcile_job(
             the job fails with reason PodRejected and a Warning Event.
         urllib3.exceptions.HTTPError: no answer from the API server.
     """
+    at = _now(now)  # one time for the whole pass
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -95,12 +98,12 @@ def reconcile_job(
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
-        if not _apply_or_reject(kube, job, p, _now(now)):
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, quarantine_limit=max_quarantines_per_hour)
+        if not _apply_or_reject(kube, job, p, at):
             return p
-        waits = reconcile.gang_request(job, pods, _now(now)) is not None
+        waits = reconcile.gang_request(job, pods, at) is not None
     if waits and admit:
-        admission_pass(kube, now, levels, watch_namespace)
+        admission_pass(kube, at, levels, watch_namespace)
     return p
 
 
@@ -191,7 +194,7 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
         False when the job was failed here.
     """
     try:
-        _apply(kube, job, p)
+        _apply(kube, job, p, now)
         return True
     except Rejected as err:
         meta = job["metadata"]
@@ -230,10 +233,12 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods)
 
 
-def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, attempts: int = 5) -> bool:
+def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, now: datetime, attempts: int = 5) -> bool:
     """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
 
-    Read-modify-write with the node's resourceVersion, retried on conflict.
+    Read-modify-write with the node's resourceVersion, retried on conflict. The same patch sets the
+    :data:`~railtrain.operator.quarantine.ANNOTATION_AT` annotation to ``now``, from which the cluster-wide
+    bound is counted.
 
     Returns:
         True when this call added the taint; False when the node is gone, already quarantined, or kept changing.
@@ -246,7 +251,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
         taints = quarantine.taints_with(node, verdict)
         if taints is None:
             return False
-        if kube.set_node_taints(node, taints):
+        if kube.set_node_taints(node, taints, {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}):
             kube.emit_event(
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
                 "Warning", quarantine.REASON_QUARANTINED,
@@ -275,12 +280,14 @@ def _each(calls: list[Callable[[], Any]]) -> None:
         raise first
 
 
-def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
+def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> None:
     namespace = job["metadata"]["namespace"]
+    for line in p.log:  # one line per recovery decision (Events expire; the operator's log stays)
+        log.info("%s/%s %s", namespace, job["metadata"]["name"], line)
     for name in p.force_delete_pods:
         kube.force_delete_pod(namespace, name)
     for node, verdict, evidence in p.quarantine:
-        quarantine_node(kube, job, node, verdict, evidence)
+        quarantine_node(kube, job, node, verdict, evidence, now)
     if p.quarantine:
         metrics.observe_nodes(kube.list_nodes())
     if p.create_service is not None:

@@ -58,7 +58,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def observe(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, quarantine_limit: int | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
@@ -76,6 +76,7 @@ def observe(
         step.job, step.spec_error = None, problem
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
+    step.quarantine_limit = quarantine_limit
     step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
@@ -129,7 +130,7 @@ def finish(step: Step, phase: str) -> Plan:
 
 def plan(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, quarantine_limit: int | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
@@ -149,11 +150,12 @@ def plan(
         nodes: every v1 Node, when read (node loss and quarantine are judged only then).
         grow_to: for an elastic gang below spec.nodes, the largest size that
             fits now (:func:`railtrain.operator.resize.grow_size`).
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, quarantine_limit)
     phase, _ = advance(step)
     return finish(step, phase)

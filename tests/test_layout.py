@@ -18,7 +18,7 @@ def imported_modules(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "statement,forbidden",
     [
-        ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema", {"torch", "kopf"}),
+        ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema, railtrain.crds.recovery", {"torch", "kopf"}),
         ("import railtrain.operator.main, railtrain.operator.handlers", {"torch"}),
         ("import railtrain.trainer.train", {"kopf"}),
         ("import railtrain.cli.main", {"torch", "kopf"}),

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from railtrain.operator.gang import parse_time, rank_of
-from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
 
@@ -72,10 +72,7 @@ def _restart(step: Step) -> str:
         if why:
             lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")
     parts = [f"node {node}: {why}; pods {', '.join(pods)}" for node, (why, pods) in sorted(lost.items())]
-    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
-    message = f"{'; '.join(parts)}; restarting the whole gang on other nodes ({counters(step)})"
-    step.status["infrastructureRestarts"] -= 1
-    return restart_gang(step, REASON, message, True)
+    return restart_infrastructure(step, REASON, f"{'; '.join(parts)}; the gang moves to other nodes", node=min(lost))
 
 
 FORCE_DELETE_LOST = Transition(

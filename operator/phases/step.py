@@ -39,6 +39,7 @@ class Plan:
         force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
         quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
         delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
+        log: one operator log line per recovery decision (restart, quarantine, ignored claim, eviction, node loss).
     """
 
     create_service: dict[str, Any] | None = None
@@ -54,6 +55,7 @@ class Plan:
     force_delete_pods: list[str] = field(default_factory=list)
     quarantine: list[tuple[str, str, str]] = field(default_factory=list)
     delete_job: bool = False
+    log: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class Step:
         out: the actions decided so far.
         spec_error: why the stored spec does not parse (when ``job`` is None).
         foreign: pods the job does not own that hold one of its ranks' names.
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
     """
 
     obj: dict[str, Any]
@@ -98,6 +101,7 @@ class Step:
     nodes: dict[str, dict[str, Any]] | None = None
     grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
+    quarantine_limit: int | None = None
 
     @property
     def meta(self) -> dict[str, Any]:

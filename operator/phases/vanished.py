@@ -18,7 +18,7 @@ from typing import Any
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import is_gated, rank_of, restart_of
-from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
@@ -65,10 +65,7 @@ def _any_vanished(step: Step) -> bool:
 
 def _restart(step: Step) -> str:
     gone = "; ".join(d for _, d in vanished(step))
-    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
-    message = f"{gone} while the gang ran; restarting the whole gang ({counters(step)})"
-    step.status["infrastructureRestarts"] -= 1
-    return restart_gang(step, REASON, message, True)
+    return restart_infrastructure(step, REASON, f"{gone} while the gang ran")
 
 
 RANK_VANISHED = Transition(
