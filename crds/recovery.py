@@ -52,8 +52,10 @@ PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, co
 SEPARATE_VERDICTS = frozenset({contract.VERDICT_HANG, contract.VERDICT_STRAGGLER})
 """Verdicts whose named node is quarantined only after a second, different rank was named on it (rule 3)."""
 FAIL, RESTART_JOB, RESTART_INFRASTRUCTURE = "fail", "restart-job", "restart-infrastructure"
-CAUSE_NODE, CAUSE_ADMISSION = "node", "admission"
-""":attr:`Failure.cause`: the kubelet ended the pod for its node's sake / refused to admit it."""
+CAUSE_NODE, CAUSE_ADMISSION, CAUSE_LIMITS = "node", "admission", "limits"
+""":attr:`Failure.cause`: the kubelet ended the pod for its node's sake / refused to admit it / evicted it for
+exceeding its own limits (the job's failure: no ``DisruptionTarget`` condition, KEP-3329)."""
+INFRASTRUCTURE_CAUSES = frozenset({CAUSE_NODE, CAUSE_ADMISSION})
 QUARANTINE_WINDOW = timedelta(hours=1)
 """The sliding window of both quarantine bounds."""
 NODE_FAILURES_TO_AVOID = 2
@@ -80,7 +82,7 @@ class Failure:
         nodes: the nodes the verdict names (a claim, checked by :func:`decide`).
         signalled: the rank was killed by a signal (it could not say why).
         finished: when it ended, as text that sorts in time order (RFC 3339 UTC; "" unknown, sorts last).
-        cause: "" (the trainer's own exit), :data:`CAUSE_NODE` or :data:`CAUSE_ADMISSION`.
+        cause: "" (the trainer's own exit), :data:`CAUSE_NODE`, :data:`CAUSE_ADMISSION` or :data:`CAUSE_LIMITS`.
         pod: the pod's name ("" for a local node).
         evidence: the verdict's evidence as short JSON text ("" if none).
     """
@@ -105,6 +107,8 @@ class Failure:
             return f"pod {self.pod} (rank {self.rank}) on node {self.node} was ended by the kubelet ({self.reason}: {self.message})"
         if self.cause == CAUSE_ADMISSION:
             return f"the kubelet on node {self.node} refused pod {self.pod} (rank {self.rank}) ({self.reason}: {self.message})"
+        if self.cause == CAUSE_LIMITS:
+            return f"pod {self.pod} (rank {self.rank}) on node {self.node} was evicted by the kubelet for exceeding its own limits ({self.reason}: {self.message})"
         text = f"{self.reason}: {self.message}" if self.reported and not self.message.startswith(f"{self.reason}:") else self.message
         return f"rank {self.rank} exited with code {self.code}" + (f": {text}" if text else "")
 
@@ -214,7 +218,7 @@ class Decision:
 def blame_order(f: Failure) -> tuple[int, int, bool, bool, str, int]:
     """Sort key of the failure that decides for the gang: smallest first (module docstring, rule 1)."""
     verdict = PRECEDENCE.index(f.verdict) if f.verdict in PRECEDENCE else len(PRECEDENCE)
-    return 0 if f.cause else 1, verdict, not f.signalled, not f.finished, f.finished, f.rank
+    return 0 if f.cause in INFRASTRUCTURE_CAUSES else 1, verdict, not f.signalled, not f.finished, f.finished, f.rank
 
 
 def infrastructure_backoff(restarts: int, base_seconds: int) -> int:
@@ -318,7 +322,7 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         raise ValueError("decide needs at least one failed rank")
     f = min(failures.failures, key=blame_order)
     c, backoff_limit = counters, run_policy.backoff_limit
-    if f.cause:
+    if f.cause in INFRASTRUCTURE_CAUSES:
         reason = REASON_REFUSED if f.cause == CAUSE_ADMISSION else REASON_EVICTED
         return _infrastructure(run_policy, c, f, reason, f.detail(), node=f.node, avoid_now=f.cause == CAUSE_ADMISSION)
     detail, policy = f.detail(), run_policy.failure_policy

@@ -35,7 +35,7 @@ from railtrain.crds.validation import format_validation_error
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
-from railtrain.operator.phases.step import placement_entries
+from railtrain.operator.phases.step import finished_ranks, placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
 __all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
@@ -78,6 +78,7 @@ def observe(
     step.grow_to = grow_to
     step.quarantine_limit = quarantine_limit
     step.gang = current_gang(obj, mine)
+    step.status["succeededRanks"] = finished_ranks(status, mine, int(status["restarts"]))
     step.n = step.job.spec.nodes if step.job else 0
     return step
 

@@ -26,7 +26,7 @@ from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Ref
 def _create_missing(step: Step) -> None:
     if ownership.service_in_the_way(step):  # the rendezvous name would resolve to someone else's Service
         return
-    present = {rank_of(p) for p in step.gang}
+    present = {rank_of(p) for p in step.gang} | step.done
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
     taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
@@ -114,7 +114,7 @@ def _mark_scheduled(step: Step) -> None:
 def _run(step: Step) -> str:
     if not step.status.get("startTime"):
         step.status["startTime"] = cond.rfc3339(step.now)
-    done = step.phases().count("Succeeded")
+    done = len(step.done & set(range(step.n)))
     if done:  # ranks may finish at different times: the gang is still healthy
         step.set_condition(cond.RUNNING, True, "RanksFinishing", f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")
     else:

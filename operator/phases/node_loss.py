@@ -61,13 +61,18 @@ def _force_delete(step: Step) -> None:
     step.out.force_delete_pods = sorted(set(step.out.force_delete_pods) | {p["metadata"]["name"] for p in _on_lost_nodes(step)})
 
 
+def _unfinished(step: Step) -> list[dict[str, Any]]:
+    """The gang's pods whose rank has not exited 0 (a finished rank's node may go: it holds nothing the gang needs)."""
+    return [p for p in step.gang if rank_of(p) not in step.done]
+
+
 def _gang_on_lost_node(step: Step) -> bool:
-    return any(node_lost(step, _bound(p)) for p in step.gang)
+    return any(node_lost(step, _bound(p)) for p in _unfinished(step))
 
 
 def _restart(step: Step) -> str:
     lost = {}
-    for p in step.gang:
+    for p in _unfinished(step):
         why = node_lost(step, _bound(p))
         if why:
             lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")

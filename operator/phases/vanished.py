@@ -47,7 +47,7 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     if step.released is None or not step.is_true(cond.SCHEDULED):
         return []
     job = step.meta["name"]
-    live = {rank_of(p) for p in step.gang}
+    live = {rank_of(p) for p in step.gang} | step.done  # a rank that exited 0 is complete, whatever removed its pod
     terminating = {rank_of(p): p for p in step.pods if restart_of(p) == step.restarts and p["metadata"].get("deletionTimestamp")}
     out = []
     for rank in range(step.n):

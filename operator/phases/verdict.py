@@ -46,13 +46,16 @@ def _disrupted(status: dict[str, Any]) -> bool:
 
 
 def kubelet_cause(pod: dict[str, Any]) -> str:
-    """Why the kubelet ended a Failed pod: :data:`~railtrain.crds.recovery.CAUSE_NODE`, :data:`~railtrain.crds.recovery.CAUSE_ADMISSION`, or "" (the pod's own doing)."""
+    """Why the kubelet ended a Failed pod: :data:`~railtrain.crds.recovery.CAUSE_NODE`, :data:`~railtrain.crds.recovery.CAUSE_ADMISSION`,
+    :data:`~railtrain.crds.recovery.CAUSE_LIMITS`, or "" (its trainer exited)."""
     status = pod.get("status") or {}
     reason = status.get("reason") or ""
     if reason.startswith("OutOf") or reason in ADMISSION_REASONS:
         return recovery.CAUSE_ADMISSION
     if reason in NODE_FAILURE_REASONS or (reason == "Evicted" and _disrupted(status)):
         return recovery.CAUSE_NODE
+    if reason == "Evicted":
+        return recovery.CAUSE_LIMITS
     return ""
 
 
@@ -69,7 +72,7 @@ def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
     meta, status = pod["metadata"], pod.get("status") or {}
     base = dict(rank=rank_of(pod), pod=meta["name"], node=(pod.get("spec") or {}).get("nodeName") or "")
     cause = kubelet_cause(pod)
-    if cause or status.get("reason") == "Evicted":
+    if cause:
         return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), cause=cause, **base)
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")

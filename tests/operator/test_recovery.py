@@ -316,3 +316,22 @@ def test_the_next_gang_after_a_hang_rotates_its_ranks_over_the_placed_nodes():
     placement = Placement(nodes=("a", "b", "c"), domains=({"h": "a"}, {"h": "b"}, {"h": "c"}))
     p = reconcile.plan(obj, pods, True, NOW, placement)
     assert p.pin == {"llm-0": "b", "llm-1": "c", "llm-2": "a"}  # a cyclic shift: ring neighbours stay neighbours
+
+
+def test_a_rank_that_exited_0_stays_complete_when_its_pod_is_deleted():
+    """Kind 4: ranks 2 and 3 exited 0, then their node was drained; the gang keeps running and succeeds, nothing is recreated."""
+    obj = job_obj(nodes=4, status=running(admittedNodes=4))
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "a", "b", "b"])
+    for p in pods[2:]:
+        p["status"]["phase"] = "Succeeded"
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["succeededRanks"] == [2, 3] and p.status["phase"] == "Running"
+    seen = obj | {"status": p.status}
+    drained = pods[:2]  # the drain deleted ranks 2 and 3's pods; node b is cordoned
+    p = reconcile.plan(seen, drained, True, NOW, nodes=[node("a"), node("b", unschedulable=True)])
+    assert p.status["phase"] == "Running" and not p.create_pods and not p.delete_pods
+    assert find(p.status["conditions"], "Running")["reason"] == "RanksFinishing"
+    for x in drained:
+        x["status"]["phase"] = "Succeeded"
+    p = reconcile.plan(obj | {"status": p.status}, drained, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["phase"] == "Succeeded"
