@@ -18,6 +18,9 @@ straggler           RestartIgnoringBackoff     never        yes          infra
 hang                Restart                    2nd time     no           job
 ==================  =========================  ===========  ===========  ===========
 
+(``hang`` and ``straggler`` quarantine only once two different ranks were named
+on the node: :mod:`railtrain.crds.recovery`, rule 3.)
+
 ``Restart`` spends ``runPolicy.backoffLimit`` (a job restart);
 ``RestartIgnoringBackoff`` does not (an infrastructure restart: the fault lies
 with a node, not the job). ``quarantineAfter: N`` quarantines a node once

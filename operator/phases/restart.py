@@ -76,8 +76,7 @@ def apply(step: Step, d: recovery.Decision) -> str:
         return cond.FAILED
     step.status["restarts"] = step.restarts + 1
     step.status["succeededRanks"] = None
-    if d.backoff_seconds:
-        step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds))
+    step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
     step.delete(step.gang)
     step.set_condition(cond.RUNNING, False, d.reason, d.message)
     step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
