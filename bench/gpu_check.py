@@ -22,6 +22,11 @@ text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
     python bench/gpu_check.py --batch-size 4 --activation-checkpointing
     python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2   # a dry run on CPU
 
+``--allreduce`` runs the all-reduce bus-bandwidth check instead (``bench/allreduce.py``):
+every visible GPU, NCCL, with a fabric profile's variables off and on (docs/fabric.md):
+
+    python bench/gpu_check.py --allreduce --fabric-profile infiniband --hcas mlx5_0,mlx5_1
+
 Without a CUDA device (and without ``--device cpu``) it exits with status 1
 and one sentence on stderr.
 """
@@ -62,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
     parser.add_argument("--no-health", action="store_true", help="Run the timed steps with the health checks off (RAILTRAIN_HEALTH=0), to compare.")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
+    parser.add_argument("--allreduce", action="store_true", help="Instead of training: all-reduce bus bandwidth with --fabric-profile's variables off and on (bench/allreduce.py).")
+    parser.add_argument("--fabric-profile", default="railtrain", help="With --allreduce: the fabric profile compared (default railtrain).")
+    parser.add_argument("--hcas", default=None, help="With --allreduce: this node's HCA list, as its railtrain.dev/hcas annotation would give it.")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 1:
         parser.error("--steps, --batch-size and --seq-len must be >= 1, --warmup >= 0")
@@ -157,6 +165,11 @@ def health_figures(model: Any, device: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the check; 0 on success, 1 without a CUDA device (one sentence on stderr)."""
     args = parse_args(argv)
+    if args.allreduce:
+        from allreduce import main as allreduce_main
+
+        extra = ["--hcas", args.hcas] if args.hcas else []
+        return allreduce_main(["--fabric-profile", args.fabric_profile, "--device", args.device, *extra, *(["--json", str(args.json)] if args.json else [])])
     if args.device == "cuda":
         import torch
 

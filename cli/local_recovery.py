@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from railtrain.cli.local import local_node_name
+from railtrain.cli.local_goodput import GoodputRecorder
 from railtrain.crds import contract, recovery
 from railtrain.crds.api import TrainingJob
 
@@ -173,6 +174,8 @@ class RecoveringRun:
     """``time.monotonic()`` when the last failed gang ended (for recovery timing)."""
     spent: set[str] = field(default_factory=set)
     """Fault variables already met (dropped from the next gangs)."""
+    recorder: GoodputRecorder | None = None
+    """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
 
     @property
     def job_restarts(self) -> int:
@@ -200,6 +203,8 @@ class RecoveringRun:
         while True:
             nodes, files = self._nodes()
             self.current = self.make_gang(nodes)
+            if self.recorder is not None:
+                self.recorder.gang_started()
             code = self.current.run()
             if code in (0, 130):
                 return code
@@ -211,6 +216,8 @@ class RecoveringRun:
             d = recovery.decide(local_failures(messages, code, first, causes), self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
             self.history.append(d)
             self.counters = d.counters
+            if self.recorder is not None:
+                self.recorder.gang_ended(d.action)
             if d.action == recovery.FAIL:
                 self.notify(f"gang failed: {d.message}; not restarting")
                 return code

@@ -24,7 +24,8 @@ from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_va
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
-from railtrain.crds.failure_policy import NodeFailureRecord, CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.goodput import Goodput, Progress
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
 from railtrain.crds.quantity import cel_rule as _quantity_cel
@@ -431,6 +432,8 @@ class TrainingJobStatus(_Model):
     last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+    progress: Progress | None = Field(None, description="Step, loss, tokens/s and ETA as rank 0 last reported them.")
+    goodput: Goodput | None = Field(None, description="Wall time since creation split into queued, starting, training and lost by cause; ratio = training / wall.")
 
 
 class TrainingJob(_Model):

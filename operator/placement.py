@@ -91,6 +91,9 @@ class Placement:
         domains: per rank, level label key → the node's value (levels it lacks are absent).
         summary: the ``status.topology`` object (camelCase keys), without the reason.
         explanation: why this placement, one or two sentences.
+        annotations: per rank, pod annotations to set in the patch that releases
+            it (the fabric's per-node values, :func:`railtrain.crds.fabric.rank_annotations`);
+            filled by the admission pass, which has the nodes; empty means none.
     """
 
     nodes: tuple[str, ...]
@@ -98,6 +101,7 @@ class Placement:
     domains: tuple[Mapping[str, str], ...] = ()
     summary: Mapping[str, object] = field(default_factory=dict)
     explanation: str = ""
+    annotations: tuple[Mapping[str, str], ...] = ()
 
     def message(self) -> str:
         """One line for Events and conditions."""
