@@ -62,6 +62,7 @@ from railtrain.crds.health_settings import (
 from railtrain.crds.verdicts import (
     ENV_TERMINATION_MESSAGE_PATH,
     HEALTH_VERDICTS,
+    REASON_CHECKPOINT_MISMATCH,
     REASON_DATA_ANOMALY,
     REASON_KNOWN_ANSWER_MISMATCH,
     REASON_NO_PROGRESS,
