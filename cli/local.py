@@ -265,7 +265,7 @@ def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
 
 def plan_local(
     job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0,
-    extra_env: dict[str, str] | None = None, uid: str = "",
+    extra_env: dict[str, str] | None = None, *, uid: str,
 ) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
@@ -277,8 +277,8 @@ def plan_local(
         python: the interpreter that replaces ``torchrun``/``python``.
         restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``).
         extra_env: variables added to every node under ``spec.env`` (the ``--fault-*`` flags' variables).
-        uid: this run's stand-in for the job's uid (:func:`new_local_uid`; the same for every restart
-            of one invocation); ``""`` draws a new one.
+        uid: this run's stand-in for the job's uid (:func:`new_local_uid`), the same for every restart
+            of one invocation, so the restarted gang finds the node-local tiers.
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -290,7 +290,6 @@ def plan_local(
     if len(metrics_ports) < job.spec.nodes:
         raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
     name = job.metadata.name
-    uid = uid or new_local_uid()
     nodes = []
     for pod in render.render_gang(job, LOCAL_NAMESPACE, uid, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])

@@ -84,6 +84,8 @@ class TrainConfig:
     """Steps between local-tier saves. Default: from the pod environment, else --checkpoint-interval."""
     checkpoint_local_keep: int | None = None
     """Local-tier checkpoints kept. Default: from the pod environment, else 2."""
+    checkpoint_cleanup: bool = True
+    """When the run succeeds and the persistent tier holds its last step, delete this run's shards in the memory and local tiers (docs/checkpoints.md, "Run identity and cleanup"); --no-checkpoint-cleanup keeps them."""
     checkpoint_async: bool = True
     """Write checkpoints in the background: the step loop waits only for a copy of the state in RAM (--no-checkpoint-async: until every tier is written)."""
     metrics_port: int | None = None

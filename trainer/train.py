@@ -353,7 +353,7 @@ class Trainer:
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
-                if line := self.checkpointer.release_node_tiers(self.step):
+                if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):
                     self.log(line)
         finally:
             self.health.stop(failed=sys.exc_info()[0] is not None)

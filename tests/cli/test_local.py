@@ -72,7 +72,7 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
 
 
 def _tier_dirs(job, uid=""):
-    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002], base_dir=Path("/base"), uid=uid)
+    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002], base_dir=Path("/base"), uid=uid or local.new_local_uid())
     return [(contract.read_env(n.env).run_id, contract.read_env(n.env).checkpoint_memory_dir, contract.read_env(n.env).checkpoint_local_dir) for n in nodes]
 
 
