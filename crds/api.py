@@ -274,6 +274,12 @@ SPEC_RULES: tuple[Rule, ...] = (
         detail=lambda s: f"context {s.parallelism.context} × tensor {s.parallelism.tensor} = {s.parallelism.context * s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),
     Rule(
+        cel="!has(self.parallelism) || self.parallelism.context == 1 || self.parallelism.pipeline == 1",
+        check=lambda s: s.parallelism is None or parallel.context_without_pipeline(s.parallelism.context, s.parallelism.pipeline),
+        message="spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1: context parallelism runs without pipeline stages",
+        field_path=".parallelism.context",
+    ),
+    Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
         check=lambda s: s.resources.gpus == 0 or s.procs_per_node <= s.resources.gpus,
         message="spec.procsPerNode must not exceed spec.resources.gpus when the job requests GPUs (one process per GPU at most)",
