@@ -241,7 +241,7 @@ def _restarts_taken(history: list[Any]) -> str:
         return ""
     from railtrain.cli.views import count
 
-    causes = "; ".join(f"{d.verdict}: {d.detail}" for d in history[-3:])
+    causes = "; ".join(f"{d.verdict}: {d.blamed.detail()}" for d in history[-3:])
     return f" after {count(len(history), 'restart')} of the whole gang ({causes})"
 
 
