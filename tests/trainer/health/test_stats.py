@@ -38,7 +38,7 @@ def test_compare_fingerprints(groups, prints, expected):
     ],
 )
 def test_replica_groups(degrees, expected):
-    world = degrees.data * degrees.fsdp * degrees.tensor * degrees.pipeline
+    world = degrees.data * degrees.fsdp * degrees.tensor * degrees.pipeline * degrees.context
     assert stats.replica_groups([coordinates(r, degrees) for r in range(world)]) == expected
 
 
