@@ -22,6 +22,13 @@ text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
     python bench/gpu_check.py --batch-size 4 --activation-checkpointing
     python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2   # a dry run on CPU
 
+``--cp-memory`` runs the context-parallel case instead (``bench/gpu_cp_memory.py``):
+activation memory per rank at 8k, 32k and 128k tokens, context 1 against
+context N, one process per GPU under torchrun:
+
+    torchrun --nproc-per-node 8 bench/gpu_check.py --cp-memory
+    torchrun --nproc-per-node 2 bench/gpu_check.py --cp-memory --device cpu --preset tiny --cp-seq-lens 64,128   # a dry run on CPU
+
 ``--allreduce`` runs the all-reduce bus-bandwidth check instead (``bench/allreduce.py``):
 every visible GPU, NCCL, with a fabric profile's variables off and on (docs/fabric.md):
 
@@ -67,10 +74,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
     parser.add_argument("--no-health", action="store_true", help="Run the timed steps with the health checks off (RAILTRAIN_HEALTH=0), to compare.")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
+    parser.add_argument("--cp-memory", action="store_true", help="Run the context-parallel memory case instead (under torchrun, one process per GPU; see bench/gpu_cp_memory.py).")
+    parser.add_argument("--cp-seq-lens", default="8192,32768,131072", help="--cp-memory: sequence lengths, comma-separated (default 8192,32768,131072).")
     parser.add_argument("--allreduce", action="store_true", help="Instead of training: all-reduce bus bandwidth with --fabric-profile's variables off and on (bench/allreduce.py).")
     parser.add_argument("--fabric-profile", default="railtrain", help="With --allreduce: the fabric profile compared (default railtrain).")
     parser.add_argument("--hcas", default=None, help="With --allreduce: this node's HCA list, as its railtrain.dev/hcas annotation would give it.")
     args = parser.parse_args(argv)
+    try:
+        args.cp_seq_len_list = [int(x) for x in args.cp_seq_lens.split(",")]
+    except ValueError:
+        parser.error(f"--cp-seq-lens must be comma-separated integers, got {args.cp_seq_lens!r}")
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 1:
         parser.error("--steps, --batch-size and --seq-len must be >= 1, --warmup >= 0")
     if not args.peak_flops > 0:
@@ -177,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             print(NO_CUDA, file=sys.stderr, flush=True)
             return 1
     before = machine()
+    if args.cp_memory:
+        return cp_memory_case(args, before)
     r = run(args)
     table = Table(
         f"gpu check: preset {args.preset} ({r['params'] / 1e6:,.0f}M params) on {r['device_name']}, "
@@ -197,6 +212,27 @@ def main(argv: list[str] | None = None) -> int:
     table.print()
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     path = write_json("gpu_check", {"machine": before, "params": params, "result": r}, args.json)
+    print(f"wrote {path}")
+    return 0
+
+
+def cp_memory_case(args: argparse.Namespace, before: dict[str, Any]) -> int:
+    """``--cp-memory``: the table and JSON record of :mod:`gpu_cp_memory` (printed and written by rank 0)."""
+    import gpu_cp_memory
+
+    rows = gpu_cp_memory.run(args.preset, args.cp_seq_len_list, args.device)
+    if not rows:  # not rank 0
+        return 0
+    table = Table(
+        f"gpu check, context parallel: activation memory per rank, preset {args.preset}, 1 sequence, {args.device}",
+        ["tokens", "context", "tokens per rank", "added MiB (largest rank)", "vs context 1"],
+        note="added = peak allocated during one forward+backward minus allocated before it (CPU dry run: peak RSS added)",
+    )
+    for row in gpu_cp_memory.table_rows(rows):
+        table.add(*row)
+    table.print()
+    params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    path = write_json("gpu_check_cp_memory", {"machine": before, "params": params, "rows": rows}, args.json)
     print(f"wrote {path}")
     return 0
 

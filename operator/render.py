@@ -70,7 +70,7 @@ def pod_environment(
         node_rank=rank,
         procs_per_node=spec.procs_per_node,
         rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
-        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
         checkpoint_dir=spec.checkpoint.location or "",
         checkpoint_interval=spec.checkpoint.interval,
         **checkpoint_tier_environment(spec.checkpoint),
@@ -102,7 +102,7 @@ def gang_annotations(spec: TrainingJobSpec, nnodes: int) -> dict[str, str]:
     par = spec.effective_parallelism(nnodes)
     return {
         contract.ANNOTATION_NNODES: str(nnodes),
-        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
     }
 
 

@@ -33,6 +33,7 @@ from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
     ParallelDims,
+    apply_context_parallel,
     apply_data_parallel,
     build_mesh,
     check_model_fits,
@@ -85,7 +86,8 @@ def resolve_device(flag: str) -> str:
 
 def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None) -> nn.Module:
     """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device, cut to
-    this rank's pipeline stage, tensor-parallelised, and wrapped for the data-parallel degrees of ``dims``.
+    this rank's pipeline stage, set to its context-parallel chunks, tensor-parallelised, and wrapped for the
+    data-parallel degrees of ``dims``.
 
     Raises:
         ValueError: ``--cpu-offload`` without FSDP2.
@@ -101,6 +103,7 @@ def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: b
         return model
     if dims.pp > 1:
         keep_stage(model, dims.coordinates(info.rank)["pp"], dims.pp)
+    apply_context_parallel(model, dims, mesh, config.seq_len)
     if dims.tp > 1:
         apply_tensor_parallel(model, mesh["tp"])
     return apply_data_parallel(model, dims, mesh, info.device, bf16, config.cpu_offload)
@@ -217,9 +220,10 @@ class Trainer:
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        spans = environ.get(contract.ENV_NVLINK_DOMAIN) == "1"  # TP may span the nodes of one NVLink domain (checked by the API)
-        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, None if spans else info.local_world_size, config.tp, config.pp)
-        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree)
+        spans = environ.get(contract.ENV_NVLINK_DOMAIN) == "1"  # TP/CP may span the nodes of one NVLink domain (checked by the API)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, None if spans else info.local_world_size, config.tp, config.pp, config.cp)
+        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
+                                     dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
         check_model_fits(dims, PRESETS[config.preset], config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
