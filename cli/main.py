@@ -188,7 +188,8 @@ def run(
     faults = local_run.fault_environment(given)
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     ports = local_run.free_ports(spec.nodes + 1)
-    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults)
+    uid = local_run.new_local_uid()  # one run: its restarts share the node-local tiers, a new invocation does not
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults, uid=uid)
     say(f"{job.metadata.name}: {count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')} (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     if spec.checkpoint.location:
@@ -204,7 +205,7 @@ def run(
         if not restarts:
             return nodes
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults)
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults, uid=uid)
 
     from railtrain.cli.local_goodput import GoodputRecorder, summary
 
@@ -215,6 +216,11 @@ def run(
         runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started
+    kept = local_run.finish_local_tiers(local_run.job_run_roots(job, uid), succeeded=code == 0)
+    if kept:
+        run_id = spec.checkpoint.run_id or uid
+        resume = "another run with the same spec.checkpoint.runId resumes them" if spec.checkpoint.run_id else f"set spec.checkpoint.runId: {run_id} to resume them in a new run"
+        say(f"{kept} (run {run_id}; {resume}, or delete them)")
     say(f"{job.metadata.name}: {summary(recorder.goodput())}")
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")

@@ -174,6 +174,10 @@ class Topology(_Model):
         return level
 
 
+RUN_ID_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+"""``spec.checkpoint.runId``: one path segment (a uid fits), never ``.``/``..`` or a ``/``."""
+
+
 class TierVolume(str, Enum):
     """Which volume holds a node-local checkpoint tier."""
 
@@ -190,7 +194,7 @@ class MemoryTier(_Model):
         TierVolume.NODE,
         description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
     )
-    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
     size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.memory.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
 
 
@@ -200,7 +204,7 @@ class LocalTier(_Model):
     interval: int = Field(50, ge=1, description="Training steps between saves to the node-local disk.")
     keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
     volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
-    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
     size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.local.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
 
 
@@ -209,8 +213,9 @@ class Checkpoint(_Model):
 
     interval, location, keep and volumeClaim describe the persistent tier
     (shared storage, reshardable to another world size); memory and local add
-    the node-local tiers. On start the trainer loads the newest complete and
-    valid step from the fastest tier that has it.
+    the node-local tiers, which belong to one run (runId, else the job's uid).
+    On start the trainer loads the newest complete and valid step from the
+    fastest tier that has it.
     """
 
     interval: int = Field(100, ge=1, description="Training steps between checkpoints to the persistent location.")
@@ -219,6 +224,13 @@ class Checkpoint(_Model):
     volume_claim: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="PersistentVolumeClaim (ReadWriteMany) mounted at location in every pod; location must then be an absolute path.")
     memory: MemoryTier | None = Field(None, description="In-memory tier with a copy on the neighbouring node; omitted means off.")
     local: LocalTier | None = Field(None, description="Node-local disk tier; omitted means off.")
+    run_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=RUN_ID_PATTERN,
+        description="Identity of the run that owns the node-local tiers (memory, local): their directory on a node is <hostPath>/<namespace>/<job>/<runId>, and the trainer resumes only shards saved under this id. Omitted: the TrainingJob's uid, so a job deleted and submitted again starts its node-local tiers empty (the persistent location is shared as written). Set the same value in a new job to resume an earlier job's node-local tiers on purpose (a job that set none used its uid). At most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit.",
+    )
 
 
 class RunPolicy(_Model):
@@ -281,6 +293,12 @@ SPEC_RULES: tuple[Rule, ...] = (
         ),
         field_path=".parallelism.context",
         detail=lambda s: f"context {s.parallelism.context} × tensor {s.parallelism.tensor} = {s.parallelism.context * s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
+    ),
+    Rule(
+        cel="!has(self.parallelism) || self.parallelism.context == 1 || self.parallelism.pipeline == 1",
+        check=lambda s: s.parallelism is None or parallel.context_without_pipeline(s.parallelism.context, s.parallelism.pipeline),
+        message="spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1: context parallelism runs without pipeline stages",
+        field_path=".parallelism.context",
     ),
     Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",

@@ -123,6 +123,11 @@ def tensor_fits(tensor: int, procs_per_node: int, nvlink_domain: bool = False) -
     return tensor_fits_node(tensor, procs_per_node) or (nvlink_domain and tensor % procs_per_node == 0)
 
 
+def context_without_pipeline(context: int, pipeline: int) -> bool:
+    """Whether the degrees avoid context × pipeline, which the trainer does not run (docs/parallelism.md, "Limits")."""
+    return context == 1 or pipeline == 1
+
+
 def context_fits_node(context: int, tensor: int, procs_per_node: int) -> bool:
     """Whether a context-parallel group with its tensor ranks (``context × tensor`` consecutive ranks) stays inside one node."""
     return procs_per_node % (context * tensor) == 0
@@ -148,6 +153,8 @@ def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) 
         return out
     if not fills_world(d, world_size):
         out.append(("", f"data × fsdp × tensor × pipeline × context = {product(d)} ({Degrees.of(d).describe()}) must equal the world size {world_size}"))
+    if not context_without_pipeline(d.context, d.pipeline):
+        out.append(("context", f"context={d.context} with pipeline={d.pipeline} is not supported: context parallelism runs without pipeline stages"))
     if procs_per_node is not None and not tensor_fits_node(d.tensor, procs_per_node):
         out.append(("tensor", f"tensor={d.tensor} must divide the processes per node ({procs_per_node}): a tensor-parallel group must fit inside one node"))
     elif procs_per_node is not None and not context_fits_node(d.context, d.tensor, procs_per_node):

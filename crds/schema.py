@@ -23,7 +23,7 @@ from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RU
 from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
-HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "crds" / "trainingjob.yaml"
+HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "files" / "trainingjob.yaml"
 """The Helm chart's copy (Helm installs CRDs from a chart's crds/ folder); present in a source checkout."""
 
 _DROP = {"title"}

@@ -86,6 +86,8 @@ class TrainConfig:
     """Steps between local-tier saves. Default: from the pod environment, else --checkpoint-interval."""
     checkpoint_local_keep: int | None = None
     """Local-tier checkpoints kept. Default: from the pod environment, else 2."""
+    checkpoint_cleanup: bool = True
+    """When the run succeeds and the persistent tier holds its last step, delete this run's shards in the memory and local tiers (docs/checkpoints.md, "Run identity and cleanup"); --no-checkpoint-cleanup keeps them."""
     checkpoint_async: bool = True
     """Write checkpoints in the background: the step loop waits only for a copy of the state in RAM (--no-checkpoint-async: until every tier is written)."""
     metrics_port: int | None = None
@@ -104,6 +106,8 @@ class TrainConfig:
     """If set, rank 0 appends one JSON object per step (full-precision loss) to this file."""
     job_name: str = ""
     """Name shown in the log. Default: the TrainingJob's name from the pod environment."""
+    run_id: str = ""
+    """The run that owns the node-local checkpoint tiers: their shards record it, and shards of another run are never resumed. Default: from the pod environment (spec.checkpoint.runId, else the TrainingJob's uid), else none (any shard)."""
     health: bool = True
     """Run the health checks (SDC fingerprints and known-answer test, numeric anomalies, stragglers, hang watchdog; docs/health.md); --no-health turns them off, as RAILTRAIN_HEALTH=0 does. Their settings come from RAILTRAIN_HEALTH_* variables."""
 
@@ -204,6 +208,8 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
             updates[name] = getattr(pod, name) if pod else default
     if not config.job_name and pod:
         updates["job_name"] = pod.job_name
+    if not config.run_id and pod:
+        updates["run_id"] = pod.run_id
     merged = dataclasses.replace(config, **updates)
     if merged.checkpoint_interval is not None and merged.checkpoint_interval < 1:
         raise ValueError(f"{contract.ENV_CHECKPOINT_INTERVAL} must be >= 1, got {merged.checkpoint_interval}")

@@ -162,7 +162,7 @@ def build_checkpointer(
     return Checkpointer(
         tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
         layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
-        hold_step=hold,
+        hold_step=hold, run_id=config.run_id,
     )  # fmt: skip
 
 
@@ -303,6 +303,13 @@ class Trainer:
         if changed:
             self.log(f"warning: data stream differs from the checkpointed run ({', '.join(changed)}); batches will not match")
 
+    def _start_over(self) -> str:
+        """The second half of the "nothing to train" line: how to start over from the tier that was loaded."""
+        train_on = "or raise --steps (railtrain run --local --steps N) to train further"
+        if self.checkpointer is not None and self.checkpointer.loaded_tier is not None and self.checkpointer.loaded_tier.name != "persistent":
+            return f"set another spec.checkpoint.runId (or none) to start over, {train_on}"
+        return f"delete it to start over, {train_on}"
+
     def train(self) -> None:
         """Resume if possible, then train until ``config.steps``, logging and checkpointing."""
         c, info = self.config, self.info
@@ -318,12 +325,8 @@ class Trainer:
                 f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
             )
         self.resume()
-        if self.step >= c.steps:
-            where = c.checkpoint_dir or "the checkpoint tiers"
-            self.log(
-                f"nothing to train: {where} already holds step {self.step}, and --steps is {c.steps}; "
-                "delete it to start over, or raise --steps (railtrain run --local --steps N) to train further"
-            )
+        if self.step >= c.steps and self.checkpointer is not None:
+            self.log(f"nothing to train: {self.checkpointer.start_over_hint(self.step)}, and --steps is {c.steps}; {self._start_over()}")
         self.health.start()
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len
@@ -355,6 +358,8 @@ class Trainer:
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
+                if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):
+                    self.log(line)
         finally:
             self.health.stop(failed=sys.exc_info()[0] is not None)
             if metrics:

@@ -126,6 +126,7 @@ CONTEXT_CASES = [
     (1, 8, {"context": 4, "tensor": 4}, "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode"),
     (1, 6, {"context": 4, "tensor": 1, "data": 1, "fsdp": 1, "pipeline": 1}, "spec.parallelism"),
     (1, 4, {"context": 0, "data": 4}, "spec.parallelism.context"),
+    (1, 4, {"context": 2, "pipeline": 2}, "spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1"),
 ]
 
 

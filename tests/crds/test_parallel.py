@@ -32,6 +32,7 @@ CASES = [
     ((1, 1, 1, 1, 4), 1, 6, {"", "context"}),
     ((1, 1, 4, 1, 2), 2, 4, {"context"}),  # tensor fits a node, context × tensor = 8 does not
     ((1, 1, 3, 1, 2), 1, 4, {"", "tensor"}),  # the tensor sentence alone: context's would repeat it
+    ((1, 1, 1, 2, 2), 1, 4, {"context"}),  # context with pipeline stages: not run by the trainer
 ]
 
 
@@ -48,7 +49,7 @@ def test_operator_rules_agree_with_the_trainer_rule(degrees: tuple[int, ...], no
     """The API's parallelism rules (what the operator and kube-apiserver enforce) fail exactly when the shared rule does."""
     spec = SimpleNamespace(parallelism=Parallelism(**dict(zip(parallel.FIELDS, degrees))), nodes=nodes, procs_per_node=ppn, topology=Topology())
     rules = [r for r in SPEC_RULES if r.field_path.startswith(".parallelism")]
-    assert len(rules) == 3
+    assert len(rules) == 4
     failed = {r.field_path for r in rules if not r.check(spec)}
     assert failed == {".parallelism" + (f".{f}" if f else "") for f in bad}
 

@@ -7,10 +7,35 @@ from pathlib import Path
 import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
+from railtrain.operator.metrics import ENV_PORT
 from tests.conftest import _FAILED, KubeClients
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the operator binds it moments later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The operator's /metrics as ``{(sample name, sorted labels): value}`` (prometheus-client's own text parser); ``{}`` while it does not answer."""
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.env[ENV_PORT]}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.URLError:  # not serving yet (the operator is starting): a wait_for polls again
+        return {}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +57,7 @@ def operator_process(cluster, kube, tmp_path_factory):
     wait_for(served, 60, "the TrainingJob API to be served")
     op = OperatorProcess(
         Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=1, extra_args=("--topology-preset", "railtrain"),
+        resync_seconds=1, extra_args=("--topology-preset", "railtrain"), env={ENV_PORT: str(free_port())},
     )
     op.start()
     yield op

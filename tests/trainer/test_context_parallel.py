@@ -72,6 +72,8 @@ def test_context_degree_from_flags_and_pod() -> None:
     assert resolve_dims(None, {"data": 2, "fsdp": 1, "tensor": 1, "pipeline": 1, "context": 2}, 4, 4).cp == 2
     with pytest.raises(ValueError, match="--cp: context × tensor = 8 must divide the processes per node \\(4\\)"):
         resolve_dims(None, {}, 8, 4, flag_cp=8)
+    with pytest.raises(ValueError, match="--cp: context=2 with pipeline=2 is not supported"):
+        resolve_dims(None, {}, 4, 4, flag_pp=2, flag_cp=2)
     with pytest.raises(ValueError, match="RAILTRAIN_PARALLELISM context × tensor = 4 must divide the processes per node \\(2\\)"):
         resolve_dims(None, {"data": 1, "fsdp": 1, "tensor": 1, "pipeline": 1, "context": 4}, 4, 2)
 
