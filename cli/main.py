@@ -228,7 +228,7 @@ def run(
         say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
     else:
         last = runner.history[-1] if runner.history else None
-        verdict = f"; verdict {last.verdict}: {last.detail}" if last else ""
+        verdict = f"; verdict {last.verdict}: {last.blamed.detail()}" if last else ""
         say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
     raise typer.Exit(code)
 
@@ -320,7 +320,7 @@ def node_clear(
     if was is None:
         say(f"node {node} is not quarantined; nothing to clear")
         return
-    typer.echo(f"node/{node} cleared (was quarantined for a {was} verdict)")
+    typer.echo(f"node/{node} cleared (was quarantined " + ("by the railtrain.dev/quarantined label)" if was == "label" else f"for a {was} verdict)"))
 
 
 @node_app.command("list")

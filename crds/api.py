@@ -25,7 +25,7 @@ from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.goodput import Goodput, Progress
-from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
 from railtrain.crds.quantity import cel_rule as _quantity_cel
@@ -248,6 +248,8 @@ class RunPolicy(_Model):
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.RUNNING, description="Pods of a finished job (Succeeded or Failed): Running deletes the pods still running and keeps the finished ones, with their logs and termination messages, for inspection; All deletes every pod. No pod of a finished job keeps running either way.")
     node_lost_grace_seconds: int = Field(30, ge=0, le=3600, description="Seconds a node under the gang may be NotReady before it counts as lost: then the whole gang restarts on other nodes (reason NodeLost) and the job's pods on that node are force-deleted. A deleted Node is lost at once.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
+    max_infrastructure_restarts: int = Field(10, ge=0, le=1000, description="Infrastructure restarts (a node lost, quarantined or avoided, a rank evicted or refused by its node, a rank's pod deleted, an elastic grow) allowed before the job is Failed with reason InfrastructureRestartLimitExceeded; they do not spend backoffLimit.")
+    infrastructure_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second infrastructure restart; each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate.")
 
 
 class Elastic(_Model):
@@ -473,6 +475,9 @@ class TrainingJobStatus(_Model):
     quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
     suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
     avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
+    node_failures: list[NodeFailureRecord] = Field(default_factory=list, description="Nodes on which this job lost pods to the infrastructure (evicted for the node's sake, refused by the kubelet, node lost), with counts; a node counted twice is avoided.")
+    rank_shift: int = Field(0, ge=0, description="How far the ranks of the next gang are rotated over its nodes (raised by a hang or straggler verdict, so the named rank lands on another node and the fault can be told apart from the node).")
+    succeeded_ranks: list[int] = Field(default_factory=list, description="Ranks of the current gang whose trainer exited 0; they stay complete even when their pods are deleted (drain, pod garbage collection).")
     start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
     last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")

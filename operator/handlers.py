@@ -229,7 +229,7 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: Ope
 
 def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
     s = ctx.settings
-    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric)
+    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric, max_quarantines_per_hour=s.max_quarantines_per_hour)
 
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:

@@ -275,15 +275,16 @@ class Kube:
                 return None
             raise
 
-    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> bool:
+    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
         """Replace ``spec.taints`` of a Node read earlier (merge patch carrying its resourceVersion, so a
-        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes).
+        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes),
+        setting ``annotations`` in the same patch.
 
         Returns:
             False on a conflict or when the node is gone (read it again and retry).
         """
         meta = node["metadata"]
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints}}
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), **({"annotations": annotations} if annotations else {})}, "spec": {"taints": taints}}
         try:
             self.core.patch_node(meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json", _preload_content=False)
         except ApiException as err:
