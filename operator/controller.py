@@ -56,6 +56,11 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
         return _job_locks[(namespace, name)]
 
 
+def job_lock(namespace: str, name: str) -> threading.Lock:
+    """The lock every path that writes this job's status holds (reconciles, admission decisions, progress writes)."""
+    return _lock_for(namespace, name)
+
+
 def _now(now: datetime | None) -> datetime:
     return now or datetime.now(timezone.utc)
 

@@ -169,6 +169,7 @@ def build_checkpointer(
 def build_metrics(config: TrainConfig, info: DistInfo) -> TrainerMetrics:
     """Prometheus metrics, served on ``--metrics-port`` by local rank 0 (a port that is taken only costs a warning)."""
     metrics = TrainerMetrics(PRESETS[config.preset].flops_per_token(config.seq_len), config.peak_tflops * 1e12, info.world_size)
+    metrics.total_steps.set(config.steps)
     if config.metrics_port and info.local_rank == 0:
         try:
             metrics.serve(config.metrics_port)

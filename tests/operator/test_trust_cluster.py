@@ -131,3 +131,20 @@ def test_rank_0_named_the_straggler_at_every_attempt_quarantines_no_node_and_the
     assert condition(status, "Failed")["reason"] == "InfrastructureRestartLimitExceeded"
     assert seen[0] != seen[1] and seen[1] != seen[2], f"rank 0 stayed on one node: {seen}"
     assert all(taint_of(core, n) is None for n in nodes)
+
+
+def test_node_list_and_clear_see_the_quarantine_placement_sees(api, gpu_nodes, cluster):
+    """Kind 11: a node an administrator labelled railtrain.dev/quarantined is listed, cleared, and placed on by one test."""
+    import subprocess
+    import sys
+
+    from railtrain.operator.quarantine import LABEL_KEY
+
+    core, _ = api
+    (labelled,) = gpu_nodes(1, labels={LABEL_KEY: "true"})
+    cli = [sys.executable, "-m", "railtrain.cli.main", "node"]
+    listed = subprocess.run([*cli, "list", "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
+    assert listed.returncode == 0 and f"{labelled}\tlabel" in listed.stdout.splitlines(), listed.stdout + listed.stderr
+    cleared = subprocess.run([*cli, "clear", labelled, "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
+    assert cleared.returncode == 0 and "railtrain.dev/quarantined label" in cleared.stdout, cleared.stdout + cleared.stderr
+    assert LABEL_KEY not in (core.read_node(labelled).metadata.labels or {})
