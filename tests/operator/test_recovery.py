@@ -335,3 +335,14 @@ def test_a_rank_that_exited_0_stays_complete_when_its_pod_is_deleted():
         x["status"]["phase"] = "Succeeded"
     p = reconcile.plan(obj | {"status": p.status}, drained, True, NOW, nodes=[node("a"), node("b")])
     assert p.status["phase"] == "Succeeded"
+
+
+def test_one_quarantine_test_for_placement_metrics_and_the_cli():
+    """Kind 11: the label an administrator sets and the taint the operator sets are one test, read alike everywhere."""
+    labelled = node("l", labels={quarantine.LABEL_KEY: "true"})
+    tainted = node("t", taints=[{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}])
+    off = node("f", labels={quarantine.LABEL_KEY: "false"})
+    assert [quarantine.quarantined_by(n) for n in (labelled, tainted, off)] == ["label", "hang", None]
+    snap = snapshot([labelled, tainted, off], [])
+    assert {name for name, n in snap.nodes.items() if not n.eligible} == {"l", "t"}
+    assert metrics.observe_nodes([labelled, tainted, off]) == 2
