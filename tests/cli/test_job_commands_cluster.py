@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -110,6 +111,11 @@ def test_describe_json_suspend_resume_delete(cluster, kube, namespace, gpu_nodes
     got = json.loads(_cli(cluster, "get", "life", "-n", namespace, "-o", "json").stdout)
     assert got["status"]["jobRestarts"] == 0  # the printer column's value is 0, not blank
 
+    railtrain = str(Path(sys.executable).parent / "railtrain")  # completion is keyed by the program's name
+    completion = subprocess.run([railtrain], env={**_env(cluster), "_RAILTRAIN_COMPLETE": "complete_bash", "COMP_WORDS": f"railtrain describe -n {namespace} li",
+                                             "COMP_CWORD": "4"}, capture_output=True, text=True, timeout=60)
+    assert completion.stdout.split() == ["life"], completion.stdout + completion.stderr  # shell completion lists job names
+
     suspended = _cli(cluster, "suspend", "life", "-n", namespace)
     assert suspended.returncode == 0 and suspended.stdout.strip() == "trainingjob.railtrain.dev/life suspended", suspended.stderr
     wait_for(lambda: job_status(kube.custom, namespace, "life").get("phase") == "Suspended" and not pods_of(kube.core, namespace, "life"), 90, "suspended, pods gone")
@@ -197,5 +203,30 @@ def test_the_live_view_renders_updates_and_ends_in_a_terminal(cluster, kube, nam
         end = screen()
         assert done.read_text().strip() == "0", end
         assert "trainingjob live succeeded" in end and "live  Running" not in end  # the live area is gone, the result stays
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a pseudo-terminal")
+def test_ctrl_c_stops_following_and_leaves_the_job_running(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    gpu_nodes(2)
+    path = _manifest(tmp_path, "stay")
+    socket = f"rt-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "exit-status"
+    env = _env(cluster)
+    tmux = ["tmux", "-L", socket]
+    command = f"{' '.join(CLI)} submit {path} -n {namespace} --wait; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "24", "-e", f"KUBECONFIG={env['KUBECONFIG']}", command], check=True, env=env)
+    try:
+        def screen() -> str:
+            return subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
+
+        wait_for(lambda: "stay  Running" in screen(), 90, "the live line to show Running")
+        subprocess.run([*tmux, "send-keys", "C-c"], check=True)
+        wait_for(done.exists, 30, "the command to end")
+        assert done.read_text().strip() == "130"
+        text = " ".join(screen().split())
+        assert "stopped following; trainingjob stay keeps running ('railtrain delete stay' stops it)" in text
+        assert _phase(kube, namespace, "stay") == "Running" and all_running(kube.core, namespace, "stay", 2)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
