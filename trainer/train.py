@@ -38,14 +38,12 @@ from railtrain.trainer.parallel import (
     build_mesh,
     check_model_fits,
     check_pod_world_size,
-    clip_grad_norm_,
     init_distributed,
-    mean_loss,
-    mean_loss_and_sum,
     resolve_dims,
     shutdown_distributed,
 )
 from railtrain.trainer.pipeline import auto_microbatches, bubble_fraction, build_schedule, keep_stage
+from railtrain.trainer.reductions import clip_grad_norm_, mean_loss, mean_loss_and_sum
 from railtrain.trainer.steps import ForwardBackward
 from railtrain.trainer.tensor_parallel import apply_tensor_parallel
 
