@@ -60,6 +60,9 @@ TAIL_LINES = 30
 """Lines of a failed node's output looked at again: those of them that were filtered out are shown after it failed."""
 NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|signal", re.IGNORECASE)
 """Lines of ranks other than 0 that are shown without --verbose."""
+SHUTDOWN_NOISE = re.compile(r"DistNetworkError: .*(Failed to recv, got 0 bytes|Connection reset by peer|Broken pipe)")
+"""The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended;
+held back, and shown only if the run fails (a successful run says how many were not shown)."""
 LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 """The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
 
@@ -346,6 +349,7 @@ class LocalGang:
         self._unfiltered: set[int] = set()
         self._muted: set[int] = set()
         self._muted_lines = 0
+        self._deferred: list[tuple[int, list[str]]] = []
         self.failed: tuple[int, int] | None = None
         """``(node rank, exit status)`` of the first node seen failing, once :meth:`run` returned."""
 
@@ -373,6 +377,9 @@ class LocalGang:
                 raise
             if failed is None:
                 self._drain()
+                if self._deferred:
+                    ranks = ", ".join(str(r) for r in sorted({r for r, _ in self._deferred}))
+                    self.notify(f"the run succeeded; not shown: {len(self._deferred)} shutdown traceback(s) of node rank {ranks} (DistNetworkError: a peer closed its connection as the gang ended; --verbose shows them)")
                 return 0
             rank, returncode = failed
             self.failed = (rank, exit_status(returncode))
@@ -380,6 +387,9 @@ class LocalGang:
             stopping = f"; stopping the other {others} running node(s)" if others else ""
             self.notify(f"node rank {rank} exited with status {exit_status(returncode)}{stopping}")
             self._stop_all(mute=set(self._procs) - {rank})
+            for held_rank, lines in self._deferred:  # the run failed: they may matter
+                for line in lines:
+                    self._write(f"[rank {held_rank}] {line}\n")
             self._show_tail(rank)
             if self._muted_lines:
                 self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
@@ -466,6 +476,10 @@ class LocalGang:
                 if held:
                     if line.startswith((" ", "\t")):
                         held.append(line)
+                        continue
+                    if SHUTDOWN_NOISE.search(line):
+                        self._deferred.append((rank, [*held, line]))
+                        held = []
                         continue
                     if line.startswith(LAUNCHER_FAILED):
                         self._unfiltered.add(rank)

@@ -157,6 +157,14 @@ class Topology(_Model):
         description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).",
         json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || (self.matches('{LABEL_KEY_CEL}') && self.indexOf('/') <= 253)", "message": LEVEL_MESSAGE, "reason": "FieldValueInvalid"}]},
     )
+    nvlink_domain: bool = Field(
+        False,
+        description=(
+            "Place the whole gang inside one NVLink domain (the operator's topology level naming nvidia.com/gpu.clique, "
+            "e.g. a GB200 NVL72 rack) and give every pod an IMEX channel from an NVIDIA DRA driver ComputeDomain the "
+            "operator creates and deletes with the job; lets parallelism.tensor be a multiple of procsPerNode (docs/fabric.md)."
+        ),
+    )
 
     @field_validator("level")
     @classmethod
@@ -261,17 +269,30 @@ SPEC_RULES: tuple[Rule, ...] = (
                           f"× context {s.parallelism.context} = {s.parallelism.product}, but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
-        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
-        check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
-        message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
+        cel=(
+            "!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0 || "
+            "(has(self.topology) && has(self.topology.nvlinkDomain) && self.topology.nvlinkDomain && self.parallelism.tensor % self.procsPerNode == 0)"
+        ),
+        check=lambda s: s.parallelism is None or parallel.tensor_fits(s.parallelism.tensor, s.procs_per_node, s.topology.nvlink_domain),
+        message=(
+            "spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node, "
+            "unless spec.topology.nvlinkDomain is true and tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain)"
+        ),
         field_path=".parallelism.tensor",
-        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
+        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}, nvlinkDomain {str(s.topology.nvlink_domain).lower()}",
     ),
     Rule(
-        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor != 0 || self.procsPerNode % (self.parallelism.context * self.parallelism.tensor) == 0",
+        cel=(
+            "!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor != 0 || self.procsPerNode % (self.parallelism.context * self.parallelism.tensor) == 0 || "
+            "(has(self.topology) && has(self.topology.nvlinkDomain) && self.topology.nvlinkDomain && (self.parallelism.context * self.parallelism.tensor) % self.procsPerNode == 0)"
+        ),
         check=lambda s: (s.parallelism is None or not parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node)
-                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)),
-        message="spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node",
+                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)
+                         or (s.topology.nvlink_domain and (s.parallelism.context * s.parallelism.tensor) % s.procs_per_node == 0)),
+        message=(
+            "spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node, "
+            "unless spec.topology.nvlinkDomain is true and context × tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain)"
+        ),
         field_path=".parallelism.context",
         detail=lambda s: f"context {s.parallelism.context} × tensor {s.parallelism.tensor} = {s.parallelism.context * s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),

@@ -146,6 +146,10 @@ ENV_NODE_NAME = "RAILTRAIN_NODE_NAME"
 see :data:`DOWNWARD_API_FIELDS`); ``railtrain run --local`` sets ``local-<node rank>``. Verdicts
 name suspect nodes with it."""
 
+ENV_NVLINK_DOMAIN = "RAILTRAIN_NVLINK_DOMAIN"
+"""``1`` in the pods of a job placed inside one NVLink domain (``spec.topology.nvlinkDomain``): the trainer
+then lets a tensor-parallel group span nodes (the API has checked it spans whole nodes)."""
+
 DOWNWARD_API_FIELDS = {ENV_NODE_NAME: "spec.nodeName"}
 """Variables a pod reads from its own object (Kubernetes Downward API ``fieldRef.fieldPath``), not
 from a literal value; :func:`pod_env` renders their local stand-ins, the operator renders ``valueFrom``."""

@@ -343,6 +343,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         metrics.observe_nodes(kube.list_nodes())
     if p.create_service is not None:
         kube.create(p.create_service)
+    for obj in p.create_objects:
+        kube.create(obj)
     _each([lambda pod=pod: kube.create(pod) for pod in p.create_pods])
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
     _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])

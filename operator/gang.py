@@ -251,6 +251,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         gpu_resource=spec.resources.gpu_resource_name,
         needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
         avoid=frozenset(status.get("avoidNodes") or []),
+        nvlink=spec.topology.nvlink_domain,
     )
     return request, ready
 

@@ -17,6 +17,7 @@ from typing import Any
 from railtrain.crds import contract, fabric
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
+from railtrain.operator import nvlink
 
 CONTAINER_NAME = TRAINER
 _MERGED_POD_FIELDS = ("containers", "initContainers", "volumes", "tolerations")
@@ -238,7 +239,8 @@ def merge_trainer(container: dict[str, Any], entry: dict[str, Any]) -> dict[str,
         elif key == "resources":
             mine = out.get("resources", {})
             merged = {kind: {**(value.get(kind) or {}), **(mine.get(kind) or {})} for kind in ("requests", "limits") if value.get(kind) or mine.get(kind)}
-            out["resources"] = {**value, **merged}
+            claims = [*(mine.get("claims") or []), *(value.get("claims") or [])]  # the operator's IMEX claim stays
+            out["resources"] = {**value, **merged, **({"claims": claims} if claims else {})}
         else:
             out[key] = value
     return out
@@ -333,6 +335,10 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     if spec.args:
         container["args"] = list(spec.args)
     resources = _resources(spec)
+    if nvlink.wants(job):
+        resources["claims"] = nvlink.container_claims()
+        if contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
+            container["env"].append({"name": contract.ENV_NVLINK_DOMAIN, "value": "1"})
     if resources:
         container["resources"] = resources
     volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)
@@ -353,6 +359,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
         "tolerations": gang_tolerations(spec),
         "containers": [container],
         **({"volumes": volumes} if volumes else {}),
+        **({"resourceClaims": nvlink.pod_claims(name)} if nvlink.wants(job) else {}),
     }
     if spec.template is not None:
         labels = {**spec.template.metadata.labels, **labels}

@@ -33,7 +33,7 @@ from railtrain.crds.contract import (
     write_termination_message,
 )
 from railtrain.trainer.checkpoint_state import CheckpointMismatch
-from railtrain.trainer.config import parse_args
+from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
@@ -48,14 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         trainer = Trainer(parse_args(argv))
-    except ValueError as err:  # includes contract.ContractError
+    except ValueError as err:  # includes contract.ContractError and argparse's refusal (ArgumentsError)
         print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
-        write_termination_message(VERDICT_USER_ERROR, "InvalidConfiguration", str(err))
+        reason = "InvalidArguments" if isinstance(err, ArgumentsError) else "InvalidConfiguration"
+        write_termination_message(VERDICT_USER_ERROR, reason, str(err))
         shutdown_distributed()
         return EXIT_USER_ERROR
-    except SystemExit as exit_:
-        if exit_.code == EXIT_USER_ERROR:  # argparse's usage error, already printed
-            write_termination_message(VERDICT_USER_ERROR, "InvalidArguments", "the trainer's command line was rejected; see the log")
+    except SystemExit:  # --help (argparse's refusals raise ArgumentsError, above)
         raise
     except BaseException as err:  # noqa: BLE001 - written down, then re-raised
         write_termination_message(*failure_verdict(err))

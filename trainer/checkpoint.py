@@ -330,7 +330,7 @@ class Checkpointer:
         if tier is None:
             return f"the checkpoint tiers already hold step {step}"
         owner = f" of run {self.run_id}" if self.run_id else ""
-        return f"the {tier.name} tier{owner} ({tier.root} on every node) already holds step {step}"
+        return f"the {tier.name} tier{owner} (rank 0's shards in {tier.root}) already holds step {step}"
 
     def release_node_tiers(self, step: int) -> str:
         """The cleanup policy of a run that succeeded at ``step`` (every rank must call, after :meth:`wait`).

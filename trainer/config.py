@@ -236,9 +236,25 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+class ArgumentsError(ValueError):
+    """argparse refused the command line (an unknown flag, a bad choice, a missing value); the message is argparse's."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, raising :class:`ArgumentsError` instead of printing the usage and exiting.
+
+    Every rank parses the same command line, so argparse's own usage block
+    came once per process; the one line that says what is wrong is what a
+    person (and the termination message) needs.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ArgumentsError(f"{message} (python -m railtrain.trainer --help lists the flags)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field."""
-    parser = argparse.ArgumentParser(
+    """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field; usage errors raise :class:`ArgumentsError`."""
+    parser = _Parser(
         prog="python -m railtrain.trainer",
         description="Train a byte-level transformer LM (launch under torchrun for several processes).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -269,8 +285,9 @@ def parse_args(argv: Sequence[str] | None) -> TrainConfig:
     """Parse a command line into a validated :class:`TrainConfig` (not yet merged with the pod contract).
 
     Raises:
-        SystemExit: code 2 for argparse usage errors (its own convention, which
-            matches :data:`contract.EXIT_USER_ERROR`), code 0 for ``--help``.
+        ArgumentsError: argparse refused the command line (a ``ValueError``;
+            its message is argparse's line, e.g. ``unrecognized arguments: --stesp 5``).
+        SystemExit: code 0 for ``--help``.
         ValueError: a value is out of range; the message names the flag.
     """
     ns = build_parser().parse_args(argv)

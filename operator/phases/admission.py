@@ -14,7 +14,7 @@ from typing import Any
 
 from railtrain.crds import contract, fabric
 from railtrain.operator import conditions as cond
-from railtrain.operator import render
+from railtrain.operator import nvlink, render
 from railtrain.operator.cluster import pod_node
 from railtrain.operator.gang import is_gated, rank_of, restart_of
 from railtrain.operator.phases import ownership
@@ -38,6 +38,8 @@ def _create_missing(step: Step) -> None:
     for rank in range(step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
             step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric))
+    if step.out.create_pods and nvlink.wants(step.job):  # the IMEX channel every pod claims (kept if it exists)
+        step.out.create_objects.append(nvlink.compute_domain(step.job, ns, render.owner_reference(step.meta["name"], uid)))
     if step.out.create_pods and not step.gang:
         step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} gated pods and the rendezvous Service"))
         if step.restarts == 0 and (problem := fabric.device_problem(step.fabric, step.job.spec)):

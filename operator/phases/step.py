@@ -28,6 +28,7 @@ class Plan:
     Attributes:
         create_service: Service manifest to create, or None.
         create_pods: pod manifests to create (gated).
+        create_objects: other objects of the gang to create first (the job's ComputeDomain; one that exists is kept).
         delete_pods: names of pods to delete.
         pin: pod name → node name to pin with a nodeSelector (gated pods only).
         annotate: pod name → annotations to set in the same patch (the admitted gang size).
@@ -45,6 +46,7 @@ class Plan:
 
     create_service: dict[str, Any] | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
+    create_objects: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     pin: dict[str, str] = field(default_factory=dict)
     annotate: dict[str, dict[str, str]] = field(default_factory=dict)

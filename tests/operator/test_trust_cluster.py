@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from railtrain.cli.controlplane import KWOK_REFUSING_NODES, LABEL_KWOK_EVICT
+from railtrain.cli.controlplane import KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, wait_until
 from railtrain.crds import contract
 from railtrain.operator.quarantine import TAINT_KEY
 from tests.polling import wait_for
@@ -45,7 +45,7 @@ def test_a_verdict_naming_a_control_plane_node_and_another_tenants_node_quaranti
     tenant = f"tenant-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": tenant}})
     try:
-        wait_for(lambda: core.read_namespaced_service_account("default", tenant), 30, "the tenant's ServiceAccount")
+        wait_until(lambda: core.read_namespaced_service_account("default", tenant), 30, "the tenant's ServiceAccount")  # 404 until it exists
         theirs = start(core, custom, tenant, "theirs", 1)
         pods = start(core, custom, namespace, "mine", 2)
         other = theirs[0].spec.node_name
@@ -148,3 +148,25 @@ def test_node_list_and_clear_see_the_quarantine_placement_sees(api, gpu_nodes, c
     cleared = subprocess.run([*cli, "clear", labelled, "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
     assert cleared.returncode == 0 and "railtrain.dev/quarantined label" in cleared.stdout, cleared.stdout + cleared.stderr
     assert LABEL_KEY not in (core.read_node(labelled).metadata.labels or {})
+
+
+def test_the_cluster_wide_quarantine_bound_counts_what_the_api_server_stores(api, namespace, gpu_nodes, operator):
+    """Kind 1: the platform's bound (--max-quarantines-per-hour, default 8) is counted from the quarantine taints and
+    railtrain.dev/quarantined-at annotations on the Nodes, so it holds whichever operator (or earlier run) set them."""
+    from datetime import datetime, timezone
+
+    from railtrain.operator.quarantine import ANNOTATION_AT
+    from railtrain.operator.settings import DEFAULT_MAX_QUARANTINES_PER_HOUR
+
+    core, custom = api
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in gpu_nodes(DEFAULT_MAX_QUARANTINES_PER_HOUR, gpus_per_node=1):  # quarantined within the hour, before this job
+        core.patch_node(name, {"metadata": {"annotations": {ANNOTATION_AT: stamp}}, "spec": {"taints": [{"key": TAINT_KEY, "value": "hang", "effect": "NoSchedule"}]}})
+    gpu_nodes(3)
+    pods = start(core, custom, namespace, "late", 2)
+    bad = node_of(pods, 1)
+    verdict(core, namespace, "late-1", contract.VERDICT_HARDWARE_SUSPECT, ("RerunMismatch", "step 7 differs"), [bad], [1])
+    status = wait_for(lambda: (s := job_status(custom, namespace, "late")).get("infrastructureRestarts") == 1 and s, 60, "an infrastructure restart")
+    assert taint_of(core, bad) is None and bad in status["avoidNodes"] and not status.get("quarantines")
+    scheduled = condition(status, "Scheduled")
+    assert scheduled["reason"] == "NodeAvoided" and f"the cluster's bound of {DEFAULT_MAX_QUARANTINES_PER_HOUR} quarantines per hour is reached" in scheduled["message"]

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import io
 import subprocess
+from datetime import datetime, timezone
 import sys
 from pathlib import Path
 
@@ -18,10 +19,9 @@ import pytest
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from railtrain.cli.local_recovery import decide as local_decide
-from railtrain.crds import contract
+from railtrain.cli.local_recovery import local_failures
+from railtrain.crds import contract, recovery
 from railtrain.crds.api import TrainingJob
-from railtrain.crds.failure_policy import FailureAction, FailurePolicy
 from railtrain.operator.phases.verdict import rank_failure
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
 from railtrain.trainer.checkpoint_state import CheckpointMismatch, model_mismatch
@@ -60,7 +60,8 @@ def test_a_checkpoint_of_a_model_with_fewer_layers_is_a_user_error_naming_the_te
     assert "is not in the checkpoint" in verdict["message"]
     assert "railtrain.trainer: error: the persistent checkpoint" in out and "CheckpointException" not in out
 
-    # The operator reads the pod's termination message (exit code 1: torchrun's) and its failure policy fails the job now.
+    # The operator reads the pod's termination message (exit code 1: torchrun's); the one failure decision fails the job
+    # now, whatever backoffLimit is left, and run --local, reading the same message from its file, decides the same.
     pod = {
         "metadata": {"name": "llm-0", "labels": {contract.LABEL_NODE_RANK: "0"}},
         "spec": {"nodeName": "node-a"},
@@ -68,13 +69,15 @@ def test_a_checkpoint_of_a_model_with_fewer_layers_is_a_user_error_naming_the_te
     }
     failure = rank_failure(pod)
     assert (failure.verdict, failure.reason) == (contract.VERDICT_USER_ERROR, contract.REASON_CHECKPOINT_MISMATCH)
-    assert "layers.2." in failure.detail() and "exited with code 1" in failure.detail()
-    assert FailurePolicy().rule(failure.verdict).action == FailureAction.FAIL.value
-    # run --local applies the same policy to the same message: no restart, whatever the backoff limit.
     job = TrainingJob.model_validate({"apiVersion": "railtrain.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "llm"},
                                       "spec": {"image": "i", "runPolicy": {"backoffLimit": 5}}})  # fmt: skip
-    decision = local_decide(job, [message.read_text()], 1, job_restarts=0, infrastructure_restarts=0)
-    assert decision.action == "fail" and decision.verdict == contract.VERDICT_USER_ERROR and "layers.2." in decision.detail
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    operator = recovery.decide(recovery.GangFailure((failure,), {0: "node-a"}), job.spec.run_policy, recovery.Counters(), now)
+    local = recovery.decide(local_failures([message.read_text()], 1, 0), job.spec.run_policy, recovery.Counters(), now)
+    for decision in (operator, local):
+        assert decision.action == recovery.FAIL and decision.verdict == contract.VERDICT_USER_ERROR, decision
+        assert "CheckpointMismatch" in decision.message and "layers.2." in decision.message and decision.counters.job_restarts == 0
+    assert operator.message == local.message  # one decision, one sentence
 
 
 def _resume_into_tiny(location: Path) -> list[str]:
