@@ -292,6 +292,7 @@ class Trainer:
         if saved is None:
             return
         self.step = saved.pop("step")
+        self.prometheus.resumed_step.set(self.step)
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         faults = self.health.injector.faults
         missed = [f"{kind} at step {f.step}" for kind in ("bitflip", "hang", "kill", "bad_batch") if (f := getattr(faults, kind)) is not None and f.step <= self.step]
