@@ -216,19 +216,21 @@ _one_line = kubeclient.one_line
 
 
 def clear_quarantine(cluster: Cluster, node: str) -> str | None:
-    """Remove the quarantine taint (``railtrain.dev/quarantined``) from ``node``.
+    """Remove the quarantine (the ``railtrain.dev/quarantined`` taint, label and ``-at`` annotation) from ``node``.
 
-    The operator's guarded read-modify-write (:func:`railtrain.operator.kubeclient.update_taints`):
-    the write carries the node's resourceVersion, so a concurrent taint change
-    is never overwritten (retried on conflict).
+    Whether the node is quarantined is the same test placement uses
+    (:func:`railtrain.operator.quarantine.quarantined_by`). The operator's guarded
+    read-modify-write (:func:`railtrain.operator.kubeclient.update_node`) removes
+    the taint, label and annotation in one merge patch carrying the node's
+    resourceVersion, so a concurrent change is never overwritten (retried on conflict).
 
     Returns:
-        The verdict the taint recorded (its value), or None when the node was not quarantined.
+        What quarantined it (the taint's verdict, or "label"), or None when the node was not quarantined.
 
     Raises:
         CliError: the node does not exist, or kept changing.
     """
-    from railtrain.operator.quarantine import TAINT_KEY, taints_without
+    from railtrain.operator.quarantine import ANNOTATION_AT, LABEL_KEY, quarantined_by, taints_without
 
     core = client.CoreV1Api(cluster.api.api_client)
 
@@ -240,26 +242,25 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
                 return None
             raise
 
-    outcome, obj = kubeclient.update_taints(read, lambda n, taints: kubeclient.patch_taints(core, n, taints, timeout=REQUEST_TIMEOUT), taints_without)
+    def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+        if quarantined_by(obj) is None:
+            return None
+        labels = {LABEL_KEY: None} if LABEL_KEY in (obj["metadata"].get("labels") or {}) else None
+        return {"taints": taints_without(obj), "annotations": {ANNOTATION_AT: None}, "labels": labels}
+
+    outcome, obj = kubeclient.update_node(read, lambda n, **what: kubeclient.patch_node(core, n, timeout=REQUEST_TIMEOUT, **what), change)
     if outcome == "gone":
         raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1)
     if outcome == "conflict":
         raise CliError(f"node {node} kept changing while its quarantine taint was being removed; try again", exit_code=1)
-    if outcome == "unchanged":
-        return None
-    was = next(t.get("value", "") for t in obj["spec"]["taints"] if t.get("key") == TAINT_KEY)
-    return was or "unknown"
+    return None if outcome == "unchanged" else quarantined_by(obj)
 
 
 def quarantined_nodes(cluster: Cluster) -> list[tuple[str, str]]:
-    """``(node, verdict)`` of every node carrying the quarantine taint, sorted by name."""
-    from railtrain.operator.quarantine import TAINT_KEY
+    """``(node, verdict)`` of every quarantined node (:func:`railtrain.operator.quarantine.quarantined_by`: the taint,
+    whose value is the verdict, or the label), sorted by name."""
+    from railtrain.operator.quarantine import quarantined_by
 
     core = client.CoreV1Api(cluster.api.api_client)
     items = json.loads(core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)["items"]
-    out = []
-    for n in items:
-        for t in (n.get("spec") or {}).get("taints") or []:
-            if t.get("key") == TAINT_KEY:
-                out.append((n["metadata"]["name"], t.get("value", "")))
-    return sorted(out)
+    return sorted((n["metadata"]["name"], why) for n in items if (why := quarantined_by(n)) is not None)

@@ -62,6 +62,7 @@ from railtrain.crds.health_settings import (
 from railtrain.crds.verdicts import (
     ENV_TERMINATION_MESSAGE_PATH,
     HEALTH_VERDICTS,
+    REASON_CHECKPOINT_MISMATCH,
     REASON_DATA_ANOMALY,
     REASON_KNOWN_ANSWER_MISMATCH,
     REASON_NO_PROGRESS,
@@ -137,10 +138,17 @@ ENV_CHECKPOINT_MEMORY_KEEP = "RAILTRAIN_CHECKPOINT_MEMORY_KEEP"
 ENV_CHECKPOINT_LOCAL_DIR = "RAILTRAIN_CHECKPOINT_LOCAL_DIR"
 ENV_CHECKPOINT_LOCAL_INTERVAL = "RAILTRAIN_CHECKPOINT_LOCAL_INTERVAL"
 ENV_CHECKPOINT_LOCAL_KEEP = "RAILTRAIN_CHECKPOINT_LOCAL_KEEP"
+ENV_RUN_ID = "RAILTRAIN_RUN_ID"
+"""The run that owns the node-local checkpoint tiers: ``spec.checkpoint.runId``, else the TrainingJob's uid
+(``railtrain run --local``: a new id per invocation). The trainer resumes only node-local shards saved under it."""
 ENV_NODE_NAME = "RAILTRAIN_NODE_NAME"
 """The Kubernetes node the pod runs on, from the Downward API (``fieldRef: spec.nodeName``,
 see :data:`DOWNWARD_API_FIELDS`); ``railtrain run --local`` sets ``local-<node rank>``. Verdicts
 name suspect nodes with it."""
+
+ENV_NVLINK_DOMAIN = "RAILTRAIN_NVLINK_DOMAIN"
+"""``1`` in the pods of a job placed inside one NVLink domain (``spec.topology.nvlinkDomain``): the trainer
+then lets a tensor-parallel group span nodes (the API has checked it spans whole nodes)."""
 
 DOWNWARD_API_FIELDS = {ENV_NODE_NAME: "spec.nodeName"}
 """Variables a pod reads from its own object (Kubernetes Downward API ``fieldRef.fieldPath``), not
@@ -188,6 +196,8 @@ class PodEnvironment:
         metrics_port: Prometheus port of the local rank 0 process.
         restart_count: how many times the operator restarted this gang.
         node_name: the Kubernetes node of this pod (:data:`ENV_NODE_NAME`); ``""`` if unknown.
+        run_id: the run that owns the node-local tiers (:data:`ENV_RUN_ID`); ``""``: no run identity
+            (a trainer started by hand), any node-local shard may be resumed.
     """
 
     job_name: str
@@ -210,6 +220,7 @@ class PodEnvironment:
     checkpoint_local_interval: int = 50
     checkpoint_local_keep: int = 2
     node_name: str = ""
+    run_id: str = ""
 
     @property
     def world_size(self) -> int:
@@ -238,6 +249,7 @@ _RAILTRAIN_NAMES = {
     "checkpoint_local_interval": ENV_CHECKPOINT_LOCAL_INTERVAL,
     "checkpoint_local_keep": ENV_CHECKPOINT_LOCAL_KEEP,
     "node_name": ENV_NODE_NAME,
+    "run_id": ENV_RUN_ID,
 }
 
 

@@ -70,6 +70,10 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
+STATUS_COUNTERS = ("restarts", "jobRestarts", "infrastructureRestarts")
+"""Status fields that keep their default (0) in the CRD: counters shown as printer columns."""
+
+
 def _strip_defaults(node: Any) -> Any:
     """Remove defaults from status schemas: the operator, not the server, fills status."""
     if isinstance(node, dict):
@@ -142,6 +146,10 @@ def crd() -> dict[str, Any]:
         spec["properties"][name]["default"] = {}
 
     status = _strip_defaults(structural_schema(TrainingJobStatus))
+    # The restart counters are the printer columns' RESTARTS and INFRA-RESTARTS: a job whose status the
+    # operator has written shows 0 there, not a blank (the server fills these defaults on every read and write).
+    for name in STATUS_COUNTERS:
+        status["properties"][name]["default"] = 0
     _list_map(status["properties"]["conditions"], "type")
     _list_map(status["properties"]["placement"], "rank")
 

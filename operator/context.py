@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from railtrain.operator.kube import Kube
+from railtrain.operator.progress import Reader
 from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings
 
@@ -36,6 +37,7 @@ class RuntimeState:
         resync: the periodic resync task, while it runs.
         lease: the leader-election task, while it runs.
         wake: set to start a resync pass now (a new leader's first pass).
+        progress: reads rank 0's metrics of Running jobs into status.progress (the leader's resync polls it).
     """
 
     fatal: str | None = None
@@ -43,6 +45,7 @@ class RuntimeState:
     resync: asyncio.Task | None = None
     lease: asyncio.Task | None = None
     wake: asyncio.Event | None = None
+    progress: Reader | None = None
 
 
 @dataclass(frozen=True)

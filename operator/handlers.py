@@ -17,13 +17,14 @@ import asyncio
 import logging
 import os
 import threading
+from datetime import datetime, timezone
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller, kube, leader, metrics, peers
+from railtrain.operator import controller, kube, leader, metrics, peers, progress
 from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
@@ -54,6 +55,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def start_resync(memo: OperatorContext, **_: Any) -> None:
     """Start the leader election and the periodic resync: capacity freed by any pod can admit a waiting gang."""
     memo.state.wake = asyncio.Event()
+    memo.state.progress = progress.Reader()
     memo.state.lease = asyncio.create_task(leader.keep_lease(memo, memo.state.wake.set))
     memo.state.resync = asyncio.create_task(_resync_loop(memo))
 
@@ -191,13 +193,17 @@ def _resync_pass(ctx: OperatorContext) -> None:
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
     metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
+    if ctx.state.progress is not None:  # status.progress of Running jobs, read in the background (operator/progress.py)
+        ctx.state.progress.poll(ctx.kube, jobs, datetime.now(timezone.utc), controller.job_lock)
     # One admission pass for the whole resync, not one per waiting job.
     controller.admission_pass(ctx.kube, None, ctx.settings.topology_levels, ctx.settings.namespace, ctx.settings.fabric)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
 def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only)."""
+    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only); a deleted one's series are dropped."""
+    if type == "DELETED":
+        metrics.forget_job(namespace, name)
     if type == "DELETED" or not memo.state.leader:
         return
     _reconcile_quietly(memo, namespace, name)
@@ -229,7 +235,7 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: Ope
 
 def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
     s = ctx.settings
-    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric)
+    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric, max_quarantines_per_hour=s.max_quarantines_per_hour)
 
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:

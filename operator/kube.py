@@ -19,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator.kubeclient import describe, patch_taints, server_message, transient, unreachable
+from railtrain.operator import nvlink
+from railtrain.operator.kubeclient import describe, patch_node, server_message, transient, unreachable
 
 __all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable"]
 
@@ -142,6 +143,10 @@ class Kube:
                 self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
             elif manifest["kind"] == "Service":
                 self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+            elif manifest["kind"] == nvlink.KIND:
+                self.custom.create_namespaced_custom_object(
+                    nvlink.GROUP, nvlink.VERSION, ns, nvlink.PLURAL, manifest, field_manager=FIELD_MANAGER, _preload_content=False
+                )
             else:
                 raise ValueError(f"cannot create kind {manifest['kind']}")
             return True
@@ -150,6 +155,12 @@ class Kube:
                 return False
             if err.status in (400, 422):
                 raise Rejected(manifest["kind"], manifest["metadata"]["name"], err.status, server_message(err)) from None
+            if err.status == 404 and manifest["kind"] == nvlink.KIND:
+                raise Rejected(
+                    nvlink.KIND, manifest["metadata"]["name"], 404,
+                    f"the {nvlink.KIND} API ({nvlink.GROUP}/{nvlink.VERSION}) is not installed; spec.topology.nvlinkDomain needs the "
+                    "NVIDIA DRA driver for GPUs with ComputeDomains enabled",
+                ) from None
             raise
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
@@ -230,13 +241,14 @@ class Kube:
                 return None
             raise
 
-    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> bool:
-        """Replace ``spec.taints`` of a Node read earlier, guarded by its resourceVersion (:func:`railtrain.operator.kubeclient.patch_taints`).
+    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
+        """Replace ``spec.taints`` of a Node read earlier and set ``annotations`` in the same patch, guarded by its
+        resourceVersion (:func:`railtrain.operator.kubeclient.patch_node`).
 
         Returns:
             False on a conflict or when the node is gone (read it again and retry).
         """
-        return patch_taints(self.core, node, taints, field_manager=FIELD_MANAGER)
+        return patch_node(self.core, node, taints, annotations=annotations, field_manager=FIELD_MANAGER)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key).

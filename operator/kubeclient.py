@@ -194,11 +194,21 @@ def _url_of(err: urllib3.exceptions.MaxRetryError) -> str:
     return f"{pool.scheme}://{pool.host}:{pool.port}"
 
 
-def patch_taints(core: client.CoreV1Api, node: dict[str, Any], taints: list[dict[str, Any]], field_manager: str | None = None, timeout: Any = None) -> bool:
-    """Replace ``spec.taints`` of a Node read earlier, guarded by its resourceVersion (RBAC: ``patch`` on nodes).
+def patch_node(
+    core: client.CoreV1Api,
+    node: dict[str, Any],
+    taints: list[dict[str, Any]] | None = None,
+    annotations: Mapping[str, str | None] | None = None,
+    labels: Mapping[str, str | None] | None = None,
+    field_manager: str | None = None,
+    timeout: Any = None,
+) -> bool:
+    """Change a Node read earlier, guarded by its resourceVersion (RBAC: ``patch`` on nodes).
 
-    A merge patch carrying the node's resourceVersion fails with 409 when the
-    node changed since it was read, so a concurrent taint change is never
+    One JSON merge patch replaces ``spec.taints`` (when ``taints`` is not
+    None) and sets or, with None values, removes ``annotations`` and
+    ``labels``. It carries the node's resourceVersion, so it fails with 409
+    when the node changed since it was read, and a concurrent change is never
     overwritten (Kubernetes API conventions, optimistic concurrency).
 
     Returns:
@@ -207,13 +217,17 @@ def patch_taints(core: client.CoreV1Api, node: dict[str, Any], taints: list[dict
     Raises:
         kubernetes.client.rest.ApiException: any other refusal.
     """
-    meta = node["metadata"]
-    body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints}}
-    extra = {"field_manager": field_manager} if field_manager else {}
+    meta: dict[str, Any] = {"resourceVersion": node["metadata"].get("resourceVersion")}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if labels:
+        meta["labels"] = dict(labels)
+    body: dict[str, Any] = {"metadata": meta} | ({"spec": {"taints": taints}} if taints is not None else {})
+    extra: dict[str, Any] = {"field_manager": field_manager} if field_manager else {}
     if timeout is not None:
         extra["_request_timeout"] = timeout
     try:
-        core.patch_node(meta["name"], body, _content_type="application/merge-patch+json", _preload_content=False, **extra)
+        core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json", _preload_content=False, **extra)
     except ApiException as err:
         if err.status in (404, 409):
             return False
@@ -221,18 +235,22 @@ def patch_taints(core: client.CoreV1Api, node: dict[str, Any], taints: list[dict
     return True
 
 
-def update_taints(
+def update_node(
     read: Callable[[], dict[str, Any] | None],
-    write: Callable[[dict[str, Any], list[dict[str, Any]]], bool],
-    change: Callable[[dict[str, Any]], list[dict[str, Any]] | None],
+    write: Callable[..., bool],
+    change: Callable[[dict[str, Any]], dict[str, Any] | None],
     attempts: int = 5,
 ) -> tuple[str, dict[str, Any] | None]:
-    """Read a Node, compute its new taints, write them guarded by its resourceVersion; retry on conflict.
+    """Read a Node, compute its change, write it guarded by its resourceVersion; read again and retry on conflict.
+
+    The one read-modify-write of Nodes: the operator's quarantine and
+    ``railtrain node clear`` both go through it.
 
     Args:
         read: returns the Node (a dict), or None when it does not exist.
-        write: :func:`patch_taints` bound to a client: False on conflict or gone.
-        change: the new taint list for the node as read, or None when nothing is to change.
+        write: ``write(node, **change)``, e.g. :func:`patch_node` bound to a client: False on conflict or gone.
+        change: the keyword arguments of ``write`` for the node as read (``taints``, ``annotations``, ``labels``),
+            or None when nothing is to change.
         attempts: reads before giving up on a node that keeps changing.
 
     Returns:
@@ -245,9 +263,9 @@ def update_taints(
         node = read()
         if node is None:
             return "gone", None
-        taints = change(node)
-        if taints is None:
+        what = change(node)
+        if what is None:
             return "unchanged", node
-        if write(node, taints):
+        if write(node, **what):
             return "changed", node
     return "conflict", node

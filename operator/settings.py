@@ -98,7 +98,7 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
     Returns:
         An ``argparse.ArgumentParser`` whose errors raise :class:`SettingsError`.
     """
-    p = _Parser(prog=prog, description=DESCRIPTION, formatter_class=_Formatter)
+    p = _Parser(prog=prog, description=DESCRIPTION, formatter_class=_Formatter, epilog=f"Example: {prog} --topology-preset gke")
     p.add_argument("-n", "--namespace", default=None, metavar="NAMESPACE", help="Watch only this namespace (default: every namespace).")
     p.add_argument("--kubeconfig", default=None, metavar="FILE", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster credentials).")
     p.add_argument("--resync-seconds", type=float, default=2.0, metavar="SECONDS", help="Period of the resync of unfinished jobs (default 2).")

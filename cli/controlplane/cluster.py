@@ -46,6 +46,10 @@ LABEL_KWOK_TRAINER_EXIT = "railtrain.dev/kwok-trainer-exit"
 """Pod label a test patches to end only the Running pod's ``trainer`` container with that exit code; its sidecars keep running and so does the pod."""
 LABEL_KWOK_NOT_READY = "railtrain.dev/kwok-not-ready"
 """Node label a test sets to ``"true"`` to make a Node NotReady (and removes to make it Ready again)."""
+LABEL_KWOK_EVICT = "railtrain.dev/kwok-evict"
+"""Pod label: ``"limit"`` has KWOK's kubelet evict the Running pod for exceeding its own limits (stages.yaml)."""
+KWOK_REFUSING_NODES = ("refuses-gpu-0", "refuses-gpu-1")
+"""Node names whose KWOK kubelet refuses every pod at admission (OutOfnvidia.com/gpu; stages.yaml)."""
 
 _WATCHDOG_PID = "railtrain-watchdog.pid"
 
