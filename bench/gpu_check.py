@@ -32,6 +32,18 @@ of ``--precisions`` is one run in turn, on the same batches; for each it times
     python bench/gpu_check.py --precisions bf16                 # an older GPU: bf16 alone
     python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2 --fp8-emulate   # a dry run on CPU
 
+``--cp-memory`` runs the context-parallel case instead (``bench/gpu_cp_memory.py``):
+activation memory per rank at 8k, 32k and 128k tokens, context 1 against
+context N, one process per GPU under torchrun:
+
+    torchrun --nproc-per-node 8 bench/gpu_check.py --cp-memory
+    torchrun --nproc-per-node 2 bench/gpu_check.py --cp-memory --device cpu --preset tiny --cp-seq-lens 64,128   # a dry run on CPU
+
+``--allreduce`` runs the all-reduce bus-bandwidth check instead (``bench/allreduce.py``):
+every visible GPU, NCCL, with a fabric profile's variables off and on (docs/fabric.md):
+
+    python bench/gpu_check.py --allreduce --fabric-profile infiniband --hcas mlx5_0,mlx5_1
+
 Without a CUDA device (and without ``--device cpu``) it exits with status 1
 and one sentence on stderr.
 """
@@ -76,7 +88,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
     parser.add_argument("--no-health", action="store_true", help="Run the timed steps with the health checks off (RAILTRAIN_HEALTH=0), to compare.")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/gpu_check-<time>.json).")
+    parser.add_argument("--cp-memory", action="store_true", help="Run the context-parallel memory case instead (under torchrun, one process per GPU; see bench/gpu_cp_memory.py).")
+    parser.add_argument("--cp-seq-lens", default="8192,32768,131072", help="--cp-memory: sequence lengths, comma-separated (default 8192,32768,131072).")
+    parser.add_argument("--allreduce", action="store_true", help="Instead of training: all-reduce bus bandwidth with --fabric-profile's variables off and on (bench/allreduce.py).")
+    parser.add_argument("--fabric-profile", default="railtrain", help="With --allreduce: the fabric profile compared (default railtrain).")
+    parser.add_argument("--hcas", default=None, help="With --allreduce: this node's HCA list, as its railtrain.dev/hcas annotation would give it.")
     args = parser.parse_args(argv)
+    try:
+        args.cp_seq_len_list = [int(x) for x in args.cp_seq_lens.split(",")]
+    except ValueError:
+        parser.error(f"--cp-seq-lens must be comma-separated integers, got {args.cp_seq_lens!r}")
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.seq_len < 1:
         parser.error("--steps, --batch-size and --seq-len must be >= 1, --warmup >= 0")
     if not args.peak_flops > 0:
@@ -181,6 +202,11 @@ def health_figures(model: Any, device: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the check; 0 on success, 1 without a CUDA device (one sentence on stderr)."""
     args = parse_args(argv)
+    if args.allreduce:
+        from allreduce import main as allreduce_main
+
+        extra = ["--hcas", args.hcas] if args.hcas else []
+        return allreduce_main(["--fabric-profile", args.fabric_profile, "--device", args.device, *extra, *(["--json", str(args.json)] if args.json else [])])
     if args.device == "cuda":
         import torch
 
@@ -188,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             print(NO_CUDA, file=sys.stderr, flush=True)
             return 1
     before = machine()
+    if args.cp_memory:
+        return cp_memory_case(args, before)
     results = []
     for precision in args.precisions:
         try:
@@ -231,6 +259,28 @@ def describe(r: dict[str, Any], args: argparse.Namespace) -> str:
     if r["precision"] != "fp8":
         return r["precision"]
     return f"fp8 {args.fp8_recipe}{' emulated' if args.fp8_emulate else ''} ({r['float8_layers']} layers)"
+
+
+def cp_memory_case(args: argparse.Namespace, before: dict[str, Any]) -> int:
+    """``--cp-memory``: the table and JSON record of :mod:`gpu_cp_memory` (printed and written by rank 0)."""
+    import gpu_cp_memory
+
+    rows = gpu_cp_memory.run(args.preset, args.cp_seq_len_list, args.device)
+    if not rows:  # not rank 0
+        return 0
+    table = Table(
+        f"gpu check, context parallel: activation memory per rank, preset {args.preset}, 1 sequence, {args.device}",
+        ["tokens", "context", "tokens per rank", "added MiB (largest rank)", "vs context 1"],
+        note="added = peak allocated during one forward+backward minus allocated before it (CPU dry run: peak RSS added)",
+    )
+    for row in gpu_cp_memory.table_rows(rows):
+        table.add(*row)
+    table.print()
+    params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    path = write_json("gpu_check_cp_memory", {"machine": before, "params": params, "rows": rows}, args.json)
+    print(f"wrote {path}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -171,6 +171,19 @@ def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
         raise describe_client_error(err, cluster.host) from None
 
 
+def rank_pod(cluster: Cluster, namespace: str, job: str, rank: int = 0) -> dict[str, Any] | None:
+    """Read the pod of one rank (``<job>-<rank>``), or None when it does not exist or cannot be read (best effort, for views).
+
+    Raises:
+        nothing: any API or connection error gives None (the job view is shown without it).
+    """
+    try:
+        pod = client.CoreV1Api(cluster.api.api_client).read_namespaced_pod(contract.pod_name(job, rank), namespace, _request_timeout=REQUEST_TIMEOUT)
+    except (ApiException, HTTPError):
+        return None
+    return cluster.api.api_client.sanitize_for_serialization(pod)
+
+
 def list_jobs(cluster: Cluster, namespace: str | None) -> list[dict[str, Any]]:
     """List TrainingJobs in ``namespace``, or in every namespace when it is ``None``.
 

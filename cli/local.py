@@ -263,15 +263,18 @@ class LocalGang:
         notify: prints one status sentence of the runner (not process output).
         out: where process output goes (``None``: ``sys.stdout`` at the time of writing).
         grace: seconds between SIGTERM and SIGKILL when stopping nodes.
+        on_line: called with ``(node rank, line)`` for every line a node prints (shown or not), e.g. the goodput recorder.
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
-                 notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS):
+                 notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS,
+                 on_line: Callable[[int, str], None] | None = None):
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
         self.notify = notify
         self.grace = grace
+        self.on_line = on_line
         self._out = out
         self._lock = threading.Lock()
         self._procs: dict[int, subprocess.Popen[str]] = {}
@@ -418,6 +421,8 @@ class LocalGang:
         return [line for line, _ in self._tails[rank]]
 
     def _emit(self, rank: int, line: str) -> None:
+        if self.on_line is not None:
+            self.on_line(rank, line)
         if rank in self._muted:
             self._muted_lines += 1
             return

@@ -130,15 +130,21 @@ def memory_warning(job: TrainingJob, memory_bytes: int | None) -> str | None:
 
     The state is :data:`TRAINING_BYTES_PER_PARAM` per parameter for each data-parallel
     replica (``spec.parallelism.data``; FSDP, tensor and pipeline parallelism split one
-    replica across ranks; without ``spec.parallelism`` every rank is a replica); activations
-    and the processes themselves come on top.
+    replica across ranks; without ``spec.parallelism`` every rank is a replica); the
+    context-parallel ranks of a ring each hold a replica under plain DDP and share one
+    otherwise, as the trainer wraps them (FSDP2 over fsdp × context,
+    docs/parallelism.md). Activations and the processes themselves come on top.
     """
     found = model_params(job)
     if not found or not memory_bytes:
         return None
     preset, params = found
     spec = job.spec
-    replicas = spec.parallelism.data if spec.parallelism is not None else spec.world_size  # no parallelism: plain DDP
+    par = spec.parallelism
+    if par is None:
+        replicas = spec.world_size  # no parallelism: plain DDP
+    else:
+        replicas = par.data * (par.context if par.fsdp == 1 and par.tensor == 1 else 1)
     need = params * TRAINING_BYTES_PER_PARAM * replicas
     if need <= memory_bytes:
         return None

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
+from railtrain.cli.local_goodput import GoodputRecorder
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
 from railtrain.crds.failure_policy import FailureAction
@@ -223,6 +224,8 @@ class RecoveringRun:
     """``time.monotonic()`` when the last failed gang ended (for recovery timing)."""
     spent: set[str] = field(default_factory=set)
     """Fault variables already met (dropped from the next gangs)."""
+    recorder: GoodputRecorder | None = None
+    """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
 
     def _nodes(self) -> tuple[list, list[Path]]:
         nodes, files = [], []
@@ -240,6 +243,8 @@ class RecoveringRun:
         while True:
             nodes, files = self._nodes()
             self.current = self.make_gang(nodes)
+            if self.recorder is not None:
+                self.recorder.gang_started()
             code = self.current.run()
             if code in (0, 130):
                 return code
@@ -250,6 +255,8 @@ class RecoveringRun:
             causes = {n.rank: torchrun_cause(self.current.tail(n.rank)) for n in nodes} if hasattr(self.current, "tail") else {}
             d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts, first, causes)
             self.history.append(d)
+            if self.recorder is not None:
+                self.recorder.gang_ended(d.action)
             if d.action == "fail":
                 self.notify(f"gang failed ({d.verdict}: {d.detail}); not restarting")
                 return code

@@ -206,11 +206,16 @@ def run(
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
         return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults)
 
+    from railtrain.cli.local_goodput import GoodputRecorder, summary
+
     notify = lambda s: say(s, style="yellow")  # noqa: E731
+    recorder = GoodputRecorder()
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
-        runner = RecoveringRun(job, plan, lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify), Path(messages), notify)
+        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=recorder.line)  # noqa: E731
+        runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started
+    say(f"{job.metadata.name}: {summary(recorder.goodput())}")
     if code == 0:
         say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
     elif code == 130:
@@ -286,7 +291,7 @@ def get(
         if output is OutputFormat.yaml:
             typer.echo(views.to_yaml(obj), nl=False)
         else:
-            out.print(views.job_detail(obj, now))
+            out.print(views.job_detail(obj, now, k8s.rank_pod(cluster, ns, name)))
         return
     items = k8s.list_jobs(cluster, None if all_namespaces else ns)
     if output is OutputFormat.yaml:
@@ -398,34 +403,29 @@ def _import_controlplane() -> Any:
     return controlplane
 
 
-@app.command()
-def operator(
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Watch only this namespace; default: every namespace.")] = None,
-    kubeconfig: KubeconfigOption = None,
-    topology_preset: Annotated[Optional[str], typer.Option("--topology-preset", metavar="PRESET", help="Node labels of a known platform: railtrain, gke, aws, oci or nvidia (docs/topology.md).")] = None,
-    topology_levels: Annotated[Optional[str], typer.Option("--topology-levels", metavar="KEYS", help="Comma-separated node label keys of the topology levels, widest first; overrides the preset.")] = None,
-    unreachable_seconds: Annotated[float, typer.Option("--unreachable-seconds", metavar="SECONDS", help="Stop with exit status 1 once the API server has not answered for this many seconds (more than 0).")] = 60.0,
-) -> None:
-    """Run the railtrain operator in the foreground (Ctrl-C stops it; it stops by itself when the API server is gone)."""
+@app.command(
+    add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)
+def operator(ctx: typer.Context) -> None:
+    """Run the railtrain operator in the foreground (Ctrl-C or SIGTERM stops it; it stops by itself when the API server is gone)."""
+    # The operator's flags are parsed once, by railtrain.operator.settings (also railtrain-operator's parser).
     try:
-        from railtrain.operator import main as operator_main
-        from railtrain.operator import topology
+        from railtrain.operator import settings as operator_settings
     except ModuleNotFoundError as err:
         raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
     try:
-        topology.resolve_levels(topology_preset, topology_levels, os.environ)
-    except ValueError as err:
+        settings = operator_settings.parse(ctx.args, prog="railtrain operator")
+    except operator_settings.SettingsError as err:
         raise CliError(str(err)) from None
-    # The operator reads its topology from the environment when run() is not told.
-    if topology_preset:
-        os.environ[topology.ENV_PRESET] = topology_preset
-        os.environ.pop(topology.ENV_LEVELS, None)
-    if topology_levels:
-        os.environ[topology.ENV_LEVELS] = topology_levels
-    if not unreachable_seconds > 0:
-        raise CliError(f"--unreachable-seconds: must be more than 0 seconds, got {unreachable_seconds:g}")
+    except SystemExit as done:  # --help
+        raise typer.Exit(done.code or 0) from None
     try:
-        operator_main.run(namespace, kubeconfig, unreachable_seconds=unreachable_seconds)
+        from railtrain.operator import main as operator_main
+    except ModuleNotFoundError as err:
+        raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
+    try:
+        operator_main.run(settings)
     except operator_main.OperatorError as err:
         raise CliError(str(err)) from None
 

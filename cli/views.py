@@ -14,6 +14,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from railtrain.crds import fabric
+
 PROBLEM_TYPES = ("Failed",)
 """Condition types that explain a job's state when True (others explain it when False/Unknown)."""
 
@@ -47,6 +49,61 @@ def age(since: Any, now: datetime) -> str:
     return f"{seconds}s"
 
 
+def duration(seconds: float) -> str:
+    """A short duration: ``45s``, ``12m05s``, ``3h07m``, ``2d04h`` (seconds rounded down)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def step_cell(status: dict[str, Any]) -> str:
+    """``120/300`` (step of total steps from status.progress), ``120`` without a total, ``-`` before the first report."""
+    progress = status.get("progress") or {}
+    if "step" not in progress:
+        return "-"
+    return f"{progress['step']}/{progress['totalSteps']}" if progress.get("totalSteps") else str(progress["step"])
+
+
+def goodput_cell(status: dict[str, Any]) -> str:
+    """status.goodput.ratio as a percentage (``92%``), ``-`` when not computed yet."""
+    goodput = status.get("goodput") or {}
+    return f"{goodput['ratio']:.0%}" if "ratio" in goodput else "-"
+
+
+def progress_line(status: dict[str, Any], now: datetime) -> str | None:
+    """``step 120/300 (40%), loss 2.31, 12345 tokens/s, ETA 5m00s (read 3s ago)`` from status.progress; None without one."""
+    p = status.get("progress") or {}
+    if "step" not in p:
+        return None
+    words = [f"step {p['step']}/{p['totalSteps']} ({p['step'] / p['totalSteps']:.0%})" if p.get("totalSteps") else f"step {p['step']}"]
+    if p.get("loss") is not None:
+        words.append(f"loss {p['loss']:.3f}")
+    if p.get("tokensPerSecond") is not None:
+        words.append(f"{p['tokensPerSecond']:.0f} tokens/s")
+    if p.get("etaSeconds") is not None:
+        words.append(f"ETA {duration(p['etaSeconds'])}")
+    read = f" (read {age(p.get('lastUpdateTime'), now)} ago)" if p.get("lastUpdateTime") else ""
+    return ", ".join(words) + read
+
+
+def goodput_line(status: dict[str, Any]) -> str | None:
+    """``92% training of 1h02m: queued 1m00s, starting 2m00s, lost 3m00s (restart_node_lost 2m00s, recompute 30s)``; None without status.goodput."""
+    g = status.get("goodput") or {}
+    if "wallSeconds" not in g:
+        return None
+    lost = g.get("lostSeconds") or {}
+    causes = ", ".join(f"{k} {duration(v)}" for k, v in sorted(lost.items()) if v >= 1)
+    return (
+        f"{g.get('ratio', 0):.0%} training of {duration(g['wallSeconds'])}: queued {duration(g.get('queuedSeconds', 0))}, "
+        f"starting {duration(g.get('startingSeconds', 0))}, lost {duration(sum(lost.values()))}" + (f" ({causes})" if causes else "")
+    )
+
+
 def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The condition that best explains why a job is not simply progressing.
 
@@ -64,7 +121,7 @@ def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool = False) -> Table:
-    """A table with one row per job: name, phase, nodes, restarts, age, and the reason of :func:`explaining_condition`.
+    """A table with one row per job: name, phase, nodes, restarts, step, goodput ratio, age, and the reason of :func:`explaining_condition`.
 
     Args:
         items: TrainingJob objects.
@@ -74,7 +131,7 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
     table = Table(box=None, pad_edge=False, header_style="bold")
     if all_namespaces:
         table.add_column("NAMESPACE")
-    for column in ("NAME", "PHASE", "NODES", "RESTARTS", "AGE", "REASON"):
+    for column in ("NAME", "PHASE", "NODES", "RESTARTS", "STEP", "GOODPUT", "AGE", "REASON"):
         table.add_column(column, no_wrap=column != "REASON")
     for obj in items:
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
@@ -84,6 +141,8 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
             status.get("phase") or "Pending",
             str(spec.get("nodes", 1)),
             str(status.get("restarts", 0)),
+            step_cell(status),
+            goodput_cell(status),
             age(meta.get("creationTimestamp"), now),
             (cond or {}).get("reason", ""),
         ]
@@ -129,8 +188,16 @@ def _no_conditions(meta: dict[str, Any], now: datetime) -> str:
     )
 
 
-def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
-    """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains)."""
+def fabric_line(settings: dict[str, str]) -> str:
+    """``NAME=value`` pairs of a rank's NCCL/libfabric settings (:func:`railtrain.crds.fabric.rank_settings`), or ``none``."""
+    return " ".join(f"{k}={v}" for k, v in settings.items()) or "none"
+
+
+def job_detail(obj: dict[str, Any], now: datetime, rank0: dict[str, Any] | None = None) -> RenderableType:
+    """The view of one job: summary (with topology and admission), conditions and placement (rank → node and domains).
+
+    ``rank0``, rank 0's pod when it exists, adds the NCCL/libfabric settings that rank got (docs/fabric.md).
+    """
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -144,10 +211,17 @@ def job_detail(obj: dict[str, Any], now: datetime) -> RenderableType:
     summary.add_row("Topology:", asked + (f", priority {spec['priority']}" if spec.get("priority") else ""))
     if (status.get("topology") or {}).get("reason"):
         summary.add_row("Placed:", status["topology"]["reason"])
+    if rank0 is not None:
+        profile = ((rank0.get("metadata") or {}).get("annotations") or {}).get(fabric.ANNOTATION_PROFILE)
+        summary.add_row("Fabric:", (f"profile {profile}: " if profile else "") + f"rank 0 got {fabric_line(fabric.rank_settings(rank0))}")
     summary.add_row("Restarts:", str(status.get("restarts", 0)))
     if status.get("requeues"):
         summary.add_row("Requeues:", f"{status['requeues']} (gang timeout; not admitted before {status.get('requeueAfter', '?')})")
     summary.add_row("Age:", age(meta.get("creationTimestamp"), now))
+    if (line := progress_line(status, now)) is not None:
+        summary.add_row("Progress:", line)
+    if (line := goodput_line(status)) is not None:
+        summary.add_row("Goodput:", line)
     parts: list[RenderableType] = [summary, Text("")]
 
     conditions = status.get("conditions") or []

@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_va
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
+from railtrain.crds.goodput import Goodput, Progress
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
@@ -110,22 +111,25 @@ class Parallelism(_Model):
 
     Omitted degrees are 1. Tensor parallel must fit inside one node, because its
     all-reduce runs at every layer and needs NVLink bandwidth (Megatron-LM,
-    Shoeybi et al. 2019).
+    Shoeybi et al. 2019); so must a context-parallel group with its tensor
+    ranks, which passes key/value blocks at every attention layer (ring
+    attention, Liu et al. 2023). See docs/parallelism.md.
     """
 
     data: int = Field(1, ge=1, description="Data-parallel replicas (gradients all-reduced, DDP or the replicate dimension of HSDP).")
     fsdp: int = Field(1, ge=1, description="Fully sharded data-parallel degree (FSDP2 / ZeRO-3 shard dimension).")
     tensor: int = Field(1, ge=1, description="Tensor-parallel degree; must divide procsPerNode so a TP group never crosses a node.")
     pipeline: int = Field(1, ge=1, description="Pipeline-parallel stages.")
+    context: int = Field(1, ge=1, description="Context-parallel degree: ranks that split every sequence and run ring attention over it; context × tensor must divide procsPerNode so a CP group never crosses a node, and the trainer's --seq-len must be a multiple of 2 × context × tensor.")
 
     @property
     def product(self) -> int:
-        """data × fsdp × tensor × pipeline."""
+        """data × fsdp × tensor × pipeline × context."""
         return parallel.product(self)
 
     @property
     def inner(self) -> int:
-        """fsdp × tensor × pipeline: the degrees an elastic job keeps fixed while data scales."""
+        """fsdp × tensor × pipeline × context: the degrees an elastic job keeps fixed while data scales."""
         return parallel.inner(self)
 
 
@@ -236,12 +240,12 @@ class Elastic(_Model):
 
 SPEC_RULES: tuple[Rule, ...] = (
     Rule(
-        cel="!has(self.parallelism) || self.parallelism.data * self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline == self.nodes * self.procsPerNode",
+        cel="!has(self.parallelism) || self.parallelism.data * self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context == self.nodes * self.procsPerNode",
         check=lambda s: s.parallelism is None or parallel.fills_world(s.parallelism, s.nodes * s.procs_per_node),
-        message="spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
+        message="spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode (the world size)",
         field_path=".parallelism",
-        detail=lambda s: (f"data {s.parallelism.data} × fsdp {s.parallelism.fsdp} × tensor {s.parallelism.tensor} × pipeline {s.parallelism.pipeline} = {s.parallelism.product}, "
-                          f"but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
+        detail=lambda s: (f"data {s.parallelism.data} × fsdp {s.parallelism.fsdp} × tensor {s.parallelism.tensor} × pipeline {s.parallelism.pipeline} "
+                          f"× context {s.parallelism.context} = {s.parallelism.product}, but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
         cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
@@ -249,6 +253,20 @@ SPEC_RULES: tuple[Rule, ...] = (
         message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
         field_path=".parallelism.tensor",
         detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
+    ),
+    Rule(
+        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor != 0 || self.procsPerNode % (self.parallelism.context * self.parallelism.tensor) == 0",
+        check=lambda s: (s.parallelism is None or not parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node)
+                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)),
+        message="spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node",
+        field_path=".parallelism.context",
+        detail=lambda s: f"context {s.parallelism.context} × tensor {s.parallelism.tensor} = {s.parallelism.context * s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
+    ),
+    Rule(
+        cel="!has(self.parallelism) || self.parallelism.context == 1 || self.parallelism.pipeline == 1",
+        check=lambda s: s.parallelism is None or parallel.context_without_pipeline(s.parallelism.context, s.parallelism.pipeline),
+        message="spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1: context parallelism runs without pipeline stages",
+        field_path=".parallelism.context",
     ),
     Rule(
         cel="self.resources.gpus == 0 || self.procsPerNode <= self.resources.gpus",
@@ -269,9 +287,9 @@ SPEC_RULES: tuple[Rule, ...] = (
         field_path=".elastic.minNodes",
     ),
     Rule(
-        cel="!has(self.elastic) || !has(self.parallelism) || (self.elastic.minNodes * self.procsPerNode) % (self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline) == 0",
+        cel="!has(self.elastic) || !has(self.parallelism) || (self.elastic.minNodes * self.procsPerNode) % (self.parallelism.fsdp * self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context) == 0",
         check=lambda s: s.elastic is None or s.parallelism is None or (s.elastic.min_nodes * s.procs_per_node) % s.parallelism.inner == 0,
-        message="spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline: an elastic job scales only its data-parallel degree",
+        message="spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline × context: an elastic job scales only its data-parallel degree",
         field_path=".elastic.minNodes",
     ),
     Rule(
@@ -340,8 +358,8 @@ class TrainingJobSpec(_Model):
         """The parallelism of a gang of ``nodes`` pods (default ``spec.nodes``).
 
         Omitted parallelism is pure data parallel over the world size. An
-        elastic gang admitted with fewer nodes keeps fsdp, tensor and pipeline
-        and scales data to ``nodes × procsPerNode / (fsdp × tensor × pipeline)``.
+        elastic gang admitted with fewer nodes keeps fsdp, tensor, pipeline and
+        context and scales data to ``nodes × procsPerNode / (fsdp × tensor × pipeline × context)``.
 
         Raises:
             ValueError: ``nodes`` is not one of :meth:`node_counts`.
@@ -361,7 +379,7 @@ class TrainingJobSpec(_Model):
         Returns:
             ``[nodes]`` for a fixed-size job; for an elastic job every count in
             ``[elastic.minNodes, nodes]`` whose world size is a multiple of
-            fsdp × tensor × pipeline (so only the data-parallel degree changes).
+            fsdp × tensor × pipeline × context (so only the data-parallel degree changes).
         """
         if self.elastic is None:
             return [self.nodes]
@@ -430,6 +448,8 @@ class TrainingJobStatus(_Model):
     last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+    progress: Progress | None = Field(None, description="Step, loss, tokens/s and ETA as rank 0 last reported them.")
+    goodput: Goodput | None = Field(None, description="Wall time since creation split into queued, starting, training and lost by cause; ratio = training / wall.")
 
 
 class TrainingJob(_Model):

@@ -181,7 +181,7 @@ class PodEnvironment:
         rdzv_addr: host name of node rank 0, reachable from every pod
             (``<job>-0.<job>.<namespace>.svc`` in a cluster, ``127.0.0.1`` locally).
         rdzv_port: TCP port of the rendezvous store on node rank 0.
-        parallelism: degrees as ``"data=D,fsdp=F,tensor=T,pipeline=P"``.
+        parallelism: degrees as ``"data=D,fsdp=F,tensor=T,pipeline=P"`` (plus ``",context=C"`` when above 1; :func:`format_parallelism`).
         checkpoint_dir: persistent tier: path or fsspec URI; ``""`` disables it.
         checkpoint_interval: steps between persistent checkpoints, >= 1.
         checkpoint_keep: persistent checkpoints kept (0 keeps all).
@@ -311,9 +311,16 @@ def read_env(environ: Mapping[str, str]) -> PodEnvironment:
     return PodEnvironment(**kwargs)  # type: ignore[arg-type]
 
 
-def format_parallelism(data: int, fsdp: int, tensor: int, pipeline: int) -> str:
-    """Encode parallel degrees for :data:`ENV_PARALLELISM` (``"data=D,fsdp=F,tensor=T,pipeline=P"``)."""
-    return f"data={data},fsdp={fsdp},tensor={tensor},pipeline={pipeline}"
+def format_parallelism(data: int, fsdp: int, tensor: int, pipeline: int, context: int = 1) -> str:
+    """Encode parallel degrees for :data:`ENV_PARALLELISM` (``"data=D,fsdp=F,tensor=T,pipeline=P"``, then ``",context=C"``).
+
+    ``context`` is written only when it is above 1: a job without context
+    parallelism gets the same string as before the degree existed, and a
+    trainer image too old to know ``context`` refuses a job that needs it
+    (it names the unknown degree) instead of training without it.
+    """
+    text = f"data={data},fsdp={fsdp},tensor={tensor},pipeline={pipeline}"
+    return f"{text},context={context}" if context != 1 else text
 
 
 def parse_parallelism(text: str) -> dict[str, int]:

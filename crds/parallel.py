@@ -1,17 +1,22 @@
 """Parallel degrees of a job: the one rule the operator and the trainer both apply.
 
-A job's processes form one 4-D grid, outermost dimension first::
+A job's processes form one 5-D grid, outermost dimension first::
 
-    pp × dp_replicate × dp_shard × tp      (the DeviceMesh dimension names)
-    pipeline × data × fsdp × tensor        (the API / pod-contract field names)
+    pp × dp_replicate × dp_shard × cp × tp          (the DeviceMesh dimension names)
+    pipeline × data × fsdp × context × tensor       (the API / pod-contract field names)
 
-and the product of the four degrees is the world size. Rank ``r`` sits at the
-row-major coordinates of ``r`` in that shape (what ``init_device_mesh``
-does), so ``tp`` is innermost: the ``tensor`` ranks of one group are
-consecutive, and they share a node exactly when ``tensor`` divides the
-processes per node. That is required because tensor parallelism all-reduces
-activations in every layer and needs the node's NVLink bandwidth (Shoeybi et
-al. 2019, "Megatron-LM", section 3).
+and the product of the five degrees is the world size (torchtitan's order).
+Rank ``r`` sits at the row-major coordinates of ``r`` in that shape (what
+``init_device_mesh`` does), so ``tp`` is innermost: the ``tensor`` ranks of
+one group are consecutive, and they share a node exactly when ``tensor``
+divides the processes per node. That is required because tensor parallelism
+all-reduces activations in every layer and needs the node's NVLink bandwidth
+(Shoeybi et al. 2019, "Megatron-LM", section 3). Context parallelism (ring
+attention) passes key/value blocks between the ranks of a ``cp`` group at every
+attention layer, so it comes next: one ``cp`` group with its ``tp`` ranks is
+``context × tensor`` consecutive ranks, and the rule keeps it inside one node
+(``context × tensor`` must divide the processes per node). The data-parallel
+dimensions sit outside, where only gradients cross nodes.
 
 Pure arithmetic, importing neither torch nor kopf: the API's ``SPEC_RULES``
 (:mod:`railtrain.crds.api`) and the trainer's ``ParallelDims``
@@ -23,50 +28,54 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-FIELDS = ("data", "fsdp", "tensor", "pipeline")
+FIELDS = ("data", "fsdp", "tensor", "pipeline", "context")
 """API field names of the degrees."""
 
-MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """DeviceMesh dimension names, outermost first."""
 
-MESH_FIELDS = ("pipeline", "data", "fsdp", "tensor")
+MESH_FIELDS = ("pipeline", "data", "fsdp", "context", "tensor")
 """The API field of each :data:`MESH_DIMS` entry, in the same order."""
 
 
 class HasDegrees(Protocol):
-    """Anything with the four degree attributes (the API's ``Parallelism``, :class:`Degrees`)."""
+    """Anything with the five degree attributes (the API's ``Parallelism``, :class:`Degrees`)."""
 
     data: int
     fsdp: int
     tensor: int
     pipeline: int
+    context: int
 
 
 @dataclass(frozen=True)
 class Degrees:
-    """The four parallel degrees of a job (omitted ones are 1).
+    """The five parallel degrees of a job (omitted ones are 1).
 
     Attributes:
         data: data-parallel replicas (DDP, or the replicate dimension of HSDP).
         fsdp: ranks each parameter is sharded over (FSDP2 / ZeRO-3).
         tensor: tensor-parallel degree (Megatron-style, inside a node).
         pipeline: pipeline stages.
+        context: context-parallel degree: ranks that split each sequence
+            (ring attention, inside a node with the tensor ranks).
     """
 
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
     pipeline: int = 1
+    context: int = 1
 
     @classmethod
     def of(cls, d: HasDegrees) -> "Degrees":
         """Copy the degrees of any :class:`HasDegrees` object."""
-        return cls(d.data, d.fsdp, d.tensor, d.pipeline)
+        return cls(d.data, d.fsdp, d.tensor, d.pipeline, d.context)
 
     @property
-    def mesh_shape(self) -> tuple[int, int, int, int]:
-        """``(pipeline, data, fsdp, tensor)``: the sizes of :data:`MESH_DIMS`."""
-        return (self.pipeline, self.data, self.fsdp, self.tensor)
+    def mesh_shape(self) -> tuple[int, int, int, int, int]:
+        """``(pipeline, data, fsdp, context, tensor)``: the sizes of :data:`MESH_DIMS`."""
+        return (self.pipeline, self.data, self.fsdp, self.context, self.tensor)
 
     @property
     def dp(self) -> int:
@@ -74,18 +83,27 @@ class Degrees:
         return self.data * self.fsdp
 
     def describe(self) -> str:
-        """``data=D fsdp=F tensor=T pipeline=P``."""
-        return " ".join(f"{name}={getattr(self, name)}" for name in FIELDS)
+        """``data=D fsdp=F tensor=T pipeline=P``, then `` context=C`` when ``context > 1``.
+
+        ``context=1`` is left out so the layout string of a job without context
+        parallelism is what it was before the field existed (checkpoints record it).
+        """
+        return " ".join(f"{name}={getattr(self, name)}" for name in FIELDS if name != "context" or self.context != 1)
 
 
 def product(d: HasDegrees) -> int:
-    """data × fsdp × tensor × pipeline: the world size the degrees need."""
-    return d.data * d.fsdp * d.tensor * d.pipeline
+    """data × fsdp × tensor × pipeline × context: the world size the degrees need."""
+    return d.data * d.fsdp * d.tensor * d.pipeline * d.context
 
 
 def inner(d: HasDegrees) -> int:
-    """fsdp × tensor × pipeline: what an elastic job keeps fixed while ``data`` scales."""
-    return d.fsdp * d.tensor * d.pipeline
+    """fsdp × tensor × pipeline × context: what an elastic job keeps fixed while ``data`` scales."""
+    return d.fsdp * d.tensor * d.pipeline * d.context
+
+
+def dp_stride(d: HasDegrees) -> int:
+    """fsdp × context × tensor: the rank distance between neighbours along ``dp_replicate`` (the ``data`` peers)."""
+    return d.fsdp * d.context * d.tensor
 
 
 def fills_world(d: HasDegrees, world_size: int) -> bool:
@@ -96,6 +114,16 @@ def fills_world(d: HasDegrees, world_size: int) -> bool:
 def tensor_fits_node(tensor: int, procs_per_node: int) -> bool:
     """Whether a tensor-parallel group (consecutive ranks) stays inside one node of ``procs_per_node`` processes."""
     return procs_per_node % tensor == 0
+
+
+def context_without_pipeline(context: int, pipeline: int) -> bool:
+    """Whether the degrees avoid context × pipeline, which the trainer does not run (docs/parallelism.md, "Limits")."""
+    return context == 1 or pipeline == 1
+
+
+def context_fits_node(context: int, tensor: int, procs_per_node: int) -> bool:
+    """Whether a context-parallel group with its tensor ranks (``context × tensor`` consecutive ranks) stays inside one node."""
+    return procs_per_node % (context * tensor) == 0
 
 
 def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) -> list[tuple[str, str]]:
@@ -117,14 +145,19 @@ def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) 
     if out:
         return out
     if not fills_world(d, world_size):
-        out.append(("", f"data × fsdp × tensor × pipeline = {product(d)} ({Degrees.of(d).describe()}) must equal the world size {world_size}"))
+        out.append(("", f"data × fsdp × tensor × pipeline × context = {product(d)} ({Degrees.of(d).describe()}) must equal the world size {world_size}"))
+    if not context_without_pipeline(d.context, d.pipeline):
+        out.append(("context", f"context={d.context} with pipeline={d.pipeline} is not supported: context parallelism runs without pipeline stages"))
     if procs_per_node is not None and not tensor_fits_node(d.tensor, procs_per_node):
         out.append(("tensor", f"tensor={d.tensor} must divide the processes per node ({procs_per_node}): a tensor-parallel group must fit inside one node"))
+    elif procs_per_node is not None and not context_fits_node(d.context, d.tensor, procs_per_node):
+        out.append(("context", f"context × tensor = {d.context * d.tensor} must divide the processes per node ({procs_per_node}): "
+                               "a context-parallel group and its tensor-parallel ranks must fit inside one node"))
     return out
 
 
 def coordinates(rank: int, d: HasDegrees) -> dict[str, int]:
-    """Where ``rank`` sits in the grid: ``{"pp": i, "dp_replicate": j, "dp_shard": k, "tp": l}`` (row-major, tp innermost).
+    """Where ``rank`` sits in the grid: ``{"pp": i, "dp_replicate": j, "dp_shard": k, "cp": c, "tp": l}`` (row-major, tp innermost).
 
     Raises:
         ValueError: ``rank`` is outside ``[0, product(d))``.
@@ -144,3 +177,8 @@ def dp_rank(rank: int, d: HasDegrees) -> int:
     """Index of ``rank``'s slice of the batch among the ``data × fsdp`` data-parallel ranks."""
     c = coordinates(rank, d)
     return c["dp_replicate"] * d.fsdp + c["dp_shard"]
+
+
+def cp_rank(rank: int, d: HasDegrees) -> int:
+    """Index of ``rank`` in its context-parallel group: which chunks of each sequence it holds."""
+    return coordinates(rank, d)["cp"]

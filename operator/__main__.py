@@ -1,41 +1,26 @@
-"""``python -m railtrain.operator [--namespace NS] [--kubeconfig PATH] [--topology-preset P | --topology-levels K1,K2,...] [--unreachable-seconds S]``."""
+"""``railtrain-operator [FLAGS]`` (``python -m railtrain.operator``): the operator's flags are those of :func:`railtrain.operator.settings.parser`."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from railtrain.operator.topology import ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
+from railtrain.operator.settings import SettingsError, parse
 
 
-def main() -> None:
-    """Parse flags and run the operator in the foreground."""
-    parser = argparse.ArgumentParser(prog="railtrain-operator", description="Run the railtrain operator.")
-    parser.add_argument("--namespace", default=None, help="Watch only this namespace (default: all).")
-    parser.add_argument("--kubeconfig", default=None, help="Kubeconfig path (default: $KUBECONFIG or in-cluster).")
-    parser.add_argument("--resync-seconds", type=float, default=2.0, help="Period of the resync of unfinished jobs.")
-    parser.add_argument(
-        "--topology-preset", choices=sorted(PRESETS), default=None,
-        help=f"Node labels of a known platform (docs/topology.md); default ${ENV_PRESET}, else railtrain.",
-    )
-    parser.add_argument(
-        "--topology-levels", default=None,
-        help=f"Comma-separated node label keys of the topology levels, widest first (overrides the preset; default ${ENV_LEVELS}).",
-    )
-    parser.add_argument(
-        "--unreachable-seconds", type=float, default=60.0,
-        help="Stop with exit status 1 once the API server has not answered for this long (default 60).",
-    )
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    """Parse the flags (:func:`railtrain.operator.settings.parse`) and run the operator in the foreground.
+
+    Exits 2 with one sentence for a bad flag and 1 when the operator cannot start or had to stop.
+    """
     try:
-        resolve_levels(args.topology_preset, args.topology_levels, os.environ)
-    except ValueError as err:
-        parser.error(str(err))
+        settings = parse(sys.argv[1:] if argv is None else argv)
+    except SettingsError as err:
+        print(f"railtrain-operator: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     from railtrain.operator.main import OperatorError, run
 
     try:
-        run(args.namespace, args.kubeconfig, args.resync_seconds, args.topology_preset, args.topology_levels, args.unreachable_seconds)
+        run(settings)
     except OperatorError as err:
         print(f"railtrain-operator: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from railtrain.crds import contract
+from railtrain.crds.fabric import FabricProfile, rank_annotations
 from railtrain.operator import admission, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
@@ -65,6 +68,7 @@ def reconcile_job(
     levels: tuple[str, ...] = DEFAULT_LEVELS,
     admit: bool = True,
     watch_namespace: str | None = None,
+    fabric: FabricProfile | None = None,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -76,6 +80,7 @@ def reconcile_job(
         admit: run an admission pass when the job waits (the resync runs one
             pass after reconciling every job instead).
         watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
+        fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -88,6 +93,20 @@ def reconcile_job(
             the job fails with reason PodRejected and a Warning Event.
         urllib3.exceptions.HTTPError: no answer from the API server.
     """
+    started = time.monotonic()
+    try:
+        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace, fabric)
+    except Exception as err:
+        metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+def _reconcile_job(
+    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
+    fabric: FabricProfile | None = None,
+) -> reconcile.Plan | None:
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -95,17 +114,18 @@ def reconcile_job(
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to, fabric=fabric)
         if not _apply_or_reject(kube, job, p, _now(now)):
             return p
         waits = reconcile.gang_request(job, pods, _now(now)) is not None
     if waits and admit:
-        admission_pass(kube, now, levels, watch_namespace)
+        admission_pass(kube, now, levels, watch_namespace, fabric)
     return p
 
 
 def admission_pass(
-    kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, watch_namespace: str | None = None
+    kube: Kube, now: datetime | None = None, levels: tuple[str, ...] = DEFAULT_LEVELS, watch_namespace: str | None = None,
+    fabric: FabricProfile | None = None,
 ) -> list[admission.Decision]:
     """Admit waiting gangs across all jobs in queue order, and apply the decisions of ready ones.
 
@@ -115,6 +135,8 @@ def admission_pass(
         levels: the operator's topology levels, widest first.
         watch_namespace: admit only this namespace's jobs (an operator run with
             ``--namespace``); capacity is still counted over every namespace.
+        fabric: the operator's fabric profile: each released rank gets its
+            node's per-node values as pod annotations (:func:`with_node_values`).
 
     Returns:
         Every decision of the pass (also those of jobs not ready to be released),
@@ -126,47 +148,71 @@ def admission_pass(
         if _passes_started > seen:
             return []
         _passes_started += 1
-        at = _now(now)
-        gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
-        jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
-        by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for pod in kube.list_railtrain_pods():
-            meta = pod["metadata"]
-            by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
-        waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
-        requests: dict[str, list[GangRequest]] = defaultdict(list)
-        for job in jobs:
-            meta = job["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
+        started = time.monotonic()
+        try:
+            return _admission_pass(kube, now, levels, watch_namespace, fabric)
+        finally:
+            metrics.ADMISSION_PASS_SECONDS.observe(time.monotonic() - started)
+
+
+def _admission_pass(
+    kube: Kube, now: datetime | None, levels: tuple[str, ...], watch_namespace: str | None, fabric: FabricProfile | None = None
+) -> list[admission.Decision]:
+    """The body of :func:`admission_pass`, run under the scheduling lock."""
+    at = _now(now)
+    gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
+    jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
+    metrics.observe_jobs(jobs)
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in kube.list_railtrain_pods():
+        meta = pod["metadata"]
+        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    requests: dict[str, list[GangRequest]] = defaultdict(list)
+    for job in jobs:
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+        except Exception as err:  # one job the planner cannot read never blocks the others' admission
+            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
+            continue
+        if entry is not None:
+            request, ready = entry
+            waiting[request.job] = (job, ready, request)
+            requests[request.gpu_resource].append(request)
+    metrics.ADMISSION_QUEUE.set(len(waiting))
+    if not waiting:
+        return []
+    nodes, active = kube.list_nodes(), kube.list_active_pods()
+    metrics.observe_nodes(nodes)
+    decisions: list[admission.Decision] = []
+    for resource, group in sorted(requests.items()):
+        snap = cluster_model.snapshot(nodes, active, resource, levels)
+        decisions.extend(admission.schedule(group, snap))
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    for decision in decisions:
+        job, ready, request = waiting[decision.job]
+        if ready:
             try:
-                entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
-            except Exception as err:  # one job the planner cannot read never blocks the others' admission
-                log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
-                continue
-            if entry is not None:
-                request, ready = entry
-                waiting[request.job] = (job, ready, request)
-                requests[request.gpu_resource].append(request)
-        if not waiting:
-            return []
-        nodes, active = kube.list_nodes(), kube.list_active_pods()
-        metrics.observe_nodes(nodes)
-        decisions: list[admission.Decision] = []
-        for resource, group in sorted(requests.items()):
-            snap = cluster_model.snapshot(nodes, active, resource, levels)
-            decisions.extend(admission.schedule(group, snap))
-        for decision in decisions:
-            job, ready, request = waiting[decision.job]
-            if ready:
-                try:
-                    _decide(kube, job, request, decision.result, at)
-                except Exception as err:  # isolated: the next pass decides this job again
-                    log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
-        return decisions
+                _decide(kube, job, request, with_node_values(decision.result, fabric, by_name), at, fabric)
+            except Exception as err:  # isolated: the next pass decides this job again
+                log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
+    return decisions
 
 
-def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime) -> None:
+def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
+    """``result`` with, per rank, the pod annotations of the fabric's per-node values read from its node (pure).
+
+    A refusal, no profile, or a profile without per-node values returns ``result`` unchanged.
+    """
+    if not isinstance(result, Placement) or fabric is None or not fabric.per_node:
+        return result
+    return replace(result, annotations=tuple(rank_annotations(fabric, nodes.get(n)) for n in result.nodes))
+
+
+def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime, fabric: FabricProfile | None = None) -> None:
     """Apply one admission decision to a job, if its gang still asks what the pass answered."""
     meta = seen["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -177,7 +223,7 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         pods = _snapshot_pods(kube, job)
         if reconcile.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None)
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None, fabric=fabric)
         if not _apply_or_reject(kube, job, p, now):
             return
         for type_, reason, message in p.events:
@@ -296,6 +342,4 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
     if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)
-        if int(p.status.get("restarts", 0)) > int((job.get("status") or {}).get("restarts", 0)):
-            scheduled = next((c for c in p.status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
-            metrics.RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()
+        metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))

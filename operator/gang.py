@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from railtrain.crds import contract
+from railtrain.crds import contract, parallel
 from railtrain.crds.api import TrainingJob, TrainingJobSpec
 from railtrain.operator import conditions as cond
 from railtrain.operator import render
@@ -243,7 +243,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         fixed={rank_of(p): node for p in gang if (node := pod_node(p))},
         counts=(n,) if released else tuple(spec.node_counts()),
         procs_per_node=spec.procs_per_node,
-        dp_stride=par.fsdp * par.tensor,
+        dp_stride=parallel.dp_stride(par),
         policy=str(spec.topology.policy),
         level=spec.topology.level,
         priority=spec.priority,

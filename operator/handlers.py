@@ -4,6 +4,11 @@ railtrain uses event handlers and its own periodic resync rather than kopf's
 create/update handlers, so kopf never writes progress into the object's status
 and never adds a finalizer: the status belongs to the API, and deleting a job
 works even while the operator is down (ownerReferences clean up the gang).
+
+Every handler gets the operator's context as kopf's ``memo``
+(:class:`railtrain.operator.context.OperatorContext`: frozen settings, the
+API client, the stop signal, the Lease state), given to ``kopf.run(memo=...)``
+by :func:`railtrain.operator.main.run`; nothing here is module-level state.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 from datetime import datetime, timezone
 from typing import Any
@@ -21,8 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.operator import controller, kube, metrics, peers
-from railtrain.operator.kube import Kube, connect
-from railtrain.operator.topology import DEFAULT_LEVELS
+from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
 
@@ -30,44 +33,10 @@ MAX_BACKOFF_SECONDS = 30.0
 """Longest wait between resync passes after consecutive failures."""
 
 
-class OperatorConfig:
-    """Process-wide settings, filled once by :func:`railtrain.operator.main.run`.
-
-    Attributes:
-        kubeconfig: path, or None for $KUBECONFIG / in-cluster.
-        resync_seconds: period of the level-triggered resync of unfinished jobs.
-        topology_levels: node label keys of the topology levels, widest first.
-        namespace: the only namespace watched and admitted, or None for all.
-        unreachable_seconds: how long every resync may fail to reach the API
-            server before the operator stops with exit status 1.
-        stop: set to stop kopf (``kopf.run(stop_flag=...)``).
-        fatal: why the operator stopped itself, when it did.
-        peer_seen: the other operator last seen holding the Lease (warned about once).
-        peers_off: the Lease cannot be kept (no RBAC), so the check is off.
-    """
-
-    kubeconfig: str | None = None
-    namespace: str | None = None
-    resync_seconds: float = 2.0
-    topology_levels: tuple[str, ...] = DEFAULT_LEVELS
-    unreachable_seconds: float = 60.0
-    kube: Kube | None = None
-    stop: threading.Event = threading.Event()
-    fatal: str | None = None
-    peer_seen: str | None = None
-    peers_off: bool = False
-
-
-def _kube() -> Kube:
-    if OperatorConfig.kube is None:
-        OperatorConfig.kube = Kube(connect(OperatorConfig.kubeconfig))
-    return OperatorConfig.kube
-
-
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+def login(memo: OperatorContext, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """Authenticate kopf's own watches with the operator's kubeconfig, else in-cluster credentials."""
-    if OperatorConfig.kubeconfig:
+    if memo.settings.kubeconfig:
         return kopf.login_with_kubeconfig(**kwargs)  # reads $KUBECONFIG, set by main.run
     return kopf.login_via_client(**kwargs)
 
@@ -83,31 +52,62 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.startup()
-async def start_resync(memo: kopf.Memo, **_: Any) -> None:
+async def start_resync(memo: OperatorContext, **_: Any) -> None:
     """Start the periodic resync: capacity freed by any pod can admit a waiting gang."""
-    memo.resync = asyncio.create_task(_resync_loop())
+    memo.state.resync = asyncio.create_task(_resync_loop(memo))
 
 
 @kopf.on.cleanup()
-async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
-    """Stop the resync task on shutdown and give up the Lease, so that an operator started next is not warned about this one."""
-    task = memo.get("resync")
+async def stop_resync(memo: OperatorContext, **_: Any) -> None:
+    """On shutdown (SIGTERM, SIGINT, or the operator stopping itself): stop the resync, give up the Lease, and make sure the process ends.
+
+    kopf waits for a ``threading.Event`` stop flag in a worker thread of the
+    event loop's default executor, and ``asyncio.run`` joins that executor
+    before it returns: after a signal nobody set the flag, so the process
+    stayed alive, reconciling nothing, until SIGKILL. Setting it here ends that
+    thread. A reconcile pass still in flight finishes (each is idempotent); one
+    still running :data:`~railtrain.operator.settings.Settings.stop_seconds`
+    minus 2 s after the stop began is abandoned by :func:`_exit_when_late`, so
+    the whole stop takes at most ``stop_seconds`` (default 10). The Lease is
+    given up first, so that an operator started next is not warned about this one.
+    """
+    _exit_when_late(memo)
+    memo.stop.set()
+    task = memo.state.resync
     if task:
         task.cancel()
-    if OperatorConfig.kube is not None and not OperatorConfig.fatal and not OperatorConfig.peers_off:
-        await asyncio.get_running_loop().run_in_executor(None, _release_lease)
+    if not memo.state.fatal and not memo.state.peers_off:
+        await asyncio.get_running_loop().run_in_executor(None, _release_lease, memo)
+    log.info("the operator stopped: the Lease %s/%s is given up; jobs in flight are picked up by the next operator", LEASE_NAMESPACE, peers.LEASE_NAME)
 
 
-def _release_lease() -> None:
+def _exit_when_late(ctx: OperatorContext) -> None:
+    """Start a daemon timer that ends the process ``stop_seconds - 2`` s (at least 1 s) from now if it is still alive (one WARNING line).
+
+    Exit status: 1 when the operator stopped itself (``state.fatal``), else 0.
+    """
+    seconds = max(1.0, ctx.settings.stop_seconds - 2.0)
+
+    def late() -> None:
+        log.warning("the operator has not stopped %.0f s after it was asked to; exiting now (a reconcile in flight is redone by the next operator)", seconds)
+        logging.shutdown()
+        os._exit(1 if ctx.state.fatal else 0)
+
+    timer = threading.Timer(seconds, late)
+    timer.daemon = True
+    timer.start()
+
+
+def _release_lease(ctx: OperatorContext) -> None:
     try:
-        lease = _kube().get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
-        if lease and (lease.get("spec") or {}).get("holderIdentity") == IDENTITY:
-            _kube().put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, {}, lease)
+        lease = ctx.kube.get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
+        if lease and (lease.get("spec") or {}).get("holderIdentity") == ctx.identity:
+            ctx.kube.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, {}, lease)
     except Exception as err:  # best effort: the Lease expires by itself
         log.info("could not give up the Lease %s/%s: %s", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
 
 
-async def _resync_loop() -> None:
+async def _resync_loop(ctx: OperatorContext) -> None:
     """Resync every ``resync_seconds`` forever: no error ends it (see :func:`_resync_pass`).
 
     A pass that fails is logged as one line and the next one waits longer
@@ -117,12 +117,13 @@ async def _resync_loop() -> None:
     exit status 1 (:func:`railtrain.operator.main.run`).
     """
     loop = asyncio.get_running_loop()
+    settings = ctx.settings
     failures, down_since = 0, None
     while True:
-        longest = max(OperatorConfig.resync_seconds, min(MAX_BACKOFF_SECONDS, OperatorConfig.unreachable_seconds / 4))
-        await asyncio.sleep(min(OperatorConfig.resync_seconds * 2**failures, longest))
+        longest = max(settings.resync_seconds, min(MAX_BACKOFF_SECONDS, settings.unreachable_seconds / 4))
+        await asyncio.sleep(min(settings.resync_seconds * 2**failures, longest))
         try:
-            await loop.run_in_executor(None, _resync_pass)
+            await loop.run_in_executor(None, _resync_pass, ctx)
             failures, down_since = 0, None
         except asyncio.CancelledError:
             raise
@@ -136,63 +137,61 @@ async def _resync_loop() -> None:
             down_since = down_since or loop.time()
             down = loop.time() - down_since
             log.warning("resync pass failed: the API server does not answer (%.0f s so far): %s", down, kube.describe(err))
-            if down >= OperatorConfig.unreachable_seconds:
-                OperatorConfig.fatal = (
-                    f"the Kubernetes API server{_at_host()} has not answered for {down:.0f} s; "
+            if down >= settings.unreachable_seconds:
+                ctx.state.fatal = (
+                    f"the Kubernetes API server{_at_host(ctx)} has not answered for {down:.0f} s; "
                     "the operator stops (restart it once the cluster is up)"
                 )
-                OperatorConfig.stop.set()
+                ctx.stop.set()
                 return
 
 
-def _at_host() -> str:
-    host = getattr(getattr(getattr(OperatorConfig.kube, "api", None), "configuration", None), "host", None)
+def _at_host(ctx: OperatorContext) -> str:
+    host = getattr(getattr(getattr(ctx.kube, "api", None), "configuration", None), "host", None)
     return f" at {host}" if host else ""
 
 
-IDENTITY = f"{socket.gethostname()}/{os.getpid()}"
-"""This operator's holderIdentity in the Lease :data:`railtrain.operator.peers.LEASE_NAME`."""
 LEASE_NAMESPACE = "default"
 """Where the Lease lives: one place per cluster, since any two operators (cluster-wide or not) share its nodes."""
 
 
-def _check_peers() -> None:
+def _check_peers(ctx: OperatorContext) -> None:
     """Renew this operator's Lease; warn once per other holder that renews it (a second operator on the cluster).
 
     Never stops anything: two operators are a mistake to report, not to fight
     over. Without RBAC for Leases (401/403) the check is switched off with one line.
     """
-    if OperatorConfig.peers_off:
+    if ctx.state.peers_off:
         return
-    k, now = _kube(), datetime.now(timezone.utc)
+    k, now = ctx.kube, datetime.now(timezone.utc)
     try:
         lease = k.get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
-        other = peers.other_holder(lease, IDENTITY, now)
+        other = peers.other_holder(lease, ctx.identity, now)
         if other is None:
-            k.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, peers.lease_spec(IDENTITY, now), lease)
-        elif other != OperatorConfig.peer_seen:
+            k.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, peers.lease_spec(ctx.identity, now), lease)
+        elif other != ctx.state.peer_seen:
             log.warning(
                 "another railtrain operator (%s) is running against this cluster (it renewed the Lease %s/%s within %d s); "
                 "two operators can promise the same GPUs to two jobs: stop one of them", other, LEASE_NAMESPACE, peers.LEASE_NAME, peers.LEASE_SECONDS,
             )
-        OperatorConfig.peer_seen = other
+        ctx.state.peer_seen = other
     except ApiException as err:
         if err.status not in (401, 403):
             raise
         log.info("cannot keep the Lease %s/%s (%s): a second operator on this cluster will not be noticed", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
-        OperatorConfig.peers_off = True
+        ctx.state.peers_off = True
 
 
-def _resync_pass() -> None:
+def _resync_pass(ctx: OperatorContext) -> None:
     """One resync: reconcile every unfinished job, each on its own, then one admission pass for all.
 
     An error reconciling one job is that job's alone (one line; the next pass
     retries it); an error reading the job list or running the admission pass
     is raised to the loop.
     """
-    _check_peers()
+    _check_peers(ctx)
     try:
-        jobs = _kube().list_jobs(OperatorConfig.namespace)
+        jobs = ctx.kube.list_jobs(ctx.settings.namespace)
     except ApiException as err:
         if err.status == 404:
             log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
@@ -203,54 +202,55 @@ def _resync_pass() -> None:
             continue  # nothing left to do for a Succeeded job unless its TTL will delete it
         meta = job["metadata"]
         try:
-            _reconcile(meta["namespace"], meta["name"], False)
+            _reconcile(ctx, meta["namespace"], meta["name"], False)
         except Exception as err:
             if kube.transient(err):
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
-    metrics.observe_nodes(_kube().list_nodes())  # railtrain_quarantined_nodes
+    metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
     # One admission pass for the whole resync, not one per waiting job.
-    controller.admission_pass(_kube(), None, OperatorConfig.topology_levels, OperatorConfig.namespace)
+    controller.admission_pass(ctx.kube, None, ctx.settings.topology_levels, ctx.settings.namespace, ctx.settings.fabric)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
-def on_job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
+def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorContext, **_: Any) -> None:
     """Any change to a TrainingJob (and the initial listing on startup) → reconcile it."""
     if type == "DELETED":
         return
-    _reconcile_quietly(namespace, name)
+    _reconcile_quietly(memo, namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
-def on_pod_event(labels: dict[str, str], namespace: str, **_: Any) -> None:
+def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, **_: Any) -> None:
     """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
-    _reconcile_quietly(namespace, labels[contract.LABEL_JOB_NAME])
+    _reconcile_quietly(memo, namespace, labels[contract.LABEL_JOB_NAME])
 
 
 @kopf.on.event("", "v1", "nodes")
-def on_node_event(type: str | None, name: str, status: dict[str, Any], **_: Any) -> None:
+def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: OperatorContext, **_: Any) -> None:
     """A Node deleted or not Ready → reconcile every job with a pod on it at once (node loss, not after the next resync)."""
     ready = next((c for c in (status or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
     if type != "DELETED" and ready is not None and ready.get("status") == "True":
         return
     try:
-        jobs = controller.jobs_on_node(_kube(), name)
+        jobs = controller.jobs_on_node(memo.kube, name)
     except Exception as err:
         log.warning("node %s: could not list its jobs, the resync retries: %s", name, kube.describe(err))
         return
     for namespace, job in jobs:
-        if OperatorConfig.namespace in (None, namespace):
-            _reconcile_quietly(namespace, job)
+        if memo.settings.namespace in (None, namespace):
+            _reconcile_quietly(memo, namespace, job)
 
 
-def _reconcile(namespace: str, name: str, admit: bool = True) -> None:
-    controller.reconcile_job(_kube(), namespace, name, levels=OperatorConfig.topology_levels, admit=admit, watch_namespace=OperatorConfig.namespace)
+def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
+    s = ctx.settings
+    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric)
 
 
-def _reconcile_quietly(namespace: str, name: str) -> None:
+def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:
     """Reconcile from an event handler: an error is one line (the resync retries the job), never a kopf traceback."""
     try:
-        _reconcile(namespace, name)
+        _reconcile(ctx, namespace, name)
     except Exception as err:
         log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err), exc_info=_trace(err))
 

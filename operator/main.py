@@ -11,7 +11,9 @@ import prometheus_client
 import yaml
 from kubernetes import client, config
 
-from railtrain.operator import handlers, kube, metrics, topology
+from railtrain.operator import handlers, kube, metrics  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator.context import OperatorContext
+from railtrain.operator.settings import Settings
 
 log = logging.getLogger("railtrain.operator")
 
@@ -23,54 +25,37 @@ class OperatorError(Exception):
     """The operator cannot start or had to stop; ``str()`` is one sentence for the user (exit status 1)."""
 
 
-def run(
-    namespace: str | None = None,
-    kubeconfig: str | None = None,
-    resync_seconds: float = 2.0,
-    topology_preset: str | None = None,
-    topology_levels: str | None = None,
-    unreachable_seconds: float = 60.0,
-) -> None:
-    """Run the operator until interrupted (SIGINT/SIGTERM stop it cleanly).
+def run(settings: Settings) -> None:
+    """Run the operator until SIGTERM or SIGINT, which stop it within ``settings.stop_seconds`` (Lease given up; see ``handlers.stop_resync``).
 
     Args:
-        namespace: watch only this namespace; None watches the whole cluster.
-        kubeconfig: kubeconfig path; None uses $KUBECONFIG, ~/.kube/config or in-cluster config.
-        resync_seconds: period of the level-triggered resync of unfinished jobs.
-        topology_preset: a preset of :data:`railtrain.operator.topology.PRESETS`;
-            None reads $RAILTRAIN_TOPOLOGY_PRESET, else ``railtrain``.
-        topology_levels: comma-separated node label keys, widest first; overrides
-            the preset; None reads $RAILTRAIN_TOPOLOGY_LEVELS.
-        unreachable_seconds: stop once the API server has not answered any
-            resync for this long (seconds).
+        settings: the frozen settings, from :func:`railtrain.operator.settings.parse`.
 
     Raises:
-        ValueError: an unknown preset or a malformed level list (before anything starts).
         OperatorError: no usable kubeconfig, or the API server cannot be reached
             or refuses the credentials (before anything starts); or the API
-            server stopped answering for ``unreachable_seconds`` while running.
+            server stopped answering for ``settings.unreachable_seconds`` while running.
     """
-    levels = topology.resolve_levels(topology_preset, topology_levels, os.environ)
-    if kubeconfig:
+    if settings.kubeconfig:
         # kopf's default login handler and our client both read $KUBECONFIG.
-        os.environ["KUBECONFIG"] = kubeconfig
-    handlers.OperatorConfig.kubeconfig = kubeconfig
-    handlers.OperatorConfig.namespace = namespace
-    handlers.OperatorConfig.resync_seconds = resync_seconds
-    handlers.OperatorConfig.unreachable_seconds = unreachable_seconds
-    handlers.OperatorConfig.topology_levels = levels
-    handlers.OperatorConfig.fatal = None
-    handlers.OperatorConfig.stop.clear()
+        os.environ["KUBECONFIG"] = settings.kubeconfig
     configure_logging()
-    handlers.OperatorConfig.kube = kube.Kube(preflight(kubeconfig))
-    log.info("topology levels, widest first: %s", ", ".join(levels))
+    try:
+        api = preflight(settings.kubeconfig)
+    except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
+        log.info("the operator stopped before it started")
+        return
+    ctx = OperatorContext(settings=settings, kube=kube.Kube(api))
+    log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
+    log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
         prometheus_client.start_http_server(int(port))
         log.info("metrics on :%s/metrics", port)
-    kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True, stop_flag=handlers.OperatorConfig.stop)
-    if handlers.OperatorConfig.fatal:
-        raise OperatorError(handlers.OperatorConfig.fatal)
+    namespace = settings.namespace
+    kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True, stop_flag=ctx.stop, memo=ctx)
+    if ctx.state.fatal:
+        raise OperatorError(ctx.state.fatal)
 
 
 def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS) -> client.ApiClient:

@@ -1,19 +1,62 @@
-"""The operator's Prometheus metrics (prometheus-client), served when ``RAILTRAIN_OPERATOR_METRICS_PORT`` is set."""
+"""The operator's Prometheus metrics (prometheus-client), served with its health endpoints by :mod:`railtrain.operator.serve`.
+
+Names follow Prometheus' conventions: the ``railtrain_`` prefix, the unit in
+the name (``_seconds``), ``_total`` on counters (prometheus-client appends it
+to a Counter's name). Every metric is process-wide: a standby operator
+(it does not hold the Lease) exports its own, with ``railtrain_operator_leader 0``.
+
+The pure helpers here take plain data (a job listing, an error) and return
+what to record, so they are tested without a registry or a cluster.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections import Counter as Tally
+from typing import Any, Iterable, Mapping
 
-from prometheus_client import Counter, Gauge
+from kubernetes.client.rest import ApiException
+from prometheus_client import Counter, Gauge, Histogram
 
 from railtrain.operator.quarantine import is_quarantined
+
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+"""status.phase values (crds/api.py ``JobPhase``); a job without a phase yet counts as Pending."""
 
 QUARANTINED_NODES = Gauge("railtrain_quarantined_nodes", "Nodes carrying the railtrain.dev/quarantined taint, as last listed by the operator.")
 QUARANTINES = Counter("railtrain_quarantines_total", "Nodes the operator quarantined, by verdict.", ["verdict"])
 RESTARTS = Counter("railtrain_gang_restarts_total", "Gang restarts the operator made, by condition reason (NodeLost, RankVanished, Restarting...).", ["reason"])
+JOBS = Gauge("railtrain_jobs", "TrainingJobs by status.phase, as last listed by the leading operator's resync.", ["phase"])
+TIME_TO_RUNNING = Histogram(
+    "railtrain_job_time_to_running_seconds", "Seconds from a job's creation to every rank of its first gang Running (status.startTime).",
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, float("inf")),
+)
+ADMISSION_PASS_SECONDS = Histogram(
+    "railtrain_admission_pass_duration_seconds", "Seconds of one admission pass (list jobs, pods and nodes; schedule; release the admitted gangs).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf")),
+)
+ADMISSION_QUEUE = Gauge("railtrain_admission_queue_length", "Gangs waiting for admission at the last admission pass.")
+RECONCILE_SECONDS = Histogram(
+    "railtrain_reconcile_duration_seconds", "Seconds of one reconcile of one job (read, plan, apply, status write).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf")),
+)
+RECONCILE_ERRORS = Counter(
+    "railtrain_reconcile_errors_total", "Reconciles that raised, by kind: conflict, not_found, forbidden, invalid, throttled, server, unreachable, internal.", ["kind"],
+)
+GANG_TIMEOUTS = Counter("railtrain_gang_timeouts_total", "Gangs released and re-queued because not every rank ran within runPolicy.gangTimeoutSeconds.")
+RESYNC_SECONDS = Histogram(
+    "railtrain_resync_duration_seconds", "Seconds of one resync pass (every unfinished job reconciled, then one admission pass).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf")),
+)
+RESYNC_COMPLETED = Gauge("railtrain_resync_last_completed_timestamp_seconds", "Unix time the last resync pass (or a standby's Lease check) ended; /healthz fails when it is too old.")
+GOODPUT_SECONDS = Gauge(
+    "railtrain_job_goodput_seconds", "A job's wall time since creation split by cause (status.goodput): queued, starting, training, restart_<reason>, recompute, checkpoint.",
+    ["namespace", "trainingjob", "cause"],
+)
+GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
+LEADER = Gauge("railtrain_operator_leader", "1 while this operator holds the Lease and admits and reconciles, 0 while it stands by.")
 
 ENV_PORT = "RAILTRAIN_OPERATOR_METRICS_PORT"
-"""Port of the operator's /metrics endpoint; unset or 0 serves none."""
+"""Port of the operator's HTTP endpoint (/metrics, /healthz, /readyz); unset or 0 serves none."""
 
 
 def observe_nodes(nodes: Iterable[dict[str, Any]]) -> int:
@@ -21,3 +64,67 @@ def observe_nodes(nodes: Iterable[dict[str, Any]]) -> int:
     count = sum(1 for n in nodes if is_quarantined(n))
     QUARANTINED_NODES.set(count)
     return count
+
+
+def phase_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Jobs per status.phase (pure): every phase of :data:`PHASES` is a key, 0 when none; no phase yet counts as Pending."""
+    tally = Tally(((j.get("status") or {}).get("phase") or "Pending") for j in jobs)
+    return {phase: tally.get(phase, 0) for phase in PHASES}
+
+
+def observe_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Set :data:`JOBS` from a TrainingJob listing; returns :func:`phase_counts`."""
+    counts = phase_counts(jobs)
+    for phase, count in counts.items():
+        JOBS.labels(phase).set(count)
+    return counts
+
+
+def error_kind(err: BaseException) -> str:
+    """The kind label of :data:`RECONCILE_ERRORS` for an error of a reconcile (pure).
+
+    ApiException statuses map to conflict (409), not_found (404), forbidden
+    (401/403), invalid (400/422), throttled (429), server (5xx); no answer at
+    all is unreachable; anything else (a bug) is internal.
+    """
+    from railtrain.operator.kube import unreachable
+
+    if isinstance(err, ApiException) and err.status:
+        status = int(err.status)
+        named = {409: "conflict", 404: "not_found", 401: "forbidden", 403: "forbidden", 400: "invalid", 422: "invalid", 429: "throttled"}
+        return named.get(status, "server" if status >= 500 else "invalid")
+    return "unreachable" if unreachable(err) else "internal"
+
+
+def observe_transition(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None) -> None:
+    """Record what one written status change means (restart reasons, gang timeouts, time to Running).
+
+    Args:
+        old: the status before the write (camelCase dict, may be empty).
+        new: the status written.
+        created: the job's metadata.creationTimestamp (RFC 3339), or None.
+    """
+    if int(new.get("restarts", 0)) > int(old.get("restarts", 0)):
+        scheduled = next((c for c in new.get("conditions") or [] if c.get("type") == "Scheduled"), {})
+        RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()
+    if int(new.get("requeues", 0)) > int(old.get("requeues", 0)):
+        GANG_TIMEOUTS.inc()
+    seconds = time_to_running(old, new, created)
+    if seconds is not None:
+        TIME_TO_RUNNING.observe(seconds)
+
+
+def time_to_running(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None) -> float | None:
+    """Seconds from creation to the first all-Running gang when this status change is that moment, else None (pure).
+
+    The moment is status.startTime appearing on a job that never had a Running
+    condition (a resumed or restarted gang does not count again).
+    """
+    from railtrain.operator.peers import parse_micro_time
+
+    if not new.get("startTime") or old.get("startTime") or any(c.get("type") == "Running" for c in old.get("conditions") or []):
+        return None
+    start, born = parse_micro_time(new["startTime"]), parse_micro_time(created)
+    if start is None or born is None:
+        return None
+    return max(0.0, (start - born).total_seconds())

@@ -12,7 +12,7 @@ Where the gang lands follows ``spec.topology`` (policies ``required``,
 and the rails of a rail-optimized fabric: NIC ``i`` of every node sits on the
 leaf switch of rail ``i``, and local rank ``i`` drives GPU ``i`` and NIC ``i``.
 Data-parallel peers (the same local rank on different nodes when the mesh is
-ordered pipeline, data, fsdp, tensor, outermost first, as torchtitan does) then
+ordered pipeline, data, fsdp, context, tensor, outermost first, as torchtitan does) then
 talk over one leaf switch, provided every node of the gang has the same rails
 and at least ``procsPerNode`` of them. Placement therefore tries each single
 rail layout before mixing layouts, and reports whether the gang is aligned.
@@ -49,7 +49,7 @@ class GangRequest:
         fixed: ranks already pinned to nodes (kept as they are).
         counts: admissible gang sizes, ascending (``spec.node_counts()``); empty means ``(nodes,)``.
         procs_per_node: processes per pod (local ranks; one per GPU and rail).
-        dp_stride: fsdp × tensor, the rank distance between data-parallel peers.
+        dp_stride: fsdp × context × tensor, the rank distance between data-parallel peers (:func:`railtrain.crds.parallel.dp_stride`).
         policy: ``"none"``, ``"preferred"`` or ``"required"`` (``spec.topology.policy``).
         level: ``spec.topology.level`` or None.
         priority: ``spec.priority`` (higher first).
@@ -91,6 +91,9 @@ class Placement:
         domains: per rank, level label key → the node's value (levels it lacks are absent).
         summary: the ``status.topology`` object (camelCase keys), without the reason.
         explanation: why this placement, one or two sentences.
+        annotations: per rank, pod annotations to set in the patch that releases
+            it (the fabric's per-node values, :func:`railtrain.crds.fabric.rank_annotations`);
+            filled by the admission pass, which has the nodes; empty means none.
     """
 
     nodes: tuple[str, ...]
@@ -98,6 +101,7 @@ class Placement:
     domains: tuple[Mapping[str, str], ...] = ()
     summary: Mapping[str, object] = field(default_factory=dict)
     explanation: str = ""
+    annotations: tuple[Mapping[str, str], ...] = ()
 
     def message(self) -> str:
         """One line for Events and conditions."""
@@ -198,7 +202,7 @@ def rail_alignment(request: GangRequest, nodes: Sequence[NodeInfo]) -> tuple[int
         count (else None); ``aligned`` None when the gang requests no GPUs.
         Aligned needs one rail count on every node, ``procsPerNode <= rails``,
         pods that own whole nodes (a partial pod's GPU indices are the device
-        plugin's choice) and a data-parallel stride (fsdp × tensor) that is a
+        plugin's choice) and a data-parallel stride (fsdp × context × tensor) that is a
         multiple or a divisor of procsPerNode, so every DP group uses the same
         local ranks, hence the same rails, on every node.
     """
@@ -214,7 +218,7 @@ def rail_alignment(request: GangRequest, nodes: Sequence[NodeInfo]) -> tuple[int
     if any(n.gpus != request.gpus_per_node for n in nodes):
         return uniform, False, f"rail alignment not guaranteed: pods take {request.gpus_per_node} of a node's GPUs and the device plugin picks which"
     if stride % procs and procs % stride:
-        return uniform, False, f"not rail-aligned: data-parallel stride fsdp×tensor={stride} neither divides nor is a multiple of procsPerNode={procs}"
+        return uniform, False, f"not rail-aligned: data-parallel stride fsdp×context×tensor={stride} neither divides nor is a multiple of procsPerNode={procs}"
     return uniform, True, f"rail-aligned: every node has {uniform} rails and local rank i uses rail i"
 
 

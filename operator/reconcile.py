@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from railtrain.crds.fabric import FabricProfile
 from railtrain.crds.validation import format_validation_error
 
 from railtrain.operator import conditions as cond
@@ -58,7 +59,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def observe(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
@@ -76,6 +77,7 @@ def observe(
         step.job, step.spec_error = None, problem
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
+    step.fabric = fabric
     step.gang = current_gang(obj, mine)
     step.n = step.job.spec.nodes if step.job else 0
     return step
@@ -129,7 +131,7 @@ def finish(step: Step, phase: str) -> Plan:
 
 def plan(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
@@ -149,11 +151,13 @@ def plan(
         nodes: every v1 Node, when read (node loss and quarantine are judged only then).
         grow_to: for an elastic gang below spec.nodes, the largest size that
             fits now (:func:`railtrain.operator.resize.grow_size`).
+        fabric: the operator's fabric profile, rendered into the pods it creates
+            (None: no fabric variables).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, fabric)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railtrain.crds import contract
+from railtrain.crds import contract, fabric
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
 from railtrain.crds.precision import contract_values
@@ -70,7 +70,7 @@ def pod_environment(
         node_rank=rank,
         procs_per_node=spec.procs_per_node,
         rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
-        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
         checkpoint_dir=spec.checkpoint.location or "",
         checkpoint_interval=spec.checkpoint.interval,
         **checkpoint_tier_environment(spec.checkpoint),
@@ -103,7 +103,7 @@ def gang_annotations(spec: TrainingJobSpec, nnodes: int) -> dict[str, str]:
     par = spec.effective_parallelism(nnodes)
     return {
         contract.ANNOTATION_NNODES: str(nnodes),
-        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline),
+        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
     }
 
 
@@ -275,8 +275,14 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
     }
 
 
-def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0) -> dict[str, Any]:
+def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> dict[str, Any]:
     """The gated pod of node ``rank``, with ``spec.template`` merged in (:func:`merge_template`).
+
+    ``profile`` (the operator's fabric profile, :mod:`railtrain.crds.fabric`)
+    adds its NCCL/libfabric variables to the training container, the names the
+    user sets left out, and names itself in the pod's
+    :data:`~railtrain.crds.fabric.ANNOTATION_PROFILE`; its per-node values are
+    read from annotations the operator sets when it releases the pod.
 
     An elastic job's pods read the gang size and parallelism from their
     annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
@@ -296,7 +302,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     env_items: list[dict[str, Any]] = list(container_env(spec, env))
     if spec.elastic is not None:  # the size is known only at admission
         env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
-    env_items = _downward_api(env_items, {v.name for v in spec.env})
+    env_items = _downward_api(env_items, {v.name for v in spec.env}) + fabric.container_env(profile, spec)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
@@ -322,6 +328,8 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
         container["volumeMounts"] = mounts
     labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
     annotations = {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)}
+    if profile is not None:
+        annotations[fabric.ANNOTATION_PROFILE] = profile.name
     pod_spec: dict[str, Any] = {
         "hostname": contract.pod_name(name, rank),
         "subdomain": contract.service_name(name),
@@ -350,9 +358,9 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     }
 
 
-def render_gang(job: TrainingJob, namespace: str, uid: str, restarts: int = 0) -> list[dict[str, Any]]:
-    """All pods of the gang, ordered by node rank."""
-    return [render_pod(job, namespace, uid, r, restarts) for r in range(job.spec.nodes)]
+def render_gang(job: TrainingJob, namespace: str, uid: str, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> list[dict[str, Any]]:
+    """All pods of the gang, ordered by node rank (``profile`` as for :func:`render_pod`)."""
+    return [render_pod(job, namespace, uid, r, restarts, profile) for r in range(job.spec.nodes)]
 
 
 def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:

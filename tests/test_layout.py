@@ -19,7 +19,8 @@ def imported_modules(statement: str) -> set[str]:
     "statement,forbidden",
     [
         ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema", {"torch", "kopf"}),
-        ("import railtrain.operator.main, railtrain.operator.handlers", {"torch"}),
+        ("import railtrain.operator.main, railtrain.operator.handlers", {"torch", "typer"}),
+        ("import railtrain.operator.settings", {"torch", "kopf", "typer"}),
         ("import railtrain.trainer.train", {"kopf"}),
         ("import railtrain.cli.main", {"torch", "kopf"}),
     ],

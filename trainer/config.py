@@ -54,9 +54,11 @@ class TrainConfig:
     seed: int = 0
     """Seed of the model initialisation and of the data stream."""
     parallel: str | None = None
-    """Data parallelism over the ranks left by --tp and --pp: 'ddp' (replicate) or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2, HSDP with data>1 too), else ddp."""
+    """Data parallelism over the ranks left by --tp, --pp and --cp: 'ddp' (replicate) or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2, HSDP with data>1 too), else ddp."""
     tp: int | None = None
-    """Tensor-parallel degree (Megatron-style, with sequence parallel; must divide the processes per node and the preset's heads). Given with --parallel or --pp, the flags alone set the degrees. Default: from the pod's parallelism, else 1."""
+    """Tensor-parallel degree (Megatron-style, with sequence parallel; must divide the processes per node and the preset's heads). Given with --parallel, --pp or --cp, the flags alone set the degrees. Default: from the pod's parallelism, else 1."""
+    cp: int | None = None
+    """Context-parallel degree: ranks that split every sequence (ring attention, causal load balancing; --seq-len must be a multiple of 2 x cp x tp). Default: from the pod's parallelism, else 1."""
     pp: int | None = None
     """Pipeline-parallel stages (torch.distributed.pipelining; the blocks are split evenly). Default: from the pod's parallelism, else 1."""
     pp_schedule: str = "1f1b"
@@ -144,7 +146,7 @@ class TrainConfig:
                 raise ValueError(f"--{_flag(name)} must be a local directory, got {getattr(self, name)!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("tp", "pp"):
+        for name in ("tp", "pp", "cp"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.pp_schedule not in PP_SCHEDULES:

@@ -7,7 +7,9 @@ library's e-mail package source: real code and English prose on every Python).
 
 Sampling is stateless: the windows of step ``s`` are a pure function of
 ``(seed, s)``, and data-parallel rank ``r`` of ``d`` takes the ``r``-th of ``d``
-equal slices of the global batch. A run resumed at step ``s`` therefore sees
+equal slices of the global batch; under context parallelism, context-parallel
+rank ``c`` of ``n`` then keeps its two chunks of every sequence of that slice
+(:func:`railtrain.trainer.context_parallel.shard_positions`). A run resumed at step ``s`` therefore sees
 exactly the batches an uninterrupted run would, and the global batch does not
 depend on how many ranks share it. The "data position" to checkpoint is the step.
 """
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
 import torch
+
+from railtrain.trainer.context_parallel import shard_positions
 
 PKG_SCHEME = "pkg://"
 
@@ -162,13 +166,20 @@ class WindowSampler:
         seed: data seed; with the step it fixes every window.
         dp_rank: this rank's index among the data-parallel ranks.
         dp_degree: number of data-parallel ranks; must divide ``global_batch``.
+        cp_rank: this rank's index in its context-parallel group.
+        cp_degree: context-parallel degree: each sequence is cut into
+            ``2 × cp_degree`` chunks and this rank keeps chunks ``cp_rank``
+            and ``2 × cp_degree - 1 - cp_rank``.
 
     Raises:
-        ValueError: the corpus is shorter than ``seq_len + 1`` bytes, or the
-            batch does not split evenly across ranks.
+        ValueError: the corpus is shorter than ``seq_len + 1`` bytes, the
+            batch does not split evenly across ranks, or the sequence does not
+            split into ``2 × cp_degree`` chunks.
     """
 
-    def __init__(self, corpus: ByteCorpus, seq_len: int, global_batch: int, seed: int, dp_rank: int = 0, dp_degree: int = 1) -> None:
+    def __init__(
+        self, corpus: ByteCorpus, seq_len: int, global_batch: int, seed: int, dp_rank: int = 0, dp_degree: int = 1, cp_rank: int = 0, cp_degree: int = 1
+    ) -> None:
         if len(corpus) < seq_len + 1:
             raise ValueError(f"--data holds {len(corpus)} bytes, fewer than --seq-len + 1 = {seq_len + 1}")
         if global_batch % dp_degree:
@@ -182,6 +193,7 @@ class WindowSampler:
         self.dp_rank = dp_rank
         self.local_batch = global_batch // dp_degree
         self._offsets = torch.arange(seq_len + 1)
+        self._positions = shard_positions(seq_len, cp_degree, cp_rank) if cp_degree > 1 else None
 
     def global_starts(self, step: int) -> torch.Tensor:
         """Start offsets (int64, ``(global_batch,)``) of every window of ``step``, on all ranks alike."""
@@ -192,13 +204,16 @@ class WindowSampler:
         """This rank's inputs and targets for ``step``.
 
         Returns:
-            ``(inputs, targets)``, both int64 ``(local_batch, seq_len)`` on the
-            CPU; ``targets`` is ``inputs`` shifted left by one byte.
+            ``(inputs, targets)``, both int64 ``(local_batch, seq_len / cp_degree)``
+            on the CPU; ``targets[:, t]`` is the byte after ``inputs[:, t]``.
         """
         lo = self.dp_rank * self.local_batch
         starts = self.global_starts(step)[lo : lo + self.local_batch]
         windows = self.corpus.tokens[starts[:, None] + self._offsets].long()
-        return windows[:, :-1], windows[:, 1:]
+        inputs, targets = windows[:, :-1], windows[:, 1:]
+        if self._positions is not None:
+            inputs, targets = inputs[:, self._positions], targets[:, self._positions]
+        return inputs, targets
 
     def state(self) -> dict[str, int]:
         """What a checkpoint needs to check that a resume samples the same stream."""

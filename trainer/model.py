@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from railtrain.trainer.context_parallel import Ring, ring_attention, shard_positions
 from railtrain.trainer.presets import PRESETS, VOCAB_SIZE, ModelConfig  # noqa: F401  (re-exported: the shapes live in a torch-free module)
 
 
@@ -50,10 +51,17 @@ def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with rotary positions and no biases."""
+    """Causal multi-head self-attention with rotary positions and no biases.
+
+    Attributes:
+        ring: the context-parallel group when the sequence is split across
+            ranks (:func:`railtrain.trainer.context_parallel.ring_attention`
+            then joins the ranks' keys and values); ``None`` otherwise.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        self.ring: Ring | None = None
         self.head_dim = config.head_dim
         self.wq = nn.Linear(config.dim, config.dim, bias=False)
         self.wk = nn.Linear(config.dim, config.dim, bias=False)
@@ -70,7 +78,10 @@ class Attention(nn.Module):
         bsz, seq, _ = x.shape
         q, k, v = (w(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
         q, k = apply_rotary(q, rope[:seq]), apply_rotary(k, rope[:seq])
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.ring is not None:
+            out = ring_attention(q, k, v, self.ring)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
 
 
@@ -167,6 +178,24 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, std=std)
         c = self.config
         self.rope.copy_(rotary_table(c.head_dim, c.max_seq_len, c.rope_theta, device=self.rope.device))
+
+    def use_context_parallel(self, ring: Ring, seq_len: int) -> None:
+        """Run on ``seq_len / ring.size`` tokens of every sequence: this rank's chunks (context parallel).
+
+        The rotary table becomes the one of the rank's global token positions
+        (:func:`railtrain.trainer.context_parallel.shard_positions`), and every
+        attention layer runs ring attention over ``ring``. Parameters and their
+        names are unchanged (the table is not in the state dict).
+
+        Raises:
+            ValueError: ``seq_len`` exceeds ``max_seq_len`` or is not a multiple of ``2 * ring.size``.
+        """
+        if seq_len > self.config.max_seq_len:
+            raise ValueError(f"sequence length {seq_len} exceeds the model's max_seq_len {self.config.max_seq_len}")
+        positions = shard_positions(seq_len, ring.size, ring.rank).to(self.rope.device)
+        self.rope = self.rope[positions].contiguous()
+        for block in self.layers.values():
+            block.attention.ring = ring
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token logits.

@@ -1,19 +1,25 @@
 """Parallel dimensions, the process group, the DeviceMesh, and data-parallel wrapping.
 
-One 4-D ``DeviceMesh`` with the dimensions of :mod:`railtrain.crds.parallel`,
-``("pp", "dp_replicate", "dp_shard", "tp")`` (size-1 dimensions included, so
-every slice below exists for every job), over one code path: gloo on CPU,
+One 5-D ``DeviceMesh`` with the dimensions of :mod:`railtrain.crds.parallel`,
+``("pp", "dp_replicate", "dp_shard", "cp", "tp")`` (size-1 dimensions included,
+so every slice below exists for every job), over one code path: gloo on CPU,
 nccl on CUDA. What runs on it (torchtitan's layout):
 
 * ``tp``: tensor parallel (:mod:`railtrain.trainer.tensor_parallel`);
+* ``cp``: context parallel, ring attention over each sequence's chunks
+  (:mod:`railtrain.trainer.context_parallel`); for the weights the ``cp``
+  ranks are data parallel (they see different tokens), so gradients are
+  averaged over them too;
 * ``pp``: pipeline stages (:mod:`railtrain.trainer.pipeline`);
-* ``dp_shard``: FSDP2 (``fully_shard``) on each transformer block, then on the
-  root; with ``dp_replicate`` too, HSDP over the 2-D slice
-  ``("dp_replicate", "dp_shard")``;
-* ``dp_replicate`` alone: ``DistributedDataParallel``, except when tensor
-  parallel is on: DDP does not take DTensor parameters, so replication is
-  then FSDP2's HSDP with a shard dimension of 1 (parameters replicated,
-  gradients all-reduced; the same arithmetic as DDP).
+* ``dp_shard`` (with ``cp`` folded in: ``dp_shard_cp``): FSDP2
+  (``fully_shard``) on each transformer block, then on the root; with
+  ``dp_replicate`` too, HSDP over the 2-D slice ``("dp_replicate", "dp_shard_cp")``;
+* ``dp_replicate`` (with ``cp`` folded in: ``dp_replicate_cp``) alone:
+  ``DistributedDataParallel``, except when tensor parallel is on: DDP does
+  not take DTensor parameters, so replication is then FSDP2 over
+  ``dp_shard_cp`` (HSDP when ``data > 1``): with ``fsdp = 1`` that shards
+  the parameters over the ``cp`` ranks, as torchtitan does, or over nothing
+  (a shard dimension of 1: the same arithmetic as DDP) when ``context = 1``.
 
 Without torchrun the trainer runs as one plain process and nothing is wrapped.
 """
@@ -35,9 +41,10 @@ from torch.nn.parallel import DistributedDataParallel
 from railtrain.crds import contract
 from railtrain.crds import parallel as rule
 from railtrain.crds.parallel import MESH_DIMS, Degrees
+from railtrain.trainer.context_parallel import Ring
 from railtrain.trainer.model import ModelConfig
 
-FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp"}
+FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp", "context": "--cp"}
 """The trainer flag that sets each degree (data and fsdp both come from ``--parallel``)."""
 
 
@@ -46,7 +53,7 @@ class ParallelDims:
     """The parallel degrees of a job, validated by :func:`railtrain.crds.parallel.problems` (the operator's rule).
 
     Attributes:
-        degrees: data (replicate), fsdp (shard), tensor, pipeline.
+        degrees: data (replicate), fsdp (shard), tensor, pipeline, context.
         world_size: processes in the job.
         procs_per_node: processes per node (torchrun's ``LOCAL_WORLD_SIZE``),
             for the "tensor inside a node" check; ``None`` skips it.
@@ -74,7 +81,21 @@ class ParallelDims:
     def uses_fsdp(self) -> bool:
         """Whether FSDP2 wraps the model: sharding, or replication under tensor parallel (see the module docstring)."""
         d = self.degrees
-        return d.fsdp > 1 or (d.data > 1 and d.tensor > 1)
+        return d.fsdp > 1 or (d.data * d.context > 1 and d.tensor > 1)
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree."""
+        return self.degrees.context
+
+    @property
+    def loss_ranks(self) -> int:
+        """Ranks whose local mean losses average to the global one: data × fsdp × context (equal token counts each)."""
+        return self.degrees.dp * self.degrees.context
+
+    def cp_rank(self, rank: int) -> int:
+        """Which chunks of each sequence ``rank`` holds (its index in its ``cp`` group)."""
+        return rule.cp_rank(rank, self.degrees)
 
     @property
     def dp_degree(self) -> int:
@@ -111,13 +132,14 @@ def resolve_dims(
     procs_per_node: int | None = None,
     flag_tp: int | None = None,
     flag_pp: int | None = None,
+    flag_cp: int | None = None,
 ) -> ParallelDims:
     """Decide the degrees from the flags, else the pod's parallelism, else DDP over every rank.
 
-    Any of ``--parallel``, ``--tp``, ``--pp`` given means the flags alone
-    decide: tensor and pipeline default to 1 and the data-parallel ranks are
-    the rest, replicated (``ddp``, the default) or sharded (``fsdp``).
-    Otherwise the pod's four degrees are taken as they are.
+    Any of ``--parallel``, ``--tp``, ``--pp``, ``--cp`` given means the flags
+    alone decide: tensor, pipeline and context default to 1 and the
+    data-parallel ranks are the rest, replicated (``ddp``, the default) or
+    sharded (``fsdp``). Otherwise the pod's degrees are taken as they are.
 
     Args:
         flag_mode: ``"ddp"``, ``"fsdp"`` or ``None``.
@@ -126,18 +148,20 @@ def resolve_dims(
         procs_per_node: processes per node, for the tensor-in-a-node check.
         flag_tp: ``--tp`` or ``None``.
         flag_pp: ``--pp`` or ``None``.
+        flag_cp: ``--cp`` or ``None``.
 
     Raises:
         ValueError: the degrees break the rule of
             :func:`railtrain.crds.parallel.problems`; the message names the
             flags or the environment variable and the degree.
     """
-    if flag_mode or flag_tp or flag_pp:
-        tp, pp = flag_tp or 1, flag_pp or 1
-        if world_size % (tp * pp):
-            raise ValueError(f"--tp {tp} x --pp {pp} does not divide the world size {world_size}")
-        dp = world_size // (tp * pp)
-        degrees = Degrees(1, dp, tp, pp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp)
+    if flag_mode or flag_tp or flag_pp or flag_cp:
+        tp, pp, cp = flag_tp or 1, flag_pp or 1, flag_cp or 1
+        if world_size % (tp * pp * cp):
+            cp_part = f" x --cp {cp}" if flag_cp else ""
+            raise ValueError(f"--tp {tp} x --pp {pp}{cp_part} does not divide the world size {world_size}")
+        dp = world_size // (tp * pp * cp)
+        degrees = Degrees(1, dp, tp, pp, cp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp, cp)
         errors = rule.problems(degrees, world_size, procs_per_node)
         if errors:
             raise ValueError("; ".join(f"{FLAG_OF_FIELD.get(field, 'parallel flags')}: {msg}" for field, msg in errors))
@@ -165,11 +189,14 @@ def check_model_fits(dims: ParallelDims, model: ModelConfig, seq_len: int, local
     Raises:
         ValueError: one sentence naming the flag: ``--tp`` must divide the
             heads, widths and vocabulary and ``--seq-len`` (sequence parallel
-            shards it); ``--pp`` must not exceed the blocks nor the
+            shards it); ``--seq-len`` must be a multiple of ``2 × cp × tp``; ``--pp`` must not exceed the blocks nor the
             micro-batches; the local batch must split into accumulation steps
             and micro-batches.
     """
-    tp, pp = dims.tp, dims.pp
+    tp, pp, cp = dims.tp, dims.pp, dims.cp
+    if cp > 1 and seq_len % (2 * cp * tp):
+        raise ValueError(f"--seq-len {seq_len} must be a multiple of 2 x --cp {cp} x --tp {tp} = {2 * cp * tp} "
+                         "(each context-parallel rank holds two chunks, which sequence parallel splits further)")
     if tp > 1:
         for what, n in (("n_heads", model.n_heads), ("hidden_dim", model.hidden_dim), ("vocab_size", model.vocab_size)):
             if n % tp:
@@ -262,13 +289,29 @@ def shutdown_distributed() -> None:
 
 
 def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
-    """The job's ``DeviceMesh``: shape ``(pipeline, data, fsdp, tensor)``, named :data:`railtrain.crds.parallel.MESH_DIMS`."""
-    return init_device_mesh(device_type, dims.degrees.mesh_shape, mesh_dim_names=MESH_DIMS)
+    """The job's ``DeviceMesh``: shape ``(pipeline, data, fsdp, context, tensor)``, named :data:`railtrain.crds.parallel.MESH_DIMS`.
+
+    Also flattens ``("dp_shard", "cp")`` into ``dp_shard_cp`` (FSDP2's shard
+    dimension) and ``("dp_replicate", "cp")`` into ``dp_replicate_cp`` (DDP's
+    group): the ``cp`` ranks hold different tokens, so for the gradients they
+    are data parallel.
+    """
+    mesh = init_device_mesh(device_type, dims.degrees.mesh_shape, mesh_dim_names=MESH_DIMS)
+    mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    mesh["dp_replicate", "cp"]._flatten("dp_replicate_cp")
+    return mesh
 
 
 def dp_mesh(dims: ParallelDims, mesh: DeviceMesh) -> DeviceMesh:
-    """The data-parallel slice FSDP2 runs on: ``("dp_replicate", "dp_shard")`` for HSDP, else ``("dp_shard",)``."""
-    return mesh["dp_replicate", "dp_shard"] if dims.degrees.data > 1 else mesh["dp_shard"]
+    """The data-parallel slice FSDP2 runs on: ``("dp_replicate", "dp_shard_cp")`` for HSDP, else ``("dp_shard_cp",)``."""
+    return mesh["dp_replicate", "dp_shard_cp"] if dims.degrees.data > 1 else mesh["dp_shard_cp"]
+
+
+def apply_context_parallel(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, seq_len: int) -> None:
+    """Make ``model`` (a :class:`~railtrain.trainer.model.Transformer` or a stage of it) run on this rank's chunks
+    of every ``seq_len``-token sequence, with ring attention over the ``cp`` group. Nothing happens when ``cp = 1``."""
+    if dims.cp > 1:
+        model.use_context_parallel(Ring.of(mesh["cp"].get_group()), seq_len)
 
 
 def apply_data_parallel(
@@ -285,15 +328,19 @@ def apply_data_parallel(
             et al. 2021), copying each block to the device for its compute.
 
     Returns:
-        The module to call in the train step: a ``DistributedDataParallel``,
-        ``model`` itself turned into an ``FSDPModule`` in place, or ``model``
-        unchanged when there is a single data-parallel rank.
+        The module to call in the train step: a ``DistributedDataParallel``
+        (over ``dp_replicate_cp``), ``model`` itself turned into an
+        ``FSDPModule`` in place, or ``model`` unchanged when there is a single
+        data-parallel rank and no context parallelism.
     """
     if not dims.uses_fsdp:
-        if dims.degrees.data == 1:
+        if dims.degrees.data * dims.cp == 1:
             return model
+        # broadcast_buffers=False: the one buffer, the rotary table, is derived from the config and, under
+        # context parallelism, differs by rank (its tokens' positions); rank 0's must not overwrite it.
         return DistributedDataParallel(
-            model, process_group=mesh["dp_replicate"].get_group(), device_ids=[device.index] if device.type == "cuda" else None
+            model, process_group=mesh["dp_replicate_cp"].get_group(), device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False,
         )
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
@@ -350,16 +397,18 @@ def mean_loss_and_sum(loss: torch.Tensor, dims: ParallelDims, info: DistInfo, ex
         out.zero_()
     both = torch.cat([out, extra.to(device=out.device, dtype=torch.float32)])
     dist.all_reduce(both, op=dist.ReduceOp.SUM)
-    return both[0] / dims.dp_degree, both[1:]
+    return both[0] / dims.loss_ranks, both[1:]
 
 
 def mean_loss(loss: torch.Tensor, dims: ParallelDims, info: DistInfo) -> torch.Tensor:
     """The global batch's mean loss: the mean over data-parallel ranks of their local mean loss.
 
-    Only one rank per data-parallel slice holds the loss that counts: the one
-    on the last pipeline stage with tensor-parallel index 0 (the others of its
-    tensor group hold the same value; earlier stages hold none). So each rank
-    adds its loss or 0, and the sum over all ranks is divided by data × fsdp.
+    Only one rank per data-parallel slice and context-parallel chunk pair holds
+    a loss that counts: the one on the last pipeline stage with tensor-parallel
+    index 0 (the others of its tensor group hold the same value; earlier stages
+    hold none). Each holds the mean over the same number of tokens, so each
+    rank adds its loss or 0, and the sum over all ranks is divided by data ×
+    fsdp × context.
     Identity when running alone; returns a new tensor.
     """
     out = loss.detach().clone().float()
@@ -369,4 +418,4 @@ def mean_loss(loss: torch.Tensor, dims: ParallelDims, info: DistInfo) -> torch.T
     if c["pp"] != dims.pp - 1 or c["tp"] != 0:
         out.zero_()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out / dims.dp_degree
+    return out / dims.loss_ranks

@@ -34,6 +34,7 @@ from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
     ParallelDims,
+    apply_context_parallel,
     apply_data_parallel,
     build_mesh,
     check_model_fits,
@@ -94,7 +95,8 @@ def resolve_precision(flag: str, device_type: str) -> str:
 def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None, fp8: bool = False) -> nn.Module:
     """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device, cut to
     this rank's pipeline stage, its linear layers converted to float8 when ``fp8`` (:mod:`railtrain.trainer.float8`,
-    before any wrapping, as torchtitan orders it), tensor-parallelised, and wrapped for the data-parallel degrees of ``dims``.
+    before any wrapping, as torchtitan orders it), set to its context-parallel chunks, tensor-parallelised, and
+    wrapped for the data-parallel degrees of ``dims``.
 
     Raises:
         ValueError: ``--cpu-offload`` without FSDP2.
@@ -113,6 +115,7 @@ def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: b
         float8.convert(model, config.fp8_recipe, bool(config.fp8_emulate), fsdp=mesh is not None and dims.uses_fsdp, tp=dims.tp)
     if mesh is None:
         return model
+    apply_context_parallel(model, dims, mesh, config.seq_len)
     if dims.tp > 1:
         apply_tensor_parallel(model, mesh["tp"], float8=fp8 and float8.uses_float8_tensor_parallel(model, info.device.type))
     return apply_data_parallel(model, dims, mesh, info.device, bf16, config.cpu_offload)
@@ -229,8 +232,9 @@ class Trainer:
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp)
-        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp)
+        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
+                                     dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
         check_model_fits(dims, PRESETS[config.preset], config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,22 @@ class OperatorProcess:
         if self.running():
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+    def interrupt(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        """Send ``sig`` (SIGTERM, SIGINT) and wait up to ``timeout`` seconds for the process to end.
+
+        Returns:
+            Its exit status, or None when it was still running after ``timeout``
+            (it is then killed with SIGKILL).
+        """
+        if not self.running():
+            return self.proc.returncode if self.proc is not None else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 20 s."""

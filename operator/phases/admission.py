@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railtrain.crds import contract
+from railtrain.crds import contract, fabric
 from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import pod_node
@@ -21,6 +21,11 @@ from railtrain.operator.phases import ownership
 from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition, always
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
+
+
+FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
+"""Warning Event reason: the operator's fabric profile expects an RDMA device this multi-node job does not request
+(:func:`railtrain.crds.fabric.device_problem`; emitted once, with the first gang)."""
 
 
 def _create_missing(step: Step) -> None:
@@ -32,9 +37,11 @@ def _create_missing(step: Step) -> None:
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
     for rank in range(step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
-            step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts))
+            step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric))
     if step.out.create_pods and not step.gang:
         step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} gated pods and the rendezvous Service"))
+        if step.restarts == 0 and (problem := fabric.device_problem(step.fabric, step.job.spec)):
+            step.out.events.append(("Warning", FABRIC_DEVICE_MISSING, problem))
 
 
 def _release(step: Step, placement: Placement) -> list[dict[str, Any]]:
@@ -54,7 +61,7 @@ def _release(step: Step, placement: Placement) -> list[dict[str, Any]]:
         if is_gated(p):
             if not pod_node(p):
                 out.pin[name] = placement.nodes[rank]
-            out.annotate[name] = annotations
+            out.annotate[name] = {**annotations, **(placement.annotations[rank] if rank < len(placement.annotations) else {})}
             out.ungate.append(name)
         after.append(render.pin_to_node(p, out.pin[name]) if name in out.pin else p)
     return after

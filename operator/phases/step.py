@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from railtrain.crds.api import TrainingJob
+from railtrain.crds.fabric import FabricProfile
 from railtrain.operator import conditions as cond
 from railtrain.operator.cluster import pod_node
 from railtrain.operator.gang import phase, rank_of
@@ -78,6 +79,7 @@ class Step:
         out: the actions decided so far.
         spec_error: why the stored spec does not parse (when ``job`` is None).
         foreign: pods the job does not own that hold one of its ranks' names.
+        fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
     """
 
     obj: dict[str, Any]
@@ -98,6 +100,7 @@ class Step:
     nodes: dict[str, dict[str, Any]] | None = None
     grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
+    fabric: FabricProfile | None = None
 
     @property
     def meta(self) -> dict[str, Any]:

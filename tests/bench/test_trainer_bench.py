@@ -106,3 +106,16 @@ def test_trainer_throughput_smallest_size(tmp_path: Path) -> None:
         assert s["trainer_tokens_per_s"] > 0 and s["plain_tokens_per_s"] > 0
         assert s["overhead_ratio"] == pytest.approx(r["trainer_s"][0] / r["plain_s"][0])  # one pair: its ratio
     assert "pipeline=2" in record["layouts"][1]["parallel"]
+
+
+def test_gpu_check_cp_memory_dry_run_on_two_cpu_processes(tmp_path: Path) -> None:
+    """``--cp-memory`` on CPU (gloo, RSS): the case a GPU run must answer, context 1 and context 2, runs and records both."""
+    out = tmp_path / "cp.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "bench/gpu_check.py",
+           "--cp-memory", "--device", "cpu", "--preset", "tiny", "--cp-seq-lens", "64", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "| tokens | context | tokens per rank | added MiB (largest rank) | vs context 1 |" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["seq_len"], r["context"], r["local_tokens"]) for r in rows] == [(64, 1, 64), (64, 2, 32)]
+    assert all(len(r["added_bytes"]) == 2 and all(b is not None and b >= 0 for b in r["added_bytes"]) and r["errors"] == [] for r in rows)

@@ -91,7 +91,7 @@ def test_the_api_server_refusal_names_the_field(cli, namespace, tmp_path):
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: the API server refused trainingjob tiny: spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode")
+    assert lines[0].startswith("error: the API server refused trainingjob tiny: spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode")
     assert "Traceback" not in result.output
 
 

@@ -49,10 +49,10 @@ def cluster(error=None) -> k8s.Cluster:
 
 UNPROCESSABLE = {
     "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
-    "message": 'TrainingJob.railtrain.dev "tiny" is invalid: [spec.nodes: Invalid value: 0: spec.nodes in body should be greater than or equal to 1, spec: Invalid value: "object": spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)]',
+    "message": 'TrainingJob.railtrain.dev "tiny" is invalid: [spec.nodes: Invalid value: 0: spec.nodes in body should be greater than or equal to 1, spec: Invalid value: "object": spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode (the world size)]',
     "details": {"name": "tiny", "group": "railtrain.dev", "kind": "TrainingJob", "causes": [
         {"reason": "FieldValueInvalid", "message": "Invalid value: 0: spec.nodes in body should be greater than or equal to 1", "field": "spec.nodes"},
-        {"reason": "FieldValueInvalid", "message": 'Invalid value: "object": spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)', "field": "spec"},
+        {"reason": "FieldValueInvalid", "message": 'Invalid value: "object": spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode (the world size)', "field": "spec"},
     ]},
 }
 
@@ -62,7 +62,7 @@ def test_refusal_gives_one_sentence_per_cause():
         k8s.create_job(cluster(api_error(422, UNPROCESSABLE)), "default", manifests.job())
     assert info.value.messages == [
         "the API server refused trainingjob tiny: Invalid value: 0: spec.nodes in body should be greater than or equal to 1",
-        "the API server refused trainingjob tiny: spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode (the world size)",
+        "the API server refused trainingjob tiny: spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode (the world size)",
     ]
 
 

@@ -195,3 +195,15 @@ def test_local_hang_ends_with_the_verdict_and_suspect_node(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = " ".join(proc.stderr.split())  # rich may wrap the line
     assert "failed with exit status 1" in summary and "verdict hang: NoProgress: rank 1 on node local-1 made no progress" in summary, proc.stderr
+
+
+def test_long_context_example_runs_context_parallel_locally(tmp_path):
+    """examples/long-context as it is (context: 2 on 1 node × 2 processes), for 3 steps: the ring trains."""
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "long-context", "trainingjob.yaml")
+    proc = _run_cli(["run", os.path.abspath(example), "--local", "--steps", "3", "--workdir", str(tmp_path)], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "parallel=ddp data=1 fsdp=1 tensor=1 pipeline=1 context=2 world=2" in proc.stdout
+    assert "seq_len=1024" in proc.stdout
+    steps = {int(s): float(loss) for s, loss in STEP_LINE.findall(proc.stdout)}
+    assert sorted(steps) == [1, 3] and abs(steps[1] - 5.545) < 0.3 and steps[3] < steps[1], steps  # from ~ln(256), falling
+    assert (tmp_path / "runs" / "long-context" / "checkpoints" / "step-3").is_dir()

@@ -102,6 +102,11 @@ def test_memory_warning_for_a_model_too_big_for_the_machine():
         "(16 bytes per parameter × 4 data-parallel replicas); this machine has 24 GiB"
     )
     assert local_checks.memory_warning(gpu, 1024 * 2**30) is None
+    # Context parallel under DDP: every rank of a ring holds a replica; under FSDP2 the ring shares one.
+    ring = parse_manifest(manifests.job(command=TRAINER, args=["--preset=1b"], nodes=1, procsPerNode=8, parallelism={"data": 2, "context": 4}))
+    assert "× 8 data-parallel replicas" in local_checks.memory_warning(ring, 24 * 2**30)
+    sharded = parse_manifest(manifests.job(command=TRAINER, args=["--preset=1b"], nodes=1, procsPerNode=8, parallelism={"data": 2, "fsdp": 2, "context": 2}))
+    assert "× 2 data-parallel replicas" in local_checks.memory_warning(sharded, 24 * 2**30)
     assert local_checks.memory_warning(_job(command=TRAINER, args=["--preset", "tiny"]), 24 * 2**30) is None
     assert local_checks.memory_warning(_job(command=["python", "train.py"], args=["--preset=1b"]), 2**30) is None  # not our trainer: no guess
 

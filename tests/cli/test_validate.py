@@ -37,7 +37,7 @@ BAD_MANIFESTS = [
     (
         "parallelism product",
         manifests.job(nodes=2, procsPerNode=4, parallelism={"data": 2, "fsdp": 2}),
-        "spec.parallelism: data × fsdp × tensor × pipeline must equal nodes × procsPerNode",
+        "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode",
     ),
     (
         "tensor across nodes",
@@ -68,7 +68,7 @@ BAD_MANIFESTS = [
     (
         "parallelism numbers",
         manifests.job(nodes=4, procsPerNode=2, parallelism={"data": 3, "tensor": 2}),
-        "data 3 × fsdp 1 × tensor 2 × pipeline 1 = 6, but nodes 4 × procsPerNode 2 = 8",
+        "data 3 × fsdp 1 × tensor 2 × pipeline 1 × context 1 = 6, but nodes 4 × procsPerNode 2 = 8",
     ),
     (
         "another kind",

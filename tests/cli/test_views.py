@@ -65,9 +65,11 @@ def test_jobs_table():
         obj("waiting", conditions=[cond("Admitted", "False", "Unschedulable", 100)], created=90),
     ]
     lines = render(views.jobs_table(items, NOW)).splitlines()
-    assert lines[0].split() == ["NAME", "PHASE", "NODES", "RESTARTS", "AGE", "REASON"]
-    assert lines[1].split() == ["llama", "Running", "4", "1", "10m"]
-    assert lines[2].split() == ["waiting", "Pending", "2", "0", "90s", "Unschedulable"]
+    items[0]["status"] |= {"progress": {"step": 120, "totalSteps": 300, "lastUpdateTime": ts(3)}, "goodput": {"wallSeconds": 600, "ratio": 0.9234, "lastUpdateTime": ts(3)}}
+    lines = render(views.jobs_table(items, NOW)).splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "NODES", "RESTARTS", "STEP", "GOODPUT", "AGE", "REASON"]
+    assert lines[1].split() == ["llama", "Running", "4", "1", "120/300", "92%", "10m"]
+    assert lines[2].split() == ["waiting", "Pending", "2", "0", "-", "-", "90s", "Unschedulable"]
     assert render(views.jobs_table(items, NOW, all_namespaces=True)).splitlines()[1].split()[:2] == ["team-a", "llama"]
 
 
@@ -137,3 +139,30 @@ def test_job_detail_of_a_job_the_operator_failed_shows_its_reason_not_the_operat
     message = "the API server refused Pod bad-0 (422): Pod \"bad-0\" is invalid: spec.volumes[0].name: Invalid value: \"Scratch_Vol\""
     text = " ".join(render(views.job_detail(obj("bad", phase="Failed", conditions=[cond("Failed", "True", "PodRejected", 300, message)]), NOW)).split())
     assert "Failed True PodRejected" in text and "Scratch_Vol" in text and "operator" not in text.replace("the API server", "")
+
+
+def test_job_detail_shows_the_fabric_settings_rank_0_got():
+    pod = {
+        "metadata": {"annotations": {"railtrain.dev/fabric-profile": "infiniband", "railtrain.dev/fabric-nccl-ib-hca": "=mlx5_0,mlx5_1"}},
+        "spec": {"containers": [{"name": "trainer", "env": [
+            {"name": "RAILTRAIN_JOB_NAME", "value": "llama"},
+            {"name": "NCCL_CROSS_NIC", "value": "0"},
+            {"name": "NCCL_IB_HCA", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['railtrain.dev/fabric-nccl-ib-hca']"}}},
+        ]}]},
+    }
+    text = render(views.job_detail(obj("llama", phase="Running"), NOW, pod))
+    assert "Fabric:     profile infiniband: rank 0 got NCCL_CROSS_NIC=0 NCCL_IB_HCA==mlx5_0,mlx5_1" in text
+    assert "Fabric:" not in render(views.job_detail(obj("llama", phase="Running"), NOW))
+
+
+def test_job_detail_shows_progress_and_goodput():
+    job = obj("llama", phase="Running")
+    job["status"]["progress"] = {"step": 120, "totalSteps": 300, "loss": 2.3141, "tokensPerSecond": 12345.6, "etaSeconds": 300, "lastUpdateTime": ts(3)}
+    job["status"]["goodput"] = {
+        "wallSeconds": 3720, "queuedSeconds": 60, "startingSeconds": 120, "trainingSeconds": 3360,
+        "lostSeconds": {"restart_node_lost": 120, "recompute": 30, "checkpoint": 30}, "ratio": 0.9032, "lastUpdateTime": ts(3),
+    }  # fmt: skip
+    text = render(views.job_detail(job, NOW))
+    assert "Progress:   step 120/300 (40%), loss 2.314, 12346 tokens/s, ETA 5m00s (read 3s ago)" in text
+    assert "Goodput:    90% training of 1h02m: queued 1m00s, starting 2m00s, lost 3m00s (checkpoint 30s, recompute 30s, restart_node_lost 2m00s)" in text
+    assert "Progress:" not in render(views.job_detail(obj("new"), NOW))

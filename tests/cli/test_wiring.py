@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from typer.testing import CliRunner
 
 from railtrain.cli.main import app
@@ -51,21 +53,60 @@ def test_dev_down(monkeypatch):
 
 def test_operator_runs_in_the_foreground(monkeypatch):
     from railtrain.operator import main as operator_main
+    from railtrain.operator.settings import Settings
 
     calls = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: calls.append((namespace, kubeconfig, unreachable_seconds)))
-    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml", "--unreachable-seconds", "5"])
+    monkeypatch.setattr(operator_main, "run", calls.append)
+    result = runner.invoke(app, ["operator", "-n", "team-a", "--kubeconfig", "/k.yaml", "--unreachable-seconds", "5", "--max-quarantines-per-hour", "3"])
     assert result.exit_code == 0, result.output
-    assert calls == [("team-a", "/k.yaml", 5.0)]
+    got = calls[-1]
+    assert (got.namespace, got.kubeconfig, got.unreachable_seconds, got.max_quarantines_per_hour) == ("team-a", "/k.yaml", 5.0, 3)
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("RAILTRAIN_TOPOLOGY_PRESET", raising=False)
+    monkeypatch.delenv("RAILTRAIN_TOPOLOGY_LEVELS", raising=False)
     runner.invoke(app, ["operator"])
-    assert calls[-1] == (None, None, 60.0)
+    assert calls[-1] == Settings()  # the defaults are the settings' own
+
+
+def test_railtrain_operator_and_railtrain_operator_script_parse_the_same_flags(monkeypatch):
+    from railtrain.operator import __main__ as script
+    from railtrain.operator import main as operator_main
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", seen.append)
+    argv = ["--namespace", "ns", "--resync-seconds", "0.5", "--topology-preset", "gke", "--max-quarantines-per-hour", "0"]
+    assert runner.invoke(app, ["operator", *argv]).exit_code == 0
+    script.main(argv)
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0].max_quarantines_per_hour == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "sentence"),
+    [
+        (["--unreachable-seconds", "0"], "--unreachable-seconds: must be more than 0 seconds, got 0"),
+        (["--resync-seconds", "-1"], "--resync-seconds: must be more than 0 seconds, got -1"),
+        (["--max-quarantines-per-hour", "-2"], "--max-quarantines-per-hour: must be 0 or more, got -2"),
+        (["--max-quarantines-per-hour", "many"], "argument --max-quarantines-per-hour: invalid int value: 'many'"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--fabric-profile", "azure"], "--fabric-profile: unknown profile 'azure'; choose one of railtrain, gke, aws, oci, infiniband, none"),
+    ],
+)
+def test_a_bad_operator_flag_is_one_sentence_from_both_entry_points(monkeypatch, capsys, argv, sentence):
+    from railtrain.operator import __main__ as script
+    from railtrain.operator import main as operator_main
+
+    monkeypatch.setattr(operator_main, "run", lambda settings: pytest.fail("the operator must not start"))
+    result = runner.invoke(app, ["operator", *argv])
+    assert result.exit_code == 1 and result.stderr.strip().splitlines() == [f"error: {sentence}"]
+    with pytest.raises(SystemExit) as done:
+        script.main(argv)
+    assert done.value.code == 2 and capsys.readouterr().err.strip() == f"railtrain-operator: error: {sentence}"
 
 
 def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit_1(monkeypatch):
     from railtrain.operator import main as operator_main
 
-    def gone(namespace, kubeconfig, unreachable_seconds):
+    def gone(settings):
         raise operator_main.OperatorError("the Kubernetes API server at https://x:6443 has not answered for 60 s; the operator stops")
 
     monkeypatch.setattr(operator_main, "run", gone)
@@ -80,12 +121,12 @@ def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit
     ]
 
 
-def test_operator_topology_flags_reach_the_operator_through_its_environment(monkeypatch):
+def test_operator_topology_flags_reach_the_operator_settings(monkeypatch):
     from railtrain.operator import main as operator_main
     from railtrain.operator import topology
 
     seen = []
-    monkeypatch.setattr(operator_main, "run", lambda namespace, kubeconfig, unreachable_seconds: seen.append(topology.resolve_levels(environ=dict(os.environ))))
+    monkeypatch.setattr(operator_main, "run", lambda settings: seen.append(settings.topology_levels))
     monkeypatch.setenv(topology.ENV_LEVELS, "a.example/x")  # monkeypatch restores both variables afterwards
     monkeypatch.delenv(topology.ENV_PRESET, raising=False)
     assert runner.invoke(app, ["operator", "--topology-preset", "gke"]).exit_code == 0
@@ -94,3 +135,17 @@ def test_operator_topology_flags_reach_the_operator_through_its_environment(monk
     assert seen[-1] == ("railtrain.dev/rack", "kubernetes.io/hostname")
     bad = runner.invoke(app, ["operator", "--topology-preset", "azure"])
     assert bad.exit_code == 1 and "unknown preset 'azure'" in bad.stderr
+
+
+def test_operator_fabric_profile_reaches_the_settings(monkeypatch):
+    from railtrain.crds import fabric
+    from railtrain.operator import main as operator_main
+
+    seen = []
+    monkeypatch.setattr(operator_main, "run", lambda settings: seen.append(settings.fabric.name))
+    monkeypatch.setenv(fabric.ENV_PROFILE, "oci")
+    assert runner.invoke(app, ["operator", "--fabric-profile", "aws"]).exit_code == 0
+    assert runner.invoke(app, ["operator"]).exit_code == 0
+    monkeypatch.delenv(fabric.ENV_PROFILE)
+    assert runner.invoke(app, ["operator"]).exit_code == 0
+    assert seen == ["aws", "oci", "railtrain"]

@@ -38,6 +38,10 @@ def test_non_integer_is_named():
 def test_parallelism_round_trip():
     text = contract.format_parallelism(2, 4, 8, 1)
     assert contract.parse_parallelism(text) == {"data": 2, "fsdp": 4, "tensor": 8, "pipeline": 1}
+    assert text == "data=2,fsdp=4,tensor=8,pipeline=1"  # context=1 is not written: an older trainer reads it as before
+    with_cp = contract.format_parallelism(2, 1, 2, 1, context=4)
+    assert with_cp == "data=2,fsdp=1,tensor=2,pipeline=1,context=4"
+    assert contract.parse_parallelism(with_cp) == {"data": 2, "fsdp": 1, "tensor": 2, "pipeline": 1, "context": 4}
     with pytest.raises(contract.ContractError):
         contract.parse_parallelism("data=two")
 

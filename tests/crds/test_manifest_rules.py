@@ -116,3 +116,31 @@ def test_yaml_without_a_json_form_is_refused_naming_the_field(body, sentence):
 def test_shared_aliases_are_fine():
     text = "apiVersion: railtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec: {image: x, command: &c [python], args: *c}\n"
     assert parse_manifest(manifest_document(text.encode())).spec.args == ["python"]
+
+
+CONTEXT_CASES = [
+    # (nodes, procsPerNode, parallelism, the rule's message when refused, else None)
+    (2, 4, {"data": 2, "context": 4}, None),  # one ring per node
+    (1, 8, {"fsdp": 2, "context": 2, "tensor": 2}, None),
+    (2, 4, {"context": 8}, "spec.parallelism.context × tensor must divide procsPerNode"),  # the ring would cross nodes
+    (1, 8, {"context": 4, "tensor": 4}, "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode"),
+    (1, 6, {"context": 4, "tensor": 1, "data": 1, "fsdp": 1, "pipeline": 1}, "spec.parallelism"),
+    (1, 4, {"context": 0, "data": 4}, "spec.parallelism.context"),
+    (1, 4, {"context": 2, "pipeline": 2}, "spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1"),
+]
+
+
+@pytest.mark.parametrize("nodes, ppn, par, message", CONTEXT_CASES)
+def test_validate_and_the_api_server_agree_on_context(kube, nodes, ppn, par, message):
+    manifest = job(nodes=nodes, procsPerNode=ppn, parallelism=par)
+    server = dry_run(kube, manifest)
+    try:
+        parse_manifest(manifest)
+        local = None
+    except ManifestError as err:
+        local = str(err)
+    if message is None:
+        assert server is None and local is None, (server, local)
+    else:
+        assert server is not None and message in server, server
+        assert local is not None and message in local, local

@@ -10,7 +10,7 @@ from railtrain.crds import parallel
 from railtrain.crds.api import SPEC_RULES, Parallelism
 from railtrain.crds.parallel import Degrees
 
-# (data, fsdp, tensor, pipeline), nodes, procs per node, fields with a problem ("" = the product rule)
+# (data, fsdp, tensor, pipeline[, context]), nodes, procs per node, fields with a problem ("" = the product rule)
 CASES = [
     ((8, 1, 1, 1), 2, 4, set()),
     ((1, 8, 1, 1), 2, 4, set()),
@@ -21,23 +21,35 @@ CASES = [
     ((1, 1, 8, 1), 2, 4, {"tensor"}),  # 8 = world, but a TP group would span two nodes
     ((4, 1, 3, 1), 3, 4, {"tensor"}),
     ((1, 1, 3, 1), 1, 4, {"", "tensor"}),
+    ((2, 1, 1, 1, 4), 2, 4, set()),  # a CP group = a whole node
+    ((1, 2, 2, 1, 2), 2, 4, set()),  # context × tensor = a whole node
+    ((2, 1, 1, 1, 2), 1, 4, set()),
+    ((1, 1, 1, 1, 8), 2, 4, {"context"}),  # 8 = world, but the ring would cross nodes
+    ((1, 2, 2, 1, 2), 1, 8, set()),
+    ((2, 1, 2, 1, 4), 2, 8, set()),  # context × tensor = 8 = procs per node
+    ((1, 1, 2, 1, 3), 1, 6, set()),  # context need not be a power of two
+    ((1, 1, 2, 1, 3), 2, 3, {"tensor"}),
+    ((1, 1, 1, 1, 4), 1, 6, {"", "context"}),
+    ((1, 1, 4, 1, 2), 2, 4, {"context"}),  # tensor fits a node, context × tensor = 8 does not
+    ((1, 1, 3, 1, 2), 1, 4, {"", "tensor"}),  # the tensor sentence alone: context's would repeat it
+    ((1, 1, 1, 2, 2), 1, 4, {"context"}),  # context with pipeline stages: not run by the trainer
 ]
 
 
 @pytest.mark.parametrize("degrees, nodes, ppn, bad", CASES)
-def test_problems_name_the_fields(degrees: tuple[int, int, int, int], nodes: int, ppn: int, bad: set[str]) -> None:
+def test_problems_name_the_fields(degrees: tuple[int, ...], nodes: int, ppn: int, bad: set[str]) -> None:
     found = parallel.problems(Degrees(*degrees), nodes * ppn, ppn)
     assert {field for field, _ in found} == bad
     for field, sentence in found:
-        assert (f"{field}=" in sentence) if field else "world size" in sentence
+        assert (f"{field}" in sentence) if field else "world size" in sentence
 
 
 @pytest.mark.parametrize("degrees, nodes, ppn, bad", CASES)
-def test_operator_rules_agree_with_the_trainer_rule(degrees: tuple[int, int, int, int], nodes: int, ppn: int, bad: set[str]) -> None:
+def test_operator_rules_agree_with_the_trainer_rule(degrees: tuple[int, ...], nodes: int, ppn: int, bad: set[str]) -> None:
     """The API's parallelism rules (what the operator and kube-apiserver enforce) fail exactly when the shared rule does."""
     spec = SimpleNamespace(parallelism=Parallelism(**dict(zip(parallel.FIELDS, degrees))), nodes=nodes, procs_per_node=ppn)
     rules = [r for r in SPEC_RULES if r.field_path.startswith(".parallelism")]
-    assert len(rules) == 2
+    assert len(rules) == 4
     failed = {r.field_path for r in rules if not r.check(spec)}
     assert failed == {".parallelism" + (f".{f}" if f else "") for f in bad}
 
@@ -55,10 +67,10 @@ def test_degrees_below_one_are_reported_alone() -> None:
 def test_rank_layout_is_row_major_with_tensor_innermost() -> None:
     d = Degrees(data=2, fsdp=2, tensor=2, pipeline=2)  # 16 ranks
     coords = [parallel.coordinates(r, d) for r in range(16)]
-    assert coords[0] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "tp": 0}
-    assert coords[1] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "tp": 1}
-    assert coords[2] == {"pp": 0, "dp_replicate": 0, "dp_shard": 1, "tp": 0}
-    assert coords[15] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "tp": 1}
+    assert coords[0] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}
+    assert coords[1] == {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 1}
+    assert coords[2] == {"pp": 0, "dp_replicate": 0, "dp_shard": 1, "cp": 0, "tp": 0}
+    assert coords[15] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "cp": 0, "tp": 1}
     # Every TP group is a run of consecutive ranks, so it fits a node whenever tensor divides procs per node.
     groups: dict[tuple[int, ...], list[int]] = {}
     for r, c in enumerate(coords):
@@ -72,8 +84,29 @@ def test_rank_layout_is_row_major_with_tensor_innermost() -> None:
         parallel.coordinates(16, d)
 
 
+def test_context_groups_are_consecutive_ranks_just_outside_tensor() -> None:
+    """cp sits between dp_shard and tp: one CP group with its TP ranks is context × tensor consecutive ranks (one node)."""
+    d = Degrees(data=2, fsdp=1, tensor=2, pipeline=1, context=2)  # 8 ranks, 4 per node
+    coords = [parallel.coordinates(r, d) for r in range(8)]
+    assert [c["cp"] for c in coords] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert [c["tp"] for c in coords] == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert [parallel.cp_rank(r, d) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    rings: dict[tuple[int, ...], list[int]] = {}
+    for r, c in enumerate(coords):
+        rings.setdefault((c["pp"], c["dp_replicate"], c["dp_shard"], c["tp"]), []).append(r)
+    assert sorted(rings.values()) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert all(r // 4 == ring[0] // 4 for ring in rings.values() for r in ring)  # each ring inside one node of 4
+    # Both CP ranks of a ring train on the same slice of the batch (they split its sequences).
+    assert [parallel.dp_rank(r, d) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert parallel.dp_stride(d) == 4  # data peers are a node apart: same local rank, so the same rail
+    assert Degrees(tensor=2).describe() == "data=1 fsdp=1 tensor=2 pipeline=1"
+    assert d.describe() == "data=2 fsdp=1 tensor=2 pipeline=1 context=2"
+
+
 def test_api_parallelism_uses_the_shared_arithmetic() -> None:
     p = Parallelism(data=2, fsdp=4, tensor=2, pipeline=3)
     assert p.product == parallel.product(p) == 48
     assert p.inner == parallel.inner(p) == 24
-    assert Degrees.of(p).mesh_shape == (3, 2, 4, 2)
+    assert Degrees.of(p).mesh_shape == (3, 2, 4, 1, 2)
+    q = Parallelism(data=2, fsdp=2, tensor=2, context=2)
+    assert q.product == 16 and q.inner == 8 and Degrees.of(q).mesh_shape == (1, 2, 2, 2, 2)

@@ -35,7 +35,8 @@ SCALARS = [None, True, False, 1.0, 2.5, "5", "", "x", "-1", "none", "preferred",
            "not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "rack", "a" * 63, "a" * 64, "x." + "a" * 252 + "/n", "x." + "a" * 251 + "/n"]
 COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"name": "A", "value": "1"}],
               [{"name": "A"}, {"name": "A"}], [{"name": "1A", "value": "x"}], [{"value": "x"}], {"minNodes": 1}, {"minNodes": 3},
-              {"data": 16}, {"data": 2, "tensor": 8}, {"tensor": 3, "data": 1}, {"policy": "required"}, {"policy": "required", "level": ""},
+              {"data": 16}, {"data": 2, "tensor": 8}, {"tensor": 3, "data": 1}, {"context": 2, "data": 8}, {"context": 8, "data": 2},
+              {"context": 16}, {"context": 4, "tensor": 2, "data": 2}, {"context": 3, "data": 1}, {"context": 2, "pipeline": 8}, {"policy": "required"}, {"policy": "required", "level": ""},
               {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"},
               {"cpu": 0, "memory": "0"}, {"cpu": 4, "shm": 0}, {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}},
               {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
@@ -47,7 +48,7 @@ VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_f
 PATHS = [
     "spec.image", "spec.command", "spec.args", "spec.env", "spec.resources", "spec.resources.gpus", "spec.resources.cpu",
     "spec.resources.memory", "spec.resources.shm", "spec.resources.gpuResourceName", "spec.nodes", "spec.procsPerNode", "spec.parallelism",
-    "spec.parallelism.data", "spec.parallelism.fsdp", "spec.parallelism.tensor", "spec.parallelism.pipeline", "spec.topology",
+    "spec.parallelism.data", "spec.parallelism.fsdp", "spec.parallelism.tensor", "spec.parallelism.pipeline", "spec.parallelism.context", "spec.topology",
     "spec.topology.policy", "spec.topology.level", "spec.priority", "spec.elastic", "spec.elastic.minNodes", "spec.checkpoint",
     "spec.checkpoint.interval", "spec.checkpoint.location", "spec.checkpoint.keep", "spec.checkpoint.volumeClaim",
     "spec.checkpoint.memory", "spec.checkpoint.memory.keep", "spec.checkpoint.memory.sizeLimit", "spec.checkpoint.memory.volume", "spec.checkpoint.memory.hostPath",

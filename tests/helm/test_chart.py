@@ -37,6 +37,20 @@ def test_chart_renders_crd_operator_and_rbac(helm):
     assert "--topology-preset=gke" in container["args"]
     levels = next(d for d in render(helm, "x", "topology.levels={a,b}") if d["kind"] == "Deployment")
     assert "--topology-levels=a,b" in levels["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--fabric-profile=railtrain" in container["args"]
+    aws = next(d for d in render(helm, "x", "fabricProfile=aws") if d["kind"] == "Deployment")
+    assert "--fabric-profile=aws" in aws["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_charts_operator_args_are_what_the_operators_one_parser_accepts(helm):
+    from railtrain.operator import settings
+
+    for sets, bound in (((), settings.DEFAULT_MAX_QUARANTINES_PER_HOUR), (("maxQuarantinesPerHour=2",), 2)):
+        deploy = next(d for d in render(helm, "x", *sets) if d["kind"] == "Deployment")
+        parsed = settings.parse(deploy["spec"]["template"]["spec"]["containers"][0]["args"], environ={})
+        assert parsed.max_quarantines_per_hour == bound and parsed.resync_seconds == 2.0
+    deploy = next(d for d in render(helm, "x", "fabricProfile=gke") if d["kind"] == "Deployment")
+    assert settings.parse(deploy["spec"]["template"]["spec"]["containers"][0]["args"], environ={}).fabric.name == "gke"
 
 
 def test_api_server_accepts_the_chart_and_rbac_covers_the_operator(helm, cluster, namespace):

@@ -18,7 +18,9 @@ from kubernetes.client.rest import ApiException
 
 from railtrain.operator import cluster, controller, gang, handlers, main, reconcile
 from railtrain.operator.conditions import find
+from railtrain.operator.context import OperatorContext
 from railtrain.operator.kube import Rejected
+from railtrain.operator.settings import Settings
 
 from .builders import job_obj, node
 from .test_controller import NOW, FakeKube, pinned, reconcile_all
@@ -130,41 +132,34 @@ class FlakyKube(FakeKube):
         return super().list_jobs(namespace)
 
 
-@pytest.fixture
-def operator_config(monkeypatch):
-    monkeypatch.setattr(handlers.OperatorConfig, "resync_seconds", 0.01)
-    monkeypatch.setattr(handlers.OperatorConfig, "unreachable_seconds", 60.0)
-    monkeypatch.setattr(handlers.OperatorConfig, "fatal", None)
-    monkeypatch.setattr(handlers.OperatorConfig, "namespace", None)
-    handlers.OperatorConfig.stop.clear()
-    yield handlers.OperatorConfig
-    handlers.OperatorConfig.stop.clear()
+def operator_context(kube, unreachable_seconds: float = 60.0) -> OperatorContext:
+    """The context the operator's handlers get as kopf's memo, around a fake API server."""
+    return OperatorContext(Settings(resync_seconds=0.01, unreachable_seconds=unreachable_seconds), kube, identity="me/1")
 
 
-def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(operator_config, caplog):
+def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(caplog):
     kube = FlakyKube([node("n0"), node("n1")], [job_obj("flaky", nodes=1), job_obj("good", nodes=1)])
-    operator_config.kube = kube
+    ctx = operator_context(kube)
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
-        handlers._resync_pass()  # creates the good gang
-        handlers._resync_pass()  # admits it (flaky, unreadable, keeps its turn only until its gang timeout)
+        handlers._resync_pass(ctx)  # creates the good gang
+        handlers._resync_pass(ctx)  # admits it (flaky, unreadable, keeps its turn only until its gang timeout)
     assert len(pinned(kube, "good")) == 1
     lines = [r.getMessage() for r in caplog.records if "team/flaky" in r.getMessage()]
     assert len(lines) == 2 and "403" in lines[0] and not any(r.exc_info for r in caplog.records)
 
 
-def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_is_gone(operator_config, caplog):
+def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_is_gone(caplog):
     refused = urllib3.exceptions.MaxRetryError(None, "/apis", urllib3.exceptions.NewConnectionError(None, "Connection refused"))
     errors = [ApiException(status=429, reason="Too Many Requests"), ApiException(status=400, reason="Bad Request"), ApiException(status=500, reason="x")]
     kube = FlakyKube([node("n0")], [job_obj("good", nodes=1)], errors=errors + [refused] * 1000)
-    operator_config.kube = kube
-    operator_config.unreachable_seconds = 0.2
+    ctx = operator_context(kube, unreachable_seconds=0.2)
 
     async def run():
-        await asyncio.wait_for(handlers._resync_loop(), timeout=30)
+        await asyncio.wait_for(handlers._resync_loop(ctx), timeout=30)
 
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
         asyncio.run(run())
-    assert operator_config.stop.is_set() and "has not answered for" in operator_config.fatal
+    assert ctx.stop.is_set() and "has not answered for" in ctx.state.fatal
     messages = [r.getMessage() for r in caplog.records]
     assert any("429" in m for m in messages) and any("400" in m for m in messages) and any("500" in m for m in messages)
     assert any("connection refused" in m for m in messages)
@@ -220,19 +215,17 @@ def test_a_lease_renewed_by_another_operator_is_noticed_and_an_expired_one_is_no
     assert peers.other_holder({"spec": {"holderIdentity": "x", "renewTime": "garbage"}}, "me/1", NOW) is None
 
 
-def test_the_resync_warns_once_about_a_second_operator(operator_config, caplog, monkeypatch):
+def test_the_resync_warns_once_about_a_second_operator(caplog):
     from datetime import datetime, timezone
 
     from railtrain.operator import peers
 
-    monkeypatch.setattr(handlers.OperatorConfig, "peer_seen", None)
-    monkeypatch.setattr(handlers.OperatorConfig, "peers_off", False)
     kube = FakeKube([node("n0")], [])
     kube.put_lease("default", peers.LEASE_NAME, peers.lease_spec("other-host/7", datetime.now(timezone.utc)), None)
-    operator_config.kube = kube
+    ctx = operator_context(kube)
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
-        handlers._resync_pass()
-        handlers._resync_pass()
+        handlers._resync_pass(ctx)
+        handlers._resync_pass(ctx)
     warnings = [r.getMessage() for r in caplog.records if "another railtrain operator" in r.getMessage()]
     assert len(warnings) == 1 and "other-host/7" in warnings[0]
     assert kube.get_lease("default", peers.LEASE_NAME)["spec"]["holderIdentity"] == "other-host/7"  # never taken over

@@ -89,7 +89,7 @@ CASES = [
     ("rails-fewer-than-procs", dict(blocks=1, racks=1, rails={f"b0r0n{i}": 4 for i in range(4)}), dict(nodes=2),
      dict(aligned=False, text="8 processes per node share 4 rails")),
     ("rails-partial-node-pods", {}, dict(nodes=2, gpus=4), dict(aligned=False, text="device plugin picks which")),
-    ("rails-dp-stride-misaligned", {}, dict(nodes=3, dp_stride=3), dict(aligned=False, text="stride fsdp×tensor=3")),
+    ("rails-dp-stride-misaligned", {}, dict(nodes=3, dp_stride=3), dict(aligned=False, text="stride fsdp×context×tensor=3")),
     ("rails-dp-stride-whole-nodes", {}, dict(nodes=4, dp_stride=16), dict(aligned=True)),
     ("cpu-only-gang", {}, dict(nodes=3, gpus=0), dict(size=3, aligned=None, text="rails do not apply")),
     ("fixed-ranks-pull-the-rest-into-their-rack", dict(used=full("b0r0n0")), dict(nodes=3, fixed={0: "b1r1n2"}, policy="required", level=RACK),

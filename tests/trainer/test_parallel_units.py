@@ -49,7 +49,7 @@ def test_resolve_dims(flag: str | None, tp: int | None, pp: int | None, pod: dic
 @pytest.mark.parametrize(
     "flag, tp, pp, pod, world, ppn, message",
     [
-        (None, None, None, {"data": 2, "fsdp": 2}, 8, None, f"{contract.ENV_PARALLELISM} data × fsdp × tensor × pipeline = 4 .* must equal the world size 8"),
+        (None, None, None, {"data": 2, "fsdp": 2}, 8, None, f"{contract.ENV_PARALLELISM} data × fsdp × tensor × pipeline × context = 4 .* must equal the world size 8"),
         (None, None, None, {"data": 1, "tensor": 8}, 8, 4, f"{contract.ENV_PARALLELISM} tensor=8 must divide the processes per node \\(4\\)"),
         (None, None, None, {"data": 2, "experts": 2}, 4, None, "unknown degrees experts"),
         (None, 3, None, {}, 4, None, "--tp 3 x --pp 1 does not divide the world size 4"),

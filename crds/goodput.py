@@ -1,0 +1,180 @@
+"""Where a job's time went: ``status.progress`` and ``status.goodput`` (API models) and the pure breakdown both the
+operator and ``railtrain run --local`` compute them with, each from its own evidence.
+
+Goodput splits the wall time since the job's creation into contiguous windows,
+so the parts add up to the wall time by construction:
+
+* ``queued``: creation → the first gang's release (admission), and any time a
+  suspended job waited to be resumed;
+* ``starting``: the first gang's release → its first finished step;
+* ``training``: the steps kept: from an attempt's first step to its last one
+  (to now for the running attempt), less the two losses inside that window below;
+* lost, by cause:
+  ``restart_<cause>``: from an attempt's last step to the next attempt's first
+  step (teardown, re-admission, pod start, checkpoint load), by why the attempt
+  ended (``job``, ``node_lost``, ``quarantine``, ``elastic``);
+  ``recompute``: steps done again because the next attempt resumed from an
+  older checkpoint (steps lost × that attempt's mean step time);
+  ``checkpoint``: seconds the step loop was blocked by checkpoint saves.
+
+``ratio`` = training / wall: the "effective training time ratio" the field
+reports (e.g. Llama 3's > 90 %, ByteRobust's 97 %).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import Field
+
+from railtrain.crds.base import Model
+
+CAUSES = ("job", "node_lost", "quarantine", "elastic")
+"""Restart causes of ``lost.restart_<cause>``."""
+
+REASON_CAUSE = {
+    "NodeLost": "node_lost", "RankVanished": "node_lost", "RankEvicted": "node_lost",
+    "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine", "InfrastructureRestart": "quarantine",
+    "ElasticGrow": "elastic",
+}  # fmt: skip
+"""Condition reasons of a gang restart (operator/phases, docs/operator.md "Condition reasons added by recovery") → cause; a verdict's infrastructure restart counts as ``quarantine`` (the verdict named a node), any other reason is the job's own (``job``)."""
+
+
+def restart_cause(reason: str | None) -> str:
+    """The cause of a gang's end from its condition reason; see :data:`REASON_CAUSE`.
+
+    ``Suspended`` gives ``suspended`` (the wait for a resume counts as queued) and
+    ``GangTimeout`` gives ``starting`` (a first gang that never ran all its ranks
+    and was re-queued is still starting).
+    """
+    if reason in ("Suspended", "GangTimeout"):
+        return "suspended" if reason == "Suspended" else "starting"
+    return REASON_CAUSE.get(reason or "", "job")
+
+
+class Progress(Model):
+    """What the job's rank 0 last reported (read by the operator from rank 0's metrics endpoint, at most every few seconds)."""
+
+    step: int = Field(ge=0, description="Last finished optimizer step.")
+    total_steps: int | None = Field(None, ge=0, description="Steps the trainer runs to (its --steps).")
+    loss: float | None = Field(None, description="Loss of the last step, mean over ranks (nats per token).")
+    tokens_per_second: float | None = Field(None, ge=0, description="Tokens of the global batch per second in the last step.")
+    eta_seconds: float | None = Field(None, ge=0, description="Estimated seconds to totalSteps at the last step's speed.")
+    last_update_time: datetime = Field(description="When these numbers were read (RFC 3339).")
+
+
+class Goodput(Model):
+    """The job's wall time since creation split by where it went (crds/goodput.py has the rules); seconds."""
+
+    wall_seconds: float = Field(ge=0, description="Seconds from creation to now (or to completion).")
+    queued_seconds: float = Field(0, ge=0, description="Waiting for admission (and, suspended, for a resume).")
+    starting_seconds: float = Field(0, ge=0, description="First gang released → its first finished step (pods starting, rendezvous, checkpoint load).")
+    training_seconds: float = Field(0, ge=0, description="Steps kept: from each attempt's first step to its last, less recomputed steps and checkpoint-blocked time.")
+    lost_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Lost time by cause: restart_job, restart_node_lost, restart_quarantine, restart_elastic (downtime from an attempt's last step to the next one's first), recompute (steps done again after an older checkpoint was restored), checkpoint (step loop blocked by saves).",
+    )
+    ratio: float = Field(0, ge=0, le=1, description="trainingSeconds / wallSeconds.")
+    last_update_time: datetime = Field(description="The time the breakdown was computed for (RFC 3339).")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One gang's life, as recorded (plain data).
+
+    Attributes:
+        released: when the gang was admitted and released.
+        first_step: step number of the first step this attempt finished (None: no step yet).
+        first_step_at: when it was seen.
+        last_step: the last step seen (== first_step when one was seen).
+        last_step_at: when it was seen.
+        ended: when the gang was torn down; None for the running attempt.
+        end_reason: the Scheduled condition reason of its restart (see :func:`restart_cause`), when it ended.
+        resumed_from: the step this attempt resumed from (the restored checkpoint's; 0 for a fresh start).
+        blocked_seconds: seconds its step loop waited for checkpoint saves.
+    """
+
+    released: datetime
+    first_step: int | None = None
+    first_step_at: datetime | None = None
+    last_step: int | None = None
+    last_step_at: datetime | None = None
+    ended: datetime | None = None
+    end_reason: str | None = None
+    resumed_from: int = 0
+    blocked_seconds: float = 0.0
+
+
+def _seconds(a: datetime, b: datetime) -> float:
+    return max(0.0, (b - a).total_seconds())
+
+
+def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Goodput:
+    """Split the wall time from ``created`` to ``now`` by cause (module docstring).
+
+    Args:
+        created: the job's creation time (UTC, aware).
+        attempts: its gangs in order; each one's times lie after the previous one's.
+        now: the current time, or the job's completion time when it finished.
+
+    Returns:
+        The :class:`Goodput`. Its parts add up to ``wall_seconds`` exactly when
+        the timestamps are in order; a timestamp out of order (clock skew between
+        nodes) makes its window 0 instead of negative, so the sum can exceed the
+        wall time by that skew.
+    """
+    parts: dict[str, float] = {}
+
+    def add(bucket: str, seconds: float) -> None:
+        parts[bucket] = parts.get(bucket, 0.0) + seconds
+
+    t, bucket = created, "queued"
+    active = [0.0] * len(attempts)  # each attempt's window from its first step to its last (to now when running)
+    for i, a in enumerate(attempts):
+        released = max(a.released, t)
+        if i == 0:
+            add("queued", _seconds(t, released))
+            t, bucket = released, "starting"
+        if a.first_step_at is not None:
+            first = max(a.first_step_at, t)
+            add(bucket, _seconds(t, first))
+            t, bucket = first, "active"
+            if a.ended is not None:
+                last = max(a.last_step_at or first, t)
+                active[i] = _seconds(t, last)
+                t = last
+        if a.ended is not None:
+            cause = restart_cause(a.end_reason)
+            bucket = {"suspended": "queued", "starting": "starting"}.get(cause, f"restart_{cause}")
+    if bucket == "active":
+        active[-1] = _seconds(t, now)
+    else:
+        add(bucket, _seconds(t, now))
+    recompute = 0.0
+    for i in range(len(attempts) - 1):
+        prev, redone = attempts[i], (attempts[i].last_step or 0) - attempts[i + 1].resumed_from
+        steps = (prev.last_step or 0) - (prev.first_step or 0)
+        if redone > 0 and steps > 0:
+            recompute += min(active[i], redone * active[i] / steps)
+    blocked = sum(a.blocked_seconds for a in attempts)
+    total_active = sum(active)
+    recompute = min(recompute, total_active)
+    blocked = min(blocked, total_active - recompute)
+    training = total_active - recompute - blocked
+    lost = {k: v for k, v in parts.items() if k.startswith("restart_")}
+    if recompute:
+        lost["recompute"] = recompute
+    if blocked:
+        lost["checkpoint"] = blocked
+    wall = _seconds(created, now)
+    return Goodput(
+        wall_seconds=round(wall, 3), queued_seconds=round(parts.get("queued", 0.0), 3), starting_seconds=round(parts.get("starting", 0.0), 3),
+        training_seconds=round(training, 3), lost_seconds={k: round(v, 3) for k, v in sorted(lost.items())},
+        ratio=round(training / wall, 4) if wall > 0 else 0.0, last_update_time=now,
+    )  # fmt: skip
+
+
+def total(g: Goodput) -> float:
+    """The sum of every part of ``g`` (seconds): equals ``g.wall_seconds`` up to rounding when the timestamps were in order."""
+    return g.queued_seconds + g.starting_seconds + g.training_seconds + sum(g.lost_seconds.values())
