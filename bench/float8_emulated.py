@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from float8_roundtrip import differences, snapshot  # noqa: E402
-from harness import Table, machine, write_json  # noqa: E402
+from harness import Table, machine, revision, write_json  # noqa: E402
 
 RECIPES = ("tensorwise", "rowwise")
 
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "machine_before": before,
         "machine_after": machine(),
+        "revision": revision(),
         "params": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "runs": [{**{k: v for k, v in run.items() if k != "state"}, "summary": s} for run, s in rows],
         "round_trips": {name: {"exact": not problems, "differences": problems} for name, problems in trips.items()},
