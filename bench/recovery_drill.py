@@ -74,10 +74,11 @@ def run(args: argparse.Namespace, faulty: bool) -> dict[str, Any]:
         },
     })  # fmt: skip
     lines = Lines()
+    uid = local_run.new_local_uid()  # one run: its restarts share the memory tier
 
     def plan(restarts: int) -> list[Any]:
         ports = local_run.free_ports(3)
-        return local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=scratch, restarts=restarts)
+        return local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=scratch, restarts=restarts, uid=uid)
 
     started = time.monotonic()
     runner = RecoveringRun(job, plan, lambda n: local_run.LocalGang(n, workdir=scratch, grace=2, out=lines), scratch, lambda s: print(f"    {s}", flush=True))

@@ -102,8 +102,8 @@ def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: i
 def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
     """One local run with one fault; returns the sample."""
     scratch = Path(tempfile.mkdtemp(prefix="railtrain-recovery-"))
-    name = f"rec-{uuid.uuid4().hex[:6]}"
-    shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / "railtrain" / local_run.LOCAL_NAMESPACE / name  # local_tier_dirs
+    name, uid = f"rec-{uuid.uuid4().hex[:6]}", local_run.new_local_uid()
+    shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / "railtrain" / local_run.LOCAL_NAMESPACE / name  # local_run_roots without the run id
     job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step)
     runner: RecoveringRun | None = None
 
@@ -114,13 +114,13 @@ def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
         proc = gang._procs[1]  # noqa: SLF001 - the bench plays the fault: node 1 dies
         os.killpg(proc.pid, signal.SIGKILL)
         if fault == "node-lost":
-            shutil.rmtree(shm / "node-1", ignore_errors=True)  # node 1's RAM is gone with it
+            shutil.rmtree(shm / uid / "node-1", ignore_errors=True)  # node 1's RAM is gone with it
 
     clock = Clock(args.fault_step, fire)
 
     def plan(restarts: int) -> list[Any]:
         ports = local_run.free_ports(3)
-        return local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=scratch, restarts=restarts)
+        return local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=scratch, restarts=restarts, uid=uid)
 
     def make_gang(nodes: list[Any]) -> Any:
         clock.restart = runner.restarts if runner else 0

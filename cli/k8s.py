@@ -299,18 +299,20 @@ def _one_line(obj: object) -> str:
 
 
 def clear_quarantine(cluster: Cluster, node: str) -> str | None:
-    """Remove the quarantine taint (``railtrain.dev/quarantined``) from ``node``.
+    """Remove the quarantine (the ``railtrain.dev/quarantined`` taint, label and ``-at`` annotation) from ``node``.
 
-    A merge patch carrying the node's resourceVersion replaces ``spec.taints``,
-    so a concurrent taint change is never overwritten (retried on conflict).
+    Whether the node is quarantined is the same test placement uses
+    (:func:`railtrain.operator.quarantine.quarantined_by`). A merge patch
+    carrying the node's resourceVersion replaces ``spec.taints``, so a
+    concurrent taint change is never overwritten (retried on conflict).
 
     Returns:
-        The verdict the taint recorded (its value), or None when the node was not quarantined.
+        What quarantined it (the taint's verdict, or "label"), or None when the node was not quarantined.
 
     Raises:
         CliError: the node does not exist, or the patch was refused.
     """
-    from railtrain.operator.quarantine import TAINT_KEY, taints_without
+    from railtrain.operator.quarantine import ANNOTATION_AT, LABEL_KEY, quarantined_by, taints_without
 
     core = client.CoreV1Api(cluster.api.api_client)
     for _ in range(5):
@@ -320,14 +322,17 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
             if err.status == 404:
                 raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1) from None
             raise
-        taints = taints_without(obj)
-        if taints is None:
+        was = quarantined_by(obj)
+        if was is None:
             return None
-        was = next(t.get("value", "") for t in obj["spec"]["taints"] if t.get("key") == TAINT_KEY)
-        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
+        taints = taints_without(obj)
+        meta: dict[str, object] = {"resourceVersion": obj["metadata"]["resourceVersion"], "annotations": {ANNOTATION_AT: None}}
+        if LABEL_KEY in (obj["metadata"].get("labels") or {}):
+            meta["labels"] = {LABEL_KEY: None}
+        body = {"metadata": meta, "spec": {"taints": taints}} if taints is not None else {"metadata": meta}
         try:
             core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
-            return was or "unknown"
+            return was
         except ApiException as err:
             if err.status != 409:
                 raise
@@ -335,14 +340,10 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
 
 
 def quarantined_nodes(cluster: Cluster) -> list[tuple[str, str]]:
-    """``(node, verdict)`` of every node carrying the quarantine taint, sorted by name."""
-    from railtrain.operator.quarantine import TAINT_KEY
+    """``(node, verdict)`` of every quarantined node (:func:`railtrain.operator.quarantine.quarantined_by`: the taint,
+    whose value is the verdict, or the label), sorted by name."""
+    from railtrain.operator.quarantine import quarantined_by
 
     core = client.CoreV1Api(cluster.api.api_client)
     items = json.loads(core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)["items"]
-    out = []
-    for n in items:
-        for t in (n.get("spec") or {}).get("taints") or []:
-            if t.get("key") == TAINT_KEY:
-                out.append((n["metadata"]["name"], t.get("value", "")))
-    return sorted(out)
+    return sorted((n["metadata"]["name"], why) for n in items if (why := quarantined_by(n)) is not None)

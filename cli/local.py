@@ -8,8 +8,9 @@ metrics port, a relative checkpoint location becomes absolute (against
 ``--workdir``, the processes' working directory, when given, else the directory
 ``railtrain`` was started in; never the manifest's folder, so a manifest from
 standard input behaves the same), the node-local checkpoint tiers get a
-directory per node rank on this host (:func:`local_tier_dirs`), and the
-container image is ignored.
+directory per node rank on this host (:func:`local_tier_dirs`, keyed by the
+run's identity: ``spec.checkpoint.runId``, else a new uid per invocation, as a
+new submission gets), and the container image is ignored.
 ``torchrun`` and ``python`` run from this interpreter, so the local run uses
 the same torch as the command line.
 
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +46,13 @@ from railtrain.crds.api import TrainingJob
 from railtrain.operator import render
 
 LOCAL_NAMESPACE = "local"
-LOCAL_UID = "00000000-0000-4000-8000-000000000000"
-"""A fixed stand-in for the TrainingJob's uid (only ownerReferences use it, and they are not used locally)."""
+
+
+def new_local_uid() -> str:
+    """A fresh stand-in for the TrainingJob's uid, one per ``railtrain run --local`` (a new submission):
+    the run identity of the node-local tiers unless ``spec.checkpoint.runId`` names one (docs/checkpoints.md)."""
+    return str(uuid.uuid4())
+
 LOCAL_ADDR = "127.0.0.1"
 GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping a node, like a pod's terminationGracePeriodSeconds."""
@@ -53,6 +60,9 @@ TAIL_LINES = 30
 """Lines of a failed node's output looked at again: those of them that were filtered out are shown after it failed."""
 NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|signal", re.IGNORECASE)
 """Lines of ranks other than 0 that are shown without --verbose."""
+SHUTDOWN_NOISE = re.compile(r"DistNetworkError: .*(Failed to recv, got 0 bytes|Connection reset by peer|Broken pipe)")
+"""The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended;
+held back, and shown only if the run fails (a successful run says how many were not shown)."""
 LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 """The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
 
@@ -104,21 +114,74 @@ def local_node_name(rank: int) -> str:
     return f"local-{rank}"
 
 
-def local_tier_dirs(pod_env: contract.PodEnvironment, job_name: str, rank: int) -> dict[str, str]:
-    """This host's stand-ins for the node-local checkpoint tiers' volumes, one pair per node rank.
+def local_run_roots(pod_env: contract.PodEnvironment, job_name: str) -> dict[str, str]:
+    """This host's stand-ins for the node-local tiers' ``hostPath`` of one run: tier name to directory.
 
-    memory: ``/dev/shm/railtrain/local/<job>/node-<rank>`` (tmpfs, outlives the
-    processes); local: ``<tmp>/railtrain/local/<job>/node-<rank>``. Each node
-    rank gets its own, as each pod gets its own node, so the memory tier's
-    copy on the next node is a real second copy.
+    memory: ``/dev/shm/railtrain/local/<job>/<run id>`` (tmpfs, outlives the
+    processes); local: ``<tmp>/railtrain/local/<job>/<run id>``; the run id is
+    ``pod_env.run_id`` (``spec.checkpoint.runId``, else this invocation's uid).
+    Only the tiers the job has are present.
     """
     out = {}
     if pod_env.checkpoint_memory_dir:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        out["checkpoint_memory_dir"] = os.path.join(shm, "railtrain", LOCAL_NAMESPACE, job_name, f"node-{rank}")
+        out["memory"] = os.path.join(shm, "railtrain", LOCAL_NAMESPACE, job_name, pod_env.run_id)
     if pod_env.checkpoint_local_dir:
-        out["checkpoint_local_dir"] = os.path.join(tempfile.gettempdir(), "railtrain", LOCAL_NAMESPACE, job_name, f"node-{rank}")
+        out["local"] = os.path.join(tempfile.gettempdir(), "railtrain", LOCAL_NAMESPACE, job_name, pod_env.run_id)
     return out
+
+
+def job_run_roots(job: TrainingJob, uid: str) -> dict[str, str]:
+    """:func:`local_run_roots` of ``job`` run locally under ``uid`` (tier name to directory)."""
+    return local_run_roots(render.pod_environment(job.spec, job.metadata.name, LOCAL_NAMESPACE, 0, uid=uid), job.metadata.name)
+
+
+def local_tier_dirs(pod_env: contract.PodEnvironment, job_name: str, rank: int) -> dict[str, str]:
+    """The node-local checkpoint tiers' directories of node rank ``rank``: ``<run root>/node-<rank>`` (:func:`local_run_roots`).
+
+    Each node rank gets its own, as each pod gets its own node, so the memory
+    tier's copy on the next node is a real second copy.
+
+    Returns:
+        :class:`~railtrain.crds.contract.PodEnvironment` field name to directory.
+    """
+    return {f"checkpoint_{tier}_dir": os.path.join(root, f"node-{rank}") for tier, root in local_run_roots(pod_env, job_name).items()}
+
+
+def finish_local_tiers(roots: dict[str, str], succeeded: bool) -> str:
+    """Apply the node-local cleanup policy to a finished local run (docs/checkpoints.md, "Run identity").
+
+    On success the trainer has already emptied the node-local tiers if the
+    persistent tier holds the last step; the directories it left empty are
+    removed here. Whatever still holds files (a failed run's shards, or a run
+    without a persistent tier) is kept.
+
+    Args:
+        roots: :func:`local_run_roots` of the run.
+        succeeded: whether every node exited 0.
+
+    Returns:
+        One sentence naming the directories still kept, or ``""`` when none are.
+    """
+    kept = []
+    for tier, root in roots.items():
+        if succeeded and os.path.isdir(root):
+            for dirpath, _, _ in os.walk(root, topdown=False):  # children first
+                try:
+                    os.rmdir(dirpath)  # only empty directories go
+                except OSError:
+                    pass
+            _remove_empty_parent(root)
+        if os.path.isdir(root) and any(f for _, _, files in os.walk(root) for f in files):
+            kept.append(f"{tier} {root}")
+    return f"node-local checkpoints kept: {', '.join(kept)}" if kept else ""
+
+
+def _remove_empty_parent(root: str) -> None:
+    try:
+        os.rmdir(os.path.dirname(root))  # <job>/ once no run of it is left
+    except OSError:
+        pass
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -205,7 +268,7 @@ def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
 
 def plan_local(
     job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0,
-    extra_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None, *, uid: str,
 ) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
@@ -217,6 +280,8 @@ def plan_local(
         python: the interpreter that replaces ``torchrun``/``python``.
         restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``).
         extra_env: variables added to every node under ``spec.env`` (the ``--fault-*`` flags' variables).
+        uid: this run's stand-in for the job's uid (:func:`new_local_uid`), the same for every restart
+            of one invocation, so the restarted gang finds the node-local tiers.
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -229,10 +294,10 @@ def plan_local(
         raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
     name = job.metadata.name
     nodes = []
-    for pod in render.render_gang(job, LOCAL_NAMESPACE, LOCAL_UID, restarts):
+    for pod in render.render_gang(job, LOCAL_NAMESPACE, uid, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
         container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
-        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR)
+        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR, uid=uid)
         pod_env = dataclasses.replace(
             pod_env,
             rdzv_port=rdzv_port,
@@ -284,6 +349,7 @@ class LocalGang:
         self._unfiltered: set[int] = set()
         self._muted: set[int] = set()
         self._muted_lines = 0
+        self._deferred: list[tuple[int, list[str]]] = []
         self.failed: tuple[int, int] | None = None
         """``(node rank, exit status)`` of the first node seen failing, once :meth:`run` returned."""
 
@@ -311,6 +377,9 @@ class LocalGang:
                 raise
             if failed is None:
                 self._drain()
+                if self._deferred:
+                    ranks = ", ".join(str(r) for r in sorted({r for r, _ in self._deferred}))
+                    self.notify(f"the run succeeded; not shown: {len(self._deferred)} shutdown traceback(s) of node rank {ranks} (DistNetworkError: a peer closed its connection as the gang ended; --verbose shows them)")
                 return 0
             rank, returncode = failed
             self.failed = (rank, exit_status(returncode))
@@ -318,6 +387,9 @@ class LocalGang:
             stopping = f"; stopping the other {others} running node(s)" if others else ""
             self.notify(f"node rank {rank} exited with status {exit_status(returncode)}{stopping}")
             self._stop_all(mute=set(self._procs) - {rank})
+            for held_rank, lines in self._deferred:  # the run failed: they may matter
+                for line in lines:
+                    self._write(f"[rank {held_rank}] {line}\n")
             self._show_tail(rank)
             if self._muted_lines:
                 self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
@@ -404,6 +476,10 @@ class LocalGang:
                 if held:
                     if line.startswith((" ", "\t")):
                         held.append(line)
+                        continue
+                    if SHUTDOWN_NOISE.search(line):
+                        self._deferred.append((rank, [*held, line]))
+                        held = []
                         continue
                     if line.startswith(LAUNCHER_FAILED):
                         self._unfiltered.add(rank)

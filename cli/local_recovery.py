@@ -1,20 +1,19 @@
-"""``railtrain run --local`` after a failure: the job's ``runPolicy`` applied to local gangs, as the operator applies it.
+"""``railtrain run --local`` after a failure: the job's ``runPolicy`` applied to local gangs by the operator's own decision.
 
 When a node of a local gang fails, :class:`RecoveringRun` reads every node's
 termination message (each node writes its own file, through
-:data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH`), takes the
-gang's verdict the way the operator does (the most specific one,
-:data:`railtrain.operator.phases.verdict.PRECEDENCE`; among plain failures,
-the node where the failure began: one whose worker a signal killed, as
-torchrun reports it (:func:`torchrun_cause`), else the node seen failing
-first) and applies the rule of
-``spec.runPolicy.failurePolicy`` for it (:func:`decide`): stop with the
-failing node's status, or start the whole gang again with the next restart
-count (``RAILTRAIN_RESTART_COUNT``), on fresh ports, so the trainer resumes
-from its newest checkpoint. Job restarts spend ``runPolicy.backoffLimit``;
-infrastructure restarts (verdicts whose rule is ``RestartIgnoringBackoff``)
-are bounded by :data:`MAX_INFRASTRUCTURE_RESTARTS` on one machine, where
-there is no other node to move to and nothing to quarantine.
+:data:`~railtrain.crds.contract.ENV_TERMINATION_MESSAGE_PATH`) and how
+torchrun says each worker ended (:func:`torchrun_cause`), turns them into the
+evidence the operator reads from pod status (:func:`local_failures`), and
+hands it to the one failure decision, :func:`railtrain.crds.recovery.decide`:
+the same verdict wins, the same rank is blamed, the same rule of
+``spec.runPolicy.failurePolicy`` applies with the same bounds
+(``backoffLimit``, ``maxInfrastructureRestarts`` and its backoff), and the
+same sentence is printed. Then it stops with the failing node's status, or
+starts the whole gang again with the next restart count
+(``RAILTRAIN_RESTART_COUNT``), on fresh ports, so the trainer resumes from its
+newest checkpoint. On one machine a quarantined or avoided node
+(``local-<rank>``) cannot be left: the decision is reported, not enforced.
 
 Fault injection (the ``RAILTRAIN_FAULT_*`` variables,
 :data:`~railtrain.crds.contract.FAULT_VARIABLES`) is an event, not a property
@@ -31,17 +30,15 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
+from railtrain.cli.local import local_node_name
 from railtrain.cli.local_goodput import GoodputRecorder
-from railtrain.crds import contract
+from railtrain.crds import contract, recovery
 from railtrain.crds.api import TrainingJob
-from railtrain.crds.failure_policy import FailureAction
-from railtrain.operator.phases.verdict import PRECEDENCE
 
-MAX_INFRASTRUCTURE_RESTARTS = 10
-"""Infrastructure restarts a local run allows before it gives up (no other node to move to)."""
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
 _TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _TORCHRUN_SIGNAL = re.compile(r"Signal \d+ \((SIG[A-Z0-9]+)\) received")
@@ -56,15 +53,6 @@ class Gang(Protocol):
     """
 
     def run(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do after a failed gang: ``action`` is ``"fail"``, ``"restart-job"`` or ``"restart-infrastructure"``."""
-
-    action: str
-    verdict: str
-    detail: str
 
 
 def torchrun_cause(lines: list[str]) -> str | None:
@@ -96,24 +84,15 @@ def torchrun_cause(lines: list[str]) -> str | None:
     return f"{who} exited with code {code}"
 
 
-def _said(v: contract.Verdict) -> str:
-    """``"reason: message on nodes"``, without repeating a reason the message already starts with."""
-    message = v["message"]
-    text = message if message.startswith(f"{v['reason']}:") else f"{v['reason']}: {message}"
-    return text + (f" on {', '.join(v['nodes'])}" if v["nodes"] else "")
+def local_failures(messages: list[str | None], code: int, first: int | None = None, causes: dict[int, str | None] | None = None) -> recovery.GangFailure:
+    """The evidence of a failed local gang, as the operator reads it from pod status.
 
-
-def gang_verdict(messages: list[str | None], code: int, first: int | None = None, causes: dict[int, str | None] | None = None) -> tuple[str, str]:
-    """``(verdict, detail)`` of a failed gang from its nodes' termination messages and the failing node's exit status.
-
-    A health verdict or ``user-error`` of any node decides, most specific first
-    (the operator's order, :data:`railtrain.operator.phases.verdict.PRECEDENCE`):
-    one rank's finding takes the others down with plain failures. Otherwise
-    the node where the failure began decides: a node whose worker a signal
-    killed (it could not say why; its peers then fail with a closed
-    connection), else the node seen failing first. The others' errors are
-    what that failure did to them. Without any verdict, exit status 2 is
-    ``user-error`` and anything else ``retryable`` (as in the operator).
+    A node that wrote a verdict, the node seen failing first, and a node whose
+    worker a signal killed (:func:`torchrun_cause`) are failed ranks; the others
+    were stopped by the runner. The first node carries the exit status ``code``
+    and sorts first in time; the others' exit status is 1 (torchrun's for any
+    failed worker). Node rank ``r`` ran on ``local-<r>``
+    (:func:`~railtrain.cli.local.local_node_name`).
 
     Args:
         messages: each node rank's termination message (``None``: none written).
@@ -121,50 +100,20 @@ def gang_verdict(messages: list[str | None], code: int, first: int | None = None
         first: that node's rank, when known.
         causes: node rank to how its worker ended (:func:`torchrun_cause`), where known.
     """
-    parsed = {rank: v for rank, m in enumerate(messages) if (v := contract.parse_termination_message(m))}
-    decisive = [v for v in parsed.values() if v["verdict"] != contract.VERDICT_RETRYABLE]
-    if decisive:
-        v = min(decisive, key=lambda v: PRECEDENCE.index(v["verdict"]) if v["verdict"] in PRECEDENCE else len(PRECEDENCE))
-        return v["verdict"], _said(v)
     causes = causes or {}
-    killed = sorted(r for r, c in causes.items() if c and " killed by " in c and r not in parsed)
-    origin = killed[0] if killed else first
-    if origin is not None:
-        v = parsed.get(origin)
-        if v is not None:
-            return v["verdict"], f"node rank {origin} failed first: {_said(v)}"
-        kind = contract.VERDICT_USER_ERROR if origin == first and code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
-        return kind, f"node rank {origin} failed first: " + (causes.get(origin) or f"exit status {code}, no verdict")
-    if parsed:
-        return contract.VERDICT_RETRYABLE, _said(next(iter(parsed.values())))
-    kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
-    return kind, f"exit status {code}, no verdict"
-
-
-def decide(
-    job: TrainingJob, messages: list[str | None], code: int, job_restarts: int, infrastructure_restarts: int,
-    first: int | None = None, causes: dict[int, str | None] | None = None,
-) -> Decision:  # fmt: skip
-    """Apply ``spec.runPolicy.failurePolicy`` to a failed local gang (pure).
-
-    Args:
-        messages: each node's termination message (None where it wrote none).
-        code: the exit status of the first failing node.
-        job_restarts, infrastructure_restarts: restarts made so far.
-        first, causes: the first failing node's rank and how each node's worker ended (:func:`gang_verdict`).
-    """
-    kind, detail = gang_verdict(messages, code, first, causes)
-    policy = job.spec.run_policy
-    rule = policy.failure_policy.rule(kind)
-    if rule.action == FailureAction.FAIL.value:
-        return Decision("fail", kind, f"{detail} (runPolicy.failurePolicy: {kind} → Fail)")
-    if rule.action == FailureAction.RESTART.value:
-        if job_restarts >= policy.backoff_limit:
-            return Decision("fail", kind, f"{detail}; runPolicy.backoffLimit={policy.backoff_limit} restarts used")
-        return Decision("restart-job", kind, detail)
-    if infrastructure_restarts >= MAX_INFRASTRUCTURE_RESTARTS:
-        return Decision("fail", kind, f"{detail}; {MAX_INFRASTRUCTURE_RESTARTS} infrastructure restarts on one machine, giving up")
-    return Decision("restart-infrastructure", kind, detail)
+    failures = []
+    for rank, text in enumerate(messages):
+        v, cause = contract.parse_termination_message(text), causes.get(rank) or ""
+        signalled, status = " killed by " in cause, code if rank == first else contract.EXIT_FAILED
+        base = dict(rank=rank, code=status, node=local_node_name(rank), signalled=signalled, finished="0" if rank == first else "1")
+        if v:
+            failures.append(recovery.Failure(verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), reported=True, **base))
+        elif rank == first or signalled:
+            failures.append(recovery.unreported(message=cause, **base))
+    if not failures:  # the first failing node is unknown and none wrote anything
+        failures.append(recovery.unreported(rank=0, code=code, node=local_node_name(0)))
+    nodes = {rank: local_node_name(rank) for rank in range(len(messages))}
+    return recovery.GangFailure(tuple(failures), nodes, frozenset(nodes.values()))
 
 
 _FAULT_KIND_OF = {
@@ -199,7 +148,7 @@ def spent_faults(env: dict[str, str], messages: list[str | None]) -> set[str]:
 
 @dataclass
 class RecoveringRun:
-    """Runs local gangs until one succeeds, is interrupted, or the failure policy says stop.
+    """Runs local gangs until one succeeds, is interrupted, or the failure decision says stop.
 
     Args:
         job: the validated TrainingJob.
@@ -208,6 +157,7 @@ class RecoveringRun:
         make_gang: builds a runnable gang from nodes (:class:`~railtrain.cli.local.LocalGang`).
         message_dir: where each node's termination message file goes.
         notify: prints one status sentence.
+        sleep: waits out an infrastructure restart's backoff (seconds).
     """
 
     job: TrainingJob
@@ -215,10 +165,10 @@ class RecoveringRun:
     make_gang: Callable[[list], Gang]
     message_dir: Path
     notify: Callable[[str], None] = lambda s: None
+    sleep: Callable[[float], None] = time.sleep
     restarts: int = 0
-    job_restarts: int = 0
-    infrastructure_restarts: int = 0
-    history: list[Decision] = field(default_factory=list)
+    counters: recovery.Counters = field(default_factory=recovery.Counters)
+    history: list[recovery.Decision] = field(default_factory=list)
     current: Gang | None = None
     failed_at: float | None = None
     """``time.monotonic()`` when the last failed gang ended (for recovery timing)."""
@@ -226,6 +176,16 @@ class RecoveringRun:
     """Fault variables already met (dropped from the next gangs)."""
     recorder: GoodputRecorder | None = None
     """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
+
+    @property
+    def job_restarts(self) -> int:
+        """Job restarts so far (they spend ``backoffLimit``)."""
+        return self.counters.job_restarts
+
+    @property
+    def infrastructure_restarts(self) -> int:
+        """Infrastructure restarts so far (bounded by ``maxInfrastructureRestarts``)."""
+        return self.counters.infrastructure_restarts
 
     def _nodes(self) -> tuple[list, list[Path]]:
         nodes, files = [], []
@@ -253,19 +213,18 @@ class RecoveringRun:
             self.spent |= set().union(*(spent_faults(n.env, messages) for n in nodes))
             first, _ = getattr(self.current, "failed", None) or (None, None)
             causes = {n.rank: torchrun_cause(self.current.tail(n.rank)) for n in nodes} if hasattr(self.current, "tail") else {}
-            d = decide(self.job, messages, code, self.job_restarts, self.infrastructure_restarts, first, causes)
+            d = recovery.decide(local_failures(messages, code, first, causes), self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
             self.history.append(d)
+            self.counters = d.counters
             if self.recorder is not None:
                 self.recorder.gang_ended(d.action)
-            if d.action == "fail":
-                self.notify(f"gang failed ({d.verdict}: {d.detail}); not restarting")
+            if d.action == recovery.FAIL:
+                self.notify(f"gang failed: {d.message}; not restarting")
                 return code
-            if d.action == "restart-job":
-                self.job_restarts += 1
-            else:
-                self.infrastructure_restarts += 1
             self.restarts += 1
-            self.notify(
-                f"gang failed ({d.verdict}: {d.detail}); restarting the whole gang (restart {self.restarts}: "
-                f"job restarts {self.job_restarts}/{self.job.spec.run_policy.backoff_limit}, infrastructure restarts {self.infrastructure_restarts})"
-            )
+            self.notify(f"gang failed: {d.message} (restart {self.restarts})")
+            if d.backoff_seconds:
+                try:
+                    self.sleep(d.backoff_seconds)
+                except KeyboardInterrupt:
+                    return 130

@@ -93,21 +93,16 @@ app = typer.Typer(
     context_settings={"help_option_names": helptext.HELP_OPTIONS},
     help="Kubernetes-native orchestrator for large-scale model training.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
-dev_app = typer.Typer(help="A local cluster for trying railtrain: a real control plane with kwok GPU nodes, or a kind cluster in Docker (--kind).", no_args_is_help=True)
+from railtrain.cli.devcmds import dev_app  # noqa: E402
+
 app.add_typer(dev_app, name="dev")
 node_app = typer.Typer(help="Nodes the operator quarantined (taint railtrain.dev/quarantined): list them, clear one.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 
-KubeconfigOption = Annotated[
-    Optional[str],
-    typer.Option("--kubeconfig", envvar="KUBECONFIG", metavar="FILE", show_envvar=True, help="Kubeconfig file(s); default ~/.kube/config, then in-cluster credentials."),
-]
-NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the manifest's, else the kubeconfig context's.")]
-ContextNamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", metavar="NAMESPACE", help="Namespace; default: the kubeconfig context's.")]
-ManifestArgument = Annotated[str, typer.Argument(metavar="FILE", help=manifest.HELP, show_default=False)]  # str: '-' vs './-' 
+from railtrain.cli.options import ContextNamespaceOption, KubeconfigOption, ManifestArgument, NamespaceOption, ObjectFormat, echo_object  # noqa: E402
 
 
 def _version(value: bool) -> None:
@@ -132,14 +127,17 @@ def validate(
 
     Prints the gang shape when valid; otherwise prints one sentence per problem,
     naming the field, and exits with status 1. FILE or --old may be '-'
-    (standard input), not both.
+    (standard input), not both. When the command is railtrain's trainer, its
+    flags and parallel degrees are checked too, by the trainer's own parser.
+
+    Example: railtrain validate examples/tiny/trainingjob.yaml
     """
     from railtrain.crds.validation import check_update
 
     if manifest.is_stdin(file) and manifest.is_stdin(old):
         raise CliError("FILE and --old cannot both be '-': standard input holds one manifest; give one of them as a file", exit_code=2)
     new = manifest.read(file)
-    job = new.job() if old is None else check_update(manifest.read(old).data, new.data, new.source)
+    job = new.checked_job() if old is None else manifest.checked(check_update(manifest.read(old).data, new.data, new.source), new.source)
     spec = job.spec
     from railtrain.cli.views import count
 
@@ -154,9 +152,9 @@ def run(
     workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Working directory of the processes; a relative spec.checkpoint.location resolves against it too. Default: the current directory.", show_default=False)] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every line of every rank (default: rank 0 fully, other ranks' errors and warnings).")] = False,
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
-    fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,mode=once|persistent,bit=0,index=0,target=param|activation' (docs/health.md).")] = None,
+    fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,bit=0' (more keys: mode=once|persistent, index=0, target=param|activation; docs/health.md).")] = None,
     fault_slow: Annotated[Optional[str], typer.Option("--fault-slow", help="Inject: slow a rank, e.g. 'rank=1,factor=1.2,from_step=10'.")] = None,
-    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5,kind=compute|collective'.")] = None,
+    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5' (more keys: kind=compute|collective).")] = None,
     fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
     fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
 ) -> None:
@@ -169,6 +167,8 @@ def run(
     flags inject faults (docs/health.md); a fault happens once: a restarted
     gang keeps only the faults it has not met yet. A failed run's summary line
     carries the gang's verdict and the rank that failed first.
+
+    Example: railtrain run examples/tiny/trainingjob.yaml --local --steps 50
     """
     from railtrain.cli import local as local_run
     from railtrain.cli import local_checks
@@ -180,15 +180,18 @@ def run(
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
     given = {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
     parsed_faults = local_run.parse_fault_flags(given)
-    job = manifest.read(file).job()
+    doc = manifest.read(file)
+    job = doc.job()
     if steps is not None:
         job = local_checks.with_steps(job, steps)
+    job = manifest.checked(job, doc.source)
     spec = job.spec
     local_checks.check_faults(parsed_faults, local_run.FAULT_FLAGS, spec.world_size, local_checks.job_steps(job))
     faults = local_run.fault_environment(given)
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     ports = local_run.free_ports(spec.nodes + 1)
-    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults)
+    uid = local_run.new_local_uid()  # one run: its restarts share the node-local tiers, a new invocation does not
+    nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults, uid=uid)
     say(f"{job.metadata.name}: {count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')} (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{ports[0]}")
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     if spec.checkpoint.location:
@@ -204,7 +207,7 @@ def run(
         if not restarts:
             return nodes
         fresh = local_run.free_ports(spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults)
+        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults, uid=uid)
 
     from railtrain.cli.local_goodput import GoodputRecorder, summary
 
@@ -215,16 +218,31 @@ def run(
         runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started
+    kept = local_run.finish_local_tiers(local_run.job_run_roots(job, uid), succeeded=code == 0)
+    if kept:
+        run_id = spec.checkpoint.run_id or uid
+        resume = "another run with the same spec.checkpoint.runId resumes them" if spec.checkpoint.run_id else f"set spec.checkpoint.runId: {run_id} to resume them in a new run"
+        say(f"{kept} (run {run_id}; {resume}, or delete them)")
     say(f"{job.metadata.name}: {summary(recorder.goodput())}")
     if code == 0:
-        say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s", style="green")
+        say(f"{job.metadata.name}: all {spec.nodes} nodes succeeded in {elapsed:.1f}s{_restarts_taken(runner.history)}", style="green")
     elif code == 130:
         say(f"{job.metadata.name}: stopped after {elapsed:.1f}s", style="yellow")
     else:
         last = runner.history[-1] if runner.history else None
-        verdict = f"; verdict {last.verdict}: {last.detail}" if last else ""
+        verdict = f"; verdict {last.verdict}: {last.blamed.detail()}" if last else ""
         say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
     raise typer.Exit(code)
+
+
+def _restarts_taken(history: list[Any]) -> str:
+    """`` after 1 restart (retryable: rank 1 was killed ...)`` for a local run that recovered; "" when no gang failed."""
+    if not history:
+        return ""
+    from railtrain.cli.views import count
+
+    causes = "; ".join(f"{d.verdict}: {d.blamed.detail()}" for d in history[-3:])
+    return f" after {count(len(history), 'restart')} of the whole gang ({causes})"
 
 
 def _memory_bytes() -> int | None:
@@ -240,14 +258,18 @@ def submit(
     file: ManifestArgument,
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
+    wait: Annotated[bool, typer.Option("--wait", "-w", help="Follow the job until it ends: phase, conditions as they change, restarts and progress; exit 0 if it Succeeded, 1 if it Failed (Ctrl-C stops following, not the job).")] = False,
     no_validate: Annotated[bool, typer.Option("--no-validate", hidden=True, help="Send the manifest unchecked (to see the API server's own validation).")] = False,
 ) -> None:
-    """Validate a TrainingJob manifest locally, then create it in the cluster (FILE '-': from standard input)."""
+    """Validate a TrainingJob manifest locally (railtrain's trainer's flags too), then create it in the cluster (FILE '-': from standard input).
+
+    Example: railtrain submit examples/tiny/trainingjob.yaml --wait
+    """
     from railtrain.cli import k8s
 
     doc = manifest.read(file)  # read once: standard input cannot be read again
     if not no_validate:
-        doc.job()  # every problem at once, before any network traffic
+        doc.checked_job()  # every problem at once (the trainer's flags too), before any network traffic
     elif not isinstance(doc.data, dict):
         raise ManifestError(["(root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"], doc.source)
     body = doc.data
@@ -259,13 +281,18 @@ def submit(
     target = namespace or meta.get("namespace") or cluster.namespace
     k8s.create_job(cluster, target, body)
     typer.echo(f"trainingjob.railtrain.dev/{name} created in namespace {target}")
-    say(f"follow it with: railtrain get {name} -n {target}")
+    if wait:
+        from railtrain.cli.jobcmds import follow
+
+        raise typer.Exit(follow(cluster, target, name))
+    say(f"follow it with: railtrain submit --wait next time, or: railtrain describe {name} -n {target}; railtrain logs {name} -n {target} -f")
 
 
 class OutputFormat(str, Enum):
     """Output formats of ``railtrain get``."""
 
     table = "table"
+    json = "json"
     yaml = "yaml"
 
 
@@ -274,10 +301,13 @@ def get(
     name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="A job's name; omit to list jobs.", show_default=False)] = None,
     namespace: ContextNamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List jobs in every namespace.")] = False,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or yaml.")] = OutputFormat.table,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")] = OutputFormat.table,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Show TrainingJobs: a table of all of them, or one job's phase, conditions and placement."""
+    """Show TrainingJobs: a table of all of them, or one job's phase, conditions and placement.
+
+    Example: railtrain get -A
+    """
     from railtrain.cli import k8s, views
 
     if name and all_namespaces:
@@ -288,13 +318,17 @@ def get(
     out = _stdout()
     if name:
         obj = k8s.get_job(cluster, ns, name)
-        if output is OutputFormat.yaml:
+        if output is OutputFormat.json:
+            echo_object(obj, ObjectFormat.json)
+        elif output is OutputFormat.yaml:
             typer.echo(views.to_yaml(obj), nl=False)
         else:
             out.print(views.job_detail(obj, now, k8s.rank_pod(cluster, ns, name)))
         return
     items = k8s.list_jobs(cluster, None if all_namespaces else ns)
-    if output is OutputFormat.yaml:
+    if output is OutputFormat.json:
+        echo_object({"apiVersion": "v1", "kind": "List", "items": items}, ObjectFormat.json)
+    elif output is OutputFormat.yaml:
         typer.echo(views.to_yaml(items), nl=False)
     elif not items:
         say("no trainingjobs in " + ("any namespace" if all_namespaces else f"namespace {ns}"))
@@ -302,24 +336,36 @@ def get(
         out.print(views.jobs_table(items, now, all_namespaces=all_namespaces))
 
 
+from railtrain.cli import jobcmds  # noqa: E402
+
+for _command in (jobcmds.describe, jobcmds.logs, jobcmds.delete, jobcmds.suspend, jobcmds.resume, jobcmds.plan, jobcmds.snapshot):
+    app.command()(_command)
+
+
 @node_app.command("clear")
 def node_clear(
     node: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.", show_default=False)],
     kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Return a quarantined node to service: remove its railtrain.dev/quarantined taint (an administrator's decision)."""
+    """Return a quarantined node to service: remove its railtrain.dev/quarantined taint (an administrator's decision).
+
+    Example: railtrain node clear gpu-node-7
+    """
     from railtrain.cli import k8s
 
     was = k8s.clear_quarantine(k8s.connect(kubeconfig), node)
     if was is None:
         say(f"node {node} is not quarantined; nothing to clear")
         return
-    typer.echo(f"node/{node} cleared (was quarantined for a {was} verdict)")
+    typer.echo(f"node/{node} cleared (was quarantined " + ("by the railtrain.dev/quarantined label)" if was == "label" else f"for a {was} verdict)"))
 
 
 @node_app.command("list")
 def node_list(kubeconfig: KubeconfigOption = None) -> None:
-    """List the quarantined nodes and the verdict that quarantined each."""
+    """List the quarantined nodes and the verdict that quarantined each.
+
+    Example: railtrain node list
+    """
     from railtrain.cli import k8s
 
     nodes = k8s.quarantined_nodes(k8s.connect(kubeconfig))
@@ -327,80 +373,6 @@ def node_list(kubeconfig: KubeconfigOption = None) -> None:
         say("no node is quarantined")
     for name, verdict in nodes:
         typer.echo(f"{name}\t{verdict}")
-
-
-@dev_app.command("up")
-def dev_up(
-    nodes: Annotated[Optional[int], typer.Option("--nodes", min=1, metavar="COUNT", help="GPU nodes: fake (kwok) nodes, or kind workers with --kind. Default 4, or 3 with --kind.")] = None,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, metavar="COUNT", help="nvidia.com/gpu capacity of each node (advertised, not real).")] = 8,
-    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Name of the local cluster.")] = "railtrain",
-    kind: Annotated[bool, typer.Option("--kind", help="A real kind cluster in Docker (pods really run) instead of kwok nodes; the node image is built offline once.")] = False,
-    load: Annotated[Optional[list[str]], typer.Option("--load", metavar="IMAGE", help="With --kind: a local Docker image to load into every worker (repeatable).")] = None,
-    cuda_libs: Annotated[Optional[Path], typer.Option("--cuda-libs", metavar="DIR", help="With --kind: a folder holding nvidia/ (CUDA libraries) that every container on the workers sees read-only at /opt/railtrain/lib/python3.11/site-packages/nvidia; for the CPU trainer image (trainer/Dockerfile, TORCH_CUDA_LIBS=drop).")] = None,
-) -> None:
-    """Start (or reuse) a local cluster with GPU nodes and railtrain's CRDs; print its kubeconfig.
-
-    The export line goes to stdout, so eval "$(railtrain dev up)" points kubectl and railtrain at it.
-    """
-    controlplane = _import_controlplane()
-    if (load or cuda_libs) and not kind:
-        raise CliError("--load and --cuda-libs need --kind: kwok nodes run no containers")
-    if cuda_libs is not None and not (cuda_libs / "nvidia").is_dir():
-        raise CliError(f"--cuda-libs: {cuda_libs} has no nvidia/ folder")
-    if kind:
-        from railtrain.cli.controlplane import kind as kind_cluster
-
-        workers = nodes or 3
-        say(f"starting kind cluster {name} (1 control plane + {workers} workers × {gpus_per_node} GPUs); the first start builds the node image and takes minutes")
-        try:
-            kubeconfig = kind_cluster.kind_up(workers, gpus_per_node, name, images=load or (), cuda_libs=cuda_libs.resolve() if cuda_libs else None)
-        except (kind_cluster.KindError, controlplane.BinariesError) as err:
-            raise CliError(f"kind cluster {name} did not start: {err}") from None
-        say(f"kind cluster {name} is up: {workers} workers × {gpus_per_node} GPUs; kubeconfig {kubeconfig}", style="green")
-        typer.echo(f"export KUBECONFIG={kubeconfig}")
-        return
-    from railtrain.cli.controlplane import dev
-
-    nodes = nodes or 4
-    say(f"starting local cluster {name} ({nodes} nodes × {gpus_per_node} GPUs); the first start builds the binaries and takes minutes")
-    try:
-        kubeconfig = dev.dev_up(nodes, gpus_per_node, name)
-    except (controlplane.ClusterError, controlplane.BinariesError) as err:
-        raise CliError(f"local cluster {name} did not start: {err}") from None
-    say(f"local cluster {name} is up: {nodes} nodes × {gpus_per_node} GPUs; kubeconfig {kubeconfig}", style="green")
-    typer.echo(f"export KUBECONFIG={kubeconfig}")
-
-
-@dev_app.command("down")
-def dev_down(
-    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Name of the local cluster.")] = "railtrain",
-    kind: Annotated[bool, typer.Option("--kind", help="Delete the kind cluster of that name instead.")] = False,
-) -> None:
-    """Stop a local cluster started by 'railtrain dev up' (with --kind: delete the kind cluster) and delete its state."""
-    _import_controlplane()
-    if kind:
-        from railtrain.cli.controlplane import kind as kind_cluster
-
-        try:
-            existed = kind_cluster.kind_down(name)
-        except kind_cluster.KindError as err:
-            raise CliError(f"kind cluster {name} could not be deleted: {err}") from None
-        say(f"kind cluster {name} is deleted" if existed else f"there was no kind cluster named {name}", style="green" if existed else "dim")
-        return
-    from railtrain.cli.controlplane import dev
-
-    if dev.dev_down(name):
-        say(f"local cluster {name} is down", style="green")
-    else:
-        say(f"there was no local cluster named {name}")
-
-
-def _import_controlplane() -> Any:
-    try:
-        import railtrain.cli.controlplane as controlplane
-    except ModuleNotFoundError as err:
-        raise CliError(f"the local control plane is not available in this installation (missing module {err.name})") from None
-    return controlplane
 
 
 @app.command(

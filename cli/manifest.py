@@ -51,6 +51,33 @@ class Manifest:
         """
         return parse_manifest(self.data, self.source)
 
+    def checked_job(self) -> TrainingJob:
+        """The validated TrainingJob whose command, when it is railtrain's trainer, the trainer would also accept.
+
+        The trainer's own parser and degree checks run offline
+        (:func:`railtrain.trainer.preflight.problems`), so a mistyped flag
+        fails here instead of in every pod after the gang was placed.
+
+        Raises:
+            ManifestError: the document does not match the API, or the trainer
+                refuses ``spec.args`` (the sentence quotes its reason).
+        """
+        return checked(self.job(), self.source)
+
+
+def checked(job: TrainingJob, source: str) -> TrainingJob:
+    """``job`` when railtrain's trainer would accept its arguments (see :meth:`Manifest.checked_job`).
+
+    Raises:
+        ManifestError: one sentence naming ``spec.args`` and what the trainer refused.
+    """
+    from railtrain.trainer.preflight import problems  # torch-free
+
+    found = problems(job.spec)
+    if found:
+        raise ManifestError(found, source)
+    return job
+
 
 def is_stdin(arg: str | None) -> bool:
     """Whether a manifest argument, as typed, means standard input (it is exactly ``-``; ``./-`` is a file)."""

@@ -25,7 +25,7 @@ from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.goodput import Goodput, Progress
-from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
@@ -158,6 +158,14 @@ class Topology(_Model):
         description="Node label key naming the topology level for policy required or preferred, e.g. railtrain.dev/rack; must be one of the levels the operator is configured with (see docs/topology.md).",
         json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || (self.matches('{LABEL_KEY_CEL}') && self.indexOf('/') <= 253)", "message": LEVEL_MESSAGE, "reason": "FieldValueInvalid"}]},
     )
+    nvlink_domain: bool = Field(
+        False,
+        description=(
+            "Place the whole gang inside one NVLink domain (the operator's topology level naming nvidia.com/gpu.clique, "
+            "e.g. a GB200 NVL72 rack) and give every pod an IMEX channel from an NVIDIA DRA driver ComputeDomain the "
+            "operator creates and deletes with the job; lets parallelism.tensor be a multiple of procsPerNode (docs/fabric.md)."
+        ),
+    )
 
     @field_validator("level")
     @classmethod
@@ -165,6 +173,10 @@ class Topology(_Model):
         if level and qualified_name_error(level):
             raise ValueError(f"{json.dumps(level)} is not a Kubernetes label key; use an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
         return level
+
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+"""``spec.checkpoint.runId``: one path segment (a uid fits), never ``.``/``..`` or a ``/``."""
 
 
 class TierVolume(str, Enum):
@@ -183,7 +195,7 @@ class MemoryTier(_Model):
         TierVolume.NODE,
         description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
     )
-    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
     size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.memory.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
 
 
@@ -193,7 +205,7 @@ class LocalTier(_Model):
     interval: int = Field(50, ge=1, description="Training steps between saves to the node-local disk.")
     keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
     volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
-    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the job's shards go to <hostPath>/<namespace>/<job>.")
+    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
     size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.local.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
 
 
@@ -202,8 +214,9 @@ class Checkpoint(_Model):
 
     interval, location, keep and volumeClaim describe the persistent tier
     (shared storage, reshardable to another world size); memory and local add
-    the node-local tiers. On start the trainer loads the newest complete and
-    valid step from the fastest tier that has it.
+    the node-local tiers, which belong to one run (runId, else the job's uid).
+    On start the trainer loads the newest complete and valid step from the
+    fastest tier that has it.
     """
 
     interval: int = Field(100, ge=1, description="Training steps between checkpoints to the persistent location.")
@@ -212,6 +225,13 @@ class Checkpoint(_Model):
     volume_claim: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="PersistentVolumeClaim (ReadWriteMany) mounted at location in every pod; location must then be an absolute path.")
     memory: MemoryTier | None = Field(None, description="In-memory tier with a copy on the neighbouring node; omitted means off.")
     local: LocalTier | None = Field(None, description="Node-local disk tier; omitted means off.")
+    run_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=RUN_ID_PATTERN,
+        description="Identity of the run that owns the node-local tiers (memory, local): their directory on a node is <hostPath>/<namespace>/<job>/<runId>, and the trainer resumes only shards saved under this id. Omitted: the TrainingJob's uid, so a job deleted and submitted again starts its node-local tiers empty (the persistent location is shared as written). Set the same value in a new job to resume an earlier job's node-local tiers on purpose (a job that set none used its uid). At most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit.",
+    )
 
 
 class RunPolicy(_Model):
@@ -229,6 +249,8 @@ class RunPolicy(_Model):
     clean_pod_policy: CleanPodPolicy = Field(CleanPodPolicy.RUNNING, description="Pods of a finished job (Succeeded or Failed): Running deletes the pods still running and keeps the finished ones, with their logs and termination messages, for inspection; All deletes every pod. No pod of a finished job keeps running either way.")
     node_lost_grace_seconds: int = Field(30, ge=0, le=3600, description="Seconds a node under the gang may be NotReady before it counts as lost: then the whole gang restarts on other nodes (reason NodeLost) and the job's pods on that node are force-deleted. A deleted Node is lost at once.")
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
+    max_infrastructure_restarts: int = Field(10, ge=0, le=1000, description="Infrastructure restarts (a node lost, quarantined or avoided, a rank evicted or refused by its node, a rank's pod deleted, an elastic grow) allowed before the job is Failed with reason InfrastructureRestartLimitExceeded; they do not spend backoffLimit.")
+    infrastructure_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second infrastructure restart; each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate.")
 
 
 class Elastic(_Model):
@@ -248,17 +270,30 @@ SPEC_RULES: tuple[Rule, ...] = (
                           f"× context {s.parallelism.context} = {s.parallelism.product}, but nodes {s.nodes} × procsPerNode {s.procs_per_node} = {s.world_size}"),
     ),
     Rule(
-        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0",
-        check=lambda s: s.parallelism is None or parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node),
-        message="spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node",
+        cel=(
+            "!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor == 0 || "
+            "(has(self.topology) && has(self.topology.nvlinkDomain) && self.topology.nvlinkDomain && self.parallelism.tensor % self.procsPerNode == 0)"
+        ),
+        check=lambda s: s.parallelism is None or parallel.tensor_fits(s.parallelism.tensor, s.procs_per_node, s.topology.nvlink_domain),
+        message=(
+            "spec.parallelism.tensor must divide procsPerNode: a tensor-parallel group must fit inside one node, "
+            "unless spec.topology.nvlinkDomain is true and tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain)"
+        ),
         field_path=".parallelism.tensor",
-        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
+        detail=lambda s: f"tensor {s.parallelism.tensor}, procsPerNode {s.procs_per_node}, nvlinkDomain {str(s.topology.nvlink_domain).lower()}",
     ),
     Rule(
-        cel="!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor != 0 || self.procsPerNode % (self.parallelism.context * self.parallelism.tensor) == 0",
+        cel=(
+            "!has(self.parallelism) || self.procsPerNode % self.parallelism.tensor != 0 || self.procsPerNode % (self.parallelism.context * self.parallelism.tensor) == 0 || "
+            "(has(self.topology) && has(self.topology.nvlinkDomain) && self.topology.nvlinkDomain && (self.parallelism.context * self.parallelism.tensor) % self.procsPerNode == 0)"
+        ),
         check=lambda s: (s.parallelism is None or not parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node)
-                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)),
-        message="spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node",
+                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)
+                         or (s.topology.nvlink_domain and (s.parallelism.context * s.parallelism.tensor) % s.procs_per_node == 0)),
+        message=(
+            "spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node, "
+            "unless spec.topology.nvlinkDomain is true and context × tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain)"
+        ),
         field_path=".parallelism.context",
         detail=lambda s: f"context {s.parallelism.context} × tensor {s.parallelism.tensor} = {s.parallelism.context * s.parallelism.tensor}, procsPerNode {s.procs_per_node}",
     ),
@@ -444,6 +479,9 @@ class TrainingJobStatus(_Model):
     quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
     suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
     avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
+    node_failures: list[NodeFailureRecord] = Field(default_factory=list, description="Nodes on which this job lost pods to the infrastructure (evicted for the node's sake, refused by the kubelet, node lost), with counts; a node counted twice is avoided.")
+    rank_shift: int = Field(0, ge=0, description="How far the ranks of the next gang are rotated over its nodes (raised by a hang or straggler verdict, so the named rank lands on another node and the fault can be told apart from the node).")
+    succeeded_ranks: list[int] = Field(default_factory=list, description="Ranks of the current gang whose trainer exited 0; they stay complete even when their pods are deleted (drain, pod garbage collection).")
     start_time: datetime | None = Field(None, description="When every rank of the gang first ran (cleared when the job is suspended, set again when the resumed gang runs); runPolicy.activeDeadlineSeconds counts from it.")
     last_resize_time: datetime | None = Field(None, description="When an elastic gang was last restarted to grow.")
     completion_time: datetime | None = Field(None, description="When the job reached Succeeded or Failed.")

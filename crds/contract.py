@@ -62,6 +62,7 @@ from railtrain.crds.health_settings import (
 from railtrain.crds.verdicts import (
     ENV_TERMINATION_MESSAGE_PATH,
     HEALTH_VERDICTS,
+    REASON_CHECKPOINT_MISMATCH,
     REASON_DATA_ANOMALY,
     REASON_KNOWN_ANSWER_MISMATCH,
     REASON_NO_PROGRESS,
@@ -143,10 +144,17 @@ ENV_FLOAT8_RECIPE = "RAILTRAIN_FLOAT8_RECIPE"
 """``spec.precision.float8.recipe`` under fp8 (``tensorwise`` or ``rowwise``); empty otherwise."""
 ENV_FLOAT8_EMULATE = "RAILTRAIN_FLOAT8_EMULATE"
 """``spec.precision.float8.emulate`` under fp8: ``1`` or ``0``; empty otherwise."""
+ENV_RUN_ID = "RAILTRAIN_RUN_ID"
+"""The run that owns the node-local checkpoint tiers: ``spec.checkpoint.runId``, else the TrainingJob's uid
+(``railtrain run --local``: a new id per invocation). The trainer resumes only node-local shards saved under it."""
 ENV_NODE_NAME = "RAILTRAIN_NODE_NAME"
 """The Kubernetes node the pod runs on, from the Downward API (``fieldRef: spec.nodeName``,
 see :data:`DOWNWARD_API_FIELDS`); ``railtrain run --local`` sets ``local-<node rank>``. Verdicts
 name suspect nodes with it."""
+
+ENV_NVLINK_DOMAIN = "RAILTRAIN_NVLINK_DOMAIN"
+"""``1`` in the pods of a job placed inside one NVLink domain (``spec.topology.nvlinkDomain``): the trainer
+then lets a tensor-parallel group span nodes (the API has checked it spans whole nodes)."""
 
 DOWNWARD_API_FIELDS = {ENV_NODE_NAME: "spec.nodeName"}
 """Variables a pod reads from its own object (Kubernetes Downward API ``fieldRef.fieldPath``), not
@@ -197,6 +205,8 @@ class PodEnvironment:
         precision: ``bf16``, ``fp8``, ``fp32``, or ``""`` for the trainer's default (:data:`ENV_PRECISION`).
         float8_recipe: ``tensorwise`` or ``rowwise`` under fp8, else ``""`` (:data:`ENV_FLOAT8_RECIPE`).
         float8_emulate: ``"1"`` or ``"0"`` under fp8, else ``""`` (:data:`ENV_FLOAT8_EMULATE`).
+        run_id: the run that owns the node-local tiers (:data:`ENV_RUN_ID`); ``""``: no run identity
+            (a trainer started by hand), any node-local shard may be resumed.
     """
 
     job_name: str
@@ -222,6 +232,7 @@ class PodEnvironment:
     precision: str = ""
     float8_recipe: str = ""
     float8_emulate: str = ""
+    run_id: str = ""
 
     @property
     def world_size(self) -> int:
@@ -253,6 +264,7 @@ _RAILTRAIN_NAMES = {
     "precision": ENV_PRECISION,
     "float8_recipe": ENV_FLOAT8_RECIPE,
     "float8_emulate": ENV_FLOAT8_EMULATE,
+    "run_id": ENV_RUN_ID,
 }
 
 

@@ -18,6 +18,9 @@ straggler           RestartIgnoringBackoff     never        yes          infra
 hang                Restart                    2nd time     no           job
 ==================  =========================  ===========  ===========  ===========
 
+(``hang`` and ``straggler`` quarantine only once two different ranks were named
+on the node: :mod:`railtrain.crds.recovery`, rule 3.)
+
 ``Restart`` spends ``runPolicy.backoffLimit`` (a job restart);
 ``RestartIgnoringBackoff`` does not (an infrastructure restart: the fault lies
 with a node, not the job). ``quarantineAfter: N`` quarantines a node once
@@ -25,7 +28,11 @@ verdicts of this kind named it N times in this job (0: never); ``avoidNodes``
 makes the next gang of this job avoid the named nodes without quarantining
 them. ``maxQuarantinesPerHour`` bounds how many nodes one job may quarantine in
 any hour: beyond it the job fails (reason ``QuarantineLimitExceeded``), so a
-job that breaks every node it touches cannot drain the cluster.
+job that breaks every node it touches cannot drain the cluster. The platform's
+own bound (the operator's ``--max-quarantines-per-hour``, for the whole
+cluster) comes first: a job's setting can only lower what it may do. What a
+verdict may claim, and how the decision is made, is
+:mod:`railtrain.crds.recovery`.
 """
 
 from __future__ import annotations
@@ -119,3 +126,11 @@ class SuspectRecord(Model):
     node: str = Field(description="The Kubernetes node.")
     verdict: str = Field(description="The verdict kind.")
     count: int = Field(ge=1, description="Times verdicts of this kind named the node in this job.")
+    ranks: list[int] = Field(default_factory=list, description="For hang and straggler: the ranks that ran on the node when verdicts named it; the node is quarantined only once two different ranks were named there.")
+
+
+class NodeFailureRecord(Model):
+    """How often this job lost pods to the infrastructure on one node (``status.nodeFailures``)."""
+
+    node: str = Field(description="The Kubernetes node.")
+    count: int = Field(ge=1, description="Pods of this job the node's kubelet evicted or refused, or lost with the node.")

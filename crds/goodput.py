@@ -34,7 +34,7 @@ CAUSES = ("job", "node_lost", "quarantine", "elastic")
 """Restart causes of ``lost.restart_<cause>``."""
 
 REASON_CAUSE = {
-    "NodeLost": "node_lost", "RankVanished": "node_lost", "RankEvicted": "node_lost",
+    "NodeLost": "node_lost", "RankVanished": "node_lost", "RankEvicted": "node_lost", "AdmissionRefused": "node_lost",
     "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine", "InfrastructureRestart": "quarantine",
     "ElasticGrow": "elastic",
 }  # fmt: skip

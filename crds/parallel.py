@@ -116,6 +116,13 @@ def tensor_fits_node(tensor: int, procs_per_node: int) -> bool:
     return procs_per_node % tensor == 0
 
 
+def tensor_fits(tensor: int, procs_per_node: int, nvlink_domain: bool = False) -> bool:
+    """Whether a tensor-parallel group may have ``tensor`` ranks: inside one node, or, for a gang placed inside one
+    NVLink domain (``spec.topology.nvlinkDomain``), spanning whole nodes (``tensor`` a multiple of ``procs_per_node``),
+    since NVLink then reaches across nodes (GB200 NVL72)."""
+    return tensor_fits_node(tensor, procs_per_node) or (nvlink_domain and tensor % procs_per_node == 0)
+
+
 def context_without_pipeline(context: int, pipeline: int) -> bool:
     """Whether the degrees avoid context × pipeline, which the trainer does not run (docs/parallelism.md, "Limits")."""
     return context == 1 or pipeline == 1

@@ -228,6 +228,23 @@ def _mount_problems(spec: "TrainingJobSpec") -> list[str]:
     return out
 
 
+def _unknown_volume_problems(spec: "TrainingJobSpec") -> list[str]:
+    """Mounts that name no volume: neither one of ``spec.template.spec.volumes`` nor one the operator renders (:data:`RESERVED_VOLUMES`)."""
+    if spec.template is None:
+        return []
+    known = set(_names(spec, "volumes")) | set(RESERVED_VOLUMES)
+    out = []
+    for field, alias in (("containers", "containers"), ("init_containers", "initContainers")):
+        for c in getattr(spec.template.spec, field):
+            for m in c.get("volumeMounts") or []:
+                if m.get("name") not in known:
+                    out.append(
+                        f"spec.template.spec.{alias}[{c.get('name')}].volumeMounts[{m.get('mountPath', '')}] names volume "
+                        f"{m.get('name')!r}, which spec.template.spec.volumes does not define"
+                    )
+    return out
+
+
 def _names(spec: "TrainingJobSpec", field: str) -> list[str]:
     return [str(c.get("name")) for c in getattr(spec.template.spec, field)] if spec.template else []
 
@@ -252,6 +269,10 @@ def _meta_problems(spec: "TrainingJobSpec") -> list[str]:
 
 
 _CONTAINERS = f"{_T}.containers"
+_MOUNTS_KNOWN = (
+    f"!has(c.volumeMounts) || c.volumeMounts.all(m, m.name in {_cel_list(RESERVED_VOLUMES)} "
+    f"|| (has({_T}.volumes) && {_T}.volumes.exists(v, v.name == m.name)))"
+)
 _PORTS_OK = f"!has(c.ports) || c.ports.all(p, !(p.containerPort in {_cel_list(OPERATOR_PORTS)}))"
 
 TEMPLATE_RULES: tuple[TemplateRule, ...] = (
@@ -290,6 +311,19 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
         message=f"spec.template.spec.volumes conflicts with spec.checkpoint and spec.resources.shm: the volume names {', '.join(RESERVED_VOLUMES)} are the operator's",
         field_path=".template.spec.volumes",
         problems=lambda s: [f"spec.template.spec.volumes[{n}] conflicts with spec.checkpoint and spec.resources.shm: that volume name is the operator's" for n in _names(s, "volumes") if n in RESERVED_VOLUMES],
+    ),
+    # One rule per list: together they exceed the API server's CEL cost budget for one rule.
+    TemplateRule(
+        cel=f"{_has('containers')} || {_CONTAINERS}.all(c, {_MOUNTS_KNOWN})",
+        message="spec.template.spec.containers[].volumeMounts names a volume that spec.template.spec.volumes does not define (each mount's name must be one of its volumes, or a volume the operator renders)",
+        field_path=".template.spec.containers",
+        problems=lambda s: [p for p in _unknown_volume_problems(s) if p.startswith("spec.template.spec.containers")],
+    ),
+    TemplateRule(
+        cel=f"{_has('initContainers')} || {_T}.initContainers.all(c, {_MOUNTS_KNOWN})",
+        message="spec.template.spec.initContainers[].volumeMounts names a volume that spec.template.spec.volumes does not define (each mount's name must be one of its volumes, or a volume the operator renders)",
+        field_path=".template.spec.initContainers",
+        problems=lambda s: [p for p in _unknown_volume_problems(s) if p.startswith("spec.template.spec.initContainers")],
     ),
     TemplateRule(
         cel=f"{_has('initContainers')} || {_T}.initContainers.all(c, c.name != '{TRAINER}')",

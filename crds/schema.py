@@ -23,7 +23,7 @@ from railtrain.crds.api import DNS_1035, LIST_MAP_KEYS, MAX_NAME_LENGTH, SPEC_RU
 from railtrain.crds.podtemplate import CORE_V1, TEMPLATE_RULES
 
 CRD_PATH = Path(__file__).with_name("trainingjob.yaml")
-HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "crds" / "trainingjob.yaml"
+HELM_CRD_PATH = Path(__file__).resolve().parents[1] / "helm" / "railtrain" / "files" / "trainingjob.yaml"
 """The Helm chart's copy (Helm installs CRDs from a chart's crds/ folder); present in a source checkout."""
 
 _DROP = {"title"}
@@ -68,6 +68,10 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if out.get("format") == "date-time":
         out["type"] = "string"
     return out
+
+
+STATUS_COUNTERS = ("restarts", "jobRestarts", "infrastructureRestarts")
+"""Status fields that keep their default (0) in the CRD: counters shown as printer columns."""
 
 
 def _strip_defaults(node: Any) -> Any:
@@ -142,6 +146,10 @@ def crd() -> dict[str, Any]:
         spec["properties"][name]["default"] = {}
 
     status = _strip_defaults(structural_schema(TrainingJobStatus))
+    # The restart counters are the printer columns' RESTARTS and INFRA-RESTARTS: a job whose status the
+    # operator has written shows 0 there, not a blank (the server fills these defaults on every read and write).
+    for name in STATUS_COUNTERS:
+        status["properties"][name]["default"] = 0
     _list_map(status["properties"]["conditions"], "type")
     _list_map(status["properties"]["placement"], "rank")
 

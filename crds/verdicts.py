@@ -54,6 +54,9 @@ REASON_SLOW_RANK = "SlowRank"
 """straggler: the named rank's robust slowness score stayed over the threshold."""
 REASON_NO_PROGRESS = "NoProgress"
 """hang: the named rank's heartbeat is older than the watchdog's deadline."""
+REASON_CHECKPOINT_MISMATCH = "CheckpointMismatch"
+"""user-error: the checkpoint to resume from was written by another model (a tensor missing, extra
+or of another shape; the message names it). Loading it again would fail the same way."""
 
 TERMINATION_MESSAGE_MAX_BYTES = 4096
 """The kubelet keeps at most this many bytes of a termination message."""

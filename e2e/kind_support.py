@@ -147,7 +147,7 @@ def kind_cluster_session(app_images: tuple[str, str, Path, float]) -> Iterator[K
         subprocess.run(
             [_helm(), "upgrade", "--install", RELEASE, str(REPO / "helm" / "railtrain"), "--kubeconfig", kubeconfig,
              "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
-             "--set", "image.pullPolicy=Never", "--wait", "--timeout", "5m"],
+             "--set", "image.pullPolicy=Never", "--set", "crds.install=false", "--wait", "--timeout", "5m"],
             capture_output=True, text=True, check=True, timeout=400,
         )  # fmt: skip
         timings["helm_install"] = time.monotonic() - t0

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from railtrain.crds.quantity import parse_quantity  # noqa: F401  (re-exported: the one quantity parser)
+from railtrain.operator import quarantine
 from railtrain.operator.topology import DEFAULT_LEVELS, level_value
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-QUARANTINE_LABEL = "railtrain.dev/quarantined"
+QUARANTINE_LABEL = quarantine.LABEL_KEY
 """Nodes carrying this label (any value but "false") are never chosen."""
-QUARANTINE_TAINT = "railtrain.dev/quarantined"
-"""Nodes carrying this taint (set by the operator on a verdict, :mod:`railtrain.operator.quarantine`) are never chosen."""
+QUARANTINE_TAINT = quarantine.TAINT_KEY
+"""Nodes carrying this taint (set by the operator on a verdict, :mod:`railtrain.operator.quarantine`) are never chosen.
+Both are read by the one test :func:`railtrain.operator.quarantine.quarantined_by`."""
 RAILS_LABEL = "railtrain.dev/rails"
 """Node label: rails (NICs on distinct rail leaf switches) of the node; default: its GPU count."""
 
@@ -125,14 +127,13 @@ def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:
     :func:`railtrain.operator.render.gang_tolerations`.
     """
     spec = node.get("spec", {}) or {}
-    labels = (node.get("metadata", {}) or {}).get("labels", {}) or {}
     if spec.get("unschedulable"):
         return "cordoned"
-    if labels.get(QUARANTINE_LABEL, "false") != "false":
+    why = quarantine.quarantined_by(node)
+    if why == "label":
         return "quarantined"
-    quarantine = next((t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT), None)
-    if quarantine is not None:
-        return f"quarantined ({quarantine.get('value') or 'by an administrator'})"
+    if why is not None:
+        return f"quarantined ({'by an administrator' if why == 'administrator' else why})"
     for taint in spec.get("taints", []) or []:
         if taint.get("effect") == "NoSchedule" and tolerated and taint.get("key") == tolerated:
             continue

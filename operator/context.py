@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass, field
 
 from railtrain.operator.kube import Kube
+from railtrain.operator.progress import Reader
+from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings
 
 
@@ -30,15 +32,20 @@ class RuntimeState:
 
     Attributes:
         fatal: why the operator stopped itself (one sentence), when it did.
-        peer_seen: the other operator last seen holding the Lease (warned about once).
-        peers_off: the Lease cannot be kept (no RBAC), so the check is off.
+        leader: this operator holds the Lease: it admits and reconciles (set by
+            :func:`railtrain.operator.leader.keep_lease`; a standby does nothing else).
         resync: the periodic resync task, while it runs.
+        lease: the leader-election task, while it runs.
+        wake: set to start a resync pass now (a new leader's first pass).
+        progress: reads rank 0's metrics of Running jobs into status.progress (the leader's resync polls it).
     """
 
     fatal: str | None = None
-    peer_seen: str | None = None
-    peers_off: bool = False
+    leader: bool = False
     resync: asyncio.Task | None = None
+    lease: asyncio.Task | None = None
+    wake: asyncio.Event | None = None
+    progress: Reader | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class OperatorContext:
             when the API server is gone, and by a SIGTERM/SIGINT.
         identity: this operator's holderIdentity in the Lease.
         state: the mutable part (see :class:`RuntimeState`).
+        health: when the loop last completed a pass (``/healthz``, ``/readyz``).
     """
 
     settings: Settings
@@ -59,3 +67,4 @@ class OperatorContext:
     stop: threading.Event = field(default_factory=threading.Event)
     identity: str = field(default_factory=default_identity)
     state: RuntimeState = field(default_factory=RuntimeState)
+    health: Health = field(default_factory=Health)

@@ -56,6 +56,11 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
         return _job_locks[(namespace, name)]
 
 
+def job_lock(namespace: str, name: str) -> threading.Lock:
+    """The lock every path that writes this job's status holds (reconciles, admission decisions, progress writes)."""
+    return _lock_for(namespace, name)
+
+
 def _now(now: datetime | None) -> datetime:
     return now or datetime.now(timezone.utc)
 
@@ -69,6 +74,7 @@ def reconcile_job(
     admit: bool = True,
     watch_namespace: str | None = None,
     fabric: FabricProfile | None = None,
+    max_quarantines_per_hour: int | None = None,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -81,6 +87,7 @@ def reconcile_job(
             pass after reconciling every job instead).
         watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
         fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
+        max_quarantines_per_hour: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
 
     Returns:
         The applied plan, or None when the job no longer exists.
@@ -95,7 +102,7 @@ def reconcile_job(
     """
     started = time.monotonic()
     try:
-        return _reconcile_job(kube, namespace, name, now, levels, admit, watch_namespace, fabric)
+        return _reconcile_job(kube, namespace, name, _now(now), levels, admit, watch_namespace, fabric, max_quarantines_per_hour)
     except Exception as err:
         metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
         raise
@@ -104,9 +111,10 @@ def reconcile_job(
 
 
 def _reconcile_job(
-    kube: Kube, namespace: str, name: str, now: datetime | None, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
-    fabric: FabricProfile | None = None,
+    kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
+    fabric: FabricProfile | None = None, max_quarantines_per_hour: int | None = None,
 ) -> reconcile.Plan | None:
+    """:func:`reconcile_job` at time ``at``, read once for the whole pass."""
     with _lock_for(namespace, name):
         job = kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -114,12 +122,12 @@ def _reconcile_job(
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), _now(now), nodes=nodes, grow_to=grow_to, fabric=fabric)
-        if not _apply_or_reject(kube, job, p, _now(now)):
+        p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
+        if not _apply_or_reject(kube, job, p, at):
             return p
-        waits = reconcile.gang_request(job, pods, _now(now)) is not None
+        waits = reconcile.gang_request(job, pods, at) is not None
     if waits and admit:
-        admission_pass(kube, now, levels, watch_namespace, fabric)
+        admission_pass(kube, at, levels, watch_namespace, fabric)
     return p
 
 
@@ -237,7 +245,7 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
         False when the job was failed here.
     """
     try:
-        _apply(kube, job, p)
+        _apply(kube, job, p, now)
         return True
     except Rejected as err:
         meta = job["metadata"]
@@ -276,10 +284,12 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods)
 
 
-def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, attempts: int = 5) -> bool:
+def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, now: datetime, attempts: int = 5) -> bool:
     """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
 
-    Read-modify-write with the node's resourceVersion, retried on conflict.
+    Read-modify-write with the node's resourceVersion, retried on conflict. The same patch sets the
+    :data:`~railtrain.operator.quarantine.ANNOTATION_AT` annotation to ``now``, from which the cluster-wide
+    bound is counted.
 
     Returns:
         True when this call added the taint; False when the node is gone, already quarantined, or kept changing.
@@ -292,7 +302,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
         taints = quarantine.taints_with(node, verdict)
         if taints is None:
             return False
-        if kube.set_node_taints(node, taints):
+        if kube.set_node_taints(node, taints, {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}):
             kube.emit_event(
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
                 "Warning", quarantine.REASON_QUARANTINED,
@@ -321,16 +331,20 @@ def _each(calls: list[Callable[[], Any]]) -> None:
         raise first
 
 
-def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
+def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> None:
     namespace = job["metadata"]["namespace"]
+    for line in p.log:  # one line per recovery decision (Events expire; the operator's log stays)
+        log.info("%s/%s %s", namespace, job["metadata"]["name"], line)
     for name in p.force_delete_pods:
         kube.force_delete_pod(namespace, name)
     for node, verdict, evidence in p.quarantine:
-        quarantine_node(kube, job, node, verdict, evidence)
+        quarantine_node(kube, job, node, verdict, evidence, now)
     if p.quarantine:
         metrics.observe_nodes(kube.list_nodes())
     if p.create_service is not None:
         kube.create(p.create_service)
+    for obj in p.create_objects:
+        kube.create(obj)
     _each([lambda pod=pod: kube.create(pod) for pod in p.create_pods])
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
     _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])

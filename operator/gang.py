@@ -226,7 +226,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
     gang = current_gang(obj, owned(obj, pods))
     n = admitted_nodes(spec, gang)
     gang = [p for p in gang if 0 <= rank_of(p) < n]
-    ranks = {rank_of(p) for p in gang}
+    ranks = {rank_of(p) for p in gang} | {int(r) for r in status.get("succeededRanks") or [] if 0 <= int(r) < n}  # exited 0 earlier: complete
     ready = len(ranks) == n
     if ready and not any(is_gated(p) for p in gang):
         return None
@@ -251,6 +251,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         gpu_resource=spec.resources.gpu_resource_name,
         needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
         avoid=frozenset(status.get("avoidNodes") or []),
+        nvlink=spec.topology.nvlink_domain,
     )
     return request, ready
 

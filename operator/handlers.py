@@ -24,7 +24,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller, kube, metrics, peers
+from railtrain.operator import controller, kube, leader, metrics, peers, progress
 from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
@@ -53,7 +53,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.startup()
 async def start_resync(memo: OperatorContext, **_: Any) -> None:
-    """Start the periodic resync: capacity freed by any pod can admit a waiting gang."""
+    """Start the leader election and the periodic resync: capacity freed by any pod can admit a waiting gang."""
+    memo.state.wake = asyncio.Event()
+    memo.state.progress = progress.Reader()
+    memo.state.lease = asyncio.create_task(leader.keep_lease(memo, memo.state.wake.set))
     memo.state.resync = asyncio.create_task(_resync_loop(memo))
 
 
@@ -68,17 +71,19 @@ async def stop_resync(memo: OperatorContext, **_: Any) -> None:
     thread. A reconcile pass still in flight finishes (each is idempotent); one
     still running :data:`~railtrain.operator.settings.Settings.stop_seconds`
     minus 2 s after the stop began is abandoned by :func:`_exit_when_late`, so
-    the whole stop takes at most ``stop_seconds`` (default 10). The Lease is
-    given up first, so that an operator started next is not warned about this one.
+    the whole stop takes at most ``stop_seconds`` (default 10). A leader gives
+    the Lease up, so that a standby takes over at its next poll.
     """
     _exit_when_late(memo)
     memo.stop.set()
-    task = memo.state.resync
-    if task:
-        task.cancel()
-    if not memo.state.fatal and not memo.state.peers_off:
-        await asyncio.get_running_loop().run_in_executor(None, _release_lease, memo)
-    log.info("the operator stopped: the Lease %s/%s is given up; jobs in flight are picked up by the next operator", LEASE_NAMESPACE, peers.LEASE_NAME)
+    for task in (memo.state.lease, memo.state.resync):
+        if task:
+            task.cancel()
+    if memo.state.leader and not memo.state.fatal:
+        memo.state.leader = False
+        await asyncio.get_running_loop().run_in_executor(None, leader.release, memo)
+        where = f"{memo.settings.lease_namespace}/{peers.LEASE_NAME}"
+        log.info("the operator stopped: the Lease %s is given up; a standby (or the next operator) picks up the jobs in flight", where)
 
 
 def _exit_when_late(ctx: OperatorContext) -> None:
@@ -98,15 +103,6 @@ def _exit_when_late(ctx: OperatorContext) -> None:
     timer.start()
 
 
-def _release_lease(ctx: OperatorContext) -> None:
-    try:
-        lease = ctx.kube.get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
-        if lease and (lease.get("spec") or {}).get("holderIdentity") == ctx.identity:
-            ctx.kube.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, {}, lease)
-    except Exception as err:  # best effort: the Lease expires by itself
-        log.info("could not give up the Lease %s/%s: %s", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
-
-
 async def _resync_loop(ctx: OperatorContext) -> None:
     """Resync every ``resync_seconds`` forever: no error ends it (see :func:`_resync_pass`).
 
@@ -121,9 +117,13 @@ async def _resync_loop(ctx: OperatorContext) -> None:
     failures, down_since = 0, None
     while True:
         longest = max(settings.resync_seconds, min(MAX_BACKOFF_SECONDS, settings.unreachable_seconds / 4))
-        await asyncio.sleep(min(settings.resync_seconds * 2**failures, longest))
+        await _nap(ctx, min(settings.resync_seconds * 2**failures, longest))
         try:
+            started = loop.time()
             await loop.run_in_executor(None, _resync_pass, ctx)
+            if ctx.state.leader:
+                ctx.health.passed()  # a standby's passes are its Lease checks (leader.keep_lease)
+                metrics.RESYNC_SECONDS.observe(loop.time() - started)
             failures, down_since = 0, None
         except asyncio.CancelledError:
             raise
@@ -146,40 +146,22 @@ async def _resync_loop(ctx: OperatorContext) -> None:
                 return
 
 
+async def _nap(ctx: OperatorContext, seconds: float) -> None:
+    """Sleep ``seconds``, or less when a new leader's first pass is due (``ctx.state.wake``)."""
+    wake = ctx.state.wake
+    if wake is None:
+        await asyncio.sleep(seconds)
+        return
+    try:
+        await asyncio.wait_for(wake.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    wake.clear()
+
+
 def _at_host(ctx: OperatorContext) -> str:
     host = getattr(getattr(getattr(ctx.kube, "api", None), "configuration", None), "host", None)
     return f" at {host}" if host else ""
-
-
-LEASE_NAMESPACE = "default"
-"""Where the Lease lives: one place per cluster, since any two operators (cluster-wide or not) share its nodes."""
-
-
-def _check_peers(ctx: OperatorContext) -> None:
-    """Renew this operator's Lease; warn once per other holder that renews it (a second operator on the cluster).
-
-    Never stops anything: two operators are a mistake to report, not to fight
-    over. Without RBAC for Leases (401/403) the check is switched off with one line.
-    """
-    if ctx.state.peers_off:
-        return
-    k, now = ctx.kube, datetime.now(timezone.utc)
-    try:
-        lease = k.get_lease(LEASE_NAMESPACE, peers.LEASE_NAME)
-        other = peers.other_holder(lease, ctx.identity, now)
-        if other is None:
-            k.put_lease(LEASE_NAMESPACE, peers.LEASE_NAME, peers.lease_spec(ctx.identity, now), lease)
-        elif other != ctx.state.peer_seen:
-            log.warning(
-                "another railtrain operator (%s) is running against this cluster (it renewed the Lease %s/%s within %d s); "
-                "two operators can promise the same GPUs to two jobs: stop one of them", other, LEASE_NAMESPACE, peers.LEASE_NAME, peers.LEASE_SECONDS,
-            )
-        ctx.state.peer_seen = other
-    except ApiException as err:
-        if err.status not in (401, 403):
-            raise
-        log.info("cannot keep the Lease %s/%s (%s): a second operator on this cluster will not be noticed", LEASE_NAMESPACE, peers.LEASE_NAME, kube.describe(err))
-        ctx.state.peers_off = True
 
 
 def _resync_pass(ctx: OperatorContext) -> None:
@@ -187,9 +169,12 @@ def _resync_pass(ctx: OperatorContext) -> None:
 
     An error reconciling one job is that job's alone (one line; the next pass
     retries it); an error reading the job list or running the admission pass
-    is raised to the loop.
+    is raised to the loop. A standby only reads the Lease (so that it, too,
+    notices an API server that is gone).
     """
-    _check_peers(ctx)
+    if not ctx.state.leader:
+        ctx.kube.get_lease(ctx.settings.lease_namespace, peers.LEASE_NAME)
+        return
     try:
         jobs = ctx.kube.list_jobs(ctx.settings.namespace)
     except ApiException as err:
@@ -208,21 +193,25 @@ def _resync_pass(ctx: OperatorContext) -> None:
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=_trace(err))
     metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
+    if ctx.state.progress is not None:  # status.progress of Running jobs, read in the background (operator/progress.py)
+        ctx.state.progress.poll(ctx.kube, jobs, datetime.now(timezone.utc), controller.job_lock)
     # One admission pass for the whole resync, not one per waiting job.
     controller.admission_pass(ctx.kube, None, ctx.settings.topology_levels, ctx.settings.namespace, ctx.settings.fabric)
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
 def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it."""
-    if type == "DELETED":
+    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only)."""
+    if type == "DELETED" or not memo.state.leader:
         return
     _reconcile_quietly(memo, namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
 def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job."""
+    """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job (the leader only)."""
+    if not memo.state.leader:
+        return
     _reconcile_quietly(memo, namespace, labels[contract.LABEL_JOB_NAME])
 
 
@@ -230,7 +219,7 @@ def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, 
 def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: OperatorContext, **_: Any) -> None:
     """A Node deleted or not Ready → reconcile every job with a pod on it at once (node loss, not after the next resync)."""
     ready = next((c for c in (status or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-    if type != "DELETED" and ready is not None and ready.get("status") == "True":
+    if not memo.state.leader or (type != "DELETED" and ready is not None and ready.get("status") == "True"):
         return
     try:
         jobs = controller.jobs_on_node(memo.kube, name)
@@ -244,7 +233,7 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: Ope
 
 def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
     s = ctx.settings
-    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric)
+    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric, max_quarantines_per_hour=s.max_quarantines_per_hour)
 
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:

@@ -18,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
+from railtrain.operator import nvlink
 
 FIELD_MANAGER = "railtrain-operator"
 COMPONENT = "railtrain-operator"
@@ -176,6 +177,10 @@ class Kube:
                 self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
             elif manifest["kind"] == "Service":
                 self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+            elif manifest["kind"] == nvlink.KIND:
+                self.custom.create_namespaced_custom_object(
+                    nvlink.GROUP, nvlink.VERSION, ns, nvlink.PLURAL, manifest, field_manager=FIELD_MANAGER, _preload_content=False
+                )
             else:
                 raise ValueError(f"cannot create kind {manifest['kind']}")
             return True
@@ -184,6 +189,12 @@ class Kube:
                 return False
             if err.status in (400, 422):
                 raise Rejected(manifest["kind"], manifest["metadata"]["name"], err.status, server_message(err)) from None
+            if err.status == 404 and manifest["kind"] == nvlink.KIND:
+                raise Rejected(
+                    nvlink.KIND, manifest["metadata"]["name"], 404,
+                    f"the {nvlink.KIND} API ({nvlink.GROUP}/{nvlink.VERSION}) is not installed; spec.topology.nvlinkDomain needs the "
+                    "NVIDIA DRA driver for GPUs with ComputeDomains enabled",
+                ) from None
             raise
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
@@ -264,15 +275,16 @@ class Kube:
                 return None
             raise
 
-    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> bool:
+    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
         """Replace ``spec.taints`` of a Node read earlier (merge patch carrying its resourceVersion, so a
-        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes).
+        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes),
+        setting ``annotations`` in the same patch.
 
         Returns:
             False on a conflict or when the node is gone (read it again and retry).
         """
         meta = node["metadata"]
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": {"taints": taints}}
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), **({"annotations": annotations} if annotations else {})}, "spec": {"taints": taints}}
         try:
             self.core.patch_node(meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json", _preload_content=False)
         except ApiException as err:

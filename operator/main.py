@@ -7,12 +7,12 @@ import os
 import time
 
 import kopf
-import prometheus_client
 import yaml
 from kubernetes import client, config
 
-from railtrain.operator import handlers, kube, metrics  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator import handlers, kube, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
 
 log = logging.getLogger("railtrain.operator")
@@ -39,19 +39,22 @@ def run(settings: Settings) -> None:
     if settings.kubeconfig:
         # kopf's default login handler and our client both read $KUBECONFIG.
         os.environ["KUBECONFIG"] = settings.kubeconfig
-    configure_logging()
+    configure_logging(json_lines=settings.log_format == "json")
     try:
         api = preflight(settings.kubeconfig)
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
         log.info("the operator stopped before it started")
         return
-    ctx = OperatorContext(settings=settings, kube=kube.Kube(api))
+    ctx = OperatorContext(settings=settings, kube=kube.Kube(api), health=serve.Health(stale_seconds=settings.stale_seconds))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
     if port.isdigit() and int(port):
-        prometheus_client.start_http_server(int(port))
-        log.info("metrics on :%s/metrics", port)
+        try:
+            serve.start(int(port), ctx.health)
+        except OSError as err:
+            raise OperatorError(f"${metrics.ENV_PORT}={port}: cannot serve /metrics there: {err.strerror or err}") from None
+        log.info("metrics on :%s/metrics, health on /healthz and /readyz", port)
     namespace = settings.namespace
     kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True, stop_flag=ctx.stop, memo=ctx)
     if ctx.state.fatal:
@@ -130,9 +133,12 @@ class QuietKopf(logging.Filter):
         return True
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """One line per record (``time LEVEL logger: message``) at ``level``, through :class:`QuietKopf`."""
+def configure_logging(level: int = logging.INFO, json_lines: bool = False) -> None:
+    """One line per record (``time LEVEL logger: message``, or one JSON object with ``json_lines``) at ``level``, through :class:`QuietKopf`."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if json_lines:
+        for h in logging.getLogger().handlers:
+            h.setFormatter(JsonFormatter())
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its per-try "Retrying" lines; the operator logs one line per failed call
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, QuietKopf) for f in h.filters):

@@ -1,13 +1,14 @@
-"""Noticing a second railtrain operator on the same cluster (pure): the holder of a coordination.k8s.io Lease.
+"""Leader election over a coordination.k8s.io/v1 Lease (pure): who holds it, whether this operator may take it, what to write.
 
-Two operators on one cluster run two admission passes that can promise the
-same GPUs (the scheduling lock is per process). kopf's peering would pause
-one of them but needs kopf's own peering CRD; railtrain runs kopf
-``standalone`` and instead keeps a Lease, ``railtrain-operator`` in the
-watched namespace (``default`` for a cluster-wide operator), renewed on every
-resync, the way Kubernetes components record leadership (coordination.k8s.io/v1
-Lease: holderIdentity, renewTime, leaseDurationSeconds). It only warns: an
-operator never stops another one.
+Two operators admitting at once could promise the same GPUs to two jobs (the
+scheduling lock is per process), so only the holder of the Lease
+``railtrain-operator`` admits and reconciles; every other operator stands by,
+polling the Lease, and takes it once the holder gives it up (on SIGTERM) or
+stops renewing it for ``leaseDurationSeconds``. The fields are those Kubernetes
+components use for their own leader election (coordination.k8s.io/v1 Lease:
+holderIdentity, acquireTime, renewTime, leaseDurationSeconds, leaseTransitions).
+kopf's own peering would need kopf's peering CRD; railtrain runs kopf
+``standalone``. :mod:`railtrain.operator.leader` runs the loop.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 LEASE_NAME = "railtrain-operator"
-LEASE_SECONDS = 30
-"""leaseDurationSeconds written: a holder that has not renewed for this long is gone."""
+LEASE_SECONDS = 8
+"""Default leaseDurationSeconds: a holder that has not renewed for this long is gone (the chart allows 5..15)."""
 
 
 def parse_micro_time(text: str | None) -> datetime | None:
@@ -30,27 +31,46 @@ def parse_micro_time(text: str | None) -> datetime | None:
         return None
 
 
-def other_holder(lease: dict[str, Any] | None, identity: str, now: datetime) -> str | None:
-    """Who else holds the Lease now, if anyone.
+def _micro_time(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def holder(lease: dict[str, Any] | None, now: datetime) -> str | None:
+    """The identity holding the Lease at ``now``: its holderIdentity when it renewed within its leaseDurationSeconds, else None.
 
     Args:
         lease: the Lease as read (camelCase dict), or None when it does not exist.
-        identity: this operator's holderIdentity.
         now: current time (UTC, timezone-aware).
-
-    Returns:
-        The other holder's identity when it renewed within its leaseDurationSeconds;
-        None when the Lease is absent, ours, expired or unreadable.
     """
     spec = (lease or {}).get("spec") or {}
-    holder = spec.get("holderIdentity")
+    name = spec.get("holderIdentity")
     renewed = parse_micro_time(spec.get("renewTime"))
-    if not holder or holder == identity or renewed is None:
+    if not name or renewed is None:
         return None
     duration = spec.get("leaseDurationSeconds") or LEASE_SECONDS
-    return holder if now - renewed < timedelta(seconds=int(duration)) else None
+    return name if now - renewed < timedelta(seconds=int(duration)) else None
 
 
-def lease_spec(identity: str, now: datetime) -> dict[str, Any]:
-    """The Lease spec this operator writes when it renews (takes) the Lease at ``now``."""
-    return {"holderIdentity": identity, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+def other_holder(lease: dict[str, Any] | None, identity: str, now: datetime) -> str | None:
+    """Who else holds the Lease at ``now`` (:func:`holder` unless that is ``identity``); None when this operator may take it."""
+    name = holder(lease, now)
+    return None if name == identity else name
+
+
+def lease_spec(identity: str, now: datetime, seconds: int = LEASE_SECONDS, seen: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Lease spec this operator writes to take or renew the Lease at ``now``.
+
+    Args:
+        identity: this operator's holderIdentity.
+        now: current time (UTC).
+        seconds: leaseDurationSeconds.
+        seen: the Lease as read before the write (None: it does not exist); a
+            renewal keeps its acquireTime, a takeover counts one more leaseTransitions.
+    """
+    old = (seen or {}).get("spec") or {}
+    renewal = old.get("holderIdentity") == identity and old.get("acquireTime")
+    transitions = int(old.get("leaseTransitions") or 0) + (0 if renewal or not old.get("holderIdentity") else 1)
+    return {
+        "holderIdentity": identity, "leaseDurationSeconds": int(seconds), "acquireTime": old["acquireTime"] if renewal else _micro_time(now),
+        "renewTime": _micro_time(now), "leaseTransitions": transitions,
+    }  # fmt: skip

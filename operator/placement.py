@@ -31,9 +31,11 @@ from typing import Mapping, Sequence
 from railtrain.operator import domains as dom
 from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity
 from railtrain.operator.nodefit import PodNeeds, restrict
-from railtrain.operator.topology import level_name
+from railtrain.operator.topology import NVLINK_DOMAIN_KEYS, level_name, nvlink_level
 
 
+NO_NVLINK_LEVEL = "NoNVLinkDomainLevel"
+"""Refusal reason: the job asks for one NVLink domain and the operator knows no NVLink-domain level."""
 PINNED_NODE_UNAVAILABLE = "PinnedNodeUnavailable"
 """Refusal reason: a rank is pinned to a node that is gone or ineligible; only a new gang can fix it."""
 
@@ -58,6 +60,8 @@ class GangRequest:
         needs: what each pod needs besides GPUs (other resources, node
             selector, required node affinity, tolerations; ``spec.template``).
         avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
+        nvlink: the whole gang must sit inside one domain of the NVLink-domain level
+            (``spec.topology.nvlinkDomain``, :func:`railtrain.operator.topology.nvlink_level`).
     """
 
     job: str
@@ -74,6 +78,7 @@ class GangRequest:
     gpu_resource: str = "nvidia.com/gpu"
     needs: PodNeeds = field(default_factory=PodNeeds)
     avoid: frozenset[str] = frozenset()
+    nvlink: bool = False
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -179,14 +184,16 @@ def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int
     offer = ", ".join(f"{k.lstrip(chr(0))}: {v}" for k, v in ranked[:4]) or "none"
     size = Counter(dom.node_path(n, level)[-1] for n in cluster.eligible() if n.gpus >= need)
     most = max(size.values(), default=0)
+    nvl = request.nvlink and levels[level] == nvlink_level(levels)
     text = (
-        f"{_wanted(request)} inside one {levels[level]} (policy required); the most any {name} offers now is "
+        f"{_wanted(request)} inside one {levels[level]} ({'spec.topology.nvlinkDomain' if nvl else 'policy required'}); the most any {name} offers now is "
         f"{max(free.values(), default=0)} ({offer}), {fit_total} nodes fit cluster-wide"
     )
     if most < request.sizes[0] - len(request.fixed):
-        text += f". It can never fit: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; use policy preferred or ask for fewer nodes"
+        advice = "ask for fewer nodes" if nvl else "use policy preferred or ask for fewer nodes"
+        text += f". It can never fit: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
     else:
-        text += f". It waits for a {name} to free up; policy preferred would let it span {name}s"
+        text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s")
     return Refusal("TopologyUnsatisfiable", text)
 
 
@@ -305,6 +312,16 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         notes.append(f"spec.topology.level {request.level} is not a configured level ({known}) and was ignored")
     elif request.policy == "required" and request.level:
         floor = levels.index(request.level)
+    if request.nvlink:
+        domain = nvlink_level(levels)
+        if domain is None:
+            return Refusal(
+                NO_NVLINK_LEVEL,
+                f"spec.topology.nvlinkDomain needs the gang inside one NVLink domain, and none of the operator's topology levels "
+                f"({', '.join(levels)}) names one ({' or '.join(NVLINK_DOMAIN_KEYS)}); run the operator with --topology-preset nvidia "
+                "or a level naming nvidia.com/gpu.clique (docs/fabric.md)",
+            )
+        floor = max(floor, levels.index(domain))
     taken = set(request.fixed.values())
     fixed = [cluster.nodes[n] for n in dict.fromkeys(request.fixed.values()) if n in cluster.nodes]
     cands = [n for n in cluster.eligible() if n.free_gpus >= need and not n.short and n.name not in taken]

@@ -12,26 +12,31 @@ railtrain.dev/quarantined-``).
 Which nodes: those named by a verdict (``nodes`` of the termination message,
 :mod:`railtrain.crds.contract`) whose rule quarantines them
 (:class:`~railtrain.crds.failure_policy.FailurePolicyRule` ``quarantineAfter``:
-the N-th time verdicts of this kind named the node in this job). The bound:
-at most ``maxQuarantinesPerHour`` nodes per job in any sliding hour; a verdict
-that would exceed it quarantines nothing and fails the job
-(:data:`REASON_LIMIT`), so one job that breaks every node it lands on cannot
-take half the cluster out of service.
+the N-th time verdicts of this kind named the node in this job), among the
+nodes the gang's own pods ran on (:mod:`railtrain.crds.recovery` decides). The
+bounds: the platform's, at most ``--max-quarantines-per-hour`` nodes in the
+whole cluster (counted from the :data:`ANNOTATION_AT` annotations the API
+server stores), and the job's ``maxQuarantinesPerHour``, which can only lower
+it; a verdict beyond the job's bound quarantines nothing and fails the job
+(:data:`REASON_LIMIT`); beyond the cluster's, the node is only avoided by the job.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from railtrain.crds.failure_policy import FailurePolicy, FailurePolicyRule
+from railtrain.crds.recovery import QUARANTINE_WINDOW
 
 TAINT_KEY = "railtrain.dev/quarantined"
 """Taint key of a quarantined node (value: the verdict that caused it)."""
 TAINT_EFFECT = "NoSchedule"
-WINDOW = timedelta(hours=1)
-"""The sliding window of ``maxQuarantinesPerHour``."""
+LABEL_KEY = "railtrain.dev/quarantined"
+"""Node label an administrator may set (any value but "false") to keep railtrain off a node; the same test as the taint."""
+ANNOTATION_AT = "railtrain.dev/quarantined-at"
+"""Node annotation the operator writes with the taint: when (RFC 3339), so the cluster-wide bound survives operator restarts."""
+WINDOW = QUARANTINE_WINDOW
+"""The sliding window of both quarantine bounds."""
 REASON_QUARANTINED = "NodeQuarantined"
 """Event reason on the Node and on the job when a node is quarantined."""
 REASON_LIMIT = "QuarantineLimitExceeded"
@@ -40,9 +45,42 @@ REASON_CLEARED = "QuarantineCleared"
 """Event reason on the Node when an administrator clears it with ``railtrain node clear``."""
 
 
+def quarantined_by(node: Mapping[str, Any]) -> str | None:
+    """Why ``node`` (a v1 Node dict) is quarantined, or None when it is not: the one test that placement,
+    ``railtrain node list``, ``railtrain node clear`` and the metrics all use.
+
+    Returns:
+        The quarantine taint's value (the verdict; "administrator" when empty), else ``"label"`` when the
+        :data:`LABEL_KEY` label is set to anything but "false", else None.
+    """
+    taint = next((t for t in ((node.get("spec") or {}).get("taints") or []) if t.get("key") == TAINT_KEY), None)
+    if taint is not None:
+        return taint.get("value") or "administrator"
+    if (((node.get("metadata") or {}).get("labels") or {}).get(LABEL_KEY, "false")) != "false":
+        return "label"
+    return None
+
+
 def is_quarantined(node: Mapping[str, Any]) -> bool:
-    """Whether ``node`` (a v1 Node dict) carries the quarantine taint."""
-    return any(t.get("key") == TAINT_KEY for t in ((node.get("spec") or {}).get("taints") or []))
+    """Whether ``node`` is quarantined (:func:`quarantined_by` is not None)."""
+    return quarantined_by(node) is not None
+
+
+def recent_quarantines(nodes: Iterable[Mapping[str, Any]], now: datetime) -> int:
+    """How many of ``nodes`` the operator quarantined within the last hour (taint present, :data:`ANNOTATION_AT` within :data:`WINDOW`).
+
+    Read from what the API server stores, so the cluster-wide bound holds across operator restarts.
+    """
+    count = 0
+    for node in nodes:
+        stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_AT, "")
+        try:
+            at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if quarantined_by(node) is not None and now - at < WINDOW:
+            count += 1
+    return count
 
 
 def taints_with(node: Mapping[str, Any], verdict: str) -> list[dict[str, Any]] | None:
@@ -52,90 +90,13 @@ def taints_with(node: Mapping[str, Any], verdict: str) -> list[dict[str, Any]] |
         verdict: the verdict kind, kept as the taint's value (a valid label value).
     """
     taints = list((node.get("spec") or {}).get("taints") or [])
-    if is_quarantined(node):
+    if any(t.get("key") == TAINT_KEY for t in taints):
         return None
     return taints + [{"key": TAINT_KEY, "value": verdict, "effect": TAINT_EFFECT}]
 
 
 def taints_without(node: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The node's taints without the quarantine taint, or None when it has none."""
-    if not is_quarantined(node):
+    if not any(t.get("key") == TAINT_KEY for t in (node.get("spec") or {}).get("taints") or []):
         return None
     return [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != TAINT_KEY]
-
-
-@dataclass
-class Decision:
-    """What one verdict does to nodes.
-
-    Attributes:
-        quarantine: nodes to taint now.
-        avoid: nodes the job's next gangs avoid (quarantined ones included).
-        suspects: the new ``status.suspects`` (counts per node and verdict).
-        records: the new ``status.quarantines`` (with this decision's nodes).
-        exceeded: "" or why the job must fail (:data:`REASON_LIMIT`); then nothing is quarantined.
-    """
-
-    quarantine: list[str] = field(default_factory=list)
-    avoid: list[str] = field(default_factory=list)
-    suspects: list[dict[str, Any]] = field(default_factory=list)
-    records: list[dict[str, Any]] = field(default_factory=list)
-    exceeded: str = ""
-
-
-def _parse(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (AttributeError, ValueError):
-        return None
-
-
-def decide(
-    policy: FailurePolicy,
-    rule: FailurePolicyRule,
-    verdict: str,
-    named: Iterable[str],
-    status: Mapping[str, Any],
-    already: Iterable[str],
-    now: datetime,
-) -> Decision:
-    """Apply one verdict's rule to the nodes it named.
-
-    Args:
-        policy: the job's failure policy (for ``maxQuarantinesPerHour``).
-        rule: the rule of ``verdict`` (:meth:`FailurePolicy.rule`).
-        verdict: the verdict kind.
-        named: node names the verdict named (empty strings and duplicates ignored).
-        status: the job's status (``suspects``, ``quarantines``, ``avoidNodes``).
-        already: nodes that carry the quarantine taint now (not counted again).
-        now: the current time (UTC).
-
-    Returns:
-        A :class:`Decision`. Nodes are quarantined when their count for this
-        verdict reaches ``rule.quarantineAfter`` (> 0); avoided when the rule
-        says ``avoidNodes`` or they are quarantined.
-    """
-    nodes = sorted({n for n in named if n})
-    counts = {(s["node"], s["verdict"]): int(s["count"]) for s in status.get("suspects") or []}
-    for node in nodes:
-        counts[(node, verdict)] = counts.get((node, verdict), 0) + 1
-    suspects = [{"node": n, "verdict": v, "count": c} for (n, v), c in sorted(counts.items())]
-    tainted = set(already)
-    due = [n for n in nodes if rule.quarantine_after and counts[(n, verdict)] >= rule.quarantine_after and n not in tainted]
-    records = list(status.get("quarantines") or [])
-    recent = [r for r in records if (t := _parse(r.get("time", ""))) is not None and now - t < WINDOW]
-    avoid = set(status.get("avoidNodes") or [])
-    out = Decision(suspects=suspects, records=records)
-    if due and len(recent) + len(due) > policy.max_quarantines_per_hour:
-        out.exceeded = (
-            f"the {verdict} verdict names node(s) {', '.join(due)} for quarantine, but this job already quarantined "
-            f"{len(recent)} node(s) in the last hour and runPolicy.failurePolicy.maxQuarantinesPerHour is {policy.max_quarantines_per_hour}"
-        )
-        out.avoid = sorted(avoid)
-        return out
-    out.quarantine = due
-    out.records = records + [{"node": n, "verdict": verdict, "time": now.strftime("%Y-%m-%dT%H:%M:%SZ")} for n in due]
-    if rule.avoid_nodes:
-        avoid |= set(nodes)
-    out.avoid = sorted(avoid | set(due))
-    return out

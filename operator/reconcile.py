@@ -36,7 +36,7 @@ from railtrain.crds.validation import format_validation_error
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import admission_request, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
-from railtrain.operator.phases.step import placement_entries
+from railtrain.operator.phases.step import finished_ranks, placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
 __all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
@@ -60,6 +60,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def observe(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
     nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
+    quarantine_limit: int | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     old = dict(obj.get("status") or {})
@@ -78,7 +79,9 @@ def observe(
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
     step.fabric = fabric
+    step.quarantine_limit = quarantine_limit
     step.gang = current_gang(obj, mine)
+    step.status["succeededRanks"] = finished_ranks(status, mine, int(status["restarts"]))
     step.n = step.job.spec.nodes if step.job else 0
     return step
 
@@ -132,6 +135,7 @@ def finish(step: Step, phase: str) -> Plan:
 def plan(
     obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
     nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
+    quarantine_limit: int | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
@@ -153,11 +157,12 @@ def plan(
             fits now (:func:`railtrain.operator.resize.grow_size`).
         fabric: the operator's fabric profile, rendered into the pods it creates
             (None: no fabric variables).
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, fabric)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, fabric, quarantine_limit)
     phase, _ = advance(step)
     return finish(step, phase)

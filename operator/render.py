@@ -18,6 +18,7 @@ from railtrain.crds import contract, fabric
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
 from railtrain.crds.precision import contract_values
+from railtrain.operator import nvlink
 
 CONTAINER_NAME = TRAINER
 _MERGED_POD_FIELDS = ("containers", "initContainers", "volumes", "tolerations")
@@ -41,9 +42,20 @@ def job_labels(name: str) -> dict[str, str]:
     return {contract.LABEL_JOB_NAME: name, contract.LABEL_MANAGED_BY: contract.MANAGED_BY}
 
 
+def run_id(ck: Checkpoint, uid: str) -> str:
+    """The run that owns a job's node-local checkpoint tiers: ``spec.checkpoint.runId`` if set, else the job's ``uid``.
+
+    A job deleted and submitted again gets a new uid, so it does not resume the
+    old job's node-local shards unless both set the same ``runId`` (docs/checkpoints.md,
+    "Run identity"). Returns ``""`` when neither is known (pods rendered only to size them).
+    """
+    return ck.run_id or uid
+
+
 def pod_environment(
-    spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None, nnodes: int | None = None
-) -> contract.PodEnvironment:
+    spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None, nnodes: int | None = None,
+    uid: str = "",
+) -> contract.PodEnvironment:  # fmt: skip
     """The contract values for node ``rank`` of a job.
 
     Args:
@@ -55,6 +67,7 @@ def pod_environment(
             defaults to the headless-Service DNS name.
         nnodes: the admitted gang size (default ``spec.nodes``); an elastic
             job's data-parallel degree scales with it.
+        uid: the TrainingJob's ``metadata.uid``, the default run identity (:func:`run_id`).
 
     Raises:
         ValueError: rank out of range, or ``nnodes`` not admissible for the spec.
@@ -76,6 +89,7 @@ def pod_environment(
         **checkpoint_tier_environment(spec.checkpoint),
         restart_count=restarts,
         **contract_values(spec.precision),
+        run_id=run_id(spec.checkpoint, uid),
     )
 
 
@@ -142,11 +156,12 @@ def checkpoint_tier_environment(ck: Checkpoint) -> dict[str, Any]:
     return out
 
 
-def checkpoint_volumes(ck: Checkpoint, name: str, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def checkpoint_volumes(ck: Checkpoint, name: str, namespace: str, uid: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pod volumes and container mounts of the checkpoint tiers.
 
-    memory: the node's tmpfs through ``hostPath`` (``<hostPath>/<namespace>/<job>``,
-    outlives the pod, so a gang restarted on the same node finds it) or a
+    memory: the node's tmpfs through ``hostPath`` (``<hostPath>/<namespace>/<job>/<run id>``,
+    :func:`run_id` of ``uid``; outlives the pod, so a gang of the same run restarted on the same
+    node finds it, and a new job of the same name does not) or a
     memory-backed ``emptyDir`` (survives container restarts only). local: the
     same choice on disk. persistent: the ``volumeClaim`` mounted at
     ``location``; a URI or an unmanaged path needs no volume.
@@ -160,7 +175,9 @@ def checkpoint_volumes(ck: Checkpoint, name: str, namespace: str) -> tuple[list[
         if tier is None:
             continue
         if tier.volume == TierVolume.NODE.value:
-            source: dict[str, Any] = {"hostPath": {"path": f"{tier.host_path.rstrip('/')}/{namespace}/{name}", "type": "DirectoryOrCreate"}}
+            rid = run_id(ck, uid)
+            path = f"{tier.host_path.rstrip('/')}/{namespace}/{name}" + (f"/{rid}" if rid else "")
+            source: dict[str, Any] = {"hostPath": {"path": path, "type": "DirectoryOrCreate"}}
         else:
             source = {"emptyDir": {**medium, **({"sizeLimit": tier.size_limit} if tier.size_limit else {})}}
         volumes.append({"name": vol_name, **source})
@@ -224,7 +241,8 @@ def merge_trainer(container: dict[str, Any], entry: dict[str, Any]) -> dict[str,
         elif key == "resources":
             mine = out.get("resources", {})
             merged = {kind: {**(value.get(kind) or {}), **(mine.get(kind) or {})} for kind in ("requests", "limits") if value.get(kind) or mine.get(kind)}
-            out["resources"] = {**value, **merged}
+            claims = [*(mine.get("claims") or []), *(value.get("claims") or [])]  # the operator's IMEX claim stays
+            out["resources"] = {**value, **merged, **({"claims": claims} if claims else {})}
         else:
             out[key] = value
     return out
@@ -298,7 +316,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     """
     name = job.metadata.name
     spec = job.spec
-    env = pod_environment(spec, name, namespace, rank, restarts)
+    env = pod_environment(spec, name, namespace, rank, restarts, uid=uid)
     env_items: list[dict[str, Any]] = list(container_env(spec, env))
     if spec.elastic is not None:  # the size is known only at admission
         env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
@@ -319,9 +337,13 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     if spec.args:
         container["args"] = list(spec.args)
     resources = _resources(spec)
+    if nvlink.wants(job):
+        resources["claims"] = nvlink.container_claims()
+        if contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
+            container["env"].append({"name": contract.ENV_NVLINK_DOMAIN, "value": "1"})
     if resources:
         container["resources"] = resources
-    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace)
+    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)
     shm, shm_mounts = shm_volume(spec)
     volumes, mounts = volumes + shm, mounts + shm_mounts
     if mounts:
@@ -339,6 +361,7 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
         "tolerations": gang_tolerations(spec),
         "containers": [container],
         **({"volumes": volumes} if volumes else {}),
+        **({"resourceClaims": nvlink.pod_claims(name)} if nvlink.wants(job) else {}),
     }
     if spec.template is not None:
         labels = {**spec.template.metadata.labels, **labels}

@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from railtrain.crds.fabric import DEFAULT_PROFILE, ENV_PROFILE, PROFILES, FabricProfile, resolve_profile
+from railtrain.operator.logformat import FORMATS
+from railtrain.operator.peers import LEASE_SECONDS
 from railtrain.operator.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
 
 DEFAULT_MAX_QUARANTINES_PER_HOUR = 8
 """How many nodes the operator may quarantine per hour across the whole cluster unless the platform team says otherwise."""
 DEFAULT_STOP_SECONDS = 10.0
 """How long SIGTERM/SIGINT may take to stop the operator (the Helm pod's grace period is 30 s)."""
+
+
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A namespace name (RFC 1123 label)."""
 
 
 class SettingsError(ValueError):
@@ -42,6 +49,11 @@ class Settings:
         max_quarantines_per_hour: the platform team's cluster-wide bound on nodes the
             operator quarantines per hour (>= 0; 0 quarantines nothing); a job's own
             setting may only lower it (issue 15, kind 1).
+        lease_namespace: namespace of the leader-election Lease ``railtrain-operator``
+            (the chart passes its own namespace; default ``$POD_NAMESPACE``, else ``default``).
+        lease_seconds: leaseDurationSeconds of the Lease (seconds, 1..60; the chart allows 5..15).
+        log_format: ``text`` (one line per record) or ``json`` (one JSON object per line).
+        stale_seconds: ``/healthz`` fails once the last completed resync pass is older (seconds, > 0).
         stop_seconds: how long a SIGTERM/SIGINT stop may take before the operator
             exits anyway (seconds, > 0).
         fabric: the fabric profile whose NCCL/libfabric variables every rank gets
@@ -54,6 +66,10 @@ class Settings:
     topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     unreachable_seconds: float = 60.0
     max_quarantines_per_hour: int = DEFAULT_MAX_QUARANTINES_PER_HOUR
+    lease_namespace: str = "default"
+    lease_seconds: float = float(LEASE_SECONDS)
+    log_format: str = "text"
+    stale_seconds: float = 120.0
     stop_seconds: float = DEFAULT_STOP_SECONDS
     fabric: FabricProfile = PROFILES[DEFAULT_PROFILE]
 
@@ -82,7 +98,7 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
     Returns:
         An ``argparse.ArgumentParser`` whose errors raise :class:`SettingsError`.
     """
-    p = _Parser(prog=prog, description=DESCRIPTION, formatter_class=_Formatter)
+    p = _Parser(prog=prog, description=DESCRIPTION, formatter_class=_Formatter, epilog=f"Example: {prog} --topology-preset gke")
     p.add_argument("-n", "--namespace", default=None, metavar="NAMESPACE", help="Watch only this namespace (default: every namespace).")
     p.add_argument("--kubeconfig", default=None, metavar="FILE", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster credentials).")
     p.add_argument("--resync-seconds", type=float, default=2.0, metavar="SECONDS", help="Period of the resync of unfinished jobs (default 2).")
@@ -105,6 +121,19 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
     p.add_argument(
         "--max-quarantines-per-hour", type=int, default=DEFAULT_MAX_QUARANTINES_PER_HOUR, metavar="COUNT",
         help=f"Most nodes quarantined per hour across the whole cluster; a job may only lower it (default {DEFAULT_MAX_QUARANTINES_PER_HOUR}; 0: none).",
+    )
+    p.add_argument(
+        "--lease-namespace", default=None, metavar="NAMESPACE",
+        help="Namespace of the leader-election Lease railtrain-operator (default $POD_NAMESPACE, else default); only its holder admits and reconciles.",
+    )
+    p.add_argument(
+        "--lease-seconds", type=float, default=float(LEASE_SECONDS), metavar="SECONDS",
+        help=f"Lease duration: a standby takes over once the leader has not renewed for this long (default {LEASE_SECONDS}).",
+    )
+    p.add_argument("--log-format", default="text", metavar="FORMAT", help="text (one line per record) or json (one JSON object per line, for log pipelines).")
+    p.add_argument(
+        "--stale-seconds", type=float, default=120.0, metavar="SECONDS",
+        help="/healthz fails once the last completed resync pass is older than this (default 120).",
     )
     return p
 
@@ -137,6 +166,16 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
     for flag, value in (("--resync-seconds", args.resync_seconds), ("--unreachable-seconds", args.unreachable_seconds)):
         if not value > 0:
             raise SettingsError(f"{flag}: must be more than 0 seconds, got {value:g}")
+    for flag, value in (("--stale-seconds", args.stale_seconds),):
+        if not value > 0:
+            raise SettingsError(f"{flag}: must be more than 0 seconds, got {value:g}")
+    if not 1 <= args.lease_seconds <= 60:
+        raise SettingsError(f"--lease-seconds: must be 1 to 60 seconds, got {args.lease_seconds:g}")
+    if args.log_format not in FORMATS:
+        raise SettingsError(f"--log-format: must be one of {', '.join(FORMATS)}, got {args.log_format!r}")
+    lease_namespace = args.lease_namespace or env.get("POD_NAMESPACE") or "default"
+    if not DNS_1123_LABEL.fullmatch(lease_namespace):
+        raise SettingsError(f"--lease-namespace: {lease_namespace!r} is not a namespace name (lower-case letters, digits and '-', at most 63)")
     if args.max_quarantines_per_hour < 0:
         raise SettingsError(f"--max-quarantines-per-hour: must be 0 or more, got {args.max_quarantines_per_hour}")
     return Settings(
@@ -147,4 +186,8 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
         unreachable_seconds=args.unreachable_seconds,
         max_quarantines_per_hour=args.max_quarantines_per_hour,
         fabric=profile,
+        lease_namespace=lease_namespace,
+        lease_seconds=args.lease_seconds,
+        log_format=args.log_format,
+        stale_seconds=args.stale_seconds,
     )

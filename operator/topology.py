@@ -124,6 +124,16 @@ def resolve_levels(preset: str | None = None, levels: str | None = None, environ
     return PRESETS[name]
 
 
+NVLINK_DOMAIN_KEYS = ("nvidia.com/gpu.clique", "network.topology.nvidia.com/accelerator")
+"""Node label keys that name an NVLink domain (the GPU operator's clique, Topograph's accelerator domain); a level
+listing one of them is the NVLink-domain level that ``spec.topology.nvlinkDomain`` places a gang inside."""
+
+
+def nvlink_level(levels: tuple[str, ...]) -> str | None:
+    """The level of ``levels`` marked as the NVLink domain (one of its ``|`` keys is in :data:`NVLINK_DOMAIN_KEYS`), else None."""
+    return next((lv for lv in levels if any(k.strip() in NVLINK_DOMAIN_KEYS for k in lv.split("|"))), None)
+
+
 def level_value(labels: Mapping[str, str], level: str) -> str | None:
     """The value of ``level`` on a node: its first ``|`` alternative present in ``labels``, else None."""
     for key in level.split("|"):

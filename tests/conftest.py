@@ -12,6 +12,11 @@
   ServiceAccount exists; pods and events are printed if the test failed, then
   it is deleted (without waiting).
 
+- ``operator_process`` (session) / ``operator`` (function): the railtrain
+  operator as a real process against ``cluster`` (one per session, shared by
+  every directory's tests, so two operators never act on one cluster); its
+  log tail is printed when a test using ``operator`` failed.
+
 Helper: ``fixed_namespace(kube, name)``, a namespace with a fixed name for a
 module-scoped fixture (a context manager).
 
@@ -164,3 +169,53 @@ def _dump_namespace(kube: KubeClients, namespace: str) -> str:
     for ev in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp)):
         lines.append(f"{ev.type} {ev.reason} {ev.involved_object.kind}/{ev.involved_object.name}: {ev.message}")
     return "\n".join(lines)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the operator binds it moments later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def operator_process(cluster, kube, tmp_path_factory):
+    from kubernetes.client.rest import ApiException
+
+    from railtrain.cli.controlplane.operator_process import OperatorProcess
+    from railtrain.crds import contract
+    from railtrain.operator.metrics import ENV_PORT
+    from tests.polling import wait_for
+
+    custom = kube.custom
+
+    def served():  # Established can precede the API server serving the new route
+        try:
+            return custom.list_cluster_custom_object(contract.API_GROUP, contract.API_VERSION, contract.PLURAL) is not None
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    wait_for(served, 60, "the TrainingJob API to be served")
+    op = OperatorProcess(
+        Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
+        resync_seconds=1, extra_args=("--topology-preset", "railtrain"), env={ENV_PORT: str(free_port())},
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def operator(operator_process, request):
+    """The running operator; its log tail is printed when the test fails."""
+    if not operator_process.running():
+        operator_process.start()
+    yield operator_process
+    if request.node.stash.get(_FAILED, False):
+        print("---- operator log tail ----\n" + operator_process.tail())
+
+

@@ -18,7 +18,7 @@ def imported_modules(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "statement,forbidden",
     [
-        ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema", {"torch", "kopf"}),
+        ("import railtrain.crds.api, railtrain.crds.contract, railtrain.crds.validation, railtrain.crds.schema, railtrain.crds.recovery", {"torch", "kopf"}),
         ("import railtrain.operator.main, railtrain.operator.handlers", {"torch", "typer"}),
         ("import railtrain.operator.settings", {"torch", "kopf", "typer"}),
         ("import railtrain.trainer.train", {"kopf"}),

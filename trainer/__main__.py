@@ -6,10 +6,13 @@ On failure the process also leaves its verdict in the termination message
 (:func:`railtrain.crds.contract.write_termination_message`), because torchrun
 turns every failed worker's exit code into 1: a health check's verdict
 (``hardware-suspect``, ``straggler``, ``user-error`` for a data anomaly; ``hang`` is
-written by the watchdog thread itself) with its suspects; ``user-error`` for bad input
-(and for running out of device memory, which a retry with the same settings
-would repeat), ``retryable`` for anything else, with the exception's class as
-the reason.
+written by the watchdog thread itself) with its suspects; ``user-error`` for bad input,
+for a checkpoint written by another model (``CheckpointMismatch``, naming the tensor)
+and for running out of device memory, which a retry with the same settings
+would repeat; ``retryable`` for anything else, with the exception's class as
+the reason. Every exception that ends the trainer gets one, ``BaseException``
+subclasses included (torch's ``CheckpointException`` is one); only ``SystemExit(0)``
+does not.
 """
 
 from __future__ import annotations
@@ -20,34 +23,54 @@ from typing import Sequence
 
 import torch
 
-from railtrain.crds.contract import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, VERDICT_RETRYABLE, VERDICT_USER_ERROR, write_termination_message
-from railtrain.trainer.config import parse_args
+from railtrain.crds.contract import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USER_ERROR,
+    REASON_CHECKPOINT_MISMATCH,
+    VERDICT_RETRYABLE,
+    VERDICT_USER_ERROR,
+    write_termination_message,
+)
+from railtrain.trainer.checkpoint_state import CheckpointMismatch
+from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``), train, and return the exit code."""
+    """Parse ``argv`` (default ``sys.argv[1:]``), train, and return the exit code.
+
+    Raises:
+        BaseException: whatever ended the trainer unexpectedly, after its verdict is written
+            (a deterministic user error returns :data:`EXIT_USER_ERROR` with one line instead).
+    """
     try:
         trainer = Trainer(parse_args(argv))
-    except ValueError as err:  # includes contract.ContractError
+    except ValueError as err:  # includes contract.ContractError and argparse's refusal (ArgumentsError)
         print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
-        write_termination_message(VERDICT_USER_ERROR, "InvalidConfiguration", str(err))
+        reason = "InvalidArguments" if isinstance(err, ArgumentsError) else "InvalidConfiguration"
+        write_termination_message(VERDICT_USER_ERROR, reason, str(err))
         shutdown_distributed()
         return EXIT_USER_ERROR
-    except SystemExit as exit_:
-        if exit_.code == EXIT_USER_ERROR:  # argparse's usage error, already printed
-            write_termination_message(VERDICT_USER_ERROR, "InvalidArguments", "the trainer's command line was rejected; see the log")
+    except SystemExit:  # --help (argparse's refusals raise ArgumentsError, above)
+        raise
+    except BaseException as err:  # noqa: BLE001 - written down, then re-raised
+        write_termination_message(*failure_verdict(err))
+        shutdown_distributed()
         raise
     try:
         trainer.train()
-    except Exception as err:
+    except BaseException as err:  # noqa: BLE001 - every way out leaves a verdict
+        if isinstance(err, SystemExit) and err.code in (None, 0):
+            raise
         verdict = err if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
         if verdict is None:
-            kind, reason = verdict_of(err)
-            # the reason already names the exception's class when it can; the message does not repeat it
-            write_termination_message(kind, reason, str(err) if reason == type(err).__name__ else f"{type(err).__name__}: {err}")
+            write_termination_message(*failure_verdict(err))
+            if isinstance(err, CheckpointMismatch):  # bad input, not a bug: one line, no traceback
+                print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
+                return EXIT_USER_ERROR
             raise
         # a finding, not a bug: one line, no traceback
         print(f"railtrain.trainer: health: verdict={verdict.verdict} reason={verdict.reason} ranks={verdict.ranks} nodes={verdict.nodes} step={verdict.step}: {verdict.message}", file=sys.stderr, flush=True)
@@ -62,10 +85,26 @@ def verdict_of(err: BaseException) -> tuple[str, str]:
     """``(verdict, reason)`` of an exception raised while training."""
     if isinstance(err, torch.OutOfMemoryError):
         return VERDICT_USER_ERROR, "OutOfMemory"
+    if isinstance(err, CheckpointMismatch):
+        return VERDICT_USER_ERROR, REASON_CHECKPOINT_MISMATCH
     if isinstance(err, FloatingPointError):
         return VERDICT_RETRYABLE, "LossNotFinite"
     name = type(err).__name__
     return VERDICT_RETRYABLE, name if re.fullmatch(r"[A-Z][A-Za-z0-9]*", name) else "TrainerFailed"
+
+
+def failure_verdict(err: BaseException) -> tuple[str, str, str]:
+    """``(verdict, reason, message)`` of an exception that ended the trainer (:func:`verdict_of`).
+
+    The message is the exception's own text; it names the class only when the reason does
+    not (``"ValueError: ..."`` under ``TrainerFailed``), and says so when the text is empty.
+    """
+    kind, reason = verdict_of(err)
+    try:
+        text = str(err).strip() or f"{type(err).__name__} with no message"
+    except Exception:  # noqa: BLE001 - a library's __str__ that fails must not cost the verdict
+        text = repr(err)
+    return kind, reason, text if reason == type(err).__name__ or isinstance(err, CheckpointMismatch) else f"{type(err).__name__}: {text}"
 
 
 if __name__ == "__main__":

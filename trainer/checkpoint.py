@@ -121,21 +121,24 @@ class Checkpointer:
         log: prints a line on rank 0 (the caller decides; called from the writer thread too).
         observe: metrics callback (:data:`Observer`).
         hold_step: fault injection: the writer of this step stops before its manifests.
+        run_id: the run that owns the node-local tiers (``RAILTRAIN_RUN_ID``): written into their
+            manifests, and their shards of another run are never loaded (``""``: no identity, any).
     """
 
     def __init__(
         self, tiers: list[TierConfig], *, rank: int, world_size: int, local_world_size: int, distributed: bool, layout: str,
         async_save: bool = True, cuda: bool = False, log: Callable[[str], None] = lambda line: None,
-        observe: Observer | None = None, hold_step: int | None = None,
+        observe: Observer | None = None, hold_step: int | None = None, run_id: str = "",
     ) -> None:  # fmt: skip
         names = [t.name for t in tiers]
         if len(set(names)) != len(names) or not set(names) <= set(TIERS):
             raise ValueError(f"checkpoint tiers must be distinct names among {', '.join(TIERS)}, got {names}")
         self.rank, self.world_size, self.layout = rank, world_size, layout
-        self.async_save, self.log, self.hold_step = async_save, log, hold_step
+        self.async_save, self.log, self.hold_step, self.run_id = async_save, log, hold_step, run_id
         self.observe = observe or (lambda *a: None)
         lws = local_world_size if 0 < local_world_size <= world_size and world_size % local_world_size == 0 else world_size
         peers = Peers(world_size, lws) if world_size > lws else None
+        self.local_world_size = lws
         self.tiers: list[ShardTier | PersistentTier] = []
         for t in sorted(tiers, key=lambda t: TIERS.index(t.name)):
             if t.name == "persistent":
@@ -148,6 +151,8 @@ class Checkpointer:
         self._outcome: SaveReport | BaseException | None = None
         self.loaded_from: str = ""
         """After a resume: ``"tier <name>"`` plus what had to be skipped."""
+        self.loaded_tier: ShardTier | PersistentTier | None = None
+        """After a resume: the tier the state came from."""
 
     @property
     def interval(self) -> int:
@@ -233,7 +238,7 @@ class Checkpointer:
         results: list[TierResult] = []
         shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
         if shard_tiers:
-            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "train": train, "saved_at": time.time()}
+            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time()}
             results.extend(write_shards(shard_tiers, step, to_local(staged), manifest, self.comm))
         for tier in tiers:
             if isinstance(tier, PersistentTier):
@@ -278,7 +283,7 @@ class Checkpointer:
         for index, tier in enumerate(self.tiers):
             views = [g[tier.name] for g in gathered]
             if isinstance(tier, ShardTier):
-                steps, notes = tier.candidates(views, self.layout)
+                steps, notes = tier.candidates(views, self.layout, self.run_id)
                 for note in notes:
                     self.log(f"checkpoint: ignored {note}")
             else:
@@ -303,6 +308,7 @@ class Checkpointer:
                 rejected.append(f"{tier.name} step {step}")
                 continue
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            self.loaded_tier = tier
             self.observe("load", tier.name, result.seconds, result.bytes)
             why = "newest complete step" if not rejected else f"after rejecting {', '.join(rejected)}"
             self.loaded_from = f"tier {tier.name}, {why}" + "".join(f"; {n}" for n in result.notes)
@@ -311,6 +317,50 @@ class Checkpointer:
         self.log(f"checkpoint: no valid copy of any step ({', '.join(rejected)}); starting from scratch")
         optimizer.state.clear()  # as fresh as a run that found nothing
         return None
+
+    def start_over_hint(self, step: int) -> str:
+        """Where the resumed step lives and how to start over: names the tier's own place, never another's.
+
+        A persistent checkpoint is deleted to start over; a node-local one belongs to this run
+        (:attr:`run_id`), so a new run id starts over without deleting anything.
+        """
+        tier = self.loaded_tier
+        if isinstance(tier, PersistentTier):
+            return f"{tier.location} already holds step {step}"
+        if tier is None:
+            return f"the checkpoint tiers already hold step {step}"
+        owner = f" of run {self.run_id}" if self.run_id else ""
+        return f"the {tier.name} tier{owner} (rank 0's shards in {tier.root}) already holds step {step}"
+
+    def release_node_tiers(self, step: int) -> str:
+        """The cleanup policy of a run that succeeded at ``step`` (every rank must call, after :meth:`wait`).
+
+        The node-local tiers (memory, local) are emptied when the persistent tier holds a complete
+        checkpoint of ``step``: the run is over, and a later run of the same job resumes from the
+        persistent copy. Without one they are kept (they are the only copy of the trained state).
+        A failed run never gets here, so its node-local tiers stay for its next gang.
+
+        Returns:
+            One line for the log (``""`` when there are no node-local tiers).
+        """
+        shard_tiers = [t for t in self.tiers if isinstance(t, ShardTier)]
+        persistent = next((t for t in self.tiers if isinstance(t, PersistentTier)), None)
+        if not shard_tiers:
+            return ""
+        names = ", ".join(t.name for t in shard_tiers)
+        held = self.comm.all_gather(persistent is not None and self.rank == 0 and persistent.storage.is_complete(step))[0]
+        if not held:
+            why = "no persistent tier" if persistent is None else f"the persistent tier has no complete step {step}"
+            return f"checkpoint: kept the {names} tier(s) of this run at step {step} ({why}: they hold the only copy)"
+        self.comm.barrier()  # every rank is done reading and writing them
+        removed = 0
+        for tier in shard_tiers:
+            try:
+                removed += tier.clear(all_ranks=self.rank % self.local_world_size == 0)
+            except OSError as err:
+                self.log(f"checkpoint: could not empty the {tier.name} tier: {err}")
+        total = sum(self.comm.all_gather(removed))
+        return f"checkpoint: removed the {names} tier(s) of this run ({total} shard(s)): the run succeeded and {persistent.location} holds step {step}"
 
     def close(self) -> None:
         """Release staging buffers (a save still in flight is abandoned: it never gets its manifests)."""

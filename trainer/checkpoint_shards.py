@@ -97,6 +97,21 @@ class ShardTier:
             removed += self.dir.prune("peer", self.peers.src(self.rank), self.keep)
         return sorted(set(removed))
 
+    def clear(self, all_ranks: bool) -> int:
+        """Delete this rank's shards and the copies it keeps, every step (``all_ranks``: every shard in this node's directory).
+
+        Returns:
+            How many shards were deleted (a file already gone counts as deleted).
+        """
+        mine = {("rank", self.rank)} | ({("peer", self.peers.src(self.rank))} if self.peers else set())
+        removed = 0
+        for key, steps in self.dir.entries().items():
+            if all_ranks or key in mine:
+                for step in steps:
+                    self.dir.remove(step, *key)
+                    removed += 1
+        return removed
+
     # --- load ---
     def claims(self) -> dict[str, Any]:
         """What this rank finds on its node: ``{"own": {step: manifest}, "held": {"<kind>-<R>": {step: manifest}}, "partial": [steps]}``.
@@ -118,17 +133,22 @@ class ShardTier:
                     held[f"{kind}-{rank}"] = found
         return {"own": own, "held": held, "partial": sorted(s for s in mine if s not in own)}
 
-    def candidates(self, gathered: list[dict[str, Any]], layout: str) -> tuple[list[int], list[str]]:
+    def candidates(self, gathered: list[dict[str, Any]], layout: str, run_id: str = "") -> tuple[list[int], list[str]]:
         """Steps for which every rank's shard exists on some node (its own, or a copy anywhere), newest first, and notes on the others.
 
         Args:
             gathered: every rank's :meth:`claims`.
             layout: this run's parallel layout; shards of another one are not candidates.
+            run_id: this run's identity (``RAILTRAIN_RUN_ID``); when set, shards whose manifest names
+                another run (or none) are not candidates: they belong to an earlier job of the same name.
         """
         steps = sorted({s for c in gathered for s in [*c["own"], *c["partial"], *(s for h in c["held"].values() for s in h)]}, reverse=True)
         out, notes = [], []
         for step in steps:
             metas = [m for c in gathered for m in [c["own"].get(step), *(h.get(step) for h in c["held"].values())] if m]
+            if run_id and (others := sorted({str(m.get("run") or "none") for m in metas} - {run_id})):
+                notes.append(f"{self.name} step {step}: saved by run {others[0]}, this run is {run_id} (spec.checkpoint.runId, else the job's uid)")
+                continue
             foreign = {(m.get("world_size"), m.get("layout")) for m in metas} - {(self.world_size, layout)}
             if foreign:
                 ws, lay = sorted(foreign, key=str)[0]

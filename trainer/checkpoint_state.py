@@ -24,6 +24,43 @@ class ShardMismatch(ValueError):
     """A per-rank shard does not fit this run's state (another layout, preset or optimizer); the message says where."""
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint that cannot be loaded into this model: a tensor it lacks, one this model lacks, or another shape.
+
+    Deterministic (a retry loads the same bytes into the same model), so the trainer
+    reports it as a ``user-error`` verdict with reason ``CheckpointMismatch``
+    (:data:`railtrain.crds.contract.REASON_CHECKPOINT_MISMATCH`); the message names the tensor.
+    """
+
+
+def model_mismatch(model: dict[str, tuple[int, ...]], saved: dict[str, tuple[int, ...]]) -> str:
+    """How a checkpoint's model tensors differ from this model's, or ``""`` when they fit.
+
+    Args:
+        model: this model's tensors: fully qualified name to global shape (every rank's, for pipeline stages).
+        saved: the checkpoint's model tensors, the same way (from its DCP metadata).
+
+    Returns:
+        One clause naming the first tensor that differs (in this model's order, then the
+        checkpoint's) and how many more do, e.g. ``"layers.2.attention.wq.weight is not in the
+        checkpoint (and 17 more of this model's tensors are not)"``.
+    """
+    def more(n: int, what: str) -> str:
+        return f" (and {n} more {what})" if n else ""
+
+    missing = [k for k in model if k not in saved]
+    extra = [k for k in saved if k not in model]
+    reshaped = [k for k in model if k in saved and tuple(model[k]) != tuple(saved[k])]
+    if reshaped:
+        k = reshaped[0]
+        return f"{k} is {list(saved[k])} in the checkpoint but {list(model[k])} in this model" + more(len(reshaped) - 1, "tensors differ in shape")
+    if missing:
+        return f"{missing[0]} is not in the checkpoint" + more(len(missing) - 1, "of this model's tensors are not")
+    if extra:
+        return f"the checkpoint holds {extra[0]}, which this model does not have" + more(len(extra) - 1, "such tensors")
+    return ""
+
+
 class Stager:
     """Copies the live state into CPU buffers that are reused from one save to the next.
 

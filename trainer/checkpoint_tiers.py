@@ -26,6 +26,7 @@ import torch.distributed.checkpoint as dcp
 from railtrain.trainer import checkpoint_checksum as checksum
 from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, open_storage, prune_plan
 from railtrain.trainer.checkpoint_io import ShardBuffer
+from railtrain.trainer.checkpoint_state import CheckpointMismatch, model_mismatch
 
 SWAP_CHUNK = 16 << 20
 """Bytes per message of a memory-tier copy: the receiver hashes one chunk while the next arrives."""
@@ -224,8 +225,38 @@ class PersistentTier:
             return {}
         return {s: m for s in self.storage.list_steps() if (m := self.storage.read_manifest(s))}
 
+    def _check_fits(self, step: int, template: dict[str, Any], comm: Comm) -> None:
+        """Raise :class:`CheckpointMismatch` on every rank when ``step``'s model tensors do not fit ``template``'s (collective).
+
+        DCP alone would raise a ``CheckpointException`` for a tensor the checkpoint lacks and
+        silently skip one this model lacks (a deeper model's extra layers).
+        """
+        shapes = {k: tuple(v.shape) for k, v in template.get("model", {}).items() if isinstance(v, torch.Tensor)}
+        union: dict[str, tuple[int, ...]] = {}
+        for part in comm.all_gather(shapes):  # pipeline stages hold different layers
+            union.update(part)
+        problem = ""
+        if comm.rank == 0:
+            try:
+                metadata = self.storage.reader(step).read_metadata()
+                saved = {k.removeprefix("model."): tuple(m.size) for k, m in metadata.state_dict_metadata.items() if k.startswith("model.") and hasattr(m, "size")}
+                problem = model_mismatch(union, saved)
+            except Exception:  # noqa: BLE001 - unreadable metadata is dcp.load's to report, with its own words
+                pass
+        problem = comm.all_gather(problem)[0]
+        if problem:
+            raise CheckpointMismatch(
+                f"the persistent checkpoint at {self.location} (step {step}) does not fit this model: {problem}; "
+                "it was written by another model (preset, layers or shapes): point spec.checkpoint.location (--checkpoint-dir) "
+                "at this model's checkpoints, or move that one away to start this model from scratch"
+            )
+
     def try_load(self, step: int, template: dict[str, Any], manifest: dict[str, Any], comm: Comm) -> tuple[dict[str, Any] | None, TierResult]:
-        """Verify every file's checksum (split across ranks), then DCP-load into ``template`` (collective)."""
+        """Verify every file's checksum (split across ranks), then DCP-load into ``template`` (collective).
+
+        Raises:
+            CheckpointMismatch: the checkpoint's model tensors do not fit this model (on every rank).
+        """
         result, start = TierResult(self.name), time.perf_counter()
         files = sorted(manifest["files"])
         errors = []
@@ -246,6 +277,7 @@ class PersistentTier:
         if all_errors:
             result.error = f"{self.name} step {step}: " + "; ".join(all_errors[:3])
             return None, result
+        self._check_fits(step, template, comm)
         dcp.load(template, storage_reader=self.storage.reader(step), process_group=comm.group, no_dist=not comm.distributed)
         result.bytes = sum(v["bytes"] for v in manifest["files"].values()) // comm.world_size
         result.seconds = time.perf_counter() - start

@@ -89,6 +89,8 @@ class TrainConfig:
     """Steps between local-tier saves. Default: from the pod environment, else --checkpoint-interval."""
     checkpoint_local_keep: int | None = None
     """Local-tier checkpoints kept. Default: from the pod environment, else 2."""
+    checkpoint_cleanup: bool = True
+    """When the run succeeds and the persistent tier holds its last step, delete this run's shards in the memory and local tiers (docs/checkpoints.md, "Run identity and cleanup"); --no-checkpoint-cleanup keeps them."""
     checkpoint_async: bool = True
     """Write checkpoints in the background: the step loop waits only for a copy of the state in RAM (--no-checkpoint-async: until every tier is written)."""
     metrics_port: int | None = None
@@ -111,6 +113,8 @@ class TrainConfig:
     """If set, rank 0 appends one JSON object per step (full-precision loss) to this file."""
     job_name: str = ""
     """Name shown in the log. Default: the TrainingJob's name from the pod environment."""
+    run_id: str = ""
+    """The run that owns the node-local checkpoint tiers: their shards record it, and shards of another run are never resumed. Default: from the pod environment (spec.checkpoint.runId, else the TrainingJob's uid), else none (any shard)."""
     health: bool = True
     """Run the health checks (SDC fingerprints and known-answer test, numeric anomalies, stragglers, hang watchdog; docs/health.md); --no-health turns them off, as RAILTRAIN_HEALTH=0 does. Their settings come from RAILTRAIN_HEALTH_* variables."""
 
@@ -215,6 +219,8 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
     if not config.job_name and pod:
         updates["job_name"] = pod.job_name
     updates.update(_precision_updates(config, pod))
+    if not config.run_id and pod:
+        updates["run_id"] = pod.run_id
     merged = dataclasses.replace(config, **updates)
     if merged.checkpoint_interval is not None and merged.checkpoint_interval < 1:
         raise ValueError(f"{contract.ENV_CHECKPOINT_INTERVAL} must be >= 1, got {merged.checkpoint_interval}")
@@ -268,9 +274,25 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+class ArgumentsError(ValueError):
+    """argparse refused the command line (an unknown flag, a bad choice, a missing value); the message is argparse's."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, raising :class:`ArgumentsError` instead of printing the usage and exiting.
+
+    Every rank parses the same command line, so argparse's own usage block
+    came once per process; the one line that says what is wrong is what a
+    person (and the termination message) needs.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ArgumentsError(f"{message} (python -m railtrain.trainer --help lists the flags)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field."""
-    parser = argparse.ArgumentParser(
+    """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field; usage errors raise :class:`ArgumentsError`."""
+    parser = _Parser(
         prog="python -m railtrain.trainer",
         description="Train a byte-level transformer LM (launch under torchrun for several processes).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -303,8 +325,9 @@ def parse_args(argv: Sequence[str] | None) -> TrainConfig:
     """Parse a command line into a validated :class:`TrainConfig` (not yet merged with the pod contract).
 
     Raises:
-        SystemExit: code 2 for argparse usage errors (its own convention, which
-            matches :data:`contract.EXIT_USER_ERROR`), code 0 for ``--help``.
+        ArgumentsError: argparse refused the command line (a ``ValueError``;
+            its message is argparse's line, e.g. ``unrecognized arguments: --stesp 5``).
+        SystemExit: code 0 for ``--help``.
         ValueError: a value is out of range; the message names the flag.
     """
     ns = build_parser().parse_args(argv)

@@ -135,11 +135,13 @@ def _attend_backward(
     dout, q, k, v, out, lse = (t.contiguous() for t in (dout, q, k, v, out, lse))
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal)
+    # No bias: None becomes an undefined tensor (an empty one would be taken for a bias). Dropout is 0, so the
+    # kernel never reads the philox seed and offset. The forward's log-sum-exp is padded to a multiple of 32.
     pad = (-q.shape[2]) % 32
     lse_padded = torch.nn.functional.pad(lse, (0, pad)) if pad else lse
     seed = torch.zeros((), dtype=torch.int64, device=q.device)
     dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-        dout, q, k, v, torch.empty(0, device=q.device), out, lse_padded.contiguous(), seed, seed, 0.0, [True, True, True, False], causal
+        dout, q, k, v, None, out, lse_padded.contiguous(), seed, seed, 0.0, [True, True, True, False], causal
     )
     return dq, dk, dv
 

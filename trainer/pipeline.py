@@ -28,6 +28,8 @@ from torch.distributed import ProcessGroup
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
+from railtrain.trainer.dims import auto_microbatches  # noqa: F401  (re-exported: its home is torch-free)
+
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 """``--pp-schedule`` values and their torch schedule classes."""
 
@@ -101,8 +103,3 @@ def build_schedule(
         raise ValueError(f"--pp-microbatches {microbatches} must be at least --pp {pp} (every stage needs work)")
     pipeline_stage = PipelineStage(module, stage, pp, device, group=group)
     return SCHEDULES[schedule](pipeline_stage, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=False)
-
-
-def auto_microbatches(batch: int, pp: int) -> int:
-    """``--pp-microbatches 0``: the largest divisor of ``batch`` (sequences per rank and accumulation step) up to ``2 * pp``."""
-    return max(m for m in range(1, min(batch, 2 * pp) + 1) if batch % m == 0)

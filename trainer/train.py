@@ -39,14 +39,12 @@ from railtrain.trainer.parallel import (
     build_mesh,
     check_model_fits,
     check_pod_world_size,
-    clip_grad_norm_,
     init_distributed,
-    mean_loss,
-    mean_loss_and_sum,
     resolve_dims,
     shutdown_distributed,
 )
 from railtrain.trainer.pipeline import auto_microbatches, bubble_fraction, build_schedule, keep_stage
+from railtrain.trainer.reductions import clip_grad_norm_, mean_loss, mean_loss_and_sum
 from railtrain.trainer.steps import ForwardBackward
 from railtrain.trainer.tensor_parallel import apply_tensor_parallel
 
@@ -174,13 +172,14 @@ def build_checkpointer(
     return Checkpointer(
         tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
         layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
-        hold_step=hold,
+        hold_step=hold, run_id=config.run_id,
     )  # fmt: skip
 
 
 def build_metrics(config: TrainConfig, info: DistInfo) -> TrainerMetrics:
     """Prometheus metrics, served on ``--metrics-port`` by local rank 0 (a port that is taken only costs a warning)."""
     metrics = TrainerMetrics(PRESETS[config.preset].flops_per_token(config.seq_len), config.peak_tflops * 1e12, info.world_size)
+    metrics.total_steps.set(config.steps)
     if config.metrics_port and info.local_rank == 0:
         try:
             metrics.serve(config.metrics_port)
@@ -232,7 +231,8 @@ class Trainer:
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp)
+        spans = environ.get(contract.ENV_NVLINK_DOMAIN) == "1"  # TP/CP may span the nodes of one NVLink domain (checked by the API)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, None if spans else info.local_world_size, config.tp, config.pp, config.cp)
         self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
@@ -322,6 +322,13 @@ class Trainer:
         if changed:
             self.log(f"warning: data stream differs from the checkpointed run ({', '.join(changed)}); batches will not match")
 
+    def _start_over(self) -> str:
+        """The second half of the "nothing to train" line: how to start over from the tier that was loaded."""
+        train_on = "or raise --steps (railtrain run --local --steps N) to train further"
+        if self.checkpointer is not None and self.checkpointer.loaded_tier is not None and self.checkpointer.loaded_tier.name != "persistent":
+            return f"set another spec.checkpoint.runId (or none) to start over, {train_on}"
+        return f"delete it to start over, {train_on}"
+
     def train(self) -> None:
         """Resume if possible, then train until ``config.steps``, logging and checkpointing."""
         c, info = self.config, self.info
@@ -337,12 +344,8 @@ class Trainer:
                 f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
             )
         self.resume()
-        if self.step >= c.steps:
-            where = c.checkpoint_dir or "the checkpoint tiers"
-            self.log(
-                f"nothing to train: {where} already holds step {self.step}, and --steps is {c.steps}; "
-                "delete it to start over, or raise --steps (railtrain run --local --steps N) to train further"
-            )
+        if self.step >= c.steps and self.checkpointer is not None:
+            self.log(f"nothing to train: {self.checkpointer.start_over_hint(self.step)}, and --steps is {c.steps}; {self._start_over()}")
         self.health.start()
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len
@@ -374,6 +377,8 @@ class Trainer:
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
+                if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):
+                    self.log(line)
         finally:
             self.health.stop(failed=sys.exc_info()[0] is not None)
             if metrics:

@@ -13,7 +13,7 @@ Public surface:
 """
 
 from .binaries import BinariesError, ensure_binaries
-from .cluster import ANNOTATION_KWOK_MESSAGE, LABEL_KWOK_EXIT, LABEL_KWOK_NOT_READY, ClusterError, LocalCluster, wait_until
+from .cluster import ANNOTATION_KWOK_MESSAGE, KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, LABEL_KWOK_EXIT, LABEL_KWOK_NOT_READY, ClusterError, LocalCluster, wait_until
 from .nodes import GPU_RESOURCE, LABEL_BLOCK, LABEL_HOSTNAME, LABEL_RACK
 
 __all__ = [
@@ -21,6 +21,8 @@ __all__ = [
     "GPU_RESOURCE",
     "LABEL_BLOCK",
     "LABEL_HOSTNAME",
+    "KWOK_REFUSING_NODES",
+    "LABEL_KWOK_EVICT",
     "LABEL_KWOK_EXIT",
     "LABEL_KWOK_NOT_READY",
     "LABEL_RACK",

@@ -42,6 +42,10 @@ ANNOTATION_KWOK_MESSAGE = "railtrain.dev/kwok-message"
 """Pod annotation: the termination message KWOK reports when the pod ends."""
 LABEL_KWOK_NOT_READY = "railtrain.dev/kwok-not-ready"
 """Node label a test sets to ``"true"`` to make a Node NotReady (and removes to make it Ready again)."""
+LABEL_KWOK_EVICT = "railtrain.dev/kwok-evict"
+"""Pod label: ``"limit"`` has KWOK's kubelet evict the Running pod for exceeding its own limits (stages.yaml)."""
+KWOK_REFUSING_NODES = ("refuses-gpu-0", "refuses-gpu-1")
+"""Node names whose KWOK kubelet refuses every pod at admission (OutOfnvidia.com/gpu; stages.yaml)."""
 
 _WATCHDOG_PID = "railtrain-watchdog.pid"
 

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 class OperatorProcess:
@@ -19,6 +19,7 @@ class OperatorProcess:
         namespace: watch only this namespace; None watches every namespace.
         resync_seconds: ``--resync-seconds``; None keeps the operator's default.
         extra_args: further operator flags, e.g. ``("--topology-preset", "railtrain")``.
+        env: further environment variables, e.g. ``{"RAILTRAIN_OPERATOR_METRICS_PORT": "9401"}``.
     """
 
     def __init__(
@@ -28,6 +29,7 @@ class OperatorProcess:
         namespace: str | None = None,
         resync_seconds: float | None = None,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ):
         self.args = [sys.executable, "-m", "railtrain.operator", "--kubeconfig", str(kubeconfig)]
         if namespace:
@@ -35,6 +37,7 @@ class OperatorProcess:
         if resync_seconds is not None:
             self.args += ["--resync-seconds", str(resync_seconds)]
         self.args += list(extra_args)
+        self.env = dict(env or {})
         self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
 
@@ -42,7 +45,7 @@ class OperatorProcess:
         """Start the process; its output is appended to :attr:`log_path`."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=os.environ | self.env | {"PYTHONUNBUFFERED": "1"})
 
     def running(self) -> bool:
         """Whether the process was started and has not exited."""

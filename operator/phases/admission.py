@@ -14,7 +14,7 @@ from typing import Any
 
 from railtrain.crds import contract, fabric
 from railtrain.operator import conditions as cond
-from railtrain.operator import render
+from railtrain.operator import nvlink, render
 from railtrain.operator.cluster import pod_node
 from railtrain.operator.gang import is_gated, rank_of, restart_of
 from railtrain.operator.phases import ownership
@@ -31,21 +31,25 @@ FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
 def _create_missing(step: Step) -> None:
     if ownership.service_in_the_way(step):  # the rendezvous name would resolve to someone else's Service
         return
-    present = {rank_of(p) for p in step.gang}
+    present = {rank_of(p) for p in step.gang} | step.done
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
     taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
     for rank in range(step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
             step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric))
+    if step.out.create_pods and nvlink.wants(step.job):  # the IMEX channel every pod claims (kept if it exists)
+        step.out.create_objects.append(nvlink.compute_domain(step.job, ns, render.owner_reference(step.meta["name"], uid)))
     if step.out.create_pods and not step.gang:
         step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} gated pods and the rendezvous Service"))
         if step.restarts == 0 and (problem := fabric.device_problem(step.fabric, step.job.spec)):
             step.out.events.append(("Warning", FABRIC_DEVICE_MISSING, problem))
 
 
-def _release(step: Step, placement: Placement) -> list[dict[str, Any]]:
+def _release(step: Step, placement: Placement, shift: int = 0) -> list[dict[str, Any]]:
     """Pin, annotate and ungate the gated pods of ranks below the admitted size; delete the ranks above it.
+
+    Rank ``r`` goes to ``placement.nodes[(r + shift) % size]`` (:func:`rank_shift`).
 
     Returns:
         The gang as it will look after the actions (pinned copies, ranks above removed).
@@ -60,11 +64,24 @@ def _release(step: Step, placement: Placement) -> list[dict[str, Any]]:
             continue
         if is_gated(p):
             if not pod_node(p):
-                out.pin[name] = placement.nodes[rank]
-            out.annotate[name] = {**annotations, **(placement.annotations[rank] if rank < len(placement.annotations) else {})}
+                out.pin[name] = placement.nodes[(rank + shift) % size]
+            where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
+            out.annotate[name] = {**annotations, **(placement.annotations[where] if where < len(placement.annotations) else {})}
             out.ungate.append(name)
         after.append(render.pin_to_node(p, out.pin[name]) if name in out.pin else p)
     return after
+
+
+def rank_shift(step: Step, size: int) -> int:
+    """How far this gang's ranks rotate over the placement's nodes: ``status.rankShift`` modulo the size, 0 when a rank is already pinned.
+
+    A hang or straggler verdict raises ``status.rankShift`` (:mod:`railtrain.crds.recovery`, rule 3), so
+    the named rank runs on another node next time and a fault that follows the node can be told from one
+    that follows the rank. A cyclic rotation keeps the placement's ring order: neighbours stay neighbours.
+    """
+    if any(pod_node(p) for p in step.gang):
+        return 0
+    return int(step.status.get("rankShift") or 0) % max(1, size)
 
 
 def _refused(step: Step) -> bool:
@@ -84,9 +101,11 @@ def _placed(step: Step) -> bool:
 
 def _apply_placement(step: Step) -> None:
     placement = step.placement
-    step.gang = _release(step, placement)
+    shift = rank_shift(step, len(placement.nodes))
+    step.gang = _release(step, placement, shift)
     step.n = step.released = len(placement.nodes)
-    step.placed.update(dict(enumerate(placement.domains)))
+    if len(placement.domains) == step.n:
+        step.placed.update({rank: placement.domains[(rank + shift) % step.n] for rank in range(step.n)})
     step.set_condition(cond.SCHEDULED, True, placement.reason, placement.message(), "Normal")
     step.status["topology"] = {**placement.summary, "reason": placement.explanation}
     step.status["requeueAfter"] = None
@@ -105,7 +124,7 @@ def _mark_scheduled(step: Step) -> None:
 def _run(step: Step) -> str:
     if not step.status.get("startTime"):
         step.status["startTime"] = cond.rfc3339(step.now)
-    done = step.phases().count("Succeeded")
+    done = len(step.done & set(range(step.n)))
     if done:  # ranks may finish at different times: the gang is still healthy
         step.set_condition(cond.RUNNING, True, "RanksFinishing", f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")
     else:

@@ -22,7 +22,8 @@ from datetime import timedelta
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time
-from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.crds import recovery
+from railtrain.operator.phases.restart import apply, counters
 from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import Transition
 
@@ -39,10 +40,8 @@ def _due(step: Step) -> bool:
 
 def _grow(step: Step) -> str:
     step.status["lastResizeTime"] = cond.rfc3339(step.now)
-    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
-    message = f"{step.grow_to} nodes fit now (the gang runs on {step.n} of spec.nodes={step.job.spec.nodes}); restarting the gang to grow ({counters(step)})"
-    step.status["infrastructureRestarts"] -= 1
-    return restart_gang(step, REASON, message, True)
+    what = f"{step.grow_to} nodes fit now (the gang runs on {step.n} of spec.nodes={step.job.spec.nodes}); growing"
+    return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), REASON, what, bounded=False))
 
 
 GROW = Transition(

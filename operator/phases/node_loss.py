@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from railtrain.operator.gang import parse_time, rank_of
-from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, ALL_PHASES, Transition
 
@@ -61,21 +61,23 @@ def _force_delete(step: Step) -> None:
     step.out.force_delete_pods = sorted(set(step.out.force_delete_pods) | {p["metadata"]["name"] for p in _on_lost_nodes(step)})
 
 
+def _unfinished(step: Step) -> list[dict[str, Any]]:
+    """The gang's pods whose rank has not exited 0 (a finished rank's node may go: it holds nothing the gang needs)."""
+    return [p for p in step.gang if rank_of(p) not in step.done]
+
+
 def _gang_on_lost_node(step: Step) -> bool:
-    return any(node_lost(step, _bound(p)) for p in step.gang)
+    return any(node_lost(step, _bound(p)) for p in _unfinished(step))
 
 
 def _restart(step: Step) -> str:
     lost = {}
-    for p in step.gang:
+    for p in _unfinished(step):
         why = node_lost(step, _bound(p))
         if why:
             lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")
     parts = [f"node {node}: {why}; pods {', '.join(pods)}" for node, (why, pods) in sorted(lost.items())]
-    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
-    message = f"{'; '.join(parts)}; restarting the whole gang on other nodes ({counters(step)})"
-    step.status["infrastructureRestarts"] -= 1
-    return restart_gang(step, REASON, message, True)
+    return restart_infrastructure(step, REASON, f"{'; '.join(parts)}; the gang moves to other nodes", node=min(lost))
 
 
 FORCE_DELETE_LOST = Transition(

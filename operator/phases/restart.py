@@ -1,4 +1,5 @@
-"""Restarting the whole gang, counted as a job restart or an infrastructure restart (shared by the recovery rows).
+"""One restart: every recovery row hands a :class:`~railtrain.crds.recovery.Decision` here, and this is the only place
+that writes restart counters, backoff, quarantines and the restart's reason.
 
 Every restart deletes every pod of the current gang and raises
 ``status.restarts`` (the restart count the next gang's pods carry), so the
@@ -6,37 +7,87 @@ survivors of a failure never wait in a broken rendezvous next to a
 replacement. Restarts caused by the job (``status.jobRestarts``) spend
 ``runPolicy.backoffLimit``; restarts caused by the infrastructure
 (``status.infrastructureRestarts``: a node lost, quarantined or avoided, a
-rank's pod deleted, evicted or preempted, an elastic grow) do not, as JobSet's
-``RestartJobSetAndIgnoreMaxRestarts`` action does not.
+rank's pod deleted, evicted, preempted or refused, an elastic grow) do not,
+as JobSet's ``RestartJobSetAndIgnoreMaxRestarts`` action does not, but they
+are bounded by ``runPolicy.maxInfrastructureRestarts`` and back off
+exponentially (``status.requeueAfter``,
+:func:`railtrain.crds.recovery.infrastructure_backoff`). The counters
+themselves are computed once, by :func:`railtrain.crds.recovery.decide` and
+:func:`railtrain.crds.recovery.restart_infrastructure`, which ``railtrain run
+--local`` uses too.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
+from railtrain.crds import recovery
 from railtrain.operator import conditions as cond
+from railtrain.operator import quarantine
 from railtrain.operator.phases.step import Step
 
 JOB_RESTARTS = "jobRestarts"
 INFRA_RESTARTS = "infrastructureRestarts"
+REASON_CLAIM_IGNORED = "ClaimIgnored"
+"""Warning Event reason: a verdict named nodes this gang did not run on (or that do not exist); nothing was done to them."""
 
 
-def restart_gang(step: Step, reason: str, message: str, infrastructure: bool) -> str:
-    """Delete the gang and start the next one; returns the phase Restarting.
+def counters(step: Step, **facts: Any) -> recovery.Counters:
+    """The job's counters from the status being built, with the cluster facts of this pass.
 
-    Args:
-        reason: the condition reason (Running and Scheduled turn False with it) and Event reason.
-        message: names what failed (rank, pod, node) and the counters after this restart.
-        infrastructure: count it in ``infrastructureRestarts`` (True) or ``jobRestarts`` (False).
+    ``facts`` override (``tainted``...); by default the nodes carrying the quarantine taint and the
+    cluster-wide quarantines of the last hour are read from the Nodes observed in this pass.
     """
-    key = INFRA_RESTARTS if infrastructure else JOB_RESTARTS
-    step.status[key] = int(step.status.get(key, 0)) + 1
+    nodes = list((step.nodes or {}).values())
+    known = dict(
+        tainted=frozenset(n["metadata"]["name"] for n in nodes if quarantine.quarantined_by(n) is not None),
+        cluster_quarantines=quarantine.recent_quarantines(nodes, step.now),
+        cluster_limit=step.quarantine_limit,
+    )
+    return recovery.Counters.from_status(step.status, **(known | facts))
+
+
+def log_line(step: Step, text: str) -> None:
+    """Queue one operator log line for this job (the controller prefixes ``namespace/name``)."""
+    step.out.log.append(text)
+
+
+def apply(step: Step, d: recovery.Decision) -> str:
+    """Write decision ``d`` into the step: status counters, quarantines, Events, one log line; fail or restart.
+
+    Returns:
+        The next phase: Failed, or Restarting.
+    """
+    step.status.update(d.status())
+    if d.ignored:
+        text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
+        step.out.events.append(("Warning", REASON_CLAIM_IGNORED, text))
+        log_line(step, f"{REASON_CLAIM_IGNORED}: {text}")
+    f = d.blamed
+    evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})" + (f", evidence {f.evidence}" if f.evidence else "")
+    for node in d.quarantine:
+        step.out.quarantine.append((node, f.verdict, evidence))
+        step.out.events.append(("Warning", recovery.REASON_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
+    nodes = sorted(set(d.quarantine) | set(d.avoid) | ({f.node} if f.node else set()))
+    log_line(step, f"{d.action} reason={d.reason} nodes={','.join(nodes) or '-'}: {d.message}")
+    if d.action == recovery.FAIL:
+        step.set_condition(cond.FAILED, True, d.reason, d.message, "Warning")
+        return cond.FAILED
     step.status["restarts"] = step.restarts + 1
+    step.status["succeededRanks"] = None
+    step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
     step.delete(step.gang)
-    step.set_condition(cond.RUNNING, False, reason, message)
-    step.set_condition(cond.SCHEDULED, False, reason, message, "Warning")
+    step.set_condition(cond.RUNNING, False, d.reason, d.message)
+    step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
     return cond.RESTARTING
 
 
-def counters(step: Step) -> str:
-    """``"job restarts 1/3, infrastructure restarts 2"`` after the current pass's changes."""
-    limit = step.job.spec.run_policy.backoff_limit if step.job else 0
-    return f"job restarts {int(step.status.get(JOB_RESTARTS, 0))}/{limit}, infrastructure restarts {int(step.status.get(INFRA_RESTARTS, 0))}"
+def restart_infrastructure(step: Step, reason: str, what: str, node: str = "") -> str:
+    """An infrastructure restart not decided by a verdict (node lost, rank vanished, elastic grow), or the job Failed at its bound.
+
+    Args:
+        reason: the condition and Event reason; what: the sentence naming what happened.
+        node: the node the infrastructure failed on ("" for none), counted in ``status.nodeFailures``.
+    """
+    return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), reason, what, node=node))

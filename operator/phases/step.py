@@ -17,7 +17,7 @@ from railtrain.crds.api import TrainingJob
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator import conditions as cond
 from railtrain.operator.cluster import pod_node
-from railtrain.operator.gang import phase, rank_of
+from railtrain.operator.gang import phase, rank_of, restart_of
 from railtrain.operator.placement import Placement, Refusal
 
 
@@ -28,6 +28,7 @@ class Plan:
     Attributes:
         create_service: Service manifest to create, or None.
         create_pods: pod manifests to create (gated).
+        create_objects: other objects of the gang to create first (the job's ComputeDomain; one that exists is kept).
         delete_pods: names of pods to delete.
         pin: pod name → node name to pin with a nodeSelector (gated pods only).
         annotate: pod name → annotations to set in the same patch (the admitted gang size).
@@ -40,10 +41,12 @@ class Plan:
         force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
         quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
         delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
+        log: one operator log line per recovery decision (restart, quarantine, ignored claim, eviction, node loss).
     """
 
     create_service: dict[str, Any] | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
+    create_objects: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
     pin: dict[str, str] = field(default_factory=dict)
     annotate: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -55,6 +58,7 @@ class Plan:
     force_delete_pods: list[str] = field(default_factory=list)
     quarantine: list[tuple[str, str, str]] = field(default_factory=list)
     delete_job: bool = False
+    log: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +84,7 @@ class Step:
         spec_error: why the stored spec does not parse (when ``job`` is None).
         foreign: pods the job does not own that hold one of its ranks' names.
         fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
     """
 
     obj: dict[str, Any]
@@ -101,6 +106,7 @@ class Step:
     grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
     fabric: FabricProfile | None = None
+    quarantine_limit: int | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -140,9 +146,33 @@ class Step:
         """The pod phase of every rank of the gang, by rank."""
         return [phase(p) for p in self.gang]
 
+    @property
+    def done(self) -> set[int]:
+        """Ranks of the current gang whose trainer exited 0 (``status.succeededRanks``): complete for this attempt even when their pods are gone."""
+        return {int(r) for r in self.status.get("succeededRanks") or []}
+
     def complete(self) -> bool:
-        """Whether every rank below the gang size has a live pod."""
-        return bool(self.gang) and len(self.gang) == self.n
+        """Whether every rank below the gang size has a live pod, or exited 0 earlier in this attempt."""
+        covered = {rank_of(p) for p in self.gang} | self.done
+        return bool(self.gang or self.done) and self.n > 0 and all(r in covered for r in range(self.n))
+
+
+def finished_ranks(status: dict[str, Any], pods: list[dict[str, Any]], restarts: int) -> list[int] | None:
+    """``status.succeededRanks`` after this observation: the recorded ranks plus those of the current gang seen Succeeded now.
+
+    A rank that exited 0 stays complete for its attempt: its pod deleted afterwards (by a person, ``kubectl drain``,
+    the pod garbage collector) is not a vanished rank (docs/operator.md, "Recovery").
+
+    Args:
+        status: the observed status; pods: the job's pods (any restart count, terminating ones included);
+        restarts: the current restart count.
+
+    Returns:
+        The sorted ranks, or None when there are none (the key is then left out).
+    """
+    done = {int(r) for r in status.get("succeededRanks") or []}
+    done |= {rank_of(p) for p in pods if restart_of(p) == restarts and phase(p) == "Succeeded"}
+    return sorted(done) or None
 
 
 HEALTHY_POD_PHASES = frozenset({"Running", "Succeeded"})

@@ -18,7 +18,7 @@ from typing import Any
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import is_gated, rank_of, restart_of
-from railtrain.operator.phases.restart import counters, restart_gang
+from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
@@ -47,7 +47,7 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     if step.released is None or not step.is_true(cond.SCHEDULED):
         return []
     job = step.meta["name"]
-    live = {rank_of(p) for p in step.gang}
+    live = {rank_of(p) for p in step.gang} | step.done  # a rank that exited 0 is complete, whatever removed its pod
     terminating = {rank_of(p): p for p in step.pods if restart_of(p) == step.restarts and p["metadata"].get("deletionTimestamp")}
     out = []
     for rank in range(step.n):
@@ -65,10 +65,7 @@ def _any_vanished(step: Step) -> bool:
 
 def _restart(step: Step) -> str:
     gone = "; ".join(d for _, d in vanished(step))
-    step.status["infrastructureRestarts"] = int(step.status.get("infrastructureRestarts", 0)) + 1
-    message = f"{gone} while the gang ran; restarting the whole gang ({counters(step)})"
-    step.status["infrastructureRestarts"] -= 1
-    return restart_gang(step, REASON, message, True)
+    return restart_infrastructure(step, REASON, f"{gone} while the gang ran")
 
 
 RANK_VANISHED = Transition(

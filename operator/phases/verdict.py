@@ -1,183 +1,114 @@
-"""A failed gang: the verdict decides (``spec.runPolicy.failurePolicy``), including quarantining the nodes it names.
+"""A failed gang: its pods' status read as evidence for the one failure decision (:func:`railtrain.crds.recovery.decide`).
 
-Replaces the plain "restart while backoffLimit allows" rule. The gang's
-verdict is the most specific one among its failed ranks' termination
-messages (:mod:`railtrain.crds.contract`): ``user-error`` over
-``hardware-suspect`` over ``straggler`` over ``hang`` over ``retryable``, since
-one rank's finding takes the other ranks down with plain failures. A failed
-rank without a verdict counts as ``user-error`` when it exited with code 2,
-else ``retryable``. A pod the kubelet failed for the node's sake (status.reason
-Evicted, Preempting, NodeShutdown, Terminated) is not the job's fault: an
-infrastructure restart with reason ``RankEvicted``.
+This module only reads: each Failed pod of the gang becomes a
+:class:`~railtrain.crds.recovery.Failure` (:func:`rank_failure`), the gang's
+nodes and the cluster's Nodes are the facts a verdict's claims are checked
+against, and :func:`railtrain.operator.phases.restart.apply` writes the
+decision. The rules (which verdict wins, whose failure it was, what
+``spec.runPolicy.failurePolicy`` does, the bounds) live in
+:mod:`railtrain.crds.recovery`, where ``railtrain run --local`` finds the same.
 
-The rule of that verdict (:class:`~railtrain.crds.failure_policy.FailurePolicyRule`,
-defaults in :data:`~railtrain.crds.failure_policy.DEFAULT_RULES`) gives the
-action (Fail, Restart, RestartIgnoringBackoff) and which named nodes are
-quarantined or avoided (:func:`railtrain.operator.quarantine.decide`).
+What the kubelet says about a pod it ended is read here (Kubernetes pod
+status, KEP-3329 disruption conditions):
+
+* ``status.reason`` Evicted **with** a ``DisruptionTarget`` condition (node
+  pressure), or Preempting, NodeShutdown, Shutdown, Terminated, NodeLost: the
+  node's doing, an infrastructure restart (``RankEvicted``);
+* ``status.reason`` Evicted **without** ``DisruptionTarget``: the kubelet
+  evicted the pod for exceeding its own limits (ephemeral storage, memory):
+  the job's failure (``retryable``, spends ``backoffLimit``);
+* ``status.reason`` ``OutOf<resource>``, ``UnexpectedAdmissionError``,
+  NodeAffinity, NodeSelectorMismatch...: the kubelet refused to admit it, an
+  infrastructure restart that avoids the node (``AdmissionRefused``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from railtrain.crds import contract
-from railtrain.crds.failure_policy import FailureAction
+from railtrain.crds import contract, recovery
 from railtrain.operator import conditions as cond
-from railtrain.operator import quarantine
 from railtrain.operator.gang import phase, rank_of
-from railtrain.operator.phases.restart import JOB_RESTARTS, counters, restart_gang
+from railtrain.operator.phases.restart import apply, counters
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
-PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, contract.VERDICT_STRAGGLER, contract.VERDICT_HANG, contract.VERDICT_RETRYABLE)
-"""The gang's verdict is the first of these that any failed rank reported."""
-NODE_FAILURE_REASONS = frozenset({"Evicted", "Preempting", "NodeShutdown", "Shutdown", "Terminated", "NodeLost", "UnexpectedAdmissionError"})
-"""``status.reason`` values of a pod that the kubelet (not the job) ended."""
+PRECEDENCE = recovery.PRECEDENCE
+NODE_FAILURE_REASONS = frozenset({"Preempting", "NodeShutdown", "Shutdown", "Terminated", "NodeLost"})
+"""``status.reason`` values of a pod that the kubelet ended for its node's sake (Evicted is read with its condition)."""
+ADMISSION_REASONS = frozenset({"UnexpectedAdmissionError", "NodeAffinity", "NodeSelectorMismatch", "NodeName", "NodePorts", "InvalidNodeInfo", "PodOSNotSupported"})
+"""``status.reason`` values of a pod the kubelet refused to admit (besides ``OutOf<resource>``)."""
 
 
-@dataclass(frozen=True)
-class RankFailure:
-    """What one failed rank reported.
+def _disrupted(status: dict[str, Any]) -> bool:
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or [])
 
-    Attributes:
-        rank: node rank; pod: pod name; node: its node ("" if never bound).
-        code: exit code of the trainer container; verdict: the verdict kind;
-        reason, message: the verdict's (or the kubelet's) reason and message;
-        nodes: suspect nodes named; evidence: the verdict's evidence;
-        finished_at: the container's ``state.terminated.finishedAt`` (RFC 3339, "" if unknown).
+
+def kubelet_cause(pod: dict[str, Any]) -> str:
+    """Why the kubelet ended a Failed pod: :data:`~railtrain.crds.recovery.CAUSE_NODE`, :data:`~railtrain.crds.recovery.CAUSE_ADMISSION`,
+    :data:`~railtrain.crds.recovery.CAUSE_LIMITS`, or "" (its trainer exited)."""
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    if reason.startswith("OutOf") or reason in ADMISSION_REASONS:
+        return recovery.CAUSE_ADMISSION
+    if reason in NODE_FAILURE_REASONS or (reason == "Evicted" and _disrupted(status)):
+        return recovery.CAUSE_NODE
+    if reason == "Evicted":
+        return recovery.CAUSE_LIMITS
+    return ""
+
+
+def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
+    """Read one Failed pod as evidence: its trainer container's exit code and verdict, or what the kubelet said.
+
+    Args:
+        pod: a v1 Pod dict in phase Failed.
+
+    Returns:
+        A :class:`~railtrain.crds.recovery.Failure`; a container killed by a signal (exit code 128 + N, the
+        container-runtime convention: 137 = SIGKILL, OOMKilled) is ``signalled``.
     """
-
-    rank: int
-    pod: str
-    node: str
-    code: int
-    verdict: str
-    reason: str
-    message: str
-    nodes: tuple[str, ...] = ()
-    evidence: str = ""
-    reported: bool = False
-    finished_at: str = ""
-
-    @property
-    def signalled(self) -> bool:
-        """Whether the container was killed by a signal (exit code 128 + N, the shell and container-runtime convention; e.g. 137 = SIGKILL, OOMKilled)."""
-        return self.code > 128
-
-    def detail(self) -> str:
-        """``"rank 1 exited with code 1: NoProgress: rank 3 stopped"`` (the verdict's reason only when the trainer reported one)."""
-        text = f"{self.reason}: {self.message}" if self.reported else self.message
-        return f"rank {self.rank} exited with code {self.code}" + (f": {text}" if text else "")
-
-
-def rank_failure(pod: dict[str, Any]) -> RankFailure:
-    """Read one Failed pod: its trainer container's exit code and termination-message verdict."""
     meta, status = pod["metadata"], pod.get("status") or {}
     base = dict(rank=rank_of(pod), pod=meta["name"], node=(pod.get("spec") or {}).get("nodeName") or "")
+    cause = kubelet_cause(pod)
+    if cause:
+        return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), cause=cause, **base)
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
         if term:
             code = int(term.get("exitCode", contract.EXIT_FAILED))
-            raw = (term.get("message") or "").strip()
+            raw, finished = (term.get("message") or "").strip(), term.get("finishedAt") or ""
             v = contract.parse_termination_message(raw)
             if v:
                 evidence = json.dumps(v["evidence"], sort_keys=True)[:300] if v["evidence"] else ""
-                return RankFailure(code=code, verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), evidence=evidence, reported=True, finished_at=term.get("finishedAt") or "", **base)
-            kind = contract.VERDICT_USER_ERROR if code == contract.EXIT_USER_ERROR else contract.VERDICT_RETRYABLE
-            return RankFailure(code=code, verdict=kind, reason=term.get("reason") or "Error", message=raw or (term.get("reason") or ""), finished_at=term.get("finishedAt") or "", **base)
-    return RankFailure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), **base)
+                return recovery.Failure(code=code, verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), evidence=evidence,
+                                        reported=True, finished=finished, signalled=code > 128, **base)  # fmt: skip
+            return recovery.unreported(code=code, reason=term.get("reason") or "Error", message=raw, finished=finished, signalled=code > 128, **base)
+    return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), **base)
 
 
-def gang_failure(step: Step) -> RankFailure | None:
-    """The failure that decides for the gang, or None when no rank Failed.
-
-    The most specific verdict wins (:data:`PRECEDENCE`). Among equals the rank
-    where the failure began is named, not its peers' symptoms (a killed rank
-    makes the others fail with "connection closed by peer"): a rank killed by
-    a signal first, then the one whose container finished first
-    (``finishedAt``, RFC 3339 UTC, compared as text; unknown sorts last), then
-    the lowest rank.
-    """
-    failures = [rank_failure(p) for p in step.gang if phase(p) == "Failed"]
-    if not failures:
-        return None
-    return min(failures, key=_blame_order)
-
-
-def _blame_order(f: RankFailure) -> tuple[int, bool, bool, str, int]:
-    verdict = PRECEDENCE.index(f.verdict) if f.verdict in PRECEDENCE else len(PRECEDENCE)
-    return verdict, not f.signalled, not f.finished_at, f.finished_at, f.rank
-
-
-def _evicted(step: Step) -> list[dict[str, Any]]:
-    return [p for p in step.gang if phase(p) == "Failed" and (p.get("status") or {}).get("reason") in NODE_FAILURE_REASONS]
+def gang_failure(step: Step) -> recovery.GangFailure:
+    """The evidence of the failed attempt: every Failed rank, the nodes the gang's pods ran on, the nodes that exist."""
+    failures = tuple(rank_failure(p) for p in step.gang if phase(p) == "Failed")
+    ran = {rank_of(p): node for p in step.gang if (node := (p.get("spec") or {}).get("nodeName"))}
+    return recovery.GangFailure(failures, ran, frozenset(step.nodes) if step.nodes is not None else None)
 
 
 def _any_failed(step: Step) -> bool:
     return any(phase(p) == "Failed" for p in step.gang)
 
 
-def _fail(step: Step, reason: str, message: str) -> str:
-    step.set_condition(cond.FAILED, True, reason, message, "Warning")
-    return cond.FAILED
-
-
 def _decide(step: Step) -> str:
     step.stop(step.gang)
-    evicted = _evicted(step)
-    if evicted:
-        p = evicted[0]
-        why = (p.get("status") or {}).get("reason")
-        node = (p.get("spec") or {}).get("nodeName") or "its node"
-        step.set_condition(cond.RUNNING, False, "PodFailed", f"pod {p['metadata']['name']} (rank {rank_of(p)}) was ended by the kubelet on {node} ({why})")
-        return restart_gang(step, "RankEvicted", f"pod {p['metadata']['name']} (rank {rank_of(p)}) on node {node} was ended by the kubelet ({why}: {(p.get('status') or {}).get('message', '')}); restarting the whole gang ({_next(step, True)})", True)
-    f = gang_failure(step)
-    assert f is not None  # the row fires only when a rank Failed
-    detail = f.detail()
-    step.set_condition(cond.RUNNING, False, "PodFailed", detail)
-    policy = step.job.spec.run_policy.failure_policy
-    rule = policy.rule(f.verdict)
-    if rule.action == FailureAction.FAIL.value:
-        if f.verdict == contract.VERDICT_USER_ERROR:
-            return _fail(step, "UserError", detail + " (a configuration error: not retried)")
-        return _fail(step, "FailurePolicy", f"{detail} (runPolicy.failurePolicy: {f.verdict} → Fail)")
-    already = {name for name, node in (step.nodes or {}).items() if quarantine.is_quarantined(node)}
-    d = quarantine.decide(policy, rule, f.verdict, f.nodes, step.status, already, step.now)
-    step.status["suspects"] = d.suspects
-    if d.exceeded:
-        return _fail(step, quarantine.REASON_LIMIT, d.exceeded)
-    step.status["quarantines"], step.status["avoidNodes"] = d.records, d.avoid
-    evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})" + (f", evidence {f.evidence}" if f.evidence else "")
-    for node in d.quarantine:
-        step.out.quarantine.append((node, f.verdict, evidence))
-        step.out.events.append(("Warning", quarantine.REASON_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
-    if rule.action == FailureAction.RESTART.value:
-        limit = step.job.spec.run_policy.backoff_limit
-        if int(step.status.get(JOB_RESTARTS, 0)) >= limit:
-            return _fail(step, "BackoffLimitExceeded", f"{detail}; runPolicy.backoffLimit={limit} restarts used")
-        return restart_gang(step, "Restarting", f"{detail}; restarting the gang ({_next(step, False)})", False)
-    if d.quarantine:
-        reason, why = quarantine.REASON_QUARANTINED, f"node(s) {', '.join(d.quarantine)} quarantined"
-    elif rule.avoid_nodes and f.nodes:
-        reason, why = "NodeAvoided", f"node(s) {', '.join(sorted(set(f.nodes)))} avoided by this job"
-    else:
-        reason, why = "InfrastructureRestart", "restart not counted against backoffLimit"
-    return restart_gang(step, reason, f"{detail}; {why}; restarting the gang elsewhere ({_next(step, True)})", True)
-
-
-def _next(step: Step, infrastructure: bool) -> str:
-    """The counters as they will read after this restart."""
-    key = "infrastructureRestarts" if infrastructure else JOB_RESTARTS
-    step.status[key] = int(step.status.get(key, 0)) + 1
-    text = counters(step)
-    step.status[key] -= 1
-    return text
+    d = recovery.decide(gang_failure(step), step.job.spec.run_policy, counters(step), step.now)
+    step.set_condition(cond.RUNNING, False, "PodFailed", d.blamed.detail())
+    return apply(step, d)
 
 
 GANG_FAILED = Transition(
     "gang-failed", ACTIVE, _any_failed, _decide,
-    "A rank Failed: its verdict's runPolicy.failurePolicy rule fails the job or restarts the whole gang (a job restart spends backoffLimit, "
-    "an infrastructure restart does not), quarantining or avoiding the nodes it names; a pod the kubelet ended (Evicted...) is an infrastructure restart.",
+    "A rank Failed: railtrain.crds.recovery.decide applies its verdict's runPolicy.failurePolicy rule (fail, or restart the whole gang as a job "
+    "restart that spends backoffLimit or an infrastructure restart that does not), quarantining or avoiding the nodes it names that this gang ran on; "
+    "a pod the kubelet ended for its node's sake or refused is an infrastructure restart.",
 )

@@ -50,7 +50,7 @@ def test_submit_then_get(cli, namespace, tmp_path):
     listed = cli("get", "-n", namespace)
     assert listed.exit_code == 0, listed.output
     header, row = listed.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "PHASE", "NODES", "RESTARTS", "AGE", "REASON"]
+    assert header.split() == ["NAME", "PHASE", "NODES", "RESTARTS", "STEP", "GOODPUT", "AGE", "REASON"]
     assert row.split()[0] == "llama" and row.split()[2:4] == ["2", "0"]  # the phase depends on whether an operator runs
 
     one = cli("get", "llama", "-n", namespace)

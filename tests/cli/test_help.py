@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 from railtrain.cli.main import app
 
 runner = CliRunner()
-COMMANDS = [[], ["validate"], ["run"], ["submit"], ["get"], ["operator"], ["dev", "up"], ["dev", "down"], ["node", "list"], ["node", "clear"]]
+COMMANDS = [[], ["validate"], ["run"], ["submit"], ["get"], ["describe"], ["logs"], ["delete"], ["suspend"], ["resume"], ["plan"], ["snapshot"],
+            ["operator"], ["dev", "up"], ["dev", "down"], ["node", "list"], ["node", "clear"]]
 INTERNAL = re.compile(r"<(bool|str|int|float|path|list\[[a-z]+\])[^>]*>|\{[a-z]+\}|\{FILE\}|range>")
 
 
@@ -31,6 +32,15 @@ def test_placeholders_name_what_to_give():
     assert re.search(r"--grace\s+NUMBER \[x>=0\]", run)
     get = runner.invoke(app, ["get", "-h"], env={"COLUMNS": "200"}).stdout
     assert "Usage: railtrain get [OPTIONS] [NAME]" in get
-    assert re.search(r"--kubeconfig\s+FILE", get) and re.search(r"--output\s+-o\s+table\|yaml", get)
+    assert re.search(r"--kubeconfig\s+FILE", get) and re.search(r"--output\s+-o\s+table\|json\|yaml", get)
     up = runner.invoke(app, ["dev", "up", "-h"], env={"COLUMNS": "200"}).stdout
     assert re.search(r"--nodes\s+COUNT \[x>=1\]", up) and re.search(r"--load\s+IMAGE", up)
+
+
+@pytest.mark.parametrize("words", [w for w in COMMANDS if w], ids=" ".join)
+def test_every_command_shows_an_example_uncut_at_80_columns(words):
+    """Each command's help has an 'Example: railtrain ...' line, and nothing in it is cut with an ellipsis at 80 columns."""
+    text = runner.invoke(app, [*words, "--help"], env={"COLUMNS": "80"}).stdout
+    assert re.search(r"Example: (eval \"\$\()?railtrain " + " ".join(words), text), text
+    assert "…" not in text, [line for line in text.splitlines() if "…" in line]
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 
 from railtrain.cli import local
@@ -54,7 +56,7 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
         checkpoint={"location": "runs/x", "interval": 7}, env=[{"name": "EXTRA", "value": "1"}],
         command=["torchrun", "-m", "railtrain.trainer"], args=["--steps", "3"],
     )
-    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002, 24003], base_dir=tmp_path, python="PY")
+    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002, 24003], base_dir=tmp_path, python="PY", uid="run-1")
     assert [n.rank for n in nodes] == [0, 1, 2]
     for node in nodes:
         pod = contract.read_env(node.env)
@@ -62,11 +64,39 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
             job_name="tiny", namespace=local.LOCAL_NAMESPACE, nnodes=3, node_rank=node.rank, procs_per_node=2,
             rdzv_addr="127.0.0.1", rdzv_port=23456, parallelism="data=1,fsdp=6,tensor=1,pipeline=1",
             checkpoint_dir=str(tmp_path / "runs" / "x"), checkpoint_interval=7, metrics_port=24001 + node.rank,
-            node_name=f"local-{node.rank}",
+            node_name=f"local-{node.rank}", run_id="run-1",
         )
         # torchrun's own variables agree with the contract
         assert node.env == contract.pod_env(pod) | {"EXTRA": "1"}
         assert node.argv == ("PY", "-m", "torch.distributed.run", "-m", "railtrain.trainer", "--steps", "3")
+
+
+def _tier_dirs(job, uid=""):
+    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002], base_dir=Path("/base"), uid=uid or local.new_local_uid())
+    return [(contract.read_env(n.env).run_id, contract.read_env(n.env).checkpoint_memory_dir, contract.read_env(n.env).checkpoint_local_dir) for n in nodes]
+
+
+def test_each_local_run_owns_its_node_local_tiers_unless_a_run_id_is_set():
+    tiers = {"memory": {}, "local": {}}
+    job = _job(nodes=2, checkpoint=tiers, command=["torchrun"])
+    first, second = _tier_dirs(job), _tier_dirs(job)  # two invocations of run --local: two runs
+    assert first[0][0] != second[0][0] and first[0][1] != second[0][1] and first[0][2] != second[0][2]
+    run_id, memory, local_dir = first[1]
+    assert memory.endswith(f"/railtrain/local/tiny/{run_id}/node-1") and local_dir.endswith(f"/railtrain/local/tiny/{run_id}/node-1")
+    assert _tier_dirs(job, uid="u-1") == _tier_dirs(job, uid="u-1")  # restarts of one invocation share them
+    pinned = _job(nodes=2, checkpoint={**tiers, "runId": "exp-7"}, command=["torchrun"])
+    assert _tier_dirs(pinned) == _tier_dirs(pinned) and _tier_dirs(pinned)[0][0] == "exp-7"
+
+
+def test_finished_local_runs_remove_empty_tier_directories_and_name_the_ones_kept(tmp_path):
+    emptied, failed = tmp_path / "job" / "run-a", tmp_path / "job" / "run-b"
+    (emptied / "node-0" / "step-4").mkdir(parents=True)  # what the trainer leaves after emptying its shards
+    (failed / "node-1" / "step-4").mkdir(parents=True)
+    (failed / "node-1" / "step-4" / "rank-1.pt").write_bytes(b"x")
+    assert local.finish_local_tiers({"memory": str(emptied)}, succeeded=True) == ""
+    assert not emptied.exists() and failed.exists()
+    assert local.finish_local_tiers({"local": str(failed)}, succeeded=False) == f"node-local checkpoints kept: local {failed}"
+    assert (failed / "node-1" / "step-4" / "rank-1.pt").exists()
 
 
 @pytest.mark.parametrize("location, expected", [("", ""), ("s3://b/k", "s3://b/k"), ("/abs/dir", "/abs/dir"), ("rel/dir", "BASE/rel/dir")])

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from railtrain.cli.local_recovery import MAX_INFRASTRUCTURE_RESTARTS, decide, gang_verdict, spent_faults, torchrun_cause
-from railtrain.crds import contract
+from datetime import datetime, timezone
+
+from railtrain.cli.local_recovery import local_failures, spent_faults, torchrun_cause
+from railtrain.crds import contract, recovery
 from railtrain.crds.validation import parse_manifest
 from tests.cli import manifests
 
@@ -17,6 +19,19 @@ CLI = [sys.executable, "-m", "railtrain.cli.main"]
 
 def msg(kind, reason="Finding", nodes=("local-1",)):
     return contract.format_termination_message(kind, reason, "seen", nodes=list(nodes), ranks=[1])
+
+
+def decide(job, messages, code, job_restarts, infrastructure_restarts, first=None, causes=None):
+    counters = recovery.Counters(job_restarts=job_restarts, infrastructure_restarts=infrastructure_restarts)
+    return recovery.decide(local_failures(messages, code, first, causes), job.spec.run_policy, counters, datetime.now(timezone.utc))
+
+
+def gang_verdict(messages, code, first=None, causes=None):
+    d = decide(parse_manifest(manifests.job()), messages, code, 0, 0, first, causes)
+    return d.verdict, d.blamed.detail()
+
+
+MAX_INFRA = 10  # runPolicy.maxInfrastructureRestarts' default
 
 
 @pytest.mark.parametrize(
@@ -28,17 +43,17 @@ def msg(kind, reason="Finding", nodes=("local-1",)):
         ([msg("hang"), None], 1, (0, 0), ("restart-job", "hang")),
         ([msg("retryable"), msg("hardware-suspect")], 1, (3, 0), ("restart-infrastructure", "hardware-suspect")),
         ([msg("straggler"), msg("user-error")], 1, (0, 0), ("fail", "user-error")),
-        ([msg("straggler"), None], 1, (0, MAX_INFRASTRUCTURE_RESTARTS), ("fail", "straggler")),
+        ([msg("straggler"), None], 1, (0, MAX_INFRA), ("fail", "straggler")),
     ],
 )
 def test_decide_follows_the_failure_policy(messages, code, restarts, want):
     job = parse_manifest(manifests.job())
-    d = decide(job, messages, code, *restarts)
+    d = decide(job, messages, code, *restarts, first=0)
     assert (d.action, d.verdict) == want
 
 
-def test_gang_verdict_names_the_node():
-    assert gang_verdict([msg("hardware-suspect", "RerunMismatch")], 1) == ("hardware-suspect", "RerunMismatch: seen on local-1")
+def test_gang_verdict_names_the_rank():
+    assert gang_verdict([None, msg("hardware-suspect", "RerunMismatch")], 1) == ("hardware-suspect", "rank 1 exited with code 1: RerunMismatch: seen")
 
 
 def test_faults_met_by_the_failed_gang_are_dropped_later_ones_kept():
@@ -67,7 +82,7 @@ def test_local_gang_restarts_per_verdict_without_the_injected_fault(tmp_path, ve
     proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == expect_code, proc.stdout + proc.stderr
     if expect_code == 0:
-        assert "restarting the whole gang (restart 1: job restarts 0/3, infrastructure restarts 1)" in proc.stderr
+        assert "restarting the whole gang (job restarts 0/3, infrastructure restarts 1/10) (restart 1)" in proc.stderr
         assert "[rank 0] rank 0 restart 1 fault=''" in proc.stdout  # the fault applied to the first gang only
     else:
         assert "not restarting" in proc.stderr and "restart 1" not in proc.stdout
@@ -120,16 +135,16 @@ def test_the_killed_rank_decides_not_its_peers_closed_connection():
     peer = contract.format_termination_message("retryable", "RuntimeError", "[gloo/pair.cc:561] Connection closed by peer")
     causes = {0: "worker rank 0 exited with code 1", 1: "worker rank 1 was killed by SIGKILL (exit code -9)"}
     for first in (0, 1):
-        assert gang_verdict([peer, None], 1, first, causes) == ("retryable", "node rank 1 failed first: worker rank 1 was killed by SIGKILL (exit code -9)")
+        assert gang_verdict([peer, None], 1, first, causes) == ("retryable", "rank 1 exited with code 1: worker rank 1 was killed by SIGKILL (exit code -9)")
 
 
 def test_plain_failures_are_told_by_the_node_that_failed_first_without_repeating_the_reason():
     crash = contract.format_termination_message("retryable", "RuntimeError", "RuntimeError: data file vanished")
     peer = contract.format_termination_message("retryable", "RuntimeError", "Connection closed by peer")
-    assert gang_verdict([crash, peer], 1, 0) == ("retryable", "node rank 0 failed first: RuntimeError: data file vanished")
-    assert gang_verdict([None, None], 2, 1) == ("user-error", "node rank 1 failed first: exit status 2, no verdict")
+    assert gang_verdict([crash, peer], 1, 0) == ("retryable", "rank 0 exited with code 1: RuntimeError: data file vanished")
+    assert gang_verdict([None, None], 2, 1) == ("user-error", "rank 1 exited with code 2")
     # a health verdict of any node still wins over the node seen first
-    assert gang_verdict([peer, msg("hang", "NoProgress")], 1, 0) == ("hang", "NoProgress: seen on local-1")
+    assert gang_verdict([peer, msg("hang", "NoProgress")], 1, 0) == ("hang", "rank 1 exited with code 1: NoProgress: seen")
 
 
 def test_torchrun_cause_is_the_root_cause_not_the_other_failures():

@@ -62,13 +62,13 @@ def test_fault_flags_outside_the_job_are_refused_before_anything_starts(tmp_path
 
 
 def test_killed_rank_is_named_in_the_summary_once(tmp_path):
-    """--fault-kill on rank 1: the restart line names node rank 1 killed by SIGKILL, not rank 0's closed connection; no traceback twice."""
+    """--fault-kill on rank 1: the restart line names rank 1 killed by SIGKILL, not rank 0's closed connection; no traceback twice."""
     doc = manifests.job(name="kill-test", command=["torchrun", "-m", "railtrain.trainer"], args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "6", "--seq-len", "64", "--threads", "1"])
     path = manifests.write(tmp_path / "job.yaml", doc)
     proc = _run(["run", str(path), "--local", "--fault-kill", "rank=1,step=3", "--grace", "2"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     said = " ".join(proc.stderr.split())
-    assert "gang failed (retryable: node rank 1 failed first: worker rank 1 was killed by SIGKILL (exit code -9)); restarting the whole gang" in said, proc.stderr
+    assert "gang failed: rank 1 exited with code 1: worker rank 1 was killed by SIGKILL (exit code -9); restarting the whole gang" in said, proc.stderr
     assert "RuntimeError: RuntimeError" not in proc.stdout + proc.stderr
     assert "[rank 1] torchrun: its worker failed (torchrun's own" in proc.stdout
     assert "torch/distributed/run.py" not in proc.stdout  # torchrun's own frames are one line, not 16

@@ -127,7 +127,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
 
 USAGE_ERRORS = [
     (["run", "job.yaml"], "--local"),
-    (["get", "-o", "json"], "'table', 'yaml'"),
+    (["get", "-o", "xml"], "'table', 'json', 'yaml'"),
     (["dev", "up", "--nodes", "0"], "--nodes"),
     (["validate", "job.yaml", "--bogus"], "--bogus"),
     (["get", "x", "-A"], "--all-namespaces"),

@@ -54,7 +54,7 @@ def test_defaults_and_world_size():
         ({"parallelism": {"data": 3}}, "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode"),
         ({"parallelism": {"data": 1, "tensor": 8}, "nodes": 1, "procsPerNode": 4}, "spec.parallelism"),
         ({"parallelism": {"data": 4, "tensor": 3}, "nodes": 3, "procsPerNode": 4}, "spec.parallelism.tensor must divide procsPerNode"),
-        ({"parallelism": {"context": 8}}, "spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node: context 8 × tensor 1 = 8, procsPerNode 4"),
+        ({"parallelism": {"context": 8}}, "spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node, unless spec.topology.nvlinkDomain is true and context × tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain): context 8 × tensor 1 = 8, procsPerNode 4"),
         ({"parallelism": {"context": 0}}, "spec.parallelism.context: must be at least 1, not 0"),
         ({"parallelism": {"context": 2, "pipeline": 2, "data": 2}}, "spec.parallelism.context must be 1 when spec.parallelism.pipeline is above 1"),
         ({"parallelism": {"context": 2, "tensor": 4, "data": 2}, "nodes": 1, "procsPerNode": 8}, "spec.parallelism: data × fsdp × tensor × pipeline × context must equal nodes × procsPerNode"),

@@ -37,6 +37,9 @@ def test_tiers_with_their_defaults():
         ({"keep": -1}, "spec.checkpoint.keep"),
         ({"volumeClaim": "Bad_Name", "location": "/x"}, "spec.checkpoint.volumeClaim"),
         ({"tiers": ["memory"]}, "spec.checkpoint.tiers: unknown field"),
+        ({"runId": "../other-job"}, "spec.checkpoint.runId"),
+        ({"runId": "a/b"}, "spec.checkpoint.runId"),
+        ({"runId": "x" * 64}, "spec.checkpoint.runId"),
     ],
 )
 def test_invalid_tiers_name_the_field(checkpoint, expected):
@@ -48,6 +51,7 @@ def test_invalid_tiers_name_the_field(checkpoint, expected):
 def test_crd_carries_the_tiers_and_the_claim_rule():
     spec = schema.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     tiers = spec["properties"]["checkpoint"]["properties"]
+    assert tiers["runId"]["pattern"] == "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" and tiers["runId"]["maxLength"] == 63
     assert {"memory", "local", "keep", "volumeClaim"} <= set(tiers) and tiers["memory"]["properties"]["volume"]["enum"] == ["node", "pod"]
     assert any("self.checkpoint.volumeClaim" in r["rule"] for r in spec["x-kubernetes-validations"])
 
@@ -56,6 +60,6 @@ def test_tier_variables_round_trip():
     env = contract.PodEnvironment(
         job_name="llm", namespace="ns", nnodes=2, node_rank=1, procs_per_node=4, rdzv_addr="a", checkpoint_dir="s3://b/x", checkpoint_keep=0,
         checkpoint_memory_dir=contract.MEMORY_TIER_MOUNT, checkpoint_memory_interval=5, checkpoint_memory_keep=2,
-        checkpoint_local_dir=contract.LOCAL_TIER_MOUNT, checkpoint_local_interval=25, checkpoint_local_keep=3,
+        checkpoint_local_dir=contract.LOCAL_TIER_MOUNT, checkpoint_local_interval=25, checkpoint_local_keep=3, run_id="3f2a-uid",
     )  # fmt: skip
     assert contract.read_env(contract.pod_env(env)) == env

@@ -118,6 +118,41 @@ def test_shared_aliases_are_fine():
     assert parse_manifest(manifest_document(text.encode())).spec.args == ["python"]
 
 
+def _mounting(volumes, mount="data"):
+    template = {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": mount, "mountPath": "/data"}]}], **({"volumes": volumes} if volumes else {})}}
+    return job(template=template)
+
+
+@pytest.mark.parametrize("volumes, mount, accepted", [
+    ([], "data", False),
+    ([{"name": "other", "emptyDir": {}}], "data", False),
+    ([{"name": "data", "emptyDir": {}}], "data", True),
+    ([], "railtrain-shm", True),  # the operator's own volume names may be mounted by name
+])
+def test_a_mount_naming_no_volume_is_refused_by_validate_and_the_api_server(kube, volumes, mount, accepted):
+    """Found by a new user: validate passed a mount of a volume that does not exist; only the pods were refused, in the cluster."""
+    manifest = _mounting(volumes, mount)
+    server = dry_run(kube, manifest)
+    try:
+        parse_manifest(manifest)
+        offline = None
+    except ManifestError as err:
+        offline = err.errors
+    assert (offline is None, server is None) == (accepted, accepted), (offline, server)
+    if not accepted:
+        assert offline == [f"spec.template.spec.containers[trainer].volumeMounts[/data] names volume '{mount}', which spec.template.spec.volumes does not define"]
+        assert "volumeMounts names a volume that spec.template.spec.volumes does not define" in server
+
+
+def test_the_restart_counters_read_0_once_the_operator_wrote_any_status(kube, namespace):
+    """`kubectl get tj` showed blank RESTARTS columns on a new job: the CRD defaults the counters, the printer columns read them."""
+    g, v, p = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
+    kube.custom.create_namespaced_custom_object(g, v, namespace, p, job())
+    kube.custom.patch_namespaced_custom_object_status(g, v, namespace, p, "rules", {"status": {"phase": "Pending"}})
+    status = kube.custom.get_namespaced_custom_object(g, v, namespace, p, "rules")["status"]
+    assert (status["restarts"], status["jobRestarts"], status["infrastructureRestarts"]) == (0, 0, 0)
+
+
 CONTEXT_CASES = [
     # (nodes, procsPerNode, parallelism, the rule's message when refused, else None)
     (2, 4, {"data": 2, "context": 4}, None),  # one ring per node

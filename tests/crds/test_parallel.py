@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from railtrain.crds import parallel
-from railtrain.crds.api import SPEC_RULES, Parallelism
+from railtrain.crds.api import SPEC_RULES, Parallelism, Topology
 from railtrain.crds.parallel import Degrees
 
 # (data, fsdp, tensor, pipeline[, context]), nodes, procs per node, fields with a problem ("" = the product rule)
@@ -47,11 +47,23 @@ def test_problems_name_the_fields(degrees: tuple[int, ...], nodes: int, ppn: int
 @pytest.mark.parametrize("degrees, nodes, ppn, bad", CASES)
 def test_operator_rules_agree_with_the_trainer_rule(degrees: tuple[int, ...], nodes: int, ppn: int, bad: set[str]) -> None:
     """The API's parallelism rules (what the operator and kube-apiserver enforce) fail exactly when the shared rule does."""
-    spec = SimpleNamespace(parallelism=Parallelism(**dict(zip(parallel.FIELDS, degrees))), nodes=nodes, procs_per_node=ppn)
+    spec = SimpleNamespace(parallelism=Parallelism(**dict(zip(parallel.FIELDS, degrees))), nodes=nodes, procs_per_node=ppn, topology=Topology())
     rules = [r for r in SPEC_RULES if r.field_path.startswith(".parallelism")]
     assert len(rules) == 4
     failed = {r.field_path for r in rules if not r.check(spec)}
     assert failed == {".parallelism" + (f".{f}" if f else "") for f in bad}
+
+
+@pytest.mark.parametrize(
+    "tensor, ppn, nvlink, ok",
+    [(8, 4, True, True), (8, 4, False, False), (6, 4, True, False), (2, 4, False, True), (12, 4, True, True)],
+)
+def test_tensor_spans_whole_nodes_only_inside_one_nvlink_domain(tensor, ppn, nvlink, ok) -> None:
+    assert parallel.tensor_fits(tensor, ppn, nvlink) is ok
+    spec = SimpleNamespace(parallelism=Parallelism(tensor=tensor, data=ppn * 6 // tensor if (ppn * 6) % tensor == 0 else 1), nodes=6, procs_per_node=ppn,
+                           topology=Topology(nvlink_domain=nvlink))
+    rule = next(r for r in SPEC_RULES if r.field_path == ".parallelism.tensor")
+    assert rule.check(spec) is ok
 
 
 def test_node_check_is_skipped_without_procs_per_node() -> None:

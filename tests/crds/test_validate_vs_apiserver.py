@@ -39,7 +39,7 @@ COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"
               {"context": 16}, {"context": 4, "tensor": 2, "data": 2}, {"context": 3, "data": 1}, {"context": 2, "pipeline": 8}, {"policy": "required"}, {"policy": "required", "level": ""},
               {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"},
               {"cpu": 0, "memory": "0"}, {"cpu": 4, "shm": 0}, {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}},
-              {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "w", "mountPath": "/w"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
               {"compute": "fp8"}, {"compute": "bf16"}, {"compute": "fp8", "float8": {"emulate": True}}, {"compute": "bf16", "float8": {}},
               {"recipe": "rowwise", "emulate": True}, {"emulate": False},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]

@@ -1,13 +1,19 @@
-"""The Helm chart renders, the real API server accepts every object, and its RBAC grants what the operator does."""
+"""The Helm chart with the real ``helm``: its values schema refuses bad values, the real API server accepts
+every object it renders (also in a namespace enforcing pod security ``restricted``), and its RBAC grants what the
+operator does and no more."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "railtrain"
@@ -20,25 +26,34 @@ def helm() -> str:
 
 
 def render(helm: str, namespace: str, *sets: str) -> list[dict]:
-    args = [helm, "template", "rt", str(CHART), "--namespace", namespace, "--include-crds"]
+    args = [helm, "template", "rt", str(CHART), "--namespace", namespace]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def test_chart_renders_crd_operator_and_rbac(helm):
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_chart_renders_crd_operator_rbac_service_dashboard_and_test_hook(helm):
     docs = render(helm, "railtrain-system", "topology.preset=gke")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "ServiceAccount"]
-    deploy = next(d for d in docs if d["kind"] == "Deployment")
-    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "Pod", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    deploy = of_kind(docs, "Deployment")[0]
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
     assert container["command"] == ["railtrain-operator"]
-    assert "--topology-preset=gke" in container["args"]
-    levels = next(d for d in render(helm, "x", "topology.levels={a,b}") if d["kind"] == "Deployment")
+    assert "--topology-preset=gke" in container["args"] and "--lease-namespace=$(POD_NAMESPACE)" in container["args"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" and container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert of_kind(docs, "Pod")[0]["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    levels = of_kind(render(helm, "x", "topology.levels={a,b}"), "Deployment")[0]
     assert "--topology-levels=a,b" in levels["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "PodDisruptionBudget" not in kinds, "one replica: a PDB would block every node drain"
     assert "--fabric-profile=railtrain" in container["args"]
-    aws = next(d for d in render(helm, "x", "fabricProfile=aws") if d["kind"] == "Deployment")
+    aws = of_kind(render(helm, "x", "fabricProfile=aws"), "Deployment")[0]
     assert "--fabric-profile=aws" in aws["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
@@ -47,14 +62,117 @@ def test_the_charts_operator_args_are_what_the_operators_one_parser_accepts(helm
 
     for sets, bound in (((), settings.DEFAULT_MAX_QUARANTINES_PER_HOUR), (("maxQuarantinesPerHour=2",), 2)):
         deploy = next(d for d in render(helm, "x", *sets) if d["kind"] == "Deployment")
-        parsed = settings.parse(deploy["spec"]["template"]["spec"]["containers"][0]["args"], environ={})
+        args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]  # the kubelet expands it
+        parsed = settings.parse(args, environ={})
         assert parsed.max_quarantines_per_hour == bound and parsed.resync_seconds == 2.0
-    deploy = next(d for d in render(helm, "x", "fabricProfile=gke") if d["kind"] == "Deployment")
-    assert settings.parse(deploy["spec"]["template"]["spec"]["containers"][0]["args"], environ={}).fabric.name == "gke"
+        assert (parsed.lease_namespace, parsed.lease_seconds, parsed.log_format, parsed.stale_seconds) == ("x", 8, "text", 120)
+    deploy = of_kind(render(helm, "x", "fabricProfile=gke"), "Deployment")[0]
+    args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]
+    assert settings.parse(args, environ={}).fabric.name == "gke"
 
 
-def test_api_server_accepts_the_chart_and_rbac_covers_the_operator(helm, cluster, namespace):
-    docs = [d for d in render(helm, namespace) if d["kind"] != "CustomResourceDefinition"]  # the CRD is installed already
+def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes(helm):
+    docs = render(helm, "railtrain-system", "replicaCount=2")
+    assert of_kind(docs, "Deployment")[0]["spec"]["replicas"] == 2
+    assert of_kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 1
+    anti = of_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_the_crd_is_a_template_upgrades_apply_and_uninstall_keeps(helm):
+    """Helm installs crds/ once and never upgrades it; the chart's CRD is a template instead (helm/railtrain/README.md)."""
+    assert not (CHART / "crds").exists()
+    crd = of_kind(render(helm, "railtrain-system"), "CustomResourceDefinition")[0]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    generated = yaml.safe_load((REPO / "crds" / "trainingjob.yaml").read_text())
+    assert crd["spec"] == generated["spec"] and crd["metadata"]["name"] == generated["metadata"]["name"]
+    assert of_kind(render(helm, "railtrain-system", "crds.install=false"), "CustomResourceDefinition") == []
+
+
+def test_monitors_and_dashboard(helm):
+    docs = render(helm, "mon", "metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true", "metrics.serviceMonitor.labels.release=kps",
+                  "dashboard.folder=Training")  # fmt: skip
+    sm, pm = of_kind(docs, "ServiceMonitor")[0], of_kind(docs, "PodMonitor")[0]
+    assert sm["metadata"]["labels"]["release"] == "kps" and sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert pm["spec"]["selector"]["matchExpressions"] == [{"key": "railtrain.dev/job-name", "operator": "Exists"}]
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"  # the trainer pods' container port (operator/render.py)
+    cm = of_kind(docs, "ConfigMap")[0]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1" and cm["metadata"]["annotations"] == {"grafana_folder": "Training"}
+    dashboard = json.loads(cm["data"]["railtrain.json"])
+    titles = " | ".join(p["title"] for p in dashboard["panels"])
+    for words in ("Jobs by phase", "Running", "restarts by reason", "Goodput", "Tokens per second", "MFU", "Straggler", "Quarantined nodes"):
+        assert words.lower() in titles.lower(), words
+    # Every metric a panel queries is one railtrain exports (operator or trainer), so no panel stays empty by a typo.
+    exported = set()
+    for source in [*(REPO / "operator").glob("*.py"), *(REPO / "trainer").rglob("*.py")]:
+        exported |= set(re.findall(r'"(railtrain_[a-z_]+)"', source.read_text()))
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"railtrain_[a-z_]+", target["expr"]):
+                base = re.sub(r"_(bucket|count|sum)$", "", name)
+                assert base in exported or base.removesuffix("_total") in exported, (panel["title"], name)
+
+
+@pytest.mark.parametrize(
+    "value,field",
+    [
+        ("resyncSeconds=abc", "resyncSeconds"),
+        ("replicaCont=2", "replicaCont"),
+        ("logFormat=xml", "logFormat"),
+        ("leaderElection.leaseDurationSeconds=60", "leaseDurationSeconds"),
+        ("topology.preset=azure", "preset"),
+        ("metricsPort=80", "metricsPort"),
+    ],
+)  # fmt: skip
+def test_the_values_schema_refuses_a_bad_value_naming_it(helm, value, field):
+    for command in (["template", "rt"], ["lint"]):
+        out = subprocess.run([helm, *command, str(CHART), "--set", value], capture_output=True, text=True)
+        assert out.returncode != 0, (command, value)
+        assert field in out.stderr + out.stdout and "schema" in (out.stderr + out.stdout).lower(), (command, out.stderr, out.stdout)
+        assert "Traceback" not in out.stderr
+
+
+def test_helm_install_with_a_bad_value_fails_before_creating_anything(helm, cluster, namespace):
+    out = subprocess.run([helm, "install", "rt", str(CHART), "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+                          "--set", "resyncSeconds=abc"], capture_output=True, text=True)  # fmt: skip
+    assert out.returncode != 0 and "resyncSeconds" in out.stderr and "schema" in out.stderr.lower(), out.stderr
+    listed = subprocess.run([helm, "list", "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace, "-q"], capture_output=True, text=True, check=True)
+    assert listed.stdout.strip() == ""
+    assert cluster.kubectl("get", "all,serviceaccounts,roles", "-n", namespace, "-l", "app.kubernetes.io/instance=rt", "-o", "name").stdout.strip() == ""
+
+
+def test_the_api_server_accepts_every_object_in_a_restricted_namespace(helm, cluster, kube):
+    """Server-side dry-run of every rendered object (hooks included) in a namespace that enforces pod security
+    ``restricted``; the Deployment's pods are dry-run as Pods too, since the namespace's admission checks
+    only Pods (a Deployment is only warned about)."""
+    ns = f"restricted-{uuid.uuid4().hex[:6]}"
+    labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    kube.core.create_namespace({"metadata": {"name": ns, "labels": labels}})
+    try:
+        docs = render(helm, ns, "replicaCount=2")
+        deploy = of_kind(docs, "Deployment")[0]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator-as-pod", "namespace": ns, "labels": deploy["spec"]["template"]["metadata"]["labels"]},
+               "spec": deploy["spec"]["template"]["spec"]}  # fmt: skip
+        # A Pod needs its ServiceAccount: create the operator's for real (a dry-run persists nothing), wait for the default one.
+        wait_for(lambda: kube.core.read_namespaced_service_account("default", ns), 30, f"ServiceAccount {ns}/default")
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(of_kind(docs, "ServiceAccount")[0]))
+        out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(docs + [pod]), check=False)
+        assert out.returncode == 0, out.stderr
+        assert "PodSecurity" not in out.stderr and "violate" not in out.stderr, out.stderr
+        assert out.stdout.count("(server dry run)") == len(docs) + 1, out.stdout
+        # A template without the restricted fields is refused here: the check above is not vacuous.
+        loose = json.loads(json.dumps(pod))
+        loose["spec"]["securityContext"].pop("seccompProfile")
+        loose["spec"]["containers"][0]["securityContext"].pop("seccompProfile")
+        refused = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(loose), check=False)
+        assert refused.returncode != 0 and "seccompProfile" in refused.stderr, refused.stderr
+    finally:
+        kube.core.delete_namespace(ns)
+
+
+def test_rbac_covers_the_operator_and_the_lease_only_by_name(helm, cluster, namespace):
+    docs = [d for d in render(helm, namespace) if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount")]
     suffix = uuid.uuid4().hex[:6]
     for d in docs:  # cluster-scoped names must not collide across tests
         if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
@@ -63,18 +181,26 @@ def test_api_server_accepts_the_chart_and_rbac_covers_the_operator(helm, cluster
             d["roleRef"]["name"] += f"-{suffix}"
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = f"system:serviceaccount:{namespace}:rt-operator"
+
+    def can(*args: str) -> bool:
+        return cluster.kubectl("auth", "can-i", *args, f"--as={sa}", check=False).stdout.strip() == "yes"
+
     try:
         for verb, resource in [
             ("watch", "trainingjobs.railtrain.dev"), ("patch", "trainingjobs.railtrain.dev/status"),
             ("create", "pods"), ("delete", "pods"), ("patch", "pods"), ("list", "pods"),
             ("create", "services"), ("list", "nodes"), ("create", "events"),
             ("patch", "nodes"), ("delete", "trainingjobs.railtrain.dev"),
-            ("get", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"), ("update", "leases.coordination.k8s.io"),
         ]:  # fmt: skip
-            out = cluster.kubectl("auth", "can-i", verb, resource, "--all-namespaces", f"--as={sa}", check=False)
-            assert out.stdout.strip() == "yes", (verb, resource, out.stdout, out.stderr)
+            assert can(verb, resource, "--all-namespaces"), (verb, resource)
         for verb in ("delete", "update", "create"):  # least privilege: the quarantine taint needs patch on nodes, nothing more
-            assert cluster.kubectl("auth", "can-i", verb, "nodes", f"--as={sa}", check=False).stdout.strip() == "no", verb
+            assert not can(verb, "nodes"), verb
+        for verb in ("get", "update"):  # the Lease: its one name, in the release namespace only
+            assert can(verb, "leases.coordination.k8s.io/railtrain-operator", "-n", namespace), verb
+            assert not can(verb, "leases.coordination.k8s.io/kube-scheduler", "-n", namespace), verb
+            assert not can(verb, "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system"), verb
+        assert can("create", "leases.coordination.k8s.io", "-n", namespace)
+        assert not can("create", "leases.coordination.k8s.io", "-n", "kube-system")
     finally:
         for d in docs:
             if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):

@@ -1,52 +1,29 @@
-"""Fixtures for operator tests on the real local control plane: the operator as a real process, API clients, job submission."""
+"""Fixtures for operator tests on the real local control plane: API clients, job submission (the operator process is tests/conftest.py's ``operator``)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from tests.conftest import _FAILED, KubeClients
-from tests.polling import wait_for
+from railtrain.operator.metrics import ENV_PORT
+from tests.conftest import KubeClients, free_port  # noqa: F401  (free_port: re-exported for this directory's tests)
 
 from .clusterkit import G, P, V
 
 
-@pytest.fixture(scope="session")
-def operator_process(cluster, kube, tmp_path_factory):
-    from kubernetes.client.rest import ApiException
+def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The operator's /metrics as ``{(sample name, sorted labels): value}`` (prometheus-client's own text parser); ``{}`` while it does not answer."""
+    import urllib.error
+    import urllib.request
 
-    from railtrain.crds import contract
+    from prometheus_client.parser import text_string_to_metric_families
 
-    custom = kube.custom
-
-    def served():  # Established can precede the API server serving the new route
-        try:
-            return custom.list_cluster_custom_object(contract.API_GROUP, contract.API_VERSION, contract.PLURAL) is not None
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-
-    wait_for(served, 60, "the TrainingJob API to be served")
-    op = OperatorProcess(
-        Path(cluster.kubeconfig), tmp_path_factory.mktemp("operator") / "operator.log",
-        resync_seconds=1, extra_args=("--topology-preset", "railtrain"),
-    )
-    op.start()
-    yield op
-    op.stop()
-
-
-@pytest.fixture
-def operator(operator_process, request):
-    """The running operator; its log tail is printed when the test fails."""
-    if not operator_process.running():
-        operator_process.start()
-    yield operator_process
-    if request.node.stash.get(_FAILED, False):
-        print("---- operator log tail ----\n" + operator_process.tail())
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.env[ENV_PORT]}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.URLError:  # not serving yet (the operator is starting): a wait_for polls again
+        return {}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 @pytest.fixture

@@ -133,8 +133,10 @@ class FlakyKube(FakeKube):
 
 
 def operator_context(kube, unreachable_seconds: float = 60.0) -> OperatorContext:
-    """The context the operator's handlers get as kopf's memo, around a fake API server."""
-    return OperatorContext(Settings(resync_seconds=0.01, unreachable_seconds=unreachable_seconds), kube, identity="me/1")
+    """The context the operator's handlers get as kopf's memo, around a fake API server; it leads (holds the Lease)."""
+    ctx = OperatorContext(Settings(resync_seconds=0.01, unreachable_seconds=unreachable_seconds), kube, identity="me/1")
+    ctx.state.leader = True
+    return ctx
 
 
 def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(caplog):
@@ -213,19 +215,3 @@ def test_a_lease_renewed_by_another_operator_is_noticed_and_an_expired_one_is_no
     assert peers.other_holder(lease, "me/1", NOW + timedelta(seconds=peers.LEASE_SECONDS)) is None  # it stopped renewing
     assert peers.other_holder(None, "me/1", NOW) is None
     assert peers.other_holder({"spec": {"holderIdentity": "x", "renewTime": "garbage"}}, "me/1", NOW) is None
-
-
-def test_the_resync_warns_once_about_a_second_operator(caplog):
-    from datetime import datetime, timezone
-
-    from railtrain.operator import peers
-
-    kube = FakeKube([node("n0")], [])
-    kube.put_lease("default", peers.LEASE_NAME, peers.lease_spec("other-host/7", datetime.now(timezone.utc)), None)
-    ctx = operator_context(kube)
-    with caplog.at_level(logging.WARNING, "railtrain.operator"):
-        handlers._resync_pass(ctx)
-        handlers._resync_pass(ctx)
-    warnings = [r.getMessage() for r in caplog.records if "another railtrain operator" in r.getMessage()]
-    assert len(warnings) == 1 and "other-host/7" in warnings[0]
-    assert kube.get_lease("default", peers.LEASE_NAME)["spec"]["holderIdentity"] == "other-host/7"  # never taken over

@@ -52,22 +52,3 @@ def test_a_job_whose_pods_are_refused_fails_alone_and_waiting_jobs_are_admitted_
     assert operator.running()
     log = operator.log_path.read_text(errors="replace")
     assert "Traceback" not in log, operator.tail()
-
-
-def test_a_second_operator_on_the_cluster_warns_that_one_is_already_running(cluster, namespace, operator, tmp_path):
-    """The session's operator renews the Lease default/railtrain-operator; a second one started next to it says so."""
-    from pathlib import Path
-
-    from railtrain.cli.controlplane.operator_process import OperatorProcess
-
-    second = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "second.log", namespace=namespace, resync_seconds=1)
-    second.start()
-    try:
-        line = wait_for(
-            lambda: next((x for x in second.log_path.read_text(errors="replace").splitlines() if "another railtrain operator" in x), None),
-            60, "the second operator to warn about the first",
-        )
-        assert "two operators can promise the same GPUs" in line and "WARNING" in line
-        assert second.running()
-    finally:
-        second.stop()

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from railtrain.crds import contract
-from railtrain.crds.failure_policy import FailurePolicy, FailurePolicyRule
 from railtrain.operator import metrics, quarantine, reconcile
 from railtrain.operator.cluster import snapshot
 from railtrain.operator.conditions import find
@@ -63,14 +62,18 @@ def test_default_action_of_each_verdict(kind, phase, reason, job, infra, quarant
         assert sorted(p.delete_pods) == ["llm-0", "llm-1"] and st["restarts"] == 1
 
 
-def test_hang_quarantines_the_node_named_the_second_time():
-    obj = job_obj(nodes=2, status=running(suspects=[{"node": "a", "verdict": "hang", "count": 1}], jobRestarts=1, restarts=1))
+@pytest.mark.parametrize("ranks_before,quarantined", [([1], True), ([0], False)])
+def test_hang_quarantines_the_node_named_the_second_time_only_with_another_rank_on_it(ranks_before, quarantined):
+    """Blame follows evidence: rank 0 named on node a twice says nothing about a; rank 1 then rank 0 named there does."""
+    suspects = [{"node": "a", "verdict": "hang", "count": 1, "ranks": ranks_before}]
+    obj = job_obj(nodes=2, status=running(suspects=suspects, jobRestarts=1, restarts=1, rankShift=1))
     pods = gang(obj, restarts=1, phase="Running", gated=False, nodes=["a", "b"])
     fail(pods[1], message=verdict_msg(contract.VERDICT_HANG))
     p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
-    assert [q[:2] for q in p.quarantine] == [("a", "hang")]
-    assert {"node": "a", "verdict": "hang", "count": 2} in p.status["suspects"]
-    assert ("Warning", "NodeQuarantined") in [e[:2] for e in p.events]
+    assert [q[:2] for q in p.quarantine] == ([("a", "hang")] if quarantined else [])
+    assert {"node": "a", "verdict": "hang", "count": 2, "ranks": sorted({0, *ranks_before})} in p.status["suspects"]
+    assert (("Warning", "NodeQuarantined") in [e[:2] for e in p.events]) == quarantined
+    assert p.status["rankShift"] == 2  # the next gang's ranks rotate again
 
 
 def test_user_rules_override_the_defaults_per_verdict():
@@ -124,35 +127,72 @@ def test_among_equal_verdicts_the_rank_where_the_failure_began_is_named(statuses
     assert running_cond["message"].startswith(f"rank {blamed} exited with code {statuses[blamed][0]}"), running_cond
 
 
-def test_evicted_pod_is_an_infrastructure_restart():
+def test_evicted_pod_for_the_nodes_sake_is_an_infrastructure_restart():
     obj = job_obj(nodes=2, status=running())
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
-    pods[0]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    disrupted = [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
+    pods[0]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.", "conditions": disrupted}
     st = reconcile.plan(obj, pods, True, NOW).status
     assert find(st["conditions"], "Scheduled")["reason"] == "RankEvicted" and st["infrastructureRestarts"] == 1
+    assert st["nodeFailures"] == [{"node": "a", "count": 1}] and "a" not in st.get("avoidNodes", [])
 
 
-def test_quarantine_bound_fails_the_job_and_quarantines_nothing():
-    recent = [{"node": n, "verdict": "hardware-suspect", "time": "2026-11-29T11:30:00Z"} for n in ("x", "y")]
-    obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, status=running(quarantines=recent))
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
-    assert p.status["phase"] == "Failed" and not p.quarantine
-    assert find(p.status["conditions"], "Failed")["reason"] == "QuarantineLimitExceeded"
+def test_evicted_pod_for_its_own_limits_is_the_jobs_failure():
+    """KEP-3329: the kubelet marks node-pressure evictions with DisruptionTarget; an eviction without it is for the pod's own limits."""
+    obj = job_obj(nodes=2, status=running(jobRestarts=3))
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    pods[1]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi."}
+    st = reconcile.plan(obj, pods, True, NOW).status
+    failed = find(st["conditions"], "Failed")
+    assert st["phase"] == "Failed" and failed["reason"] == "BackoffLimitExceeded" and "exceeds the total limit" in failed["message"]
+    assert st.get("infrastructureRestarts", 0) == 0
 
 
-@pytest.mark.parametrize("age_minutes,bound,exceeded", [(30, 2, True), (61, 2, False), (30, 3, False), (5, 0, True)])
-def test_quarantine_window_is_one_sliding_hour(age_minutes, bound, exceeded):
-    t = (NOW - timedelta(minutes=age_minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    status = {"quarantines": [{"node": n, "verdict": "hang", "time": t} for n in ("x", "y")]}
-    policy = FailurePolicy(max_quarantines_per_hour=bound)
-    d = quarantine.decide(policy, FailurePolicyRule(verdict="hang", action="Restart", quarantine_after=1), "hang", ["a"], status, [], NOW)
-    assert bool(d.exceeded) == exceeded and d.quarantine == ([] if exceeded else ["a"])
+def test_a_kubelet_admission_refusal_avoids_that_node_next_time():
+    obj = job_obj(nodes=2, status=running())
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
+    pods[1]["status"] = {"phase": "Failed", "reason": "OutOfnvidia.com/gpu", "message": "Node didn't have enough resource: nvidia.com/gpu"}
+    p = reconcile.plan(obj, pods, True, NOW)
+    st = p.status
+    assert find(st["conditions"], "Scheduled")["reason"] == "AdmissionRefused" and st["infrastructureRestarts"] == 1
+    assert st["avoidNodes"] == ["b"] and any("AdmissionRefused" in line and "nodes=b" in line for line in p.log)
 
 
-def test_already_quarantined_nodes_are_not_quarantined_again():
-    rule = FailurePolicy().rule("hardware-suspect")
-    d = quarantine.decide(FailurePolicy(), rule, "hardware-suspect", ["a", "b"], {}, ["a"], NOW)
-    assert d.quarantine == ["b"] and d.avoid == ["a", "b"]
+def test_infrastructure_restarts_back_off_and_are_bounded():
+    spec = {"runPolicy": {"maxInfrastructureRestarts": 3, "infrastructureBackoffSeconds": 10}}
+    waits = []
+    for done in range(4):
+        obj = job_obj(nodes=2, status=running(infrastructureRestarts=done, restarts=done), **spec)
+        pods = gang(obj, restarts=done, phase="Running", gated=False, nodes=["a", "b"])[:1]  # rank 1's pod deleted
+        st = reconcile.plan(obj, pods, True, NOW).status
+        if done == 3:
+            assert st["phase"] == "Failed" and find(st["conditions"], "Failed")["reason"] == "InfrastructureRestartLimitExceeded"
+            break
+        assert st["phase"] == "Restarting" and st["infrastructureRestarts"] == done + 1
+        after = st.get("requeueAfter")
+        waits.append(0 if after is None else int((datetime.fromisoformat(after.replace("Z", "+00:00")) - NOW).total_seconds()))
+    assert waits == [0, 10, 20]
+
+
+def test_claims_about_nodes_the_gang_did_not_use_are_ignored_with_a_warning():
+    obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, nodes=("a", "control-plane", "ghost"))
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("control-plane")])
+    assert [q[0] for q in p.quarantine] == ["a"] and p.status["avoidNodes"] == ["a"]
+    assert [s["node"] for s in p.status["suspects"]] == ["a"]
+    warning = next(e for e in p.events if e[1] == "ClaimIgnored")
+    assert warning[0] == "Warning" and "control-plane, ghost" in warning[2]
+    assert sum("ClaimIgnored" in line for line in p.log) == 1
+
+
+def test_the_cluster_wide_bound_counts_the_quarantines_the_api_server_stores():
+    other = node("z", taints=[{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}])
+    other["metadata"]["annotations"] = {quarantine.ANNOTATION_AT: "2026-11-29T11:30:00Z"}
+    obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT)
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=1)
+    assert not p.quarantine and p.status["phase"] == "Restarting" and p.status["avoidNodes"] == ["a"]
+    assert find(p.status["conditions"], "Scheduled")["reason"] == "NodeAvoided"
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=2)
+    assert [q[0] for q in p.quarantine] == ["a"]
 
 
 def test_taint_helpers_and_placement_skip_quarantined_nodes():
@@ -266,3 +306,43 @@ def test_an_elastic_gang_grows_back_at_a_bounded_rate():
     recent = obj | {"status": running(admittedNodes=3, lastResizeTime="2026-11-29T11:58:00Z")}
     assert reconcile.plan(recent, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4).status["phase"] == "Running"
     assert reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=3).status["phase"] == "Running"
+
+
+def test_the_next_gang_after_a_hang_rotates_its_ranks_over_the_placed_nodes():
+    from railtrain.operator.placement import Placement
+
+    obj = job_obj(nodes=3, status={"phase": "Restarting", "restarts": 1, "rankShift": 1})
+    pods = gang(obj, restarts=1)
+    placement = Placement(nodes=("a", "b", "c"), domains=({"h": "a"}, {"h": "b"}, {"h": "c"}))
+    p = reconcile.plan(obj, pods, True, NOW, placement)
+    assert p.pin == {"llm-0": "b", "llm-1": "c", "llm-2": "a"}  # a cyclic shift: ring neighbours stay neighbours
+
+
+def test_a_rank_that_exited_0_stays_complete_when_its_pod_is_deleted():
+    """Kind 4: ranks 2 and 3 exited 0, then their node was drained; the gang keeps running and succeeds, nothing is recreated."""
+    obj = job_obj(nodes=4, status=running(admittedNodes=4))
+    pods = gang(obj, phase="Running", gated=False, nodes=["a", "a", "b", "b"])
+    for p in pods[2:]:
+        p["status"]["phase"] = "Succeeded"
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["succeededRanks"] == [2, 3] and p.status["phase"] == "Running"
+    seen = obj | {"status": p.status}
+    drained = pods[:2]  # the drain deleted ranks 2 and 3's pods; node b is cordoned
+    p = reconcile.plan(seen, drained, True, NOW, nodes=[node("a"), node("b", unschedulable=True)])
+    assert p.status["phase"] == "Running" and not p.create_pods and not p.delete_pods
+    assert find(p.status["conditions"], "Running")["reason"] == "RanksFinishing"
+    for x in drained:
+        x["status"]["phase"] = "Succeeded"
+    p = reconcile.plan(obj | {"status": p.status}, drained, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["phase"] == "Succeeded"
+
+
+def test_one_quarantine_test_for_placement_metrics_and_the_cli():
+    """Kind 11: the label an administrator sets and the taint the operator sets are one test, read alike everywhere."""
+    labelled = node("l", labels={quarantine.LABEL_KEY: "true"})
+    tainted = node("t", taints=[{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}])
+    off = node("f", labels={quarantine.LABEL_KEY: "false"})
+    assert [quarantine.quarantined_by(n) for n in (labelled, tainted, off)] == ["label", "hang", None]
+    snap = snapshot([labelled, tainted, off], [])
+    assert {name for name, n in snap.nodes.items() if not n.eligible} == {"l", "t"}
+    assert metrics.observe_nodes([labelled, tainted, off]) == 2

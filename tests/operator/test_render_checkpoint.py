@@ -17,8 +17,8 @@ def job(**checkpoint):
     )
 
 
-def _pod(j):
-    pod = render.render_pod(j, "team", "uid", 1)
+def _pod(j, uid="uid"):
+    pod = render.render_pod(j, "team", uid, 1)
     container = pod["spec"]["containers"][0]
     return pod["spec"].get("volumes", []), container.get("volumeMounts", []), {e["name"]: e["value"] for e in container["env"] if "value" in e}
 
@@ -32,8 +32,8 @@ def test_no_tiers_no_volumes():
 def test_node_volumes_outlive_the_pod():
     volumes, mounts, env = _pod(job(location="/ckpt", volumeClaim="shared", memory={"interval": 5}, local={"hostPath": "/mnt/nvme"}))
     assert volumes == [
-        {"name": "checkpoint-memory", "hostPath": {"path": "/dev/shm/railtrain/team/llm", "type": "DirectoryOrCreate"}},
-        {"name": "checkpoint-local", "hostPath": {"path": "/mnt/nvme/team/llm", "type": "DirectoryOrCreate"}},
+        {"name": "checkpoint-memory", "hostPath": {"path": "/dev/shm/railtrain/team/llm/uid", "type": "DirectoryOrCreate"}},
+        {"name": "checkpoint-local", "hostPath": {"path": "/mnt/nvme/team/llm/uid", "type": "DirectoryOrCreate"}},
         {"name": "checkpoint-persistent", "persistentVolumeClaim": {"claimName": "shared"}},
     ]
     assert [(m["name"], m["mountPath"]) for m in mounts] == [
@@ -52,9 +52,29 @@ def test_pod_volumes_are_empty_dirs():
     ]
 
 
+def _host_paths(volumes):
+    return {v["name"]: v["hostPath"]["path"] for v in volumes if "hostPath" in v}
+
+
+def test_node_local_tiers_belong_to_the_job_uid_so_a_resubmitted_job_starts_empty():
+    tiers = job(memory={}, local={"hostPath": "/mnt/nvme"})
+    old_volumes, _, old_env = _pod(tiers, uid="0d1e-old")
+    new_volumes, _, new_env = _pod(tiers, uid="7a2b-new")
+    assert _host_paths(old_volumes) == {"checkpoint-memory": "/dev/shm/railtrain/team/llm/0d1e-old", "checkpoint-local": "/mnt/nvme/team/llm/0d1e-old"}
+    assert _host_paths(new_volumes) == {"checkpoint-memory": "/dev/shm/railtrain/team/llm/7a2b-new", "checkpoint-local": "/mnt/nvme/team/llm/7a2b-new"}
+    assert (contract.read_env(old_env).run_id, contract.read_env(new_env).run_id) == ("0d1e-old", "7a2b-new")
+
+
+def test_an_explicit_run_id_resumes_across_jobs_on_purpose():
+    tiers = job(local={"hostPath": "/mnt/nvme"}, runId="llm-exp-3")
+    (old_volumes, _, old_env), (new_volumes, _, new_env) = _pod(tiers, uid="0d1e-old"), _pod(tiers, uid="7a2b-new")
+    assert _host_paths(old_volumes) == _host_paths(new_volumes) == {"checkpoint-local": "/mnt/nvme/team/llm/llm-exp-3"}
+    assert contract.read_env(old_env).run_id == contract.read_env(new_env).run_id == "llm-exp-3"
+
+
 def test_local_runs_give_each_node_its_own_tier_directories():
-    env = render.pod_environment(job(memory={}, local={}).spec, "llm", "local", 0)
+    env = render.pod_environment(job(memory={}, local={}).spec, "llm", "local", 0, uid="run-1")
     zero, one = local_tier_dirs(env, "llm", 0), local_tier_dirs(env, "llm", 1)
-    assert zero["checkpoint_memory_dir"].endswith("llm/node-0") and zero["checkpoint_memory_dir"] != one["checkpoint_memory_dir"]
+    assert zero["checkpoint_memory_dir"].endswith("llm/run-1/node-0") and zero["checkpoint_memory_dir"] != one["checkpoint_memory_dir"]
     assert zero["checkpoint_local_dir"] != one["checkpoint_local_dir"]
     assert local_tier_dirs(render.pod_environment(job().spec, "llm", "local", 0), "llm", 0) == {}

@@ -25,7 +25,8 @@ from torch.distributed.tensor import DTensor
 from railtrain.crds.parallel import Degrees
 from railtrain.trainer.config import TrainConfig
 from railtrain.trainer.data import ByteCorpus, WindowSampler
-from railtrain.trainer.parallel import ParallelDims, build_mesh, clip_grad_norm_, init_distributed, mean_loss
+from railtrain.trainer.parallel import ParallelDims, build_mesh, init_distributed
+from railtrain.trainer.reductions import clip_grad_norm_, mean_loss
 from railtrain.trainer.steps import ForwardBackward
 from railtrain.trainer.train import build_model, build_optimizer, lr_at
 

@@ -44,7 +44,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def base(workdir: Path) -> Iterator[tuple[Layout, Run]]:
     layout = Layout.create(workdir / "base")
     try:
-        run = run_gang(workdir / "base", pod_template(layout, BASE_TIERS, 2, 1), layout, "--steps", str(STEPS))
+        # --no-checkpoint-cleanup: the scenarios start from what a run that died after step 13 leaves in every tier
+        run = run_gang(workdir / "base", pod_template(layout, BASE_TIERS, 2, 1), layout, "--steps", str(STEPS), "--no-checkpoint-cleanup")
         yield layout, run
     finally:
         layout.remove()
@@ -93,7 +94,7 @@ def test_every_tier_is_written_with_checksummed_manifests(base: tuple[Layout, Ru
 def test_memory_tier_outlives_the_trainer_and_a_peer_copy_restores_a_lost_node(workdir: Path, base: tuple[Layout, Run], scenario: Layout) -> None:
     for path in sorted(scenario.memory(1).rglob("*"), reverse=True):  # node 1 was replaced: its RAM is empty
         path.unlink() if path.is_file() else path.rmdir()
-    run = run_gang(workdir / "lost-node", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS))
+    run = run_gang(workdir / "lost-node", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS), "--no-checkpoint-cleanup")
     assert "checkpoint: loaded step 12 from memory" in run.stdout, run.stdout
     assert "rank 1's shard came from the copy on rank 0" in run.stdout
     assert max_diff(run.losses, base[1].losses, range(13, STEPS + 1)) <= RESUME_TOL
@@ -109,7 +110,7 @@ def test_memory_tier_restores_a_gang_whose_ranks_moved_to_other_nodes(workdir: P
         shutil.rmtree(tier(0))
         tier(1).rename(tier(0))
         tier(1).mkdir()
-    run = run_gang(workdir / "moved", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS))
+    run = run_gang(workdir / "moved", pod_template(scenario, BASE_TIERS, 2, 1), scenario, "--steps", str(STEPS), "--no-checkpoint-cleanup")
     assert "checkpoint: loaded step 12 from memory" in run.stdout, run.stdout
     assert "rank 0's shard came from the copy on its own node" in run.stdout
     assert "rank 1's shard came from the copy on rank 0" in run.stdout
@@ -176,7 +177,7 @@ def test_sigkill_during_an_async_save_resumes_from_the_last_complete_checkpoint(
         assert metrics['railtrain_checkpoint_last_save_bytes{tier="local"}'] > 1e6 and 0 < metrics["railtrain_mfu"] < 1
         shard_dir = layout.local(0) / "step-8"
         assert sorted(p.name for p in shard_dir.iterdir()) == ["rank-0.pt", "rank-1.pt"]  # data, no manifests
-        resumed = Gang(workdir / "kill", replace(pod, rdzv_port=free_port(), metrics_port=0), layout, ["--steps", "12"]).wait()
+        resumed = Gang(workdir / "kill", replace(pod, rdzv_port=free_port(), metrics_port=0), layout, ["--steps", "12", "--no-checkpoint-cleanup"]).wait()
         assert resumed.rcs == [0], resumed.stdout
         assert "ignored local step 8: no manifest for rank(s) 0, 1" in resumed.stdout, resumed.stdout
         assert "resumed from step 4 (tier local, newest complete step)" in resumed.stdout

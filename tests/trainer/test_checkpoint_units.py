@@ -243,8 +243,9 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
         m = scrape(port)
     finally:
         trainer.close()
-    assert "resumed from step 3 (tier local" in text
-    assert m['railtrain_checkpoint_load_seconds{tier="local"}'] > 0 and m['railtrain_checkpoint_load_bytes{tier="local"}'] > 1e6
+    # The first run succeeded with step 3 in the persistent tier, so it emptied its local tier (docs/checkpoints.md, "Run identity").
+    assert "resumed from step 3 (tier persistent" in text
+    assert m['railtrain_checkpoint_load_seconds{tier="persistent"}'] > 0 and m['railtrain_checkpoint_load_bytes{tier="persistent"}'] > 1e6
 
 
 def test_failures_leave_a_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

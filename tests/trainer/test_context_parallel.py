@@ -5,8 +5,8 @@ processes: every layout with ``context > 1`` that fits 4 processes (context 4;
 DDP × context 2; FSDP2 × context 2; context 2 × tensor 2) trains 20 float32
 steps of the ``tiny`` preset, and rank 0 also trains them alone. The
 checkpoint test changes the context degree across a resume through the real
-entry point (FSDP2 × CP 2 → one process → CP 4). About two minutes on 2 busy
-CPU cores.
+entry point (FSDP2 × CP 2 → one process → CP 4). Two to five minutes on 2 CPU
+cores (2 min 13 s at load average ~10, 4 min 38 s at ~24).
 """
 
 from __future__ import annotations

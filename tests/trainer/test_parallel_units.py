@@ -120,7 +120,7 @@ def test_switch_flags_parse() -> None:
     assert (c.activation_checkpointing, c.cpu_offload, c.tp, c.pp, c.pp_schedule) == (True, True, 2, 2, "gpipe")
     c = parse_args(["--data", "x", "--no-activation-checkpointing"])
     assert (c.activation_checkpointing, c.cpu_offload, c.tp, c.pp, c.pp_schedule, c.grad_accum_steps) == (False, False, None, None, "1f1b", 1)
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"argument --pp-schedule: invalid choice: 'zb'"):
         parse_args(["--data", "x", "--pp-schedule", "zb"])
 
 

@@ -243,8 +243,10 @@ def replica_groups(coordinates: Sequence[Mapping[str, int]]) -> list[list[int]]:
     """Groups of ranks that must hold byte-identical parameters: same coordinates but ``dp_replicate``.
 
     Args:
-        coordinates: per global rank, its mesh coordinates ``{"pp", "dp_replicate", "dp_shard", "tp"}``
-            (:func:`railtrain.crds.parallel.coordinates`).
+        coordinates: per global rank, its mesh coordinates ``{"pp", "dp_replicate", "dp_shard", "cp", "tp"}``
+            (:func:`railtrain.crds.parallel.coordinates`). Ranks of one context-parallel ring stay in separate
+            groups: under DDP they do hold the same parameters, but under FSDP2 they hold different shards,
+            and the coordinates alone do not say which.
 
     Returns:
         Groups of two or more ranks (DDP ranks; HSDP's replicate dimension; the same TP shard

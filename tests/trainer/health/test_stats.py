@@ -34,10 +34,11 @@ def test_compare_fingerprints(groups, prints, expected):
         (Degrees(data=2, fsdp=1, tensor=1, pipeline=2), [[0, 1], [2, 3]]),  # same stage across replicas
         (Degrees(data=1, fsdp=4, tensor=1, pipeline=1), []),  # pure FSDP: nothing is replicated
         (Degrees(data=1, fsdp=1, tensor=2, pipeline=2), []),
+        (Degrees(data=2, fsdp=1, tensor=1, pipeline=1, context=2), [[0, 2], [1, 3]]),  # same chunks across replicas; a ring's ranks apart
     ],
 )
 def test_replica_groups(degrees, expected):
-    world = degrees.data * degrees.fsdp * degrees.tensor * degrees.pipeline
+    world = degrees.data * degrees.fsdp * degrees.tensor * degrees.pipeline * degrees.context
     assert stats.replica_groups([coordinates(r, degrees) for r in range(world)]) == expected
 
 

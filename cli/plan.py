@@ -1,0 +1,239 @@
+"""``railtrain plan``: where a job would go now, or why not, decided by the operator's own admission code (pure).
+
+:func:`plan` takes a validated manifest and the cluster's objects (nodes, every
+pod, every TrainingJob: live from the API server, or a file written by
+``railtrain snapshot``) and runs what the operator's admission pass runs
+(:func:`railtrain.operator.gang.admission_request` for every waiting job,
+:func:`railtrain.operator.cluster.snapshot`,
+:func:`railtrain.operator.admission.schedule`, which calls
+:func:`railtrain.operator.placement.place_gang`), with the new job last in
+its priority (it would be created now). Nothing is written anywhere.
+
+The answer is a :class:`PlanResult`: the operator's decision for the job
+(a Placement with nodes and domains, or a Refusal with its sentence), why
+each node is or is not a candidate (:func:`railtrain.operator.nodefit.restrict`'s
+filters), and the jobs ahead of it in the queue.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from railtrain.crds import contract
+from railtrain.operator import admission
+from railtrain.operator import cluster as cluster_model
+from railtrain.operator.gang import admission_request
+from railtrain.operator.nodefit import restrict
+from railtrain.operator.placement import GangRequest, Placement, Refusal
+
+SNAPSHOT_KIND = "RailtrainClusterSnapshot"
+"""``kind`` of a file written by ``railtrain snapshot``."""
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as the job sees it: ``verdict`` is "fits" or why not (a filter's words)."""
+
+    name: str
+    free_gpus: int
+    gpus: int
+    verdict: str
+    domains: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What :func:`plan` found.
+
+    Attributes:
+        job: ``namespace/name``.
+        result: the operator's decision (``Placement`` or ``Refusal``), or None when the job would not enter the queue.
+        not_queued: why it would not enter the queue ("" when it would).
+        nodes: every node with the job's filters applied, fitting ones first.
+        levels: the topology levels (node label keys) of ``NodeRow.domains``.
+        ahead: ``(job, priority, decision in words)`` of the waiting jobs before it in the queue.
+    """
+
+    job: str
+    result: Placement | Refusal | None
+    not_queued: str = ""
+    nodes: tuple[NodeRow, ...] = ()
+    levels: tuple[str, ...] = ()
+    ahead: tuple[tuple[str, int, str], ...] = field(default_factory=tuple)
+
+
+def make_snapshot(objects: Mapping[str, list[dict[str, Any]]], taken: datetime) -> dict[str, Any]:
+    """The document ``railtrain snapshot`` writes: the objects without ``managedFields``, and when they were read."""
+
+    def clean(o: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (o.get("metadata") or {}).items() if k != "managedFields"}
+        return {**o, "metadata": meta}
+
+    return {
+        "kind": SNAPSHOT_KIND,
+        "taken": taken.isoformat().replace("+00:00", "Z"),
+        **{key: [clean(o) for o in objects.get(key) or []] for key in ("nodes", "pods", "trainingjobs")},
+    }
+
+
+def read_snapshot(doc: Any, source: str) -> dict[str, list[dict[str, Any]]]:
+    """The objects of a ``railtrain snapshot`` document.
+
+    Raises:
+        ValueError: it is not one (the sentence names the file and what it lacks).
+    """
+    if not isinstance(doc, dict) or doc.get("kind") != SNAPSHOT_KIND:
+        raise ValueError(f"--snapshot {source}: not a cluster snapshot (kind {SNAPSHOT_KIND}); write one with 'railtrain snapshot > FILE'")
+    out = {}
+    for key in ("nodes", "pods", "trainingjobs"):
+        items = doc.get(key)
+        if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("metadata"), dict) for i in items):
+            raise ValueError(f"--snapshot {source}: {key} must be a list of objects with metadata")
+        out[key] = items
+    return out
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[dict[str, Any]]], levels: tuple[str, ...], now: datetime) -> PlanResult:
+    """Decide, as the operator's next admission pass would, where the job in ``manifest`` goes.
+
+    Args:
+        manifest: a validated TrainingJob manifest (a mapping).
+        namespace: the namespace it would be created in.
+        objects: ``nodes``, ``pods`` (every namespace) and ``trainingjobs`` of the cluster.
+        levels: the operator's topology levels, widest first.
+        now: the time of the pass (the new job is created at it, so it is last among equal priorities).
+
+    Returns:
+        A :class:`PlanResult`. A job of the same name and namespace in
+        ``objects`` is replaced by the manifest (planned as if created anew).
+    """
+    meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": now.isoformat().replace("+00:00", "Z")}
+    new = {**manifest, "metadata": meta, "status": {}}
+    me = f"{namespace}/{meta.get('name', '')}"
+    pods_by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in objects.get("pods") or []:
+        m = pod.get("metadata") or {}
+        pods_by_job[(m.get("namespace", ""), (m.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+    requests: dict[str, list[GangRequest]] = defaultdict(list)
+    mine: GangRequest | None = None
+    for job in [*(objects.get("trainingjobs") or []), new]:
+        if job is not new and (_key(job) == _key(new) or (job.get("metadata") or {}).get("deletionTimestamp")):
+            continue
+        try:
+            entry = admission_request(job, [] if job is new else pods_by_job[_key(job)], now)
+        except Exception:  # as the operator does: a job it cannot read takes no turn
+            continue
+        if entry is None:
+            continue
+        requests[entry[0].gpu_resource].append(entry[0])
+        if job is new:
+            mine = entry[0]
+    if mine is None:
+        suspended = ((new.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+        why = "it is suspended (spec.runPolicy.suspend): it takes no turn in the queue until resumed" if suspended else "the operator would not queue it (its spec has a problem the operator refuses; 'railtrain validate' names it)"
+        return PlanResult(me, None, why)
+    pods = [p for p in objects.get("pods") or [] if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")]
+    snap = cluster_model.snapshot(objects.get("nodes") or [], pods, mine.gpu_resource, levels)
+    group = requests[mine.gpu_resource]
+    decisions = admission.schedule(group, snap)
+    ordered = sorted(group, key=admission.queue_key)
+    position = next(i for i, r in enumerate(ordered) if r.job == me)
+    by_job = {d.job: d.result for d in decisions}
+    ahead = tuple((r.job, r.priority, _said(by_job[r.job])) for r in ordered[:position])
+    seen = restrict(snap.excluding(mine.avoid, admission.AVOIDED), mine.needs, mine.gpu_resource)
+    rows = []
+    for node in seen.nodes.values():
+        if not node.eligible:
+            verdict = node.why_ineligible
+        elif node.gpus < mine.gpus_per_node:
+            verdict = f"fewer than {mine.gpus_per_node} GPUs allocatable"
+        elif node.free_gpus < mine.gpus_per_node:
+            verdict = f"{node.free_gpus} of {node.gpus} GPUs free, needs {mine.gpus_per_node}"
+        elif node.short:
+            verdict = node.short
+        else:
+            verdict = "fits"
+        rows.append(NodeRow(node.name, node.free_gpus, node.gpus, verdict, node.domains))
+    rows.sort(key=lambda r: (r.verdict != "fits", tuple(d or "" for d in r.domains), r.name))
+    return PlanResult(me, by_job[me], "", tuple(rows), snap.levels, ahead)
+
+
+def _said(result: Placement | Refusal) -> str:
+    if isinstance(result, Placement):
+        return f"placed first ({len(result.nodes)} nodes)"
+    return f"waits too ({result.reason})"
+
+
+def plan_view(result: PlanResult) -> Any:
+    """The rich renderable of a :class:`PlanResult`: the decision in one sentence, the queue ahead, and the node table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from railtrain.cli.views import _label_column
+
+    if result.result is None:
+        return Text(f"{result.job} would not be admitted: {result.not_queued}", style="yellow")
+    parts: list[Any] = []
+    if isinstance(result.result, Placement):
+        parts.append(Text(f"{result.job} would be admitted now: {result.result.message()}", style="green"))
+        table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
+        table.add_column("RANK", justify="right")
+        table.add_column("NODE", overflow="fold")
+        levels = [k for k in result.levels if k != cluster_model.HOSTNAME_LABEL and any(k in d for d in result.result.domains)]
+        for level in levels:
+            table.add_column(_label_column(level), overflow="fold")
+        for rank, node in enumerate(result.result.nodes):
+            domains = result.result.domains[rank] if rank < len(result.result.domains) else {}
+            table.add_row(str(rank), node, *(domains.get(level, "") for level in levels))
+        parts += [Text(""), table]
+    else:
+        parts.append(Text(f"{result.job} would wait: {result.result.reason}: {result.result.message}", style="yellow"))
+    if result.ahead:
+        table = Table(box=None, pad_edge=False, header_style="bold", title="Ahead in the queue", title_justify="left", title_style="bold")
+        for column in ("JOB", "PRIORITY", "THIS PASS"):
+            table.add_column(column)
+        for job, priority, said in result.ahead:
+            table.add_row(job, str(priority), said)
+        parts += [Text(""), table]
+    if result.nodes:
+        table = Table(box=None, pad_edge=False, header_style="bold", title="Nodes", title_justify="left", title_style="bold")
+        table.add_column("NODE", overflow="fold")
+        table.add_column("GPUS FREE", justify="right", no_wrap=True)
+        # the narrowest level above the node (e.g. the rack) names the domain; wider ones follow from it
+        named = [i for i, k in enumerate(result.levels) if k != cluster_model.HOSTNAME_LABEL and any(i < len(r.domains) and r.domains[i] for r in result.nodes)]
+        shown = named[-1:]
+        for i in shown:
+            table.add_column(_label_column(result.levels[i]), overflow="fold")
+        table.add_column("FOR THIS JOB", overflow="fold")
+        for row in result.nodes:
+            table.add_row(row.name, f"{row.free_gpus}/{row.gpus}", *((row.domains[i] or "") for i in shown), row.verdict)
+        parts += [Text(""), table]
+    return Group(*parts)
+
+
+def as_data(result: PlanResult) -> dict[str, Any]:
+    """``-o json|yaml`` of ``railtrain plan``: the decision, the queue ahead and the nodes as plain data."""
+    decision: dict[str, Any]
+    if isinstance(result.result, Placement):
+        decision = {"admitted": True, "reason": result.result.reason, "message": result.result.message(), "nodes": list(result.result.nodes),
+                    "domains": [dict(d) for d in result.result.domains], "topology": dict(result.result.summary)}
+    elif isinstance(result.result, Refusal):
+        decision = {"admitted": False, "reason": result.result.reason, "message": result.result.message}
+    else:
+        decision = {"admitted": False, "reason": "NotQueued", "message": result.not_queued}
+    return {
+        "job": result.job,
+        "decision": decision,
+        "ahead": [{"job": j, "priority": p, "thisPass": s} for j, p, s in result.ahead],
+        "nodes": [{"name": r.name, "freeGpus": r.free_gpus, "gpus": r.gpus, "verdict": r.verdict,
+                   "domains": {k: v for k, v in zip(result.levels, r.domains) if v is not None}} for r in result.nodes],
+    }

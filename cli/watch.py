@@ -1,0 +1,109 @@
+"""``railtrain submit --wait``: follow a job until it ends, live on a terminal, as lines elsewhere.
+
+:func:`follow_job` reads the job through a watch
+(:func:`railtrain.cli.k8s_jobs.watch_job`), so a phase that lasts less than a
+second is still seen. Every condition that changes is printed as one line with the time;
+on a terminal a live area under those lines shows the phase, age, restarts and
+the progress bar of ``status.progress`` (:func:`railtrain.cli.describe.live_view`).
+It returns the exit status: 0 when the job Succeeded, 1 when it Failed (the last
+line names the cause: :func:`railtrain.cli.describe.failure_sentence`) or was
+deleted, 130 after Ctrl-C, which leaves the job running and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from railtrain.cli.describe import condition_changes, duration, failure_sentence, live_view
+from railtrain.cli.errors import CliError
+
+RETRY_S = 2.0
+"""Seconds between attempts to watch the job again after an error."""
+ERROR_PATIENCE_S = 60.0
+"""How long the API server may fail to answer before ``--wait`` gives up (the job itself is untouched)."""
+
+
+def follow_job(
+    open_stream: Callable[[], Iterator[dict[str, Any] | None]],
+    console: Console,
+    name: str,
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> int:
+    """Follow one job until it is Succeeded or Failed.
+
+    Args:
+        open_stream: starts a stream of the job: the object as it is, then after
+            every change, and ``None`` as a clock tick
+            (:func:`railtrain.cli.k8s_jobs.watch_job`); raises :class:`CliError`.
+            It is opened again after an error.
+        console: where the lines and the live area go (live only when it is a terminal).
+        name: the job's name, for the sentences.
+        clock: the current time (UTC), for ages and ETAs.
+
+    Returns:
+        0 (Succeeded), 1 (Failed, or deleted), 130 (Ctrl-C: the job keeps running).
+
+    Raises:
+        CliError: the API server did not answer for :data:`ERROR_PATIENCE_S`.
+    """
+    live = Live(console=console, auto_refresh=False, transient=True) if console.is_terminal else None
+    previous: dict[str, Any] | None = None
+    failing_since: float | None = None
+    started = time.monotonic()
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            try:
+                for job in open_stream():
+                    failing_since = None
+                    now = clock()
+                    if job is None:  # a tick: the ages and the ETA move on
+                        if live is not None and previous is not None:
+                            live.update(live_view(previous, now), refresh=True)
+                        continue
+                    for change in condition_changes(previous, job):
+                        _say(console, live, Text(f"{now:%H:%M:%S} {change}", style="bold" if change.startswith("phase") else "dim"))
+                    previous = job
+                    phase = (job.get("status") or {}).get("phase")
+                    if phase == "Succeeded":
+                        _stop(live)
+                        console.print(Text(f"trainingjob {name} succeeded (followed for {duration(time.monotonic() - started)})", style="green"), soft_wrap=True)
+                        return 0
+                    if phase == "Failed":
+                        _stop(live)
+                        console.print(Text(failure_sentence(job) or f"trainingjob {name} failed", style="red"), soft_wrap=True)
+                        return 1
+                    if live is not None:
+                        live.update(live_view(job, now), refresh=True)
+            except CliError as err:
+                if any("not found" in m for m in err.messages):
+                    _stop(live)
+                    console.print(Text(f"trainingjob {name} was deleted while it was followed", style="red"), soft_wrap=True)
+                    return 1
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > ERROR_PATIENCE_S:
+                    raise
+                time.sleep(RETRY_S)
+    except KeyboardInterrupt:
+        _stop(live)
+        console.print(Text(f"stopped following; trainingjob {name} keeps running ('railtrain delete {name}' stops it)", style="yellow"), soft_wrap=True)
+        return 130
+    finally:
+        _stop(live)
+
+
+def _say(console: Console, live: Live | None, line: Text) -> None:
+    """Print a line above the live area (or as plain output without one)."""
+    (live.console if live is not None else console).print(line, soft_wrap=True)  # one line each, for logs and pipelines
+
+
+def _stop(live: Live | None) -> None:
+    if live is not None and live.is_started:
+        live.stop()

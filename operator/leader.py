@@ -1,0 +1,111 @@
+"""The leader-election loop: take or renew the Lease, or stand by polling it (rules in :mod:`railtrain.operator.peers`).
+
+Every operator process runs :func:`keep_lease` next to its resync loop. While
+``ctx.state.leader`` is False the kopf handlers and the resync do nothing; the
+moment this process takes the Lease it says so in one line and wakes the
+resync, whose first pass reconciles every unfinished job and runs an admission
+pass, so a standby admits a waiting job at once. A leader steps down (one line)
+when it cannot renew for a whole lease duration (the API server is away: a
+standby may already have taken over) or when its own resync loop is stale
+(``/healthz`` would fail): the Lease then expires and a healthy standby takes it.
+Without RBAC for the Lease (401/403) the operator leads alone, as before leader
+election existed, with one WARNING line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Callable
+
+from kubernetes.client.rest import ApiException
+
+from railtrain.operator import kube, metrics, peers
+from railtrain.operator.context import OperatorContext
+
+log = logging.getLogger("railtrain.operator")
+
+
+def poll_seconds(lease_seconds: float) -> float:
+    """How often the Lease is renewed by its holder and polled by a standby: an eighth of the lease duration, 0.25..1 s.
+
+    A killed leader is replaced within ``lease_seconds`` + this; one GET (and for
+    the leader one PUT) per poll and operator is a negligible load on the API server.
+    """
+    return min(1.0, max(0.25, lease_seconds / 8))
+
+
+def _try_lead(ctx: OperatorContext, now: datetime) -> tuple[bool, str | None]:
+    """One read-modify-write of the Lease; returns ``(leading, other holder)``."""
+    s = ctx.settings
+    lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
+    other = peers.other_holder(lease, ctx.identity, now)
+    if other is not None:
+        return False, other
+    if ctx.state.leader and not ctx.health.live()[0]:
+        return False, None  # our resync loop is stuck: let the Lease expire so a standby takes over
+    if ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, peers.lease_spec(ctx.identity, now, int(s.lease_seconds), lease), lease):
+        return True, None
+    return False, None  # someone wrote it in between: read again at the next poll
+
+
+async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
+    """Run forever: lead while holding the Lease, stand by otherwise (module docstring).
+
+    Args:
+        ctx: the operator's context; ``ctx.state.leader`` is set here.
+        wake: called when this operator starts leading (wakes the resync loop).
+    """
+    loop, s = asyncio.get_running_loop(), ctx.settings
+    where = f"{s.lease_namespace}/{peers.LEASE_NAME}"
+    renewed = loop.time()
+    said_holder: str | None = None
+    while True:
+        now = datetime.now(timezone.utc)
+        try:
+            leading, other = await loop.run_in_executor(None, _try_lead, ctx, now)
+            if leading:
+                renewed = loop.time()
+        except asyncio.CancelledError:
+            raise
+        except ApiException as err:
+            if err.status in (401, 403):
+                log.warning("cannot keep the Lease %s (%s): this operator leads alone; a second operator on this cluster would admit too", where, kube.describe(err))
+                _set(ctx, True, wake, where)
+                return
+            leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
+            log.warning("could not renew the Lease %s: %s", where, kube.describe(err))
+        except Exception as err:  # no answer: keep leading only while the Lease we wrote is still ours
+            leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
+            log.warning("could not renew the Lease %s: %s", where, kube.describe(err))
+        if other is not None and other != said_holder:
+            log.info("standing by: the Lease %s is held by %s (polled every %.1f s)", where, other, poll_seconds(s.lease_seconds))
+        said_holder = other
+        _set(ctx, leading, wake, where)
+        if not leading:
+            ctx.health.passed()  # a standby's pass is its Lease check
+        await asyncio.sleep(poll_seconds(s.lease_seconds))
+
+
+def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: str) -> None:
+    if leading and not ctx.state.leader:
+        log.info("leading: this operator (%s) holds the Lease %s and admits and reconciles", ctx.identity, where)
+        ctx.state.leader = True
+        wake()
+    elif not leading and ctx.state.leader:
+        log.warning("no longer leading: the Lease %s was not renewed; this operator stands by", where)
+        ctx.state.leader = False
+    metrics.LEADER.set(1 if ctx.state.leader else 0)
+
+
+def release(ctx: OperatorContext) -> None:
+    """Give the Lease up (a stopping leader), so a standby takes over at its next poll instead of after the lease duration; best effort."""
+    s = ctx.settings
+    try:
+        lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
+        if lease and (lease.get("spec") or {}).get("holderIdentity") == ctx.identity:
+            kept = {"leaseTransitions": int((lease.get("spec") or {}).get("leaseTransitions") or 0)}
+            ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, kept, lease)
+    except Exception as err:  # the Lease expires by itself
+        log.info("could not give up the Lease %s/%s: %s", s.lease_namespace, peers.LEASE_NAME, kube.describe(err))

@@ -1,0 +1,174 @@
+"""``status.progress`` from rank 0's own Prometheus endpoint: read (I/O, one GET), parse and rate-limit (pure).
+
+Why this channel: local rank 0 of every trainer pod already serves
+``railtrain_step``, ``railtrain_loss``, ``railtrain_tokens_per_second``,
+``railtrain_step_seconds`` and ``railtrain_total_steps`` (trainer/metrics.py)
+for Prometheus. The operator reading that endpoint keeps the trainer pods free
+of API credentials (a pod that could write its job's status could write any
+status the ServiceAccount reaches), and what it reads is evidence: numbers
+put into a bounded, typed field, never an instruction. The operator needs
+network access to pod IPs, as Prometheus does.
+
+Bounded writes: a job's progress is read and written at most every
+:func:`interval` seconds: :data:`MIN_SECONDS` for a few jobs, and for many jobs
+slow enough that all of them together cost at most :data:`MAX_WRITES_PER_SECOND`
+status writes (500 Running jobs: one write per job every 50 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from railtrain.crds import contract
+from railtrain.crds.goodput import Progress
+from railtrain.operator.peers import parse_micro_time
+
+log = logging.getLogger("railtrain.operator")
+
+MIN_SECONDS = 5.0
+"""Shortest time between two progress writes of one job."""
+MAX_WRITES_PER_SECOND = 10.0
+"""Most progress writes per second across all jobs."""
+READ_TIMEOUT_SECONDS = 2.0
+"""How long one read of rank 0's endpoint may take."""
+
+
+def interval(running_jobs: int) -> float:
+    """Seconds between two progress writes of one job when ``running_jobs`` jobs are Running (module docstring)."""
+    return max(MIN_SECONDS, running_jobs / MAX_WRITES_PER_SECOND)
+
+
+def due(status: Mapping[str, Any], now: datetime, running_jobs: int) -> bool:
+    """Whether a Running job's progress should be read again at ``now`` (its status.progress.lastUpdateTime is old enough)."""
+    if status.get("phase") != "Running":
+        return False
+    last = parse_micro_time((status.get("progress") or {}).get("lastUpdateTime"))
+    return last is None or (now - last).total_seconds() >= interval(running_jobs)
+
+
+def endpoint(pod: Mapping[str, Any]) -> str | None:
+    """``http://IP:PORT/metrics`` of a rank pod (its container port named ``metrics``), or None before it has an IP."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    port = next((p.get("containerPort") for c in (pod.get("spec") or {}).get("containers") or [] for p in c.get("ports") or [] if p.get("name") == "metrics"), None)
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port or contract.DEFAULT_METRICS_PORT}/metrics"
+
+
+def read(url: str, timeout: float = READ_TIMEOUT_SECONDS) -> str:
+    """GET the Prometheus text at ``url``.
+
+    Raises:
+        OSError: no answer, refused, timed out or an HTTP error (``urllib.error.URLError`` is one).
+    """
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read(1 << 20).decode("utf-8", errors="replace")
+
+
+def parse(text: str, now: datetime) -> dict[str, Any] | None:
+    """status.progress (camelCase dict) from rank 0's metrics text, or None before its first step.
+
+    ETA = (total steps − step) × the last step's seconds; absent without a total.
+    Values that are not finite or are negative are left out (a trainer's claim, checked
+    against the API's bounds by :class:`~railtrain.crds.goodput.Progress`).
+    """
+    values: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.labels:
+                    values[sample.name] = float(sample.value)
+    except ValueError:
+        return None
+    step = values.get("railtrain_step")
+    if step is None or step != step or step < 1:
+        return None
+
+    def ok(name: str) -> float | None:
+        v = values.get(name)
+        return v if v is not None and v == v and abs(v) != float("inf") and v >= 0 else None
+
+    total, seconds = ok("railtrain_total_steps"), ok("railtrain_step_seconds")
+    eta = max(0.0, (total - step) * seconds) if total and seconds is not None else None
+    loss = values.get("railtrain_loss")
+    p = Progress(
+        step=int(step), total_steps=int(total) if total else None, loss=round(loss, 6) if loss is not None and loss == loss and abs(loss) != float("inf") else None,
+        tokens_per_second=round(ok("railtrain_tokens_per_second"), 1) if ok("railtrain_tokens_per_second") is not None else None,
+        eta_seconds=round(eta, 1) if eta is not None else None, last_update_time=now,
+    )  # fmt: skip
+    return p.to_api()
+
+
+class Reader:
+    """Reads Running jobs' rank-0 endpoints in the background and writes status.progress (the I/O half).
+
+    :meth:`poll` is called once per resync pass by the leader and never waits
+    for a read: at most ``workers`` reads run at once, one per job, and a job
+    whose read failed is tried again only after :func:`interval`. The write is
+    a merge patch of ``status.progress`` alone, made under the job's lock after
+    reading the job again, so it never races a reconcile's status write.
+
+    Args:
+        workers: concurrent reads.
+        fetch: ``fetch(url)`` → metrics text (tests pass a fake; default :func:`read`).
+    """
+
+    def __init__(self, workers: int = 4, fetch: Callable[[str], str] = read) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railtrain-progress")
+        self._fetch = fetch
+        self._busy: set[tuple[str, str]] = set()
+        self._tried: dict[tuple[str, str], datetime] = {}
+        self._guard = threading.Lock()
+
+    def poll(self, kube: Any, jobs: list[dict[str, Any]], now: datetime, lock_for: Callable[[str, str], Any]) -> list[Future]:
+        """Start a read for every Running job that is due (:func:`due`) and not being read; returns the started reads."""
+        running = [j for j in jobs if (j.get("status") or {}).get("phase") == "Running"]
+        started = []
+        with self._guard:
+            for job in running:
+                meta = job["metadata"]
+                key = (meta["namespace"], meta["name"])
+                tried = self._tried.get(key)
+                if key in self._busy or not due(job.get("status") or {}, now, len(running)):
+                    continue
+                if tried is not None and (now - tried).total_seconds() < interval(len(running)):
+                    continue
+                self._busy.add(key)
+                self._tried[key] = now
+                started.append(self._pool.submit(self._one, kube, key, now, lock_for))
+            self._tried = {k: v for k, v in self._tried.items() if k in {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in running}}
+        return started
+
+    def _one(self, kube: Any, key: tuple[str, str], now: datetime, lock_for: Callable[[str, str], Any]) -> bool:
+        namespace, name = key
+        try:
+            pod = kube.get_pod(namespace, contract.pod_name(name, 0))
+            url = endpoint(pod) if pod else None
+            if url is None:
+                return False
+            try:
+                found = parse(self._fetch(url), now)
+            except OSError as err:
+                log.debug("%s/%s: no progress from %s: %s", namespace, name, url, err)
+                return False
+            if found is None:
+                return False
+            with lock_for(namespace, name):
+                job = kube.get_job(namespace, name)
+                if job is None or (job.get("status") or {}).get("phase") != "Running":
+                    return False
+                return bool(kube.patch_status(namespace, name, {"progress": found}))
+        except Exception as err:  # one job's trouble never stops the others' reads; the next interval retries
+            log.info("%s/%s: progress not recorded: %s", namespace, name, err)
+            return False
+        finally:
+            with self._guard:
+                self._busy.discard(key)

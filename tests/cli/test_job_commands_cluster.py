@@ -1,0 +1,201 @@
+"""The job commands against the real control plane with the operator running: submit --wait (exit codes, and the
+live view in a terminal), describe, get -o json, suspend, resume, delete, plan (live and from a snapshot), logs.
+
+The CLI runs as a real process (``python -m railtrain.cli.main``), so exit statuses are the ones a CI pipeline sees.
+KWOK runs no containers: a test ends a pod as the kubelet would report it (tests/operator/clusterkit.py ``end_pod``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+
+from railtrain.crds import contract
+from tests.operator.clusterkit import all_running, end_pod, finish, job_body, job_status, pods_of
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.cluster
+CLI = [sys.executable, "-m", "railtrain.cli.main"]
+
+
+def _env(cluster) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "80", "PYTHONUNBUFFERED": "1"}
+
+
+def _cli(cluster, *args, timeout=60):
+    return subprocess.run([*CLI, *args], env=_env(cluster), capture_output=True, text=True, timeout=timeout)
+
+
+def _manifest(tmp_path, name, nodes=2, **spec):
+    body = job_body(name, nodes=nodes, command=["python", "-c", "print('hi')"], **spec)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def _phase(kube, namespace, name):
+    """The job's phase, or None while the CLI process has not created it yet."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return job_status(kube.custom, namespace, name).get("phase")
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _start_wait(cluster, path, namespace):
+    return subprocess.Popen([*CLI, "submit", str(path), "-n", namespace, "--wait"], env=_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_submit_wait_exits_0_when_the_job_succeeds(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    gpu_nodes(2)
+    proc = _start_wait(cluster, _manifest(tmp_path, "ok"), namespace)
+    try:
+        wait_for(lambda: _phase(kube, namespace, "ok") == "Running", 90, "phase Running")
+        finish(kube.core, namespace, "ok")
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out + err
+    lines = out.strip().splitlines()
+    assert lines[0] == f"trainingjob.railtrain.dev/ok created in namespace {namespace}"
+    assert any(line.endswith("phase Running") for line in lines), out
+    assert lines[-1].startswith("trainingjob ok succeeded"), out
+
+
+def test_submit_wait_exits_1_and_names_the_cause_when_the_job_fails(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    gpu_nodes(2)
+    proc = _start_wait(cluster, _manifest(tmp_path, "bad", runPolicy={"backoffLimit": 0}), namespace)
+    try:
+        wait_for(lambda: all_running(kube.core, namespace, "bad", 2), 90, "both pods Running")
+        message = contract.format_termination_message(contract.VERDICT_USER_ERROR, "InvalidConfiguration", "--seq-len 4096 exceeds preset 'tiny''s max_seq_len 2048")
+        end_pod(kube.core, namespace, "bad-1", code=2, message=message)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("trainingjob bad failed: UserError: rank 1 exited with code 2: InvalidConfiguration: --seq-len 4096 exceeds"), out
+    assert "Traceback" not in out + err
+
+    described = _cli(cluster, "describe", "bad", "-n", namespace)
+    assert described.returncode == 0, described.stderr
+    text = described.stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for expected in ("Phase:", "Failed", "Placement", "Failed ranks", "user-error (InvalidConfiguration)", "Events", "GangPlaced"):
+        assert expected in text, (expected, text)
+    assert " ".join(text.strip().split("\n\n")[-1].split()).startswith("trainingjob bad failed: UserError: rank 1 exited with code 2")
+
+
+def test_describe_json_suspend_resume_delete(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    gpu_nodes(2)
+    created = _cli(cluster, "submit", str(_manifest(tmp_path, "life")), "-n", namespace)
+    assert created.returncode == 0, created.stderr
+    wait_for(lambda: all_running(kube.core, namespace, "life", 2), 90, "both pods Running")
+
+    as_json = _cli(cluster, "describe", "life", "-n", namespace, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["job"]["metadata"]["name"] == "life" and len(doc["pods"]) == 2 and any(e["reason"] == "GangPlaced" for e in doc["events"])
+    assert "managedFields" not in as_json.stdout
+    got = json.loads(_cli(cluster, "get", "life", "-n", namespace, "-o", "json").stdout)
+    assert got["status"]["jobRestarts"] == 0  # the printer column's value is 0, not blank
+
+    suspended = _cli(cluster, "suspend", "life", "-n", namespace)
+    assert suspended.returncode == 0 and suspended.stdout.strip() == "trainingjob.railtrain.dev/life suspended", suspended.stderr
+    wait_for(lambda: job_status(kube.custom, namespace, "life").get("phase") == "Suspended" and not pods_of(kube.core, namespace, "life"), 90, "suspended, pods gone")
+    again = _cli(cluster, "suspend", "life", "-n", namespace)
+    assert again.returncode == 0 and "already suspended" in again.stderr
+
+    resumed = _cli(cluster, "resume", "life", "-n", namespace)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == "trainingjob.railtrain.dev/life resumed", resumed.stderr
+    wait_for(lambda: all_running(kube.core, namespace, "life", 2), 90, "the gang back")
+
+    deleted = _cli(cluster, "delete", "life", "-n", namespace)
+    assert deleted.returncode == 0 and deleted.stdout.strip() == f"trainingjob.railtrain.dev/life deleted from namespace {namespace}"
+    gone = _cli(cluster, "describe", "life", "-n", namespace)
+    assert gone.returncode == 1 and gone.stderr.strip() == f"error: trainingjob life not found in namespace {namespace}"
+    missing = _cli(cluster, "delete", "life", "-n", namespace)
+    assert missing.returncode == 1 and missing.stderr.strip() == f"error: trainingjob life not found in namespace {namespace}"
+
+
+def test_plan_live_and_from_a_snapshot_agree_and_say_why_not(cluster, kube, namespace, gpu_nodes, tmp_path):
+    """No operator needed: plan is read-only and runs the operator's admission code in the CLI."""
+    names = gpu_nodes(2, gpus_per_node=8)
+    fits = _manifest(tmp_path, "fits")
+    live = _cli(cluster, "plan", str(fits), "-n", namespace, "--topology-preset", "railtrain", "-o", "json")
+    assert live.returncode == 0, live.stderr
+    decision = json.loads(live.stdout)["decision"]
+    assert decision["admitted"] is True and sorted(decision["nodes"]) == sorted(names)
+
+    snap = tmp_path / "cluster.yaml"
+    taken = _cli(cluster, "snapshot")
+    assert taken.returncode == 0, taken.stderr
+    snap.write_text(taken.stdout)
+    offline = _cli(cluster, "plan", str(fits), "-n", namespace, "--topology-preset", "railtrain", "--snapshot", str(snap), "-o", "json")
+    assert json.loads(offline.stdout)["decision"]["nodes"] == decision["nodes"]
+
+    too_big = _manifest(tmp_path, "big", nodes=3)
+    why = _cli(cluster, "plan", str(too_big), "-n", namespace, "--snapshot", str(snap))
+    assert why.returncode == 0, why.stderr
+    text = " ".join(why.stdout.split())
+    assert f"{namespace}/big would wait: Unschedulable: gang needs 3 nodes with 8 free GPUs each" in text
+    assert "FOR THIS JOB" in why.stdout and max(len(line) for line in why.stdout.splitlines()) <= 80
+    as_json = json.loads(_cli(cluster, "plan", str(too_big), "-n", namespace, "--snapshot", str(snap), "-o", "json").stdout)
+    assert {n["name"]: n["verdict"] for n in as_json["nodes"]} == {name: "fits" for name in names}  # it fits no filter's refusal: too few nodes
+    bad = _cli(cluster, "plan", str(too_big), "--snapshot", str(fits))
+    assert bad.returncode == 2 and "not a cluster snapshot" in bad.stderr
+
+
+def test_logs_of_a_kwok_pod_is_one_sentence(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    """KWOK simulates the kubelet without container logs; the real call goes through the API server to it, and
+    whatever it answers is one sentence naming the pod, never a traceback (the interleaving is tests/cli/test_jobviews.py's)."""
+    gpu_nodes(2)
+    assert _cli(cluster, "submit", str(_manifest(tmp_path, "talk")), "-n", namespace).returncode == 0
+    wait_for(lambda: all_running(kube.core, namespace, "talk", 2), 90, "both pods Running")
+    one = _cli(cluster, "logs", "talk", "-n", namespace, "--all")
+    assert "Traceback" not in one.stdout + one.stderr
+    if one.returncode:
+        assert one.stderr.startswith("error: no log of pod talk-0") or one.stderr.startswith("error: no log of pod talk-1"), one.stderr
+    both = _cli(cluster, "logs", "talk", "-n", namespace, "--rank", "1", "--all")
+    assert both.returncode == 2 and "--rank and --all exclude each other" in both.stderr
+    wrong = _cli(cluster, "logs", "talk", "-n", namespace, "--rank", "7")
+    assert wrong.returncode == 1 and "--rank 7: trainingjob talk has node ranks 0..1" in wrong.stderr
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a pseudo-terminal")
+def test_the_live_view_renders_updates_and_ends_in_a_terminal(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    """submit --wait in a real pseudo-terminal (tmux): the live line shows the phase, changes as the job runs, and the
+    command ends with the job's exit status."""
+    gpu_nodes(2)
+    path = _manifest(tmp_path, "live")
+    socket = f"rt-{uuid.uuid4().hex[:8]}"
+    done = tmp_path / "exit-status"
+    command = f"{' '.join(CLI)} submit {path} -n {namespace} --wait; echo $? > {done}; sleep 60"
+    env = _env(cluster)
+    tmux = ["tmux", "-L", socket]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "24", "-e", f"KUBECONFIG={env['KUBECONFIG']}", command], check=True, env=env)
+    try:
+        def screen() -> str:
+            return subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
+
+        first = wait_for(lambda: (s := screen()) and "live  " in s and s, 60, "the live line")
+        wait_for(lambda: _phase(kube, namespace, "live") == "Running", 90, "phase Running")
+        running = wait_for(lambda: (s := screen()) and "live  Running" in s and s, 60, "the live line to show Running")
+        assert running != first
+        finish(kube.core, namespace, "live")
+        wait_for(done.exists, 90, "the command to end")
+        end = screen()
+        assert done.read_text().strip() == "0", end
+        assert "trainingjob live succeeded" in end and "live  Running" not in end  # the live area is gone, the result stays
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

@@ -1,0 +1,86 @@
+"""Leader election with two operator processes on the real control plane: only the Lease holder admits; a standby
+takes over at once when the leader stops (a pod deletion's SIGTERM) and within 15 s when it is killed (SIGKILL)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from railtrain.cli.controlplane.operator_process import OperatorProcess
+from tests.polling import wait_for
+
+from .clusterkit import all_running, job_body
+
+pytestmark = pytest.mark.cluster
+TAKEOVER_SECONDS = 15.0
+"""The issue's bound: a standby admits the next job within 15 s of the leader's end (the chart's lease of 8 s + a 1 s poll + two passes)."""
+
+
+def said(op: OperatorProcess, words: str) -> bool:
+    return words in op.log_path.read_text(errors="replace")
+
+
+def test_only_the_leader_admits_and_a_standby_takes_over(cluster, api, namespace, gpu_nodes, operator_process, submit, tmp_path):
+    operator_process.stop()  # the session's cluster-wide operator would admit this namespace's jobs too (the `operator` fixture restarts it)
+    core, _ = api
+    gpu_nodes(3, gpus_per_node=8)
+
+    def start(name: str) -> OperatorProcess:
+        op = OperatorProcess(Path(cluster.kubeconfig), tmp_path / f"{name}.log", namespace=namespace, resync_seconds=1,
+                             extra_args=("--topology-preset", "railtrain", "--lease-namespace", namespace, "--lease-seconds", "8"))  # fmt: skip
+        op.start()
+        return op
+
+    a = start("a")
+    b = None
+    try:
+        wait_for(lambda: a.check() or said(a, "leading: this operator"), 60, "operator a to lead")
+        b = start("b")
+        wait_for(lambda: b.check() or said(b, "standing by: the Lease"), 60, "operator b to stand by")
+        submit(job_body("first", nodes=1))
+        wait_for(lambda: all_running(core, namespace, "first", 1), 60, "the leader to admit the first job")
+        assert not said(b, "leading: this operator"), b.tail()
+
+        stopped = time.monotonic()
+        a.stop()  # SIGTERM, as a deleted pod gets: a gives the Lease up
+        submit(job_body("second", nodes=1))
+        wait_for(lambda: all_running(core, namespace, "second", 1), TAKEOVER_SECONDS, "the standby to admit the second job after a SIGTERM")
+        graceful = time.monotonic() - stopped
+        assert said(b, "leading: this operator"), b.tail()
+
+        a = start("a2")
+        wait_for(lambda: a.check() or said(a, "standing by: the Lease"), 60, "the restarted operator to stand by")
+        b.kill()  # SIGKILL: no chance to give the Lease up; a takes it once it expires
+        killed = time.monotonic()
+        submit(job_body("third", nodes=1))
+        wait_for(lambda: all_running(core, namespace, "third", 1), TAKEOVER_SECONDS, "the standby to admit the third job after a SIGKILL")
+        hard = time.monotonic() - killed
+        print(f"takeover: {graceful:.1f} s after SIGTERM, {hard:.1f} s after SIGKILL")
+        assert said(a, "leading: this operator") and "Traceback" not in a.log_path.read_text(errors="replace"), a.tail()
+    finally:
+        for op in (a, b):
+            if op is not None:
+                op.stop()
+
+
+def test_a_standby_never_admits(cluster, api, namespace, gpu_nodes, operator_process, submit, tmp_path):
+    """A second operator next to the session's: it stands by (one line naming the holder) and a job of its namespace
+    is admitted by the leader alone; the standby's log has no admission."""
+    core, _ = api
+    gpu_nodes(1, gpus_per_node=8)
+    if not operator_process.running():
+        operator_process.start()
+    wait_for(lambda: said(operator_process, "leading: this operator"), 60, "the session's operator to lead")
+    second = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "second.log", namespace=namespace, resync_seconds=1)
+    second.start()
+    try:
+        line = wait_for(lambda: second.check() or next((x for x in second.log_path.read_text(errors="replace").splitlines() if "standing by" in x), None), 60, "the second operator to stand by")
+        assert "held by" in line and "INFO" in line
+        submit(job_body("solo", nodes=1))
+        wait_for(lambda: all_running(core, namespace, "solo", 1), 60, "the leader to admit the job")
+        assert not said(second, "GangPlaced") and not said(second, "leading: this operator")
+        assert second.running()
+    finally:
+        second.stop()

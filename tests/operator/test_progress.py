@@ -1,0 +1,95 @@
+"""status.progress from rank 0's Prometheus endpoint (operator/progress.py): parsing the trainer's real exposition,
+the write budget, the endpoint, a real HTTP read, and the background reader over a fake API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client import generate_latest
+
+from railtrain.crds import contract
+from railtrain.operator import controller, progress
+from railtrain.trainer.metrics import TrainerMetrics
+
+from .builders import job_obj
+from .test_controller import NOW, FakeKube
+
+
+def trainer_text(step=120, total=300, loss=2.5, tokens=12345.6, seconds=0.5) -> str:
+    m = TrainerMetrics(flops_per_token=1e9, peak_flops_per_device=0, devices=2)
+    m.total_steps.set(total)
+    if step:
+        m.observe_step(step, loss, tokens, seconds)
+    return generate_latest(m.registry).decode()
+
+
+def test_progress_parses_the_trainers_own_metrics():
+    assert progress.parse(trainer_text(), NOW) == {
+        "step": 120, "totalSteps": 300, "loss": 2.5, "tokensPerSecond": 12345.6, "etaSeconds": 90.0, "lastUpdateTime": "2026-11-29T12:00:00Z",
+    }  # fmt: skip
+    assert progress.parse(trainer_text(step=0), NOW) is None  # before the first step
+    assert progress.parse(trainer_text(loss=float("nan")), NOW).get("loss") is None  # a NaN loss is left out, not written
+    assert progress.parse("not prometheus text {{{", NOW) is None
+
+
+@pytest.mark.parametrize("jobs,seconds", [(1, 5.0), (50, 5.0), (500, 50.0)])
+def test_the_write_budget_is_at_most_10_per_second_across_jobs(jobs, seconds):
+    assert progress.interval(jobs) == seconds
+    assert jobs / progress.interval(jobs) <= progress.MAX_WRITES_PER_SECOND
+
+
+def test_due_only_when_running_and_old_enough():
+    fresh = {"phase": "Running", "progress": {"lastUpdateTime": (NOW - timedelta(seconds=2)).isoformat()}}
+    old = {"phase": "Running", "progress": {"lastUpdateTime": (NOW - timedelta(seconds=6)).isoformat()}}
+    assert progress.due({"phase": "Running"}, NOW, 1) and progress.due(old, NOW, 1)
+    assert not progress.due(fresh, NOW, 1) and not progress.due({"phase": "Pending"}, NOW, 1)
+
+
+def test_endpoint_uses_the_pods_ip_and_its_metrics_port():
+    pod = {"status": {"podIP": "10.0.0.7"}, "spec": {"containers": [{"ports": [{"name": "metrics", "containerPort": 9400}]}]}}
+    assert progress.endpoint(pod) == "http://10.0.0.7:9400/metrics"
+    assert progress.endpoint({"status": {}, "spec": {}}) is None
+    assert progress.endpoint({"status": {"podIP": "fd00::7"}, "spec": {}}) == f"http://[fd00::7]:{contract.DEFAULT_METRICS_PORT}/metrics"
+
+
+def test_read_gets_a_real_trainer_endpoint():
+    m = TrainerMetrics(flops_per_token=1e9, peak_flops_per_device=0, devices=2)
+    m.total_steps.set(10)
+    m.observe_step(4, 3.25, 100.0, 1.0)
+    m.serve(0, addr="127.0.0.1")
+    try:
+        text = progress.read(f"http://127.0.0.1:{m._server.server_port}/metrics")
+    finally:
+        m._server.shutdown()
+    assert progress.parse(text, NOW)["step"] == 4 and progress.parse(text, NOW)["etaSeconds"] == 6.0
+    with pytest.raises(OSError):
+        progress.read("http://127.0.0.1:1/metrics", timeout=2)
+
+
+def test_the_reader_writes_progress_of_running_jobs_only_and_at_most_once_per_interval():
+    running, pending = job_obj("run", nodes=1, status={"phase": "Running"}), job_obj("wait", nodes=1, status={"phase": "Pending"})
+    kube = FakeKube([], [running, pending])
+    for name in ("run", "wait"):
+        kube.pods[("team", contract.pod_name(name, 0))] = {"metadata": {"name": contract.pod_name(name, 0)}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
+    urls = []
+    reader = progress.Reader(fetch=lambda url: urls.append(url) or trainer_text())
+    started = reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)
+    assert [f.result(timeout=10) for f in started] == [True]
+    assert urls == [f"http://10.0.0.9:{contract.DEFAULT_METRICS_PORT}/metrics"]
+    assert kube.jobs[("team", "run")]["status"]["progress"]["step"] == 120 and "progress" not in kube.jobs[("team", "wait")]["status"]
+    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=1), controller.job_lock) == []  # not due yet
+    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=6), controller.job_lock)) == 1
+
+
+def test_an_unreachable_rank_is_retried_only_after_the_interval():
+    kube = FakeKube([], [job_obj("run", nodes=1, status={"phase": "Running"})])
+    kube.pods[("team", "run-0")] = {"metadata": {"name": "run-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
+
+    def refuse(url):
+        raise ConnectionRefusedError(111, "refused")
+
+    reader = progress.Reader(fetch=refuse)
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)] == [False]
+    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=2), controller.job_lock) == []
+    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=5), controller.job_lock)) == 1

@@ -1,0 +1,208 @@
+"""Parallel degrees and the checks on them against the model and the batch, without torch.
+
+:mod:`railtrain.trainer.parallel` builds the process group and the DeviceMesh
+from a :class:`ParallelDims` decided here, and ``railtrain validate``/``submit``
+(:mod:`railtrain.trainer.preflight`) run the same checks on a manifest before
+any pod starts: one rule, applied by both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from railtrain.crds import contract
+from railtrain.crds import parallel as rule
+from railtrain.crds.parallel import Degrees
+from railtrain.trainer.presets import ModelConfig
+
+FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp", "context": "--cp"}
+"""The trainer flag that sets each degree (data and fsdp both come from ``--parallel``)."""
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """The parallel degrees of a job, validated by :func:`railtrain.crds.parallel.problems` (the operator's rule).
+
+    Attributes:
+        degrees: data (replicate), fsdp (shard), tensor, pipeline, context.
+        world_size: processes in the job.
+        procs_per_node: processes per node (torchrun's ``LOCAL_WORLD_SIZE``),
+            for the "tensor inside a node" check; ``None`` skips it.
+
+    Raises:
+        ValueError: the degrees break the rule; one sentence per problem, each
+            naming the degree.
+    """
+
+    degrees: Degrees
+    world_size: int
+    procs_per_node: int | None = None
+
+    def __post_init__(self) -> None:
+        errors = rule.problems(self.degrees, self.world_size, self.procs_per_node)
+        if errors:
+            raise ValueError("; ".join(f"parallel degrees: {msg}" for _, msg in errors))
+
+    @property
+    def mode(self) -> str:
+        """``"fsdp"`` when parameters are sharded (``fsdp > 1``, HSDP included), else ``"ddp"``."""
+        return "fsdp" if self.degrees.fsdp > 1 else "ddp"
+
+    @property
+    def uses_fsdp(self) -> bool:
+        """Whether FSDP2 wraps the model: sharding, or replication under tensor parallel (see the module docstring)."""
+        d = self.degrees
+        return d.fsdp > 1 or (d.data * d.context > 1 and d.tensor > 1)
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree."""
+        return self.degrees.context
+
+    @property
+    def loss_ranks(self) -> int:
+        """Ranks whose local mean losses average to the global one: data × fsdp × context (equal token counts each)."""
+        return self.degrees.dp * self.degrees.context
+
+    def cp_rank(self, rank: int) -> int:
+        """Which chunks of each sequence ``rank`` holds (its index in its ``cp`` group)."""
+        return rule.cp_rank(rank, self.degrees)
+
+    @property
+    def dp_degree(self) -> int:
+        """Ranks that each get a different slice of the batch: data × fsdp."""
+        return self.degrees.dp
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree."""
+        return self.degrees.tensor
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages."""
+        return self.degrees.pipeline
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """``rank``'s index along each mesh dimension (see :func:`railtrain.crds.parallel.coordinates`)."""
+        return rule.coordinates(rank, self.degrees)
+
+    def dp_rank(self, rank: int) -> int:
+        """Which slice of the batch ``rank`` trains on."""
+        return rule.dp_rank(rank, self.degrees)
+
+    def describe(self) -> str:
+        """One line for the log, e.g. ``fsdp data=1 fsdp=2 tensor=2 pipeline=1 world=4``."""
+        return f"{self.mode} {self.degrees.describe()} world={self.world_size}"
+
+
+def resolve_dims(
+    flag_mode: str | None,
+    pod_degrees: dict[str, int],
+    world_size: int,
+    procs_per_node: int | None = None,
+    flag_tp: int | None = None,
+    flag_pp: int | None = None,
+    flag_cp: int | None = None,
+) -> ParallelDims:
+    """Decide the degrees from the flags, else the pod's parallelism, else DDP over every rank.
+
+    Any of ``--parallel``, ``--tp``, ``--pp``, ``--cp`` given means the flags
+    alone decide: tensor, pipeline and context default to 1 and the
+    data-parallel ranks are the rest, replicated (``ddp``, the default) or
+    sharded (``fsdp``). Otherwise the pod's degrees are taken as they are.
+
+    Args:
+        flag_mode: ``"ddp"``, ``"fsdp"`` or ``None``.
+        pod_degrees: ``contract.parse_parallelism`` output (``{}`` if none).
+        world_size: processes in the job.
+        procs_per_node: processes per node, for the tensor-in-a-node check.
+        flag_tp: ``--tp`` or ``None``.
+        flag_pp: ``--pp`` or ``None``.
+        flag_cp: ``--cp`` or ``None``.
+
+    Raises:
+        ValueError: the degrees break the rule of
+            :func:`railtrain.crds.parallel.problems`; the message names the
+            flags or the environment variable and the degree.
+    """
+    if flag_mode or flag_tp or flag_pp or flag_cp:
+        tp, pp, cp = flag_tp or 1, flag_pp or 1, flag_cp or 1
+        if world_size % (tp * pp * cp):
+            cp_part = f" x --cp {cp}" if flag_cp else ""
+            raise ValueError(f"--tp {tp} x --pp {pp}{cp_part} does not divide the world size {world_size}")
+        dp = world_size // (tp * pp * cp)
+        degrees = Degrees(1, dp, tp, pp, cp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp, cp)
+        errors = rule.problems(degrees, world_size, procs_per_node)
+        if errors:
+            raise ValueError("; ".join(f"{FLAG_OF_FIELD.get(field, 'parallel flags')}: {msg}" for field, msg in errors))
+        return ParallelDims(degrees, world_size, procs_per_node)
+    if not pod_degrees:
+        return ParallelDims(Degrees(data=world_size), world_size, procs_per_node)
+    env = contract.ENV_PARALLELISM
+    unknown = sorted(set(pod_degrees) - set(rule.FIELDS))
+    if unknown:
+        raise ValueError(f"{env} names unknown degrees {', '.join(unknown)}; allowed: {', '.join(rule.FIELDS)}")
+    degrees = Degrees(**pod_degrees)
+    errors = rule.problems(degrees, world_size, procs_per_node)
+    if errors:
+        raise ValueError("; ".join(f"{env} {msg}" for _, msg in errors))
+    return ParallelDims(degrees, world_size, procs_per_node)
+
+
+def check_model_fits(dims: ParallelDims, model: ModelConfig, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int) -> None:
+    """Refuse degrees the model or the batch cannot be divided by.
+
+    Args:
+        local_batch: sequences per data-parallel rank per step.
+        microbatches: pipeline micro-batches per accumulation step (ignored without pipeline parallel).
+
+    Raises:
+        ValueError: one sentence naming the flag: ``--tp`` must divide the
+            heads, widths and vocabulary and ``--seq-len`` (sequence parallel
+            shards it); ``--seq-len`` must be a multiple of ``2 × cp × tp``; ``--pp`` must not exceed the blocks nor the
+            micro-batches; the local batch must split into accumulation steps
+            and micro-batches.
+    """
+    tp, pp, cp = dims.tp, dims.pp, dims.cp
+    if cp > 1 and seq_len % (2 * cp * tp):
+        raise ValueError(f"--seq-len {seq_len} must be a multiple of 2 x --cp {cp} x --tp {tp} = {2 * cp * tp} "
+                         "(each context-parallel rank holds two chunks, which sequence parallel splits further)")
+    if tp > 1:
+        for what, n in (("n_heads", model.n_heads), ("hidden_dim", model.hidden_dim), ("vocab_size", model.vocab_size)):
+            if n % tp:
+                raise ValueError(f"--tp {tp} must divide the model's {what} ({n})")
+        if seq_len % tp:
+            raise ValueError(f"--seq-len {seq_len} must be divisible by --tp {tp} (sequence parallel shards the sequence)")
+    if pp > model.n_layers:
+        raise ValueError(f"--pp {pp} exceeds the model's {model.n_layers} transformer blocks")
+    if pp > 1 and microbatches < pp:
+        raise ValueError(
+            f"--pp {pp} needs at least {pp} micro-batches per step so every stage has work, got {microbatches} "
+            "(raise --pp-microbatches or the per-rank batch)"
+        )
+    per_step = grad_accum_steps * (microbatches if pp > 1 else 1)
+    if local_batch % per_step:
+        what = "--grad-accum-steps x --pp-microbatches" if pp > 1 else "--grad-accum-steps"
+        raise ValueError(f"the per-rank batch of {local_batch} sequences (--batch-size / data-parallel degree) is not divisible by {what} = {per_step}")
+
+
+def check_pod_world_size(pod: contract.PodEnvironment | None, world_size: int) -> None:
+    """Refuse to train when the pod contract and the process group disagree on the job's size.
+
+    A pod whose command ran the trainer without torchrun would otherwise train
+    alone, on every node, into the same checkpoint directory.
+
+    Raises:
+        ValueError: ``pod.world_size != world_size``; names the variables.
+    """
+    if pod is not None and pod.world_size != world_size:
+        raise ValueError(
+            f"{contract.ENV_NNODES}={pod.nnodes} x {contract.ENV_PROCS_PER_NODE}={pod.procs_per_node} "
+            f"promises {pod.world_size} processes but torch.distributed has {world_size}; launch with torchrun"
+        )
+
+
+def auto_microbatches(batch: int, pp: int) -> int:
+    """``--pp-microbatches 0``: the largest divisor of ``batch`` (sequences per rank and accumulation step) up to ``2 * pp``."""
+    return max(m for m in range(1, min(batch, 2 * pp) + 1) if batch % m == 0)
