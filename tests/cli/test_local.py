@@ -246,7 +246,7 @@ def test_spec_precision_reaches_the_local_trainer(tmp_path):
         args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "2", "--seq-len", "64", "--batch-size", "4", "--no-health"],
         precision={"compute": "fp8", "float8": {"recipe": "rowwise", "emulate": True}},
     )
-    nodes = local.plan_local(parse_manifest(doc), rdzv_port=23456, metrics_ports=[24001], base_dir=tmp_path, python="PY")
+    nodes = local.plan_local(parse_manifest(doc), rdzv_port=23456, metrics_ports=[24001], base_dir=tmp_path, python="PY", uid="run-1")
     assert (nodes[0].env["RAILTRAIN_PRECISION"], nodes[0].env["RAILTRAIN_FLOAT8_RECIPE"], nodes[0].env["RAILTRAIN_FLOAT8_EMULATE"]) == ("fp8", "rowwise", "1")
     proc = _run_cli(["run", str(manifests.write(tmp_path / "job.yaml", doc)), "--local"], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -79,7 +79,7 @@ def test_precision_comes_from_the_pod_contract_and_flags_win() -> None:
     bad = contract.pod_env(contract.PodEnvironment("j", "ns", 1, 0, 1, "127.0.0.1", precision="fp16"))
     with pytest.raises(ValueError, match=r"^RAILTRAIN_PRECISION must be one of '', 'bf16', 'fp8', 'fp32', got 'fp16'$"):
         apply_launch_context(parse_args(["--data", "x"]), read_launch_context(bad))
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"--fp8-recipe: invalid choice: 'blockwise'"):
         parse_args(["--data", "x", "--fp8-recipe", "blockwise"])
 
 
@@ -100,7 +100,8 @@ def test_checkpoint_state_unwraps_torchaos_float8_weight_wrapper() -> None:
 
 STEPS = 4
 FP8 = ["--mixed-precision", "fp8", "--fp8-emulate"]
-SAVE = ["--steps", str(STEPS), "--checkpoint-interval", str(STEPS), "--checkpoint-local-interval", str(STEPS), "--no-checkpoint-async"]
+SAVE = ["--steps", str(STEPS), "--checkpoint-interval", str(STEPS), "--checkpoint-local-interval", str(STEPS), "--no-checkpoint-async",
+        "--no-checkpoint-cleanup"]  # keep the local tier after the run succeeds, to load from it
 
 
 ROUNDTRIP = str(Path(__file__).resolve().parents[2] / "bench" / "float8_roundtrip.py")
