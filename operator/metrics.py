@@ -137,3 +137,20 @@ def observe_goodput(namespace: str, name: str, goodput: Mapping[str, Any]) -> No
     for cause, seconds in causes.items():
         GOODPUT_SECONDS.labels(namespace, name, cause).set(float(seconds))
     GOODPUT_RATIO.labels(namespace, name).set(float(goodput.get("ratio", 0)))
+
+
+GOODPUT_CAUSES = ("queued", "starting", "training", "restart_job", "restart_node_lost", "restart_quarantine", "restart_elastic", "recompute", "checkpoint")
+"""Every ``cause`` label :func:`observe_goodput` can set (crds/goodput.py)."""
+
+
+def forget_job(namespace: str, name: str) -> None:
+    """Drop a deleted job's goodput series, so a dashboard does not show it for ever."""
+    for cause in GOODPUT_CAUSES:
+        try:
+            GOODPUT_SECONDS.remove(namespace, name, cause)
+        except KeyError:
+            pass
+    try:
+        GOODPUT_RATIO.remove(namespace, name)
+    except KeyError:
+        pass
