@@ -357,3 +357,5 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         for type_, reason, message in p.events:
             kube.emit_event(job, type_, reason, message)
         metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
+        if p.status.get("goodput") and p.status.get("goodput") != (job.get("status") or {}).get("goodput"):
+            metrics.observe_goodput(namespace, job["metadata"]["name"], p.status["goodput"])
