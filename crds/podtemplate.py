@@ -194,7 +194,7 @@ def _env_problems(spec: "TrainingJobSpec") -> list[str]:
     for var in _trainer(spec).get("env") or []:
         name = var.get("name")
         if name in CONTRACT_ENV:
-            out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] is a pod-environment contract variable the operator sets (from spec.nodes, spec.procsPerNode, spec.parallelism and spec.checkpoint)")
+            out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] is a pod-environment contract variable the operator sets (from spec.nodes, spec.procsPerNode, spec.parallelism, spec.precision and spec.checkpoint)")
         elif name in mine:
             out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] conflicts with spec.env[{name}]: set each variable in one place")
     return out
@@ -319,7 +319,7 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
     _trainer_field("terminationMessagePolicy", "the trainer's verdict", "the operator sets FallbackToLogsOnError"),
     TemplateRule(
         cel=_each_trainer(f"!has(c.env) || c.env.all(e, !(e.name in {_cel_list(CONTRACT_ENV)}))"),
-        message=f"spec.template.spec.containers[{TRAINER}].env conflicts with the pod-environment contract: the operator sets the RAILTRAIN_*/PET_* variables from spec.nodes, spec.procsPerNode, spec.parallelism and spec.checkpoint",
+        message=f"spec.template.spec.containers[{TRAINER}].env conflicts with the pod-environment contract: the operator sets the RAILTRAIN_*/PET_* variables from spec.nodes, spec.procsPerNode, spec.parallelism, spec.precision and spec.checkpoint",
         field_path=".template.spec.containers",
         problems=_env_problems,
     ),
