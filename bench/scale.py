@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--settle", type=float, default=30, help="Seconds the set of Running jobs must stay unchanged to end the run (default 30).")
     ap.add_argument("--seed", type=int, default=1, help="Seed of the job-size mix (default 1).")
     ap.add_argument("--timeout", type=float, default=1800, help="Seconds any one phase may take (default 1800).")
+    ap.add_argument("--restart-timeout", type=float, default=300, help="Seconds the killed rank's gang may take to be all Running again (default 300).")
     ap.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/scale-<time>.json).")
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.jobs < 1 or args.submit_seconds < 0 or args.settle <= 0:
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  settled {record['settled_s']:.1f}s after the first job: {len(state['running'])} jobs Running, {state['waiting']} waiting, "
                   f"{state['free_nodes']} nodes free, {len(state['fits_waiting'])} waiting jobs would fit, {len(state['overbooked'])} nodes overbooked", flush=True)
             big = max((j for j in state["running"]), key=lambda j: names[j], default=None)
-            record["restart"] = restart(bc, ns, big, names[big], args.timeout) if big else {"error": "no job Running"}
+            record["restart"] = restart(bc, ns, big, names[big], args.restart_timeout) if big else {"error": "no job Running"}
             print(f"  restart of {big}: {record['restart']}", flush=True)
             record["audit_after_restart"] = {k: (len(v) if k == "running" else v) for k, v in audit(list_pods(bc, ns), nodes, names).items()}
         except BaseException:
