@@ -43,6 +43,7 @@ GROUP, API = "kueue.x-k8s.io", "v1beta2"
 NS_LABEL = "railtrain.dev/bench-kueue"
 QUEUE = "bench"
 TOPOLOGY_LEVELS = ("railtrain.dev/block", "railtrain.dev/rack", "kubernetes.io/hostname")
+CONVERTED = {"localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters"}
 KEEP_WEBHOOKS = {"job", "pod", "workload", "clusterqueue", "resourceflavor", "cohort"}
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 """Kueue v0.17.0 exits without a certificate here when internal cert management is off (even with metrics off)."""
@@ -167,11 +168,13 @@ class LocalKueue:
     def _install_crds(self, url: str, ca: str) -> None:
         docs = []
         for path in sorted((self.root / "crd").glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
-            conv = crd["spec"].get("conversion") or {}
-            if conv.get("strategy") == "Webhook":
-                conv["webhook"]["clientConfig"] = {"url": f"{url}/convert", "caBundle": ca}
-            docs.append(crd)
+            for crd in yaml.safe_load_all(path.read_text()):
+                if not crd or crd.get("kind") != "CustomResourceDefinition":
+                    continue
+                if crd["spec"]["names"]["plural"] in CONVERTED:  # Kueue's kustomize patches add these conversion webhooks
+                    crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                        "clientConfig": {"url": f"{url}/convert", "caBundle": ca}, "conversionReviewVersions": ["v1"]}}
+                docs.append(crd)
         self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
 
     def _install_webhooks(self, url: str, ca: str) -> None:
