@@ -194,6 +194,10 @@ def _admission_pass(
     if not waiting:
         return []
     nodes, active = kube.list_nodes(), kube.list_active_pods()
+    # The ledger: every bound or pinned pod (in `active`), plus the ranks of admitted gangs not created yet.
+    for job in jobs:
+        meta = job["metadata"]
+        active.extend(reconcile.promised_pods(job, by_job[(meta.get("namespace", ""), meta["name"])]))
     metrics.observe_nodes(nodes)
     decisions: list[admission.Decision] = []
     for resource, group in sorted(requests.items()):
@@ -281,7 +285,8 @@ def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
 
 def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Whether this pass must see the Nodes: some pod is bound to one (node loss), or the job may grow."""
-    return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods)
+    admitted = reconcile.admission_record(job.get("status") or {})  # ranks to create from the record need their nodes' fabric values
+    return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods) or (admitted is not None and not admitted.get("created"))
 
 
 def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, now: datetime, attempts: int = 5) -> bool:
@@ -345,7 +350,13 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         kube.create(p.create_service)
     for obj in p.create_objects:
         kube.create(obj)
-    _each([lambda pod=pod: kube.create(pod) for pod in p.create_pods])
+    if p.status_first and p.create_pods:  # an admitted placement: recorded before any of its pods exists
+        if not _write_status(kube, job, p):
+            return  # the job is gone: create nothing
+        kube.create_many(p.create_pods)
+        _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
+        return
+    kube.create_many(p.create_pods)
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
     _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])
     if p.delete_job:
@@ -353,7 +364,20 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
             for type_, reason, message in p.events:
                 kube.emit_event(job, type_, reason, message)
         return
-    if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
-        for type_, reason, message in p.events:
-            kube.emit_event(job, type_, reason, message)
-        metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
+    _write_status(kube, job, p)
+
+
+def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> bool:
+    """Write the plan's status when it changed, then its Events.
+
+    Returns:
+        False when the job was deleted meanwhile (nothing written).
+    """
+    if not p.status_changed:
+        return True
+    if not kube.patch_status(job["metadata"]["namespace"], job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
+        return False
+    for type_, reason, message in p.events:
+        kube.emit_event(job, type_, reason, message)
+    metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
+    return True
