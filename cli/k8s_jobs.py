@@ -153,7 +153,10 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
 
 
 def _log_refusal(err: ApiException) -> str:
+    """Why the API server gave no log: its message, said plainly when it could not reach the node's kubelet."""
     message = " ".join(str(_status_body(err).get("message") or err.reason or err.status).split())
+    if "containerLogs" in message and any(w in message for w in ("dial tcp", "connection refused", "no such host")):
+        return f"the API server could not reach the kubelet of the pod's node (KWOK nodes have none): {message}"
     return message
 
 

@@ -64,6 +64,24 @@ class Progress(Model):
     last_update_time: datetime = Field(description="When these numbers were read (RFC 3339).")
 
 
+class AttemptRecord(Model):
+    """One gang's life as the operator recorded it (the evidence status.goodput is computed from; see :class:`Attempt`)."""
+
+    released: datetime = Field(description="When the gang was admitted and released.")
+    first_step: int | None = Field(None, ge=0, description="The first step rank 0 reported in this attempt.")
+    first_step_at: datetime | None = Field(None, description="When it was read.")
+    last_step: int | None = Field(None, ge=0, description="The last step rank 0 reported.")
+    last_step_at: datetime | None = Field(None, description="When it was read.")
+    ended: datetime | None = Field(None, description="When the gang was stopped (restart, suspension, gang timeout).")
+    end_reason: str | None = Field(None, description="The condition reason it was stopped with.")
+    resumed_from: int = Field(0, ge=0, description="The checkpoint step this attempt resumed from.")
+    blocked_seconds: float = Field(0, ge=0, description="Seconds its step loop waited for checkpoint saves.")
+
+
+MAX_ATTEMPTS = 100
+"""Attempts kept in status.goodput.attempts; beyond, the two oldest are merged (their downtime then counts as training)."""
+
+
 class Goodput(Model):
     """The job's wall time since creation split by where it went (crds/goodput.py has the rules); seconds."""
 
@@ -77,6 +95,7 @@ class Goodput(Model):
     )
     ratio: float = Field(0, ge=0, le=1, description="trainingSeconds / wallSeconds.")
     last_update_time: datetime = Field(description="The time the breakdown was computed for (RFC 3339).")
+    attempts: list[AttemptRecord] = Field(default_factory=list, max_length=MAX_ATTEMPTS, description="The gangs the breakdown is computed from, oldest first (the operator's record).")
 
 
 @dataclass(frozen=True)
@@ -178,3 +197,12 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
 def total(g: Goodput) -> float:
     """The sum of every part of ``g`` (seconds): equals ``g.wall_seconds`` up to rounding when the timestamps were in order."""
     return g.queued_seconds + g.starting_seconds + g.training_seconds + sum(g.lost_seconds.values())
+
+
+def to_attempts(records: list[dict]) -> list[Attempt]:
+    """:class:`Attempt` values from status.goodput.attempts (camelCase dicts); raises pydantic.ValidationError on a malformed one."""
+    out = []
+    for r in records:
+        m = AttemptRecord.model_validate(r)
+        out.append(Attempt(m.released, m.first_step, m.first_step_at, m.last_step, m.last_step_at, m.ended, m.end_reason, m.resumed_from, m.blocked_seconds))
+    return out

@@ -368,16 +368,19 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
 
 
 def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> bool:
-    """Write the plan's status when it changed, then its Events.
+    """Write the plan's status when it changed, then its Events and metrics.
 
     Returns:
         False when the job was deleted meanwhile (nothing written).
     """
     if not p.status_changed:
         return True
-    if not kube.patch_status(job["metadata"]["namespace"], job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status)):
         return False
     for type_, reason, message in p.events:
         kube.emit_event(job, type_, reason, message)
     metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
+    if p.status.get("goodput") and p.status.get("goodput") != (job.get("status") or {}).get("goodput"):
+        metrics.observe_goodput(namespace, name, p.status["goodput"])
     return True

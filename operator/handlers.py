@@ -201,7 +201,9 @@ def _resync_pass(ctx: OperatorContext) -> None:
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
 def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only)."""
+    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only); a deleted one's series are dropped."""
+    if type == "DELETED":
+        metrics.forget_job(namespace, name)
     if type == "DELETED" or not memo.state.leader:
         return
     _reconcile_quietly(memo, namespace, name)

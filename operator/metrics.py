@@ -128,3 +128,29 @@ def time_to_running(old: Mapping[str, Any], new: Mapping[str, Any], created: str
     if start is None or born is None:
         return None
     return max(0.0, (start - born).total_seconds())
+
+
+def observe_goodput(namespace: str, name: str, goodput: Mapping[str, Any]) -> None:
+    """Set :data:`GOODPUT_SECONDS` (cause: queued, starting, training and each lost cause) and :data:`GOODPUT_RATIO` from a status.goodput."""
+    causes = {"queued": goodput.get("queuedSeconds", 0), "starting": goodput.get("startingSeconds", 0), "training": goodput.get("trainingSeconds", 0)}
+    causes |= dict(goodput.get("lostSeconds") or {})
+    for cause, seconds in causes.items():
+        GOODPUT_SECONDS.labels(namespace, name, cause).set(float(seconds))
+    GOODPUT_RATIO.labels(namespace, name).set(float(goodput.get("ratio", 0)))
+
+
+GOODPUT_CAUSES = ("queued", "starting", "training", "restart_job", "restart_node_lost", "restart_quarantine", "restart_elastic", "recompute", "checkpoint")
+"""Every ``cause`` label :func:`observe_goodput` can set (crds/goodput.py)."""
+
+
+def forget_job(namespace: str, name: str) -> None:
+    """Drop a deleted job's goodput series, so a dashboard does not show it for ever."""
+    for cause in GOODPUT_CAUSES:
+        try:
+            GOODPUT_SECONDS.remove(namespace, name, cause)
+        except KeyError:
+            pass
+    try:
+        GOODPUT_RATIO.remove(namespace, name)
+    except KeyError:
+        pass

@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from railtrain.crds import contract
 from railtrain.crds.goodput import Progress
+from railtrain.operator import attempts, metrics
 from railtrain.operator.peers import parse_micro_time
 
 log = logging.getLogger("railtrain.operator")
@@ -73,13 +74,8 @@ def read(url: str, timeout: float = READ_TIMEOUT_SECONDS) -> str:
         return r.read(1 << 20).decode("utf-8", errors="replace")
 
 
-def parse(text: str, now: datetime) -> dict[str, Any] | None:
-    """status.progress (camelCase dict) from rank 0's metrics text, or None before its first step.
-
-    ETA = (total steps − step) × the last step's seconds; absent without a total.
-    Values that are not finite or are negative are left out (a trainer's claim, checked
-    against the API's bounds by :class:`~railtrain.crds.goodput.Progress`).
-    """
+def samples(text: str) -> dict[str, float]:
+    """The unlabelled samples of a Prometheus text exposition (``{}`` when it does not parse)."""
     values: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -87,7 +83,26 @@ def parse(text: str, now: datetime) -> dict[str, Any] | None:
                 if not sample.labels:
                     values[sample.name] = float(sample.value)
     except ValueError:
-        return None
+        return {}
+    return values
+
+
+def attempt_evidence(text: str) -> tuple[int | None, float | None]:
+    """``(resumed step, checkpoint-blocked seconds)`` of rank 0's process, from its metrics text (None where absent)."""
+    values = samples(text)
+    resumed, blocked = values.get("railtrain_resumed_step"), values.get("railtrain_checkpoint_blocked_seconds_total")
+    return (int(resumed) if resumed is not None and resumed == resumed and resumed >= 0 else None,
+            blocked if blocked is not None and blocked == blocked and blocked >= 0 else None)  # fmt: skip
+
+
+def parse(text: str, now: datetime) -> dict[str, Any] | None:
+    """status.progress (camelCase dict) from rank 0's metrics text, or None before its first step.
+
+    ETA = (total steps − step) × the last step's seconds; absent without a total.
+    Values that are not finite or are negative are left out (a trainer's claim, checked
+    against the API's bounds by :class:`~railtrain.crds.goodput.Progress`).
+    """
+    values = samples(text)
     step = values.get("railtrain_step")
     if step is None or step != step or step < 1:
         return None
@@ -155,17 +170,26 @@ class Reader:
             if url is None:
                 return False
             try:
-                found = parse(self._fetch(url), now)
+                text = self._fetch(url)
             except OSError as err:
                 log.debug("%s/%s: no progress from %s: %s", namespace, name, url, err)
                 return False
+            found = parse(text, now)
             if found is None:
                 return False
             with lock_for(namespace, name):
                 job = kube.get_job(namespace, name)
-                if job is None or (job.get("status") or {}).get("phase") != "Running":
+                status = (job or {}).get("status") or {}
+                if job is None or status.get("phase") != "Running":
                     return False
-                return bool(kube.patch_status(namespace, name, {"progress": found}))
+                patch: dict[str, Any] = {"progress": found}
+                recorded = attempts.with_progress(status, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now)
+                if recorded is not None:
+                    patch["goodput"] = recorded
+                written = bool(kube.patch_status(namespace, name, patch))
+            if written and recorded is not None:
+                metrics.observe_goodput(namespace, name, recorded)
+            return written
         except Exception as err:  # one job's trouble never stops the others' reads; the next interval retries
             log.info("%s/%s: progress not recorded: %s", namespace, name, err)
             return False

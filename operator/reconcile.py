@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from railtrain.crds.fabric import FabricProfile
 from railtrain.crds.validation import format_validation_error
 
-from railtrain.operator import conditions as cond
+from railtrain.operator import attempts, conditions as cond
 from railtrain.operator.gang import admission_record, admission_request, promised_pods, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import finished_ranks, placement_entries
@@ -127,6 +127,9 @@ def finish(step: Step, phase: str) -> Plan:
     st["admittedNodes"] = step.released
     if phase in cond.TERMINAL_PHASES and not st.get("completionTime"):
         st["completionTime"] = cond.rfc3339(step.now)
+    recorded = attempts.track(step.old, st, step.now, step.meta.get("creationTimestamp"))  # status.goodput (operator/attempts.py)
+    if recorded is not None:
+        st["goodput"] = recorded
     out.status = {k: v for k, v in st.items() if v is not None}
     out.status_changed = out.status != step.old
     return out

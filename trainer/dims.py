@@ -9,6 +9,7 @@ any pod starts: one rule, applied by both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from railtrain.crds import contract
 from railtrain.crds import parallel as rule
@@ -94,6 +95,17 @@ class ParallelDims:
     def describe(self) -> str:
         """One line for the log, e.g. ``fsdp data=1 fsdp=2 tensor=2 pipeline=1 world=4``."""
         return f"{self.mode} {self.degrees.describe()} world={self.world_size}"
+
+
+def node_limit(environ: Mapping[str, str], local_world_size: int) -> int | None:
+    """The processes per node the tensor- and context-in-a-node checks use.
+
+    Returns:
+        ``local_world_size``; None (no node check) in a pod of a job placed inside one
+        NVLink domain (:data:`~railtrain.crds.contract.ENV_NVLINK_DOMAIN` is ``1``), whose
+        groups may span whole nodes: the API checked that they do (docs/fabric.md).
+    """
+    return None if environ.get(contract.ENV_NVLINK_DOMAIN) == "1" else local_world_size
 
 
 def resolve_dims(

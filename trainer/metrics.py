@@ -41,6 +41,7 @@ class TrainerMetrics:
         self.devices = devices
         self.registry = r = CollectorRegistry()
         self.step = Gauge("railtrain_step", "Last finished optimizer step.", registry=r)
+        self.resumed_step = Gauge("railtrain_resumed_step", "The checkpoint step this process resumed from (0: a fresh start); the operator's goodput counts steps redone after it.", registry=r)
         self.total_steps = Gauge("railtrain_total_steps", "The step the trainer runs to (--steps); the operator's status.progress.totalSteps.", registry=r)
         self.loss = Gauge("railtrain_loss", "Loss of the last step, mean over ranks (nats per token).", registry=r)
         self.tokens_per_s = Gauge("railtrain_tokens_per_second", "Tokens of the global batch per second in the last step.", registry=r)

@@ -42,6 +42,7 @@ from railtrain.trainer.parallel import (
     resolve_dims,
     shutdown_distributed,
 )
+from railtrain.trainer.dims import node_limit
 from railtrain.trainer.pipeline import auto_microbatches, bubble_fraction, build_schedule, keep_stage
 from railtrain.trainer.reductions import clip_grad_norm_, mean_loss, mean_loss_and_sum
 from railtrain.trainer.steps import ForwardBackward
@@ -219,8 +220,7 @@ class Trainer:
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        spans = environ.get(contract.ENV_NVLINK_DOMAIN) == "1"  # TP/CP may span the nodes of one NVLink domain (checked by the API)
-        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, None if spans else info.local_world_size, config.tp, config.pp, config.cp)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, node_limit(environ, info.local_world_size), config.tp, config.pp, config.cp)
         self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
@@ -292,6 +292,7 @@ class Trainer:
         if saved is None:
             return
         self.step = saved.pop("step")
+        self.prometheus.resumed_step.set(self.step)
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         faults = self.health.injector.faults
         missed = [f"{kind} at step {f.step}" for kind in ("bitflip", "hang", "kill", "bad_batch") if (f := getattr(faults, kind)) is not None and f.step <= self.step]

@@ -44,3 +44,35 @@ def test_every_command_shows_an_example_uncut_at_80_columns(words):
     assert re.search(r"Example: (eval \"\$\()?railtrain " + " ".join(words), text), text
     assert "…" not in text, [line for line in text.splitlines() if "…" in line]
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_install_completion_writes_the_bash_script(tmp_path):
+    """`railtrain --install-completion bash` installs completion (a script sourced from ~/.bashrc) and command names complete."""
+    import os
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    railtrain = str(Path(sys.executable).parent / "railtrain")  # the installed script: completion is keyed by the program's name
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = subprocess.run([railtrain, "--install-completion", "bash"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "railtrain.sh"
+    assert "_RAILTRAIN_COMPLETE" in script.read_text() and str(script) in (tmp_path / ".bashrc").read_text()
+    words = subprocess.run([railtrain], capture_output=True, text=True,
+                           env={**env, "_RAILTRAIN_COMPLETE": "complete_bash", "COMP_WORDS": "railtrain desc", "COMP_CWORD": "1"})
+    assert words.stdout.split() == ["describe"]
+
+
+def test_job_name_completion_is_quiet_without_a_cluster(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none"), "_RAILTRAIN_COMPLETE": "complete_bash",
+           "COMP_WORDS": "railtrain describe ", "COMP_CWORD": "2"}
+    done = subprocess.run([str(Path(sys.executable).parent / "railtrain")], capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "", "")

@@ -70,5 +70,5 @@ def test_restart_cause(reason, cause):
 def test_the_status_models_round_trip_in_camel_case():
     g = breakdown(T0, [Attempt(at(10), 1, at(30), 40, at(120), blocked_seconds=5)], at(130))
     api = g.to_api()
-    assert set(api) == {"wallSeconds", "queuedSeconds", "startingSeconds", "trainingSeconds", "lostSeconds", "ratio", "lastUpdateTime"}
+    assert set(api) == {"wallSeconds", "queuedSeconds", "startingSeconds", "trainingSeconds", "lostSeconds", "ratio", "lastUpdateTime", "attempts"}
     assert type(g).model_validate(api) == g

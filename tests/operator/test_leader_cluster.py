@@ -3,6 +3,7 @@ takes over at once when the leader stops (a pod deletion's SIGTERM) and within 1
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -73,11 +74,12 @@ def test_a_standby_never_admits(cluster, api, namespace, gpu_nodes, operator_pro
     if not operator_process.running():
         operator_process.start()
     wait_for(lambda: said(operator_process, "leading: this operator"), 60, "the session's operator to lead")
-    second = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "second.log", namespace=namespace, resync_seconds=1)
+    second = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "second.log", namespace=namespace, resync_seconds=1, extra_args=("--log-format", "json"))
     second.start()
     try:
         line = wait_for(lambda: second.check() or next((x for x in second.log_path.read_text(errors="replace").splitlines() if "standing by" in x), None), 60, "the second operator to stand by")
-        assert "held by" in line and "INFO" in line
+        record = json.loads(line)  # --log-format json: one object per line
+        assert record["level"] == "INFO" and record["logger"] == "railtrain.operator" and "held by" in record["message"]
         submit(job_body("solo", nodes=1))
         wait_for(lambda: all_running(core, namespace, "solo", 1), 60, "the leader to admit the job")
         assert not said(second, "GangPlaced") and not said(second, "leading: this operator")

@@ -124,3 +124,14 @@ def test_json_log_format_writes_one_object_per_line():
     line = logformat.JsonFormatter().format(record)
     assert "\n" not in line
     assert json.loads(line) == {"time": "2025-12-01T10:00:00.250Z", "level": "WARNING", "logger": "railtrain.operator", "message": "job ns/a: «x»"}
+
+
+def test_a_deleted_jobs_goodput_series_are_dropped():
+    from prometheus_client import REGISTRY
+
+    metrics.observe_goodput("ns", "gone", {"queuedSeconds": 3, "startingSeconds": 1, "trainingSeconds": 5, "lostSeconds": {"restart_job": 2}, "ratio": 0.45})
+    assert REGISTRY.get_sample_value("railtrain_job_goodput_seconds", {"namespace": "ns", "trainingjob": "gone", "cause": "restart_job"}) == 2
+    metrics.forget_job("ns", "gone")
+    metrics.forget_job("ns", "gone")  # twice: nothing left to drop is fine
+    assert REGISTRY.get_sample_value("railtrain_job_goodput_seconds", {"namespace": "ns", "trainingjob": "gone", "cause": "queued"}) is None
+    assert REGISTRY.get_sample_value("railtrain_job_goodput_ratio", {"namespace": "ns", "trainingjob": "gone"}) is None

@@ -93,3 +93,17 @@ def test_an_unreachable_rank_is_retried_only_after_the_interval():
     assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)] == [False]
     assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=2), controller.job_lock) == []
     assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=5), controller.job_lock)) == 1
+
+
+def test_the_reader_records_the_step_into_the_running_attempts_goodput():
+    job = job_obj("gp", nodes=1, status={"phase": "Running", "goodput": {"wallSeconds": 0, "lastUpdateTime": "2026-11-29T12:00:00Z", "attempts": [{"released": "2026-11-29T11:59:50Z"}]}})
+    job["metadata"]["creationTimestamp"] = "2026-11-29T11:59:00Z"
+    kube = FakeKube([], [job])
+    kube.pods[("team", "gp-0")] = {"metadata": {"name": "gp-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
+    reader = progress.Reader(fetch=lambda url: trainer_text())
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)] == [True]
+    g = kube.jobs[("team", "gp")]["status"]["goodput"]
+    assert g["attempts"][-1]["firstStep"] == 120 and g["queuedSeconds"] == 50 and g["startingSeconds"] == 10 and g["wallSeconds"] == 60
+    from prometheus_client import REGISTRY
+
+    assert REGISTRY.get_sample_value("railtrain_job_goodput_seconds", {"namespace": "team", "trainingjob": "gp", "cause": "queued"}) == 50

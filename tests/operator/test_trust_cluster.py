@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from railtrain.cli.controlplane import KWOK_REFUSING_NODES, LABEL_KWOK_EVICT
+from railtrain.cli.controlplane import KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, wait_until
 from railtrain.crds import contract
 from railtrain.operator.quarantine import TAINT_KEY
 from tests.polling import wait_for
@@ -45,7 +45,7 @@ def test_a_verdict_naming_a_control_plane_node_and_another_tenants_node_quaranti
     tenant = f"tenant-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": tenant}})
     try:
-        wait_for(lambda: core.read_namespaced_service_account("default", tenant), 30, "the tenant's ServiceAccount")
+        wait_until(lambda: core.read_namespaced_service_account("default", tenant), 30, "the tenant's ServiceAccount")  # 404 until it exists
         theirs = start(core, custom, tenant, "theirs", 1)
         pods = start(core, custom, namespace, "mine", 2)
         other = theirs[0].spec.node_name

@@ -203,3 +203,15 @@ def test_flops_per_token() -> None:
     # 6N dominates at 2k tokens: attention adds 12 * 24 * 2048 * 2048 = 1.2 GFLOPs to ~7.4.
     assert 7.0e9 < 6 * (one_b.num_params() - 256 * 2048) < 7.6e9
     assert one_b.flops_per_token(2048) - one_b.flops_per_token(0) == 12 * 24 * 2048 * 2048
+
+
+def test_a_pod_inside_one_nvlink_domain_lets_tensor_span_whole_nodes():
+    from railtrain.crds import contract
+    from railtrain.trainer.dims import node_limit, resolve_dims
+
+    inside = {contract.ENV_NVLINK_DOMAIN: "1"}
+    assert node_limit(inside, 4) is None and node_limit({}, 4) == 4
+    dims = resolve_dims(None, {"tensor": 8, "data": 2}, 16, node_limit(inside, 4), None, None)
+    assert dims.degrees.tensor == 8
+    with pytest.raises(ValueError, match="tensor=8 must divide the processes per node"):
+        resolve_dims(None, {"tensor": 8, "data": 2}, 16, node_limit({}, 4), None, None)
