@@ -23,6 +23,8 @@ from railtrain.operator.cluster import parse_quantity, pod_node
 from railtrain.operator.nodefit import pod_needs
 from railtrain.operator.placement import GangRequest
 
+NAME_TAKEN = ("PodNameTaken", "ServiceNameTaken")
+"""Scheduled reasons of a job whose pod or Service names are held by objects it does not own (operator/phases/ownership.py)."""
 REQUEUE_BASE_SECONDS = 10
 """Backoff after the first gang timeout; it doubles with each further timeout."""
 REQUEUE_MAX_SECONDS = 600
@@ -288,7 +290,9 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
     gang = [p for p in gang if 0 <= rank_of(p) < n]
     ranks = {rank_of(p) for p in gang} | {int(r) for r in status.get("succeededRanks") or [] if 0 <= int(r) < n}  # exited 0 earlier: complete
     fresh = not ranks  # no pod yet: placed from the spec alone, then created pinned and ungated (admit before creating)
-    ready = len(ranks) == n or (fresh and not lingering(obj, pods))
+    scheduled = cond.find(status.get("conditions") or [], cond.SCHEDULED) or {}
+    blocked = scheduled.get("reason") in NAME_TAKEN  # the reconcile reported a pod or Service in the way of the gang's names
+    ready = len(ranks) == n or (fresh and not blocked and not lingering(obj, pods))
     if not fresh and len(ranks) == n and not any(is_gated(p) for p in gang):
         return None
     since = waiting_since(obj)

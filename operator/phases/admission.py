@@ -122,7 +122,7 @@ def _keep_refusal(step: Step) -> None:
 
 
 def _placed(step: Step) -> bool:
-    return isinstance(step.placement, Placement)
+    return isinstance(step.placement, Placement) and not step.foreign  # a name in the way: nothing is created, so nothing is promised
 
 
 def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]:

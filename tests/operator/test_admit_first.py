@@ -79,3 +79,12 @@ def test_a_record_of_an_earlier_restart_is_void():
     stored["status"] = {**stored["status"], "restarts": 1}
     assert reconcile.admission_record(stored["status"]) is None and reconcile.promised_pods(stored, []) == []
     assert reconcile.admission_request(stored, [], NOW)[1] is True
+
+
+def test_a_gang_whose_service_name_is_taken_is_neither_placed_nor_created():
+    obj = job_obj(nodes=2)
+    theirs = {"kind": "Service", "metadata": {"name": "llm", "namespace": "team", "uid": "svc-1"}, "spec": {"clusterIP": "10.0.0.1"}}
+    p = reconcile.plan(obj, [], theirs, NOW, Placement(("a", "b")))  # a pass answered before the reconcile reported it
+    assert p.create_pods == [] and "admission" not in p.status
+    assert find(p.status["conditions"], "Scheduled")["reason"] == "ServiceNameTaken"
+    assert reconcile.admission_request(_admitted(obj, p), [], NOW)[1] is False  # it takes its turn, but is not placed
