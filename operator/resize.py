@@ -36,7 +36,8 @@ def grow_size(obj: dict[str, Any], nodes: list[dict[str, Any]], active: list[dic
         levels: the operator's topology levels.
     """
     meta = obj["metadata"]
-    entry = admission_request(obj | {"status": {k: v for k, v in (obj.get("status") or {}).items() if k != "phase"}}, [], None)
+    asked = {k: v for k, v in (obj.get("status") or {}).items() if k not in ("phase", "admission")}  # as if the gang waited afresh
+    entry = admission_request(obj | {"status": asked}, [], None)
     if entry is None:
         return None
     request = entry[0]

@@ -88,3 +88,16 @@ def test_a_gang_whose_service_name_is_taken_is_neither_placed_nor_created():
     assert p.create_pods == [] and "admission" not in p.status
     assert find(p.status["conditions"], "Scheduled")["reason"] == "ServiceNameTaken"
     assert reconcile.admission_request(_admitted(obj, p), [], NOW)[1] is False  # it takes its turn, but is not placed
+
+
+def test_an_admitted_elastic_gang_below_its_maximum_can_still_grow():
+    from railtrain.operator import resize
+
+    from .builders import node
+
+    obj = job_obj(nodes=4, elastic={"minNodes": 2})
+    first = reconcile.plan(obj, [], True, NOW, Placement(("a", "b", "c")))
+    stored = _admitted(obj, first)
+    stored["status"] = {**stored["status"], "phase": "Running"}
+    assert reconcile.admission_record(stored["status"]) is not None
+    assert resize.grow_size(stored, [node(n) for n in "abcd"], []) == 4  # the record does not hide the job from the grow check
