@@ -1,16 +1,25 @@
-"""GPU check: train the 1b preset (1.23B parameters) in bf16 on one GPU for a few dozen steps; print tokens/s and MFU.
+"""GPU check: train the 1b preset (1.23B parameters) in bf16 and in fp8 on one GPU for a few dozen steps; print tokens/s and MFU.
 
 The same code path as every other run: the railtrain ``Trainer`` (built from
 the trainer's own flags, ``--device cuda --mixed-precision bf16``, so
-autocast in bfloat16 over float32 master weights), its real step loop, real
-text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
+autocast in bfloat16 over float32 master weights; then ``--mixed-precision
+fp8``, the same with the blocks' linear layers in float8 through torchao,
+``--fp8-recipe`` tensorwise by default), its real step loop, real text. Each
+of ``--precisions`` is one run in turn, on the same batches; for each it times
+``--steps`` steps after ``--warmup`` untimed ones and reports
 
 * tokens/s: ``batch_size × seq_len × steps ÷ seconds``;
 * model TFLOP/s: tokens/s × the model's training FLOPs per token
   (``ModelConfig.flops_per_token``: ``6 N + 12 · layers · dim · seq_len``,
   embedding excluded, recomputation not counted);
 * MFU: model FLOP/s ÷ ``--peak-flops`` (default 989e12: the dense bf16 peak
-  of one H100 or H200 SXM);
+  of one H100 or H200 SXM), for fp8 too, so the two MFUs compare like the
+  tokens/s (torchtitan reports fp8 MFU against the bf16 peak as well; the
+  dense fp8 peak is twice it);
+* fp8 ÷ bf16 tokens/s, the figure FP8 training is for. The trainer does not
+  use ``torch.compile``, so torchao's float8 casts run as separate kernels,
+  not fused into their neighbours: the ratio is that of this trainer, which
+  may sit below torchtitan's compiled figures;
 * peak GPU memory, and the loss at the first and last step;
 * the health checks (docs/health.md) on the device: milliseconds of one parameter fingerprint of
   the whole model and of one known-answer test (CUDA-synchronised medians of 5), whether the
@@ -18,9 +27,10 @@ text. It times ``--steps`` steps after ``--warmup`` untimed ones and reports
   intervals (fingerprint every 50 steps, two KATs every 500) as a share of the step time. The
   timed steps run with the checks on, as a job does; ``--no-health`` times them off.
 
-    python bench/gpu_check.py                                   # needs a CUDA device
-    python bench/gpu_check.py --batch-size 4 --activation-checkpointing
-    python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2   # a dry run on CPU
+    python bench/gpu_check.py                                   # needs a CUDA device (fp8: compute capability 8.9+)
+    python bench/gpu_check.py --batch-size 4 --activation-checkpointing --fp8-recipe rowwise
+    python bench/gpu_check.py --precisions bf16                 # an older GPU: bf16 alone
+    python bench/gpu_check.py --device cpu --preset tiny --steps 2 --warmup 0 --seq-len 64 --batch-size 2 --fp8-emulate   # a dry run on CPU
 
 ``--cp-memory`` runs the context-parallel case instead (``bench/gpu_cp_memory.py``):
 activation memory per rank at 8k, 32k and 128k tokens, context 1 against
@@ -55,6 +65,8 @@ from harness import Table, machine, write_json
 H100_BF16_DENSE_FLOPS = 989e12
 """Peak dense bf16 FLOP/s of one H100 / H200 SXM (NVIDIA data sheets; 1,979e12 is with 2:4 sparsity)."""
 
+PRECISIONS = ("bf16", "fp8", "fp32")
+
 NO_CUDA = "gpu_check: torch sees no CUDA device (torch.cuda.is_available() is False), so run it on a machine with a GPU, or pass --device cpu for a dry run."
 
 
@@ -68,7 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=2048, help="Tokens per sequence (default 2048).")
     parser.add_argument("--peak-flops", type=float, default=H100_BF16_DENSE_FLOPS, help="Peak FLOP/s of the GPU in bf16, dense (default 989e12, H100/H200 SXM).")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cuda (default), or cpu for a dry run of the same path.")
-    parser.add_argument("--mixed-precision", default="bf16", choices=["bf16", "fp32"], help="Trainer --mixed-precision (default bf16).")
+    parser.add_argument("--precisions", default="bf16,fp8", help="Comma-separated trainer --mixed-precision values, one run each, in order (default bf16,fp8; among bf16, fp8, fp32).")
+    parser.add_argument("--fp8-recipe", default="tensorwise", choices=["tensorwise", "rowwise"], help="Trainer --fp8-recipe of the fp8 run (default tensorwise).")
+    parser.add_argument("--fp8-emulate", action="store_true", help="Trainer --fp8-emulate: emulate float8 (for a dry run on a CPU or a GPU below compute capability 8.9; no speed-up).")
     parser.add_argument("--lr", type=float, default=3e-4, help="Peak learning rate (default 3e-4, stable for 1b in a short run).")
     parser.add_argument("--activation-checkpointing", action="store_true", help="Recompute block activations in backward (less memory; model FLOPs unchanged, so MFU drops).")
     parser.add_argument("--data", default="pkg://email/*.py", help="Training text (default pkg://email/*.py).")
@@ -88,6 +102,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--steps, --batch-size and --seq-len must be >= 1, --warmup >= 0")
     if not args.peak_flops > 0:
         parser.error("--peak-flops must be > 0")
+    args.precisions = [p for p in args.precisions.split(",") if p]
+    if not args.precisions or any(p not in PRECISIONS for p in args.precisions) or len(set(args.precisions)) != len(args.precisions):
+        parser.error(f"--precisions must list distinct values among {', '.join(PRECISIONS)}")
     return args
 
 
@@ -97,18 +114,24 @@ def model_flops(flops_per_token: float, tokens_per_s: float, peak_flops: float) 
     return achieved, achieved / peak_flops
 
 
-def trainer_argv(args: argparse.Namespace, metrics_file: Path) -> list[str]:
-    """The trainer command line the check runs (``--steps`` is raised as the check goes)."""
+def trainer_argv(args: argparse.Namespace, metrics_file: Path, precision: str = "bf16") -> list[str]:
+    """The trainer command line of the ``precision`` run (``--steps`` is raised as the check goes)."""
     argv = [
         "--data", args.data, "--preset", args.preset, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
-        "--device", args.device, "--mixed-precision", args.mixed_precision, "--lr", str(args.lr), "--warmup-steps", "10",
+        "--device", args.device, "--mixed-precision", precision, "--lr", str(args.lr), "--warmup-steps", "10",
         "--steps", str(max(args.warmup, 1)), "--log-every", "10", "--metrics-file", str(metrics_file),
     ]  # fmt: skip
+    if precision == "fp8":
+        argv += ["--fp8-recipe", args.fp8_recipe] + (["--fp8-emulate"] if args.fp8_emulate else [])
     return argv + (["--activation-checkpointing"] if args.activation_checkpointing else [])
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Train and time; returns the figures (see the module docstring)."""
+def run(args: argparse.Namespace, precision: str = "bf16") -> dict[str, Any]:
+    """Train in ``precision`` and time; returns the figures (see the module docstring).
+
+    Raises:
+        ValueError: the trainer refuses the configuration (e.g. fp8 on a GPU below compute capability 8.9).
+    """
     import torch
 
     from railtrain.trainer.config import parse_args as trainer_args
@@ -118,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = PRESETS[args.preset]
     with tempfile.TemporaryDirectory() as tmp:
         metrics_file = Path(tmp) / "metrics.jsonl"
-        trainer = Trainer(trainer_args(trainer_argv(args, metrics_file)), environ={"RAILTRAIN_HEALTH": "0"} if args.no_health else {})
+        trainer = Trainer(trainer_args(trainer_argv(args, metrics_file, precision)), environ={"RAILTRAIN_HEALTH": "0"} if args.no_health else {})
         try:
             trainer.config.steps = args.warmup
             with contextlib.redirect_stdout(io.StringIO()):
@@ -135,6 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             peak_mem = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
             device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
             bf16 = trainer.bf16
+            float8_layers = sum(type(m).__name__ == "Float8Linear" for m in trainer.model.modules())
             health = health_figures(trainer.model, trainer.info.device)
         finally:
             trainer.close()
@@ -143,7 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flops_per_token = config.flops_per_token(args.seq_len)
     achieved, mfu = model_flops(flops_per_token, tokens_per_s, args.peak_flops)
     return {
-        "device_name": device_name, "params": config.num_params(), "bf16": bf16, "seconds": seconds,
+        "precision": precision, "float8_layers": float8_layers, "device_name": device_name, "params": config.num_params(), "bf16": bf16, "seconds": seconds,
         "step_s": seconds / args.steps, "tokens_per_s": tokens_per_s, "flops_per_token": flops_per_token,
         "model_flops_per_s": achieved, "mfu": mfu, "peak_memory_bytes": peak_mem,
         "loss_first": losses[0], "loss_last": losses[-1], "losses": losses, "health": health, "health_on": not args.no_health,
@@ -192,28 +216,49 @@ def main(argv: list[str] | None = None) -> int:
     before = machine()
     if args.cp_memory:
         return cp_memory_case(args, before)
-    r = run(args)
+    results = []
+    for precision in args.precisions:
+        try:
+            results.append(run(args, precision))
+        except ValueError as err:  # the trainer's refusal, e.g. fp8 below compute capability 8.9: one sentence
+            print(f"gpu_check: {precision}: {err}", file=sys.stderr, flush=True)
+            return 1
+    first = results[0]
     table = Table(
-        f"gpu check: preset {args.preset} ({r['params'] / 1e6:,.0f}M params) on {r['device_name']}, "
-        f"{'bf16' if r['bf16'] else 'fp32'}, batch {args.batch_size} x {args.seq_len}, {args.steps} steps after {args.warmup}",
-        ["metric", "value"],
-        note=f"MFU = model FLOPs/token ({r['flops_per_token'] / 1e9:.2f} GFLOP) x tokens/s / peak {args.peak_flops / 1e12:.0f} TFLOP/s",
+        f"gpu check: preset {args.preset} ({first['params'] / 1e6:,.0f}M params) on {first['device_name']}, "
+        f"batch {args.batch_size} x {args.seq_len}, {args.steps} steps after {args.warmup}",
+        ["metric", *[describe(r, args) for r in results]],
+        note=f"MFU = model FLOPs/token ({first['flops_per_token'] / 1e9:.2f} GFLOP) x tokens/s / peak {args.peak_flops / 1e12:.0f} TFLOP/s (the bf16 dense peak, for every column)",
     )
-    table.add("tokens/s", f"{r['tokens_per_s']:.0f}")
-    table.add("step time", f"{r['step_s'] * 1000:.1f} ms")
-    table.add("model TFLOP/s", f"{r['model_flops_per_s'] / 1e12:.1f}")
-    table.add("MFU", f"{100 * r['mfu']:.1f}%")
-    table.add("peak GPU memory", f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if args.device == "cuda" else "-")
-    table.add("loss first -> last", f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}")
-    table.add("health checks during the timed steps", "on" if r["health_on"] else "off (--no-health)")
-    table.add("parameter fingerprint", f"{r['health']['fingerprint_ms']:.1f} ms")
-    table.add("known-answer test", f"{r['health']['known_answer_ms']:.1f} ms, {'same bytes every run' if r['health']['known_answer_stable'] else 'DIFFERENT bytes across runs'}")
-    table.add("health cost per step at default intervals", f"{100 * r['health_share_per_step']:.3f}%")
+    cuda = args.device == "cuda"
+    rows = [
+        ("tokens/s", lambda r: f"{r['tokens_per_s']:.0f}"),
+        (f"tokens/s vs {first['precision']}", lambda r: f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}x"),
+        ("step time", lambda r: f"{r['step_s'] * 1000:.1f} ms"),
+        ("model TFLOP/s", lambda r: f"{r['model_flops_per_s'] / 1e12:.1f}"),
+        ("MFU", lambda r: f"{100 * r['mfu']:.1f}%"),
+        ("peak GPU memory", lambda r: f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if cuda else "-"),
+        ("loss first -> last", lambda r: f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"),
+        ("health checks during the timed steps", lambda r: "on" if r["health_on"] else "off (--no-health)"),
+        ("parameter fingerprint", lambda r: f"{r['health']['fingerprint_ms']:.1f} ms"),
+        ("known-answer test", lambda r: f"{r['health']['known_answer_ms']:.1f} ms, {'same bytes every run' if r['health']['known_answer_stable'] else 'DIFFERENT bytes across runs'}"),
+        ("health cost per step at default intervals", lambda r: f"{100 * r['health_share_per_step']:.3f}%"),
+    ]
+    for name, cell in rows:
+        table.add(name, *[cell(r) for r in results])
     table.print()
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = write_json("gpu_check", {"machine": before, "params": params, "result": r}, args.json)
+    ratios = {f"{r['precision']}_vs_{first['precision']}_tokens_per_s": r["tokens_per_s"] / first["tokens_per_s"] for r in results[1:]}
+    path = write_json("gpu_check", {"machine": before, "params": params, "results": results, "ratios": ratios}, args.json)
     print(f"wrote {path}")
     return 0
+
+
+def describe(r: dict[str, Any], args: argparse.Namespace) -> str:
+    """A column header: the precision, and for fp8 the recipe, emulation and converted layers."""
+    if r["precision"] != "fp8":
+        return r["precision"]
+    return f"fp8 {args.fp8_recipe}{' emulated' if args.fp8_emulate else ''} ({r['float8_layers']} layers)"
 
 
 def cp_memory_case(args: argparse.Namespace, before: dict[str, Any]) -> int:

@@ -1,7 +1,9 @@
 """The cluster side of the command line: connecting, and TrainingJob create/get/list.
 
 Everything here talks to kube-apiserver through the official ``kubernetes``
-client (``CustomObjectsApi``). Client failures are translated at this boundary
+client (``CustomObjectsApi``); connecting, error sentences and taint updates
+are the client edge the operator uses too (:mod:`railtrain.operator.kubeclient`,
+which imports neither kopf nor typer). Client failures are translated at this boundary
 into :class:`~railtrain.cli.errors.CliError` sentences that say what happened and
 what to do (install the CRD, start a cluster, pick another name), because only
 here is the intent of the request known: a 404 on create means the CRD is
@@ -11,24 +13,18 @@ missing, a 404 on get means the job is.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError, TimeoutError as Urllib3Timeout
+from urllib3.exceptions import HTTPError
 
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
+from railtrain.operator import kubeclient
 
-DEFAULT_KUBECONFIG = "~/.kube/config"
-IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REQUEST_TIMEOUT = (10, 60)
 """Connect and read timeouts of every request, in seconds."""
 RESOURCE = f"{contract.PLURAL}.{contract.API_GROUP}"
@@ -52,7 +48,7 @@ class Cluster:
 
 
 def connect(kubeconfig: str | None) -> Cluster:
-    """Load credentials from a kubeconfig (or the in-cluster service account).
+    """Load credentials from a kubeconfig (or the in-cluster service account), as the operator does.
 
     Args:
         kubeconfig: path(s) of kubeconfig files, ``os.pathsep``-separated as in
@@ -63,51 +59,14 @@ def connect(kubeconfig: str | None) -> Cluster:
 
     Raises:
         CliError: no kubeconfig exists, or it is unreadable, not YAML, not
-            shaped like a kubeconfig, or otherwise cannot be used.
+            shaped like a kubeconfig, or otherwise cannot be used
+            (:func:`railtrain.operator.kubeclient.connect`'s sentence).
     """
-    cfg = client.Configuration()
-    path = kubeconfig or DEFAULT_KUBECONFIG
-    paths = [Path(p).expanduser() for p in path.split(os.pathsep) if p]
-    namespace = "default"
-    if any(p.is_file() for p in paths):
-        try:
-            config.load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
-            _, current = config.list_kube_config_contexts(config_file=path)
-        except (ConfigException, OSError, ValueError) as err:
-            raise CliError(f"kubeconfig {path} cannot be used: {_one_line(err)}") from None
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise CliError(f"kubeconfig {path} cannot be used: not valid YAML{where}") from None
-        except (TypeError, AttributeError, KeyError):  # the client's loader indexes the YAML without checking its shape
-            raise CliError(
-                f"kubeconfig {path} cannot be used: it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
-            ) from None
-        namespace = (current or {}).get("context", {}).get("namespace") or namespace
-    elif kubeconfig is None and IN_CLUSTER_TOKEN.is_file():
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except ConfigException as err:
-            raise CliError(f"in-cluster credentials cannot be used: {_one_line(err)}") from None
-        if IN_CLUSTER_NAMESPACE.is_file():
-            namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or namespace
-    else:
-        raise CliError(_missing_kubeconfig(kubeconfig, path, os.environ))
-    return Cluster(api=client.CustomObjectsApi(client.ApiClient(cfg)), namespace=namespace, host=cfg.host)
-
-
-def _missing_kubeconfig(kubeconfig: str | None, path: str, environ: Mapping[str, str]) -> str:
-    """The sentence for a kubeconfig that does not exist, naming where the path came from.
-
-    ``kubeconfig`` equal to ``$KUBECONFIG`` came from the environment (typer
-    fills the option from it): the advice is then about that variable, not to set it.
-    """
-    start = "start a local cluster with 'railtrain dev up', which prints one"
-    if kubeconfig is not None and environ.get("KUBECONFIG") == kubeconfig:
-        return f"KUBECONFIG: no kubeconfig file at {path}; point KUBECONFIG at an existing file or unset it (its cluster may be gone: {start})"
-    if kubeconfig is None:
-        return f"no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG ({start})"
-    return f"--kubeconfig: no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG ({start})"
+    try:
+        conn = kubeclient.connect(kubeconfig)
+    except kubeclient.ConnectError as err:
+        raise CliError(str(err)) from None
+    return Cluster(api=client.CustomObjectsApi(conn.api), namespace=conn.namespace, host=conn.host)
 
 
 def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +199,7 @@ def refusal_sentences(name: str, status: dict[str, Any], err: ApiException | Non
 
 
 def describe_client_error(err: BaseException, host: str | None = None) -> CliError:
-    """Translate any Kubernetes client or urllib3 exception into one sentence.
+    """Translate any Kubernetes client or urllib3 exception into one sentence (:func:`railtrain.operator.kubeclient.sentence`).
 
     Args:
         err: an ``ApiException``, ``ConfigException`` or urllib3 ``HTTPError``.
@@ -249,94 +208,52 @@ def describe_client_error(err: BaseException, host: str | None = None) -> CliErr
     Returns:
         A :class:`CliError` (exit status 1).
     """
-    where = f" at {host}" if host else ""
-    if isinstance(err, MaxRetryError):
-        host = host or _url_of(err)
-        where = f" at {host}" if host else ""
-        reason = err.reason
-        if isinstance(reason, NewConnectionError) and "refused" in str(reason).lower():
-            return CliError(
-                f"cannot reach the Kubernetes API server{where}: connection refused; start a cluster with "
-                "'railtrain dev up' or point --kubeconfig/KUBECONFIG at a running one"
-            )
-        if isinstance(reason, Urllib3Timeout):
-            return CliError(f"the Kubernetes API server{where} did not answer in time; check that the cluster is up")
-        return CliError(f"cannot reach the Kubernetes API server{where}: {_one_line(reason or err)}")
-    if isinstance(err, Urllib3Timeout):
-        return CliError(f"the Kubernetes API server{where} did not answer in time; check that the cluster is up")
-    if isinstance(err, ApiException):
-        status = _status_body(err)
-        message = _one_line(status.get("message") or err.reason or "")
-        if err.status == 0:
-            return CliError(f"cannot talk to the Kubernetes API server{where}: {message}")
-        if err.status == 401:
-            return CliError(f"the Kubernetes API server{where} rejected the kubeconfig's credentials (401 Unauthorized)")
-        if err.status == 403:
-            return CliError(f"not allowed by the Kubernetes API server{where}: {message}")
-        return CliError(f"the Kubernetes API server{where} answered {err.status} {err.reason}: {message}")
-    if isinstance(err, ConfigException):
-        return CliError(f"the kubeconfig cannot be used: {_one_line(err)}")
-    return CliError(f"Kubernetes client error{where}: {_one_line(err)}")
+    return CliError(kubeclient.sentence(err, host))
 
 
-def _status_body(err: ApiException) -> dict[str, Any]:
-    try:
-        body = json.loads(err.body or "")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _url_of(err: MaxRetryError) -> str:
-    pool = getattr(err, "pool", None)
-    if pool is None or not getattr(pool, "host", None):
-        return ""
-    return f"{pool.scheme}://{pool.host}:{pool.port}"
-
-
-def _one_line(obj: object) -> str:
-    return " ".join(str(obj).split())
+_status_body = kubeclient.status_body
+_one_line = kubeclient.one_line
 
 
 def clear_quarantine(cluster: Cluster, node: str) -> str | None:
     """Remove the quarantine (the ``railtrain.dev/quarantined`` taint, label and ``-at`` annotation) from ``node``.
 
     Whether the node is quarantined is the same test placement uses
-    (:func:`railtrain.operator.quarantine.quarantined_by`). A merge patch
-    carrying the node's resourceVersion replaces ``spec.taints``, so a
-    concurrent taint change is never overwritten (retried on conflict).
+    (:func:`railtrain.operator.quarantine.quarantined_by`). The operator's guarded
+    read-modify-write (:func:`railtrain.operator.kubeclient.update_node`) removes
+    the taint, label and annotation in one merge patch carrying the node's
+    resourceVersion, so a concurrent change is never overwritten (retried on conflict).
 
     Returns:
         What quarantined it (the taint's verdict, or "label"), or None when the node was not quarantined.
 
     Raises:
-        CliError: the node does not exist, or the patch was refused.
+        CliError: the node does not exist, or kept changing.
     """
     from railtrain.operator.quarantine import ANNOTATION_AT, LABEL_KEY, quarantined_by, taints_without
 
     core = client.CoreV1Api(cluster.api.api_client)
-    for _ in range(5):
+
+    def read() -> dict[str, Any] | None:
         try:
-            obj = json.loads(core.read_node(node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)
+            return json.loads(core.read_node(node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)
         except ApiException as err:
             if err.status == 404:
-                raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1) from None
+                return None
             raise
-        was = quarantined_by(obj)
-        if was is None:
+
+    def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+        if quarantined_by(obj) is None:
             return None
-        taints = taints_without(obj)
-        meta: dict[str, object] = {"resourceVersion": obj["metadata"]["resourceVersion"], "annotations": {ANNOTATION_AT: None}}
-        if LABEL_KEY in (obj["metadata"].get("labels") or {}):
-            meta["labels"] = {LABEL_KEY: None}
-        body = {"metadata": meta, "spec": {"taints": taints}} if taints is not None else {"metadata": meta}
-        try:
-            core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
-            return was
-        except ApiException as err:
-            if err.status != 409:
-                raise
-    raise CliError(f"node {node} kept changing while its quarantine taint was being removed; try again", exit_code=1)
+        labels = {LABEL_KEY: None} if LABEL_KEY in (obj["metadata"].get("labels") or {}) else None
+        return {"taints": taints_without(obj), "annotations": {ANNOTATION_AT: None}, "labels": labels}
+
+    outcome, obj = kubeclient.update_node(read, lambda n, **what: kubeclient.patch_node(core, n, timeout=REQUEST_TIMEOUT, **what), change)
+    if outcome == "gone":
+        raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1)
+    if outcome == "conflict":
+        raise CliError(f"node {node} kept changing while its quarantine taint was being removed; try again", exit_code=1)
+    return None if outcome == "unchanged" else quarantined_by(obj)
 
 
 def quarantined_nodes(cluster: Cluster) -> list[tuple[str, str]]:

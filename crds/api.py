@@ -27,6 +27,7 @@ from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified
 from railtrain.crds.goodput import Goodput, Progress
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
+from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
 from railtrain.crds.quantity import cel_rule as _quantity_cel
 from railtrain.crds.quantity import quantity_problem
@@ -338,6 +339,8 @@ SPEC_RULES: tuple[Rule, ...] = (
         message="spec.checkpoint.location must be an absolute path when spec.checkpoint.volumeClaim is set (the claim is mounted there)",
         field_path=".checkpoint.location",
     ),
+    Rule(cel=FLOAT8_ONLY_WITH_FP8[0], check=float8_only_with_fp8, message=FLOAT8_ONLY_WITH_FP8[1], field_path=FLOAT8_ONLY_WITH_FP8[2]),
+    Rule(cel=FP8_NEEDS_GPUS[0], check=fp8_has_gpus, message=FP8_NEEDS_GPUS[1], field_path=FP8_NEEDS_GPUS[2]),
 )
 
 
@@ -356,6 +359,7 @@ class TrainingJobSpec(_Model):
     nodes: int = Field(1, ge=1, le=4096, description="Number of pods (torchrun nodes) in the gang; each lands on its own Kubernetes node. Omitted (or null): 1, as Kubeflow's and JobSet's replicas default to 1.")
     procs_per_node: int = Field(1, ge=1, le=64, description="Training processes per pod, usually one per GPU. Omitted (or null): 1.")
     parallelism: Parallelism | None = Field(None, description="Parallel degrees; omitted means pure data parallel over the world size.")
+    precision: Precision | None = Field(None, description="Number formats of training: compute bf16, fp8 (float8 matrix products in the transformer blocks' linear layers) or fp32; omitted means bf16 on GPUs and fp32 on CPUs (docs/parallelism.md, FP8).")
     topology: Topology = Field(default_factory=Topology, description="Topology-aware placement policy.")
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="Admission order: jobs with higher priority are admitted first; equal priorities go by creationTimestamp. No preemption.")
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")

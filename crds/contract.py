@@ -138,6 +138,12 @@ ENV_CHECKPOINT_MEMORY_KEEP = "RAILTRAIN_CHECKPOINT_MEMORY_KEEP"
 ENV_CHECKPOINT_LOCAL_DIR = "RAILTRAIN_CHECKPOINT_LOCAL_DIR"
 ENV_CHECKPOINT_LOCAL_INTERVAL = "RAILTRAIN_CHECKPOINT_LOCAL_INTERVAL"
 ENV_CHECKPOINT_LOCAL_KEEP = "RAILTRAIN_CHECKPOINT_LOCAL_KEEP"
+ENV_PRECISION = "RAILTRAIN_PRECISION"
+"""``spec.precision.compute``: ``bf16``, ``fp8`` or ``fp32``; empty when the spec omits it (the trainer's default)."""
+ENV_FLOAT8_RECIPE = "RAILTRAIN_FLOAT8_RECIPE"
+"""``spec.precision.float8.recipe`` under fp8 (``tensorwise`` or ``rowwise``); empty otherwise."""
+ENV_FLOAT8_EMULATE = "RAILTRAIN_FLOAT8_EMULATE"
+"""``spec.precision.float8.emulate`` under fp8: ``1`` or ``0``; empty otherwise."""
 ENV_RUN_ID = "RAILTRAIN_RUN_ID"
 """The run that owns the node-local checkpoint tiers: ``spec.checkpoint.runId``, else the TrainingJob's uid
 (``railtrain run --local``: a new id per invocation). The trainer resumes only node-local shards saved under it."""
@@ -196,6 +202,9 @@ class PodEnvironment:
         metrics_port: Prometheus port of the local rank 0 process.
         restart_count: how many times the operator restarted this gang.
         node_name: the Kubernetes node of this pod (:data:`ENV_NODE_NAME`); ``""`` if unknown.
+        precision: ``bf16``, ``fp8``, ``fp32``, or ``""`` for the trainer's default (:data:`ENV_PRECISION`).
+        float8_recipe: ``tensorwise`` or ``rowwise`` under fp8, else ``""`` (:data:`ENV_FLOAT8_RECIPE`).
+        float8_emulate: ``"1"`` or ``"0"`` under fp8, else ``""`` (:data:`ENV_FLOAT8_EMULATE`).
         run_id: the run that owns the node-local tiers (:data:`ENV_RUN_ID`); ``""``: no run identity
             (a trainer started by hand), any node-local shard may be resumed.
     """
@@ -220,6 +229,9 @@ class PodEnvironment:
     checkpoint_local_interval: int = 50
     checkpoint_local_keep: int = 2
     node_name: str = ""
+    precision: str = ""
+    float8_recipe: str = ""
+    float8_emulate: str = ""
     run_id: str = ""
 
     @property
@@ -249,6 +261,9 @@ _RAILTRAIN_NAMES = {
     "checkpoint_local_interval": ENV_CHECKPOINT_LOCAL_INTERVAL,
     "checkpoint_local_keep": ENV_CHECKPOINT_LOCAL_KEEP,
     "node_name": ENV_NODE_NAME,
+    "precision": ENV_PRECISION,
+    "float8_recipe": ENV_FLOAT8_RECIPE,
+    "float8_emulate": ENV_FLOAT8_EMULATE,
     "run_id": ENV_RUN_ID,
 }
 

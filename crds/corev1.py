@@ -40,7 +40,7 @@ POD_SPEC_FIELDS = (
     "affinity", "automountServiceAccountToken", "containers", "dnsConfig", "dnsPolicy", "hostIPC", "hostNetwork",
     "hostname", "imagePullSecrets", "initContainers", "nodeName", "nodeSelector", "priorityClassName", "restartPolicy",
     "runtimeClassName", "schedulingGates", "securityContext", "serviceAccountName", "subdomain",
-    "terminationGracePeriodSeconds", "tolerations", "volumes",
+    "terminationGracePeriodSeconds", "tolerations", "topologySpreadConstraints", "volumes",
 )
 """PodSpec properties the template schema carries (the operator-owned ones only so they can be refused by name)."""
 
@@ -53,7 +53,7 @@ _DROPPED = {
 }
 """Deprecated in-tree volume plugins (Kubernetes migrated them to CSI drivers); a template uses ``csi`` instead."""
 
-MAX_ITEMS = {"containers": 16, "initContainers": 16, "env": 256, "envFrom": 32, "volumeMounts": 64, "volumes": 64, "ports": 32, "tolerations": 64, "imagePullSecrets": 16}
+MAX_ITEMS = {"containers": 16, "initContainers": 16, "env": 256, "envFrom": 32, "volumeMounts": 64, "volumes": 64, "ports": 32, "tolerations": 64, "imagePullSecrets": 16, "topologySpreadConstraints": 16}
 """Bounds on the lists railtrain's CEL rules walk: kube-apiserver refuses a rule whose estimated cost over unbounded lists exceeds its budget."""
 MAX_LENGTH = {"name": 253, "mountPath": 4096}
 """Bounds on the strings those rules compare, for the same reason."""

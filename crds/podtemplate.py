@@ -84,6 +84,7 @@ class TemplatePodSpec(_Model):
     node_selector: dict[str, str] = _k8s("nodeSelector", {})
     affinity: dict[str, Any] | None = _k8s("affinity")
     tolerations: list[dict[str, Any]] = _k8s("tolerations", [])
+    topology_spread_constraints: list[dict[str, Any]] = _k8s("topologySpreadConstraints", [])
     priority_class_name: str | None = _k8s("priorityClassName")
     service_account_name: str | None = _k8s("serviceAccountName")
     automount_service_account_token: bool | None = _k8s("automountServiceAccountToken")
@@ -193,7 +194,7 @@ def _env_problems(spec: "TrainingJobSpec") -> list[str]:
     for var in _trainer(spec).get("env") or []:
         name = var.get("name")
         if name in CONTRACT_ENV:
-            out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] is a pod-environment contract variable the operator sets (from spec.nodes, spec.procsPerNode, spec.parallelism and spec.checkpoint)")
+            out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] is a pod-environment contract variable the operator sets (from spec.nodes, spec.procsPerNode, spec.parallelism, spec.precision and spec.checkpoint)")
         elif name in mine:
             out.append(f"spec.template.spec.containers[{TRAINER}].env[{name}] conflicts with spec.env[{name}]: set each variable in one place")
     return out
@@ -259,6 +260,40 @@ def _ports_problems(spec: "TrainingJobSpec") -> list[str]:
     return out
 
 
+SCHEDULER_ONLY = "kube-scheduler enforces it against other pods' places, which railtrain's gang placement does not model, so a placed gang could be refused binding"
+"""Why the template may not carry a hard scheduling rule placement cannot honour (issue 15, kind 8)."""
+
+
+def _inter_pod_problems(spec: "TrainingJobSpec") -> list[str]:
+    affinity = (spec.template.spec.affinity if spec.template else None) or {}
+    return [
+        f"spec.template.spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution is not supported: {SCHEDULER_ONLY} "
+        f"(use {kind}.preferredDuringSchedulingIgnoredDuringExecution, or spec.topology to pack or spread the gang)"
+        for kind in ("podAffinity", "podAntiAffinity")
+        if "requiredDuringSchedulingIgnoredDuringExecution" in (affinity.get(kind) or {})
+    ]
+
+
+def _spread_problems(spec: "TrainingJobSpec") -> list[str]:
+    return [
+        f"spec.template.spec.topologySpreadConstraints[{i}].whenUnsatisfiable DoNotSchedule is not supported: {SCHEDULER_ONLY} "
+        "(use ScheduleAnyway, or spec.topology to pack or spread the gang)"
+        for i, t in enumerate(spec.template.spec.topology_spread_constraints if spec.template else [])
+        if t.get("whenUnsatisfiable") == "DoNotSchedule"
+    ]
+
+
+def _host_port_problems(spec: "TrainingJobSpec") -> list[str]:
+    return [
+        f"spec.template.spec.{alias}[{c.get('name')}].ports: hostPort {p.get('hostPort')} is not supported: {SCHEDULER_ONLY} "
+        "(use a containerPort: with hostNetwork the container ports are the node's)"
+        for field, alias in (("containers", "containers"), ("init_containers", "initContainers"))
+        for c in (getattr(spec.template.spec, field) if spec.template else [])
+        for p in c.get("ports") or []
+        if p.get("hostPort")
+    ]
+
+
 def _meta_problems(spec: "TrainingJobSpec") -> list[str]:
     if spec.template is None:
         return []
@@ -284,7 +319,7 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
     _trainer_field("terminationMessagePolicy", "the trainer's verdict", "the operator sets FallbackToLogsOnError"),
     TemplateRule(
         cel=_each_trainer(f"!has(c.env) || c.env.all(e, !(e.name in {_cel_list(CONTRACT_ENV)}))"),
-        message=f"spec.template.spec.containers[{TRAINER}].env conflicts with the pod-environment contract: the operator sets the RAILTRAIN_*/PET_* variables from spec.nodes, spec.procsPerNode, spec.parallelism and spec.checkpoint",
+        message=f"spec.template.spec.containers[{TRAINER}].env conflicts with the pod-environment contract: the operator sets the RAILTRAIN_*/PET_* variables from spec.nodes, spec.procsPerNode, spec.parallelism, spec.precision and spec.checkpoint",
         field_path=".template.spec.containers",
         problems=_env_problems,
     ),
@@ -353,6 +388,27 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
         message="spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement), which pins each rank by that key; select nodes by another label",
         field_path=".template.spec.nodeSelector",
         problems=lambda s: ["spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement), which pins each rank by that key; select nodes by another label"] if s.template and "kubernetes.io/hostname" in s.template.spec.node_selector else [],
+    ),
+    TemplateRule(
+        cel=f"({_has('affinity', 'podAffinity', 'requiredDuringSchedulingIgnoredDuringExecution')}) && ({_has('affinity', 'podAntiAffinity', 'requiredDuringSchedulingIgnoredDuringExecution')})",
+        message=f"spec.template.spec.affinity.podAffinity/podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution is not supported: {SCHEDULER_ONLY} (use the preferred form, or spec.topology to pack or spread the gang)",
+        field_path=".template.spec.affinity",
+        problems=_inter_pod_problems,
+    ),
+    TemplateRule(
+        cel=f"{_has('topologySpreadConstraints')} || {_T}.topologySpreadConstraints.all(t, t.whenUnsatisfiable != 'DoNotSchedule')",
+        message=f"spec.template.spec.topologySpreadConstraints[].whenUnsatisfiable DoNotSchedule is not supported: {SCHEDULER_ONLY} (use ScheduleAnyway, or spec.topology to pack or spread the gang)",
+        field_path=".template.spec.topologySpreadConstraints",
+        problems=_spread_problems,
+    ),
+    TemplateRule(
+        cel=(
+            f"({_has('containers')} || {_CONTAINERS}.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))) && "
+            f"({_has('initContainers')} || {_T}.initContainers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))"
+        ),
+        message=f"spec.template.spec.containers[].ports[].hostPort is not supported: {SCHEDULER_ONLY} (use a containerPort: with hostNetwork the container ports are the node's)",
+        field_path=".template.spec",
+        problems=_host_port_problems,
     ),
     TemplateRule(
         cel=(

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from railtrain.crds import contract
 from railtrain.crds.fabric import FabricProfile, rank_annotations
-from railtrain.operator import admission, metrics, quarantine, reconcile, resize
+from railtrain.operator import admission, kubeclient, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import GangRequest, Placement, Refusal
@@ -121,7 +121,10 @@ def _reconcile_job(
             return None
         pods = _snapshot_pods(kube, job)
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
-        grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels) if nodes is not None and resize.wants_to_grow(job) else None
+        grow_to = None
+        if nodes is not None and resize.wants_to_grow(job):
+            queue = [request for _, _, request in _waiting(kube, at, watch_namespace)[1].values()]
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
         if not _apply_or_reject(kube, job, p, at):
             return p
@@ -168,28 +171,11 @@ def _admission_pass(
 ) -> list[admission.Decision]:
     """The body of :func:`admission_pass`, run under the scheduling lock."""
     at = _now(now)
-    gone = kube.terminating_namespaces()  # their jobs are being deleted: no pods can be created there
-    jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
+    jobs, waiting = _waiting(kube, at, watch_namespace)
     metrics.observe_jobs(jobs)
-    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for pod in kube.list_railtrain_pods():
-        meta = pod["metadata"]
-        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
-    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
     requests: dict[str, list[GangRequest]] = defaultdict(list)
-    for job in jobs:
-        meta = job["metadata"]
-        if meta.get("deletionTimestamp"):
-            continue
-        try:
-            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
-        except Exception as err:  # one job the planner cannot read never blocks the others' admission
-            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
-            continue
-        if entry is not None:
-            request, ready = entry
-            waiting[request.job] = (job, ready, request)
-            requests[request.gpu_resource].append(request)
+    for _, _, request in waiting.values():
+        requests[request.gpu_resource].append(request)
     metrics.ADMISSION_QUEUE.set(len(waiting))
     if not waiting:
         return []
@@ -212,6 +198,35 @@ def _admission_pass(
             except Exception as err:  # isolated: the next pass decides this job again
                 log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
     return decisions
+
+
+def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]]]:
+    """The jobs listed, and every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
+
+    Jobs in namespaces being deleted are left out (no pods can be created
+    there), and so is a job the planner cannot read (one line: it never blocks
+    the others' admission).
+    """
+    gone = kube.terminating_namespaces()
+    jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
+    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in kube.list_railtrain_pods():
+        meta = pod["metadata"]
+        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    for job in jobs:
+        meta = job["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
+        except Exception as err:
+            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
+            continue
+        if entry is not None:
+            request, ready = entry
+            waiting[request.job] = (job, ready, request)
+    return jobs, waiting
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
@@ -284,15 +299,20 @@ def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
 
 
 def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-    """Whether this pass must see the Nodes: some pod is bound to one (node loss), or the job may grow."""
-    admitted = reconcile.admission_record(job.get("status") or {})  # ranks to create from the record need their nodes' fabric values
-    return resize.wants_to_grow(job) or any((p.get("spec") or {}).get("nodeName") for p in pods) or (admitted is not None and not admitted.get("created"))
+    """Whether this pass must see the Nodes: some pod is bound to one (node loss), some is pinned to one but
+    not bound yet (a node unusable before binding), ranks are to be created from status.admission (their
+    nodes' fabric values), or the job may grow."""
+    admitted = reconcile.admission_record(job.get("status") or {})
+    return resize.wants_to_grow(job) or (admitted is not None and not admitted.get("created")) or any(
+        (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
+    )
 
 
 def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: str, evidence: str, now: datetime, attempts: int = 5) -> bool:
     """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
 
-    Read-modify-write with the node's resourceVersion, retried on conflict. The same patch sets the
+    Read-modify-write with the node's resourceVersion, retried on conflict
+    (:func:`railtrain.operator.kubeclient.update_node`, as ``railtrain node clear`` does). The same patch sets the
     :data:`~railtrain.operator.quarantine.ANNOTATION_AT` annotation to ``now``, from which the cluster-wide
     bound is counted.
 
@@ -300,22 +320,22 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
         True when this call added the taint; False when the node is gone, already quarantined, or kept changing.
     """
     meta = job["metadata"]
-    for _ in range(attempts):
-        node = kube.get_node(node_name)
-        if node is None:
-            return False
+
+    def change(node: dict[str, Any]) -> dict[str, Any] | None:
         taints = quarantine.taints_with(node, verdict)
-        if taints is None:
-            return False
-        if kube.set_node_taints(node, taints, {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}):
-            kube.emit_event(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
-                "Warning", quarantine.REASON_QUARANTINED,
-                f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
-            )
-            metrics.QUARANTINES.labels(verdict).inc()
-            return True
-    log.warning("node %s: could not add the quarantine taint after %d attempts (concurrent changes)", node_name, attempts)
+        return None if taints is None else {"taints": taints, "annotations": {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+    outcome, _ = kubeclient.update_node(lambda: kube.get_node(node_name), kube.set_node_taints, change, attempts)
+    if outcome == "changed":
+        kube.emit_event(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
+            "Warning", quarantine.REASON_QUARANTINED,
+            f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
+        )
+        metrics.QUARANTINES.labels(verdict).inc()
+        return True
+    if outcome == "conflict":
+        log.warning("node %s: could not add the quarantine taint after %d attempts (concurrent changes)", node_name, attempts)
     return False
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.api import TrainingJob, TrainingJobSpec
+from railtrain.crds.podtemplate import TRAINER
 from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import parse_quantity, pod_node
@@ -108,9 +109,49 @@ def rank_of(pod: dict[str, Any]) -> int:
         return -1
 
 
-def phase(pod: dict[str, Any]) -> str:
-    """``status.phase`` of a pod, Pending when absent."""
+def pod_phase(pod: dict[str, Any]) -> str:
+    """``status.phase`` of the pod itself, Pending when absent: whether it still runs (and holds its node), not how its rank ended."""
     return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def trainer_exit(pod: dict[str, Any]) -> int | None:
+    """The exit code of the pod's trainer container (:data:`~railtrain.crds.podtemplate.TRAINER`) once it has terminated, else None."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == TRAINER:
+            term = (cs.get("state") or {}).get("terminated")
+            if term is None:
+                return None
+            try:
+                return int(term.get("exitCode", contract.EXIT_FAILED))
+            except (TypeError, ValueError):
+                return contract.EXIT_FAILED
+    return None
+
+
+def phase(pod: dict[str, Any]) -> str:
+    """The phase of the pod's rank: decided by its trainer container alone, never by a sidecar.
+
+    A rank is Succeeded once its trainer container exited 0 and Failed once it
+    exited non-zero, whatever the template's sidecars do (regular containers,
+    or native sidecars: init containers with ``restartPolicy: Always``): a
+    metrics exporter that runs forever keeps the pod Running, and one that
+    crashed makes a pod whose trainer exited 0 Failed (Kubernetes pod phases,
+    "Pod lifecycle"; issue 15, kind 2). Before the trainer has terminated, or
+    when the pod failed without it terminating (evicted, node lost), it is the
+    pod's own phase (:func:`pod_phase`).
+
+    Returns:
+        Pending, Running, Succeeded, Failed or Unknown.
+    """
+    code = trainer_exit(pod)
+    if code is not None:
+        return "Succeeded" if code == 0 else "Failed"
+    return pod_phase(pod)
+
+
+def finished_but_running(pod: dict[str, Any]) -> bool:
+    """Whether the pod's rank has finished (its trainer terminated) while the pod still runs (a sidecar has not ended)."""
+    return trainer_exit(pod) is not None and pod_phase(pod) not in ("Succeeded", "Failed")
 
 
 def is_gated(pod: dict[str, Any]) -> bool:

@@ -1,7 +1,9 @@
 """The one module that talks to the Kubernetes API server (official client, sync).
 
 Everything here is a thin verb over the REST API returning plain camelCase
-dicts; decisions are made in :mod:`railtrain.operator.reconcile`. Creates
+dicts; decisions are made in :mod:`railtrain.operator.reconcile`. Connecting,
+error sentences and the guarded taint write are the client edge it shares with
+the command line (:mod:`railtrain.operator.kubeclient`). Creates
 tolerate 409 AlreadyExists and deletes tolerate 404 NotFound, which is what
 makes reconciles idempotent across operator restarts.
 """
@@ -14,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.operator import nvlink
+from railtrain.operator.kubeclient import describe, patch_node, server_message, transient, unreachable
+
+__all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable"]
 
 FIELD_MANAGER = "railtrain-operator"
 COMPONENT = "railtrain-operator"
@@ -39,44 +43,6 @@ class Rejected(Exception):
     def __init__(self, kind: str, name: str, status: int, message: str):
         super().__init__(f"{kind} {name}: {message}")
         self.kind, self.name, self.status, self.message = kind, name, status, message
-
-
-def server_message(err: ApiException) -> str:
-    """The ``message`` of the Status body of an API error on one line, else its HTTP reason."""
-    try:
-        body = json.loads(err.body or "")
-    except (TypeError, ValueError):
-        body = None
-    message = body.get("message") if isinstance(body, dict) else None
-    return " ".join(str(message or err.reason or f"HTTP {err.status}").split())
-
-
-def describe(err: BaseException) -> str:
-    """Any error of a call to the API server as one line: ``429 storage is (re)initializing``, ``MaxRetryError: ...``."""
-    if isinstance(err, ApiException):
-        return f"{err.status} {server_message(err)}"
-    text = str(getattr(err, "reason", None) or err)
-    if "refused" in text.lower():
-        return "connection refused"
-    if isinstance(err, (TimeoutError, urllib3.exceptions.TimeoutError)) or "timed out" in text.lower():
-        return "no answer in time"
-    line = " ".join(f"{type(err).__name__}: {text}".split())
-    return line if len(line) <= 200 else line[:197] + "..."
-
-
-def transient(err: BaseException) -> bool:
-    """Whether an error of a call is worth retrying as it is: 429, 5xx, or no answer at all (connection, timeout, status 0).
-
-    A 4xx other than 429 (a refusal of the request itself) is not.
-    """
-    if isinstance(err, ApiException):
-        return err.status == 0 or err.status == 429 or err.status >= 500
-    return unreachable(err)
-
-
-def unreachable(err: BaseException) -> bool:
-    """Whether an error means the API server did not answer at all (refused, reset, timed out, DNS)."""
-    return isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, socket.gaierror)) or (isinstance(err, ApiException) and err.status == 0)
 
 
 class Kube:
@@ -299,22 +265,13 @@ class Kube:
             raise
 
     def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
-        """Replace ``spec.taints`` of a Node read earlier (merge patch carrying its resourceVersion, so a
-        concurrent change makes this fail with 409 instead of being overwritten; RBAC: ``patch`` on nodes),
-        setting ``annotations`` in the same patch.
+        """Replace ``spec.taints`` of a Node read earlier and set ``annotations`` in the same patch, guarded by its
+        resourceVersion (:func:`railtrain.operator.kubeclient.patch_node`).
 
         Returns:
             False on a conflict or when the node is gone (read it again and retry).
         """
-        meta = node["metadata"]
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), **({"annotations": annotations} if annotations else {})}, "spec": {"taints": taints}}
-        try:
-            self.core.patch_node(meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json", _preload_content=False)
-        except ApiException as err:
-            if err.status in (404, 409):
-                return False
-            raise
-        return True
+        return patch_node(self.core, node, taints, annotations=annotations, field_manager=FIELD_MANAGER)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key).
@@ -391,18 +348,3 @@ class Kube:
             self.core.create_namespaced_event(namespace, body, _preload_content=False)
         except ApiException:
             pass  # Events are best-effort by Kubernetes convention.
-
-
-def connect(kubeconfig: str | None = None) -> client.ApiClient:
-    """An ApiClient from ``kubeconfig``, else $KUBECONFIG/~/.kube/config, else in-cluster config.
-
-    Raises:
-        kubernetes.config.ConfigException: no configuration can be found.
-    """
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        return config.new_client_from_config()
-    except config.ConfigException:
-        config.load_incluster_config()
-        return client.ApiClient()

@@ -7,10 +7,9 @@ import os
 import time
 
 import kopf
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 
-from railtrain.operator import handlers, kube, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator import handlers, kube, kubeclient, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
@@ -36,15 +35,14 @@ def run(settings: Settings) -> None:
             or refuses the credentials (before anything starts); or the API
             server stopped answering for ``settings.unreachable_seconds`` while running.
     """
-    if settings.kubeconfig:
-        # kopf's default login handler and our client both read $KUBECONFIG.
-        os.environ["KUBECONFIG"] = settings.kubeconfig
     configure_logging(json_lines=settings.log_format == "json")
     try:
         api = preflight(settings.kubeconfig)
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
         log.info("the operator stopped before it started")
         return
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
     ctx = OperatorContext(settings=settings, kube=kube.Kube(api), health=serve.Health(stale_seconds=settings.stale_seconds))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
@@ -75,24 +73,10 @@ def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS
             that cannot be used, no answer, credentials refused (401/403), or
             still not ready after ``wait_seconds``.
     """
-    if kubeconfig and not os.path.isfile(kubeconfig):
-        raise OperatorError(f"no kubeconfig file at {kubeconfig}; pass --kubeconfig PATH or set KUBECONFIG to an existing file")
-    env = os.environ.get("KUBECONFIG", "")
-    if not kubeconfig and env and not any(os.path.isfile(p) for p in env.split(os.pathsep) if p):
-        raise OperatorError(f"KUBECONFIG={env}: no kubeconfig file there; point it at one or pass --kubeconfig PATH")
     try:
-        api = kube.connect(kubeconfig)
-    except (OSError, ValueError, TypeError, AttributeError, KeyError, yaml.YAMLError) as err:  # the client's loader does not check the file's shape
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise OperatorError(f"kubeconfig {where} cannot be used: {kube.describe(err)}") from None
-    except config.ConfigException as err:
-        if not kubeconfig and not os.environ.get("KUBECONFIG") and "host/port" in str(err):
-            raise OperatorError(
-                "no kubeconfig: KUBECONFIG is not set, ~/.kube/config does not exist and this is not a pod; "
-                "pass --kubeconfig PATH or set KUBECONFIG (start a local cluster with 'railtrain dev up', which prints one)"
-            ) from None
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise OperatorError(f"kubeconfig {where} cannot be used: {' '.join(str(err).split())}") from None
+        api = kubeclient.connect(kubeconfig).api  # the command line's kubeconfig rules and sentences
+    except kubeclient.ConnectError as err:
+        raise OperatorError(str(err)) from None
     host = api.configuration.host
     deadline = time.monotonic() + wait_seconds
     while True:
@@ -101,10 +85,7 @@ def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS
             return api
         except Exception as err:
             if kube.unreachable(err):
-                raise OperatorError(
-                    f"cannot reach the Kubernetes API server at {host}: {kube.describe(err)}; "
-                    "start a cluster with 'railtrain dev up' or point --kubeconfig/KUBECONFIG at a running one"
-                ) from None
+                raise OperatorError(kubeclient.sentence(err, host)) from None  # the same sentence as railtrain get's
             if not kube.transient(err):
                 raise OperatorError(f"the Kubernetes API server at {host} refused the operator: {kube.describe(err)}") from None
             if time.monotonic() >= deadline:

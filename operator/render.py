@@ -17,6 +17,7 @@ from typing import Any
 from railtrain.crds import contract, fabric
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
+from railtrain.crds.precision import contract_values
 from railtrain.operator import nvlink
 
 CONTAINER_NAME = TRAINER
@@ -87,6 +88,7 @@ def pod_environment(
         checkpoint_interval=spec.checkpoint.interval,
         **checkpoint_tier_environment(spec.checkpoint),
         restart_count=restarts,
+        **contract_values(spec.precision),
         run_id=run_id(spec.checkpoint, uid),
     )
 

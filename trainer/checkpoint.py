@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from railtrain.crds import contract
 from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage
-from railtrain.trainer.checkpoint_state import Stager, to_local
+from railtrain.trainer.checkpoint_state import Stager, plain_tensors, to_local
 from railtrain.trainer.checkpoint_shards import ShardTier, write_shards
 from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, TierResult
 
@@ -168,7 +168,7 @@ class Checkpointer:
         return [t.name for t in self.tiers if should_save(step, t.interval, last_step)]
 
     def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int]) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = plain_tensors(get_state_dict(model, optimizer))
         return {"model": model_sd, "optim": optim_sd, "train": {k: torch.tensor(v, dtype=torch.int64) for k, v in train.items()}}
 
     @contextlib.contextmanager

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 
 class ShardMismatch(ValueError):
@@ -91,6 +92,44 @@ def to_local(obj: Any) -> Any:
         return {k: to_local(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_local(v) for v in obj)
+    return obj
+
+
+def _unwrap(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor a tensor-wrapper subclass holds (its first inner tensor, same shape and dtype), else ``t``."""
+    if type(t) is torch.Tensor or not is_traceable_wrapper_subclass(t):
+        return t
+    names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+    inner = getattr(t, names[0]) if names else None
+    if isinstance(inner, torch.Tensor) and inner.shape == t.shape and inner.dtype == t.dtype:
+        return inner
+    return t
+
+
+def plain_tensors(obj: Any) -> Any:
+    """``obj`` with every tensor-wrapper subclass replaced by the plain tensor it wraps (sharing its memory).
+
+    Under FSDP2 with float8 all-gather, torchao wraps each converted weight's
+    shard (and, through ``empty_like``, the optimizer state made from it) in a
+    ``WeightWithDynamicFloat8CastTensor``: a wrapper with no storage of its own,
+    whose staged copies DCP writes as garbage. Checkpoints hold the plain
+    float32 values instead, so they are the same whether a run was fp8 or
+    bf16 (docs/checkpoints.md), and loading into the plain tensors writes
+    through to the parameters. DTensors are rebuilt around the unwrapped local
+    tensor (same mesh and placements); containers are copied, other values kept.
+    """
+    if isinstance(obj, DTensor):
+        local = obj._local_tensor
+        inner = _unwrap(local)
+        if inner is local:
+            return obj
+        return DTensor.from_local(inner, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride())
+    if isinstance(obj, torch.Tensor):
+        return _unwrap(obj)
+    if isinstance(obj, dict):
+        return {k: plain_tensors(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain_tensors(v) for v in obj)
     return obj
 
 

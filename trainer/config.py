@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from railtrain.crds import contract
+from railtrain.crds.precision import Compute, Float8Recipe
 from railtrain.trainer.presets import PRESETS
 
 PARALLEL_MODES = ("ddp", "fsdp")
+PRECISIONS = ("auto", "bf16", "fp8", "fp32")
+FP8_RECIPES = tuple(r.value for r in Float8Recipe)
 PP_SCHEDULES = ("gpipe", "1f1b")
 DEFAULT_CHECKPOINT_INTERVAL = 100
 
@@ -96,8 +99,12 @@ class TrainConfig:
     """Peak dense TFLOP/s of one device in the training precision, for the MFU metric (e.g. 989 for an H100 SXM in bf16); 0: no MFU."""
     device: str = "auto"
     """'cpu', 'cuda', or 'auto' (cuda when available)."""
-    mixed_precision: str = "auto"
-    """'bf16' (bfloat16 compute, float32 master weights), 'fp32', or 'auto' (bf16 on cuda, fp32 on cpu)."""
+    mixed_precision: str | None = None
+    """'bf16' (bfloat16 compute, float32 master weights), 'fp8' (as bf16, with the transformer blocks' linear layers multiplying in float8 through torchao; needs a GPU of compute capability 8.9+ or --fp8-emulate; docs/parallelism.md), 'fp32', or 'auto' (bf16 on cuda, fp32 on cpu). Default: the pod's spec.precision.compute, else auto."""
+    fp8_recipe: str | None = None
+    """Float8 scaling under --mixed-precision fp8: 'tensorwise' (one dynamic scale per tensor; FSDP2 gathers weights in float8) or 'rowwise' (one power-of-two scale per row; more accurate, slower). Default: the pod's spec.precision.float8.recipe, else tensorwise."""
+    fp8_emulate: bool | None = None
+    """Under --mixed-precision fp8: emulate the float8 matrix products in float32 (values rounded to float8), so fp8 runs on a CPU or an older GPU, without its speed-up. Default: the pod's spec.precision.float8.emulate, else off."""
     threads: int = 0
     """CPU threads per process (0: 1 when several processes share the job, else torch's default)."""
     log_every: int = 1
@@ -152,8 +159,10 @@ class TrainConfig:
             raise ValueError(f"--pp-microbatches must be >= 0, got {self.pp_microbatches}")
         if self.grad_accum_steps < 1:
             raise ValueError(f"--grad-accum-steps must be >= 1, got {self.grad_accum_steps}")
-        if self.mixed_precision not in ("auto", "bf16", "fp32"):
-            raise ValueError(f"--mixed-precision must be auto, bf16 or fp32, got {self.mixed_precision!r}")
+        if self.mixed_precision is not None and self.mixed_precision not in PRECISIONS:
+            raise ValueError(f"--mixed-precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        if self.fp8_recipe is not None and self.fp8_recipe not in FP8_RECIPES:
+            raise ValueError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
 
 
 @dataclass(frozen=True)
@@ -187,7 +196,8 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
 
     Returns:
         A new, validated config whose ``checkpoint_dir`` is a str ('' = off) and
-        ``checkpoint_interval`` an int. ``parallel`` is left as given: the
+        ``checkpoint_interval`` an int, ``mixed_precision`` and ``fp8_recipe``
+        strs and ``fp8_emulate`` a bool. ``parallel`` is left as given: the
         degrees are resolved with the world size in :mod:`railtrain.trainer.parallel`.
 
     Raises:
@@ -208,6 +218,7 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
             updates[name] = getattr(pod, name) if pod else default
     if not config.job_name and pod:
         updates["job_name"] = pod.job_name
+    updates.update(_precision_updates(config, pod))
     if not config.run_id and pod:
         updates["run_id"] = pod.run_id
     merged = dataclasses.replace(config, **updates)
@@ -215,6 +226,33 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
         raise ValueError(f"{contract.ENV_CHECKPOINT_INTERVAL} must be >= 1, got {merged.checkpoint_interval}")
     merged.validate()
     return merged
+
+
+def _precision_updates(config: TrainConfig, pod: contract.PodEnvironment | None) -> dict[str, object]:
+    """The precision fields left at ``None``, from the pod's ``RAILTRAIN_PRECISION``/``FLOAT8_*`` variables, else the defaults.
+
+    Raises:
+        ValueError: a precision variable holds a value the API does not allow; names the variable.
+    """
+    allowed = {
+        contract.ENV_PRECISION: ("",) + tuple(c.value for c in Compute),
+        contract.ENV_FLOAT8_RECIPE: ("",) + FP8_RECIPES,
+        contract.ENV_FLOAT8_EMULATE: ("", "0", "1"),
+    }
+    values = {name: "" for name in allowed}
+    if pod is not None:
+        values = {contract.ENV_PRECISION: pod.precision, contract.ENV_FLOAT8_RECIPE: pod.float8_recipe, contract.ENV_FLOAT8_EMULATE: pod.float8_emulate}
+    for name, value in values.items():
+        if value not in allowed[name]:
+            raise ValueError(f"{name} must be one of {', '.join(repr(v) for v in allowed[name])}, got {value!r}")
+    updates: dict[str, object] = {}
+    if config.mixed_precision is None:
+        updates["mixed_precision"] = values[contract.ENV_PRECISION] or "auto"
+    if config.fp8_recipe is None:
+        updates["fp8_recipe"] = values[contract.ENV_FLOAT8_RECIPE] or Float8Recipe.TENSORWISE.value
+    if config.fp8_emulate is None:
+        updates["fp8_emulate"] = values[contract.ENV_FLOAT8_EMULATE] == "1"
+    return updates
 
 
 def _flag(name: str) -> str:
@@ -263,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     types = {"int": int, "float": float, "str": str, "str | None": str, "int | None": int}
     for f in dataclasses.fields(TrainConfig):
         kwargs: dict[str, object] = {"default": f.default, "help": docs.get(f.name, "").replace("%", "%%")}
-        if str(f.type) == "bool":
+        if str(f.type) in ("bool", "bool | None"):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["type"] = types[str(f.type)]
@@ -276,7 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name == "pp_schedule":
             kwargs["choices"] = list(PP_SCHEDULES)
         elif f.name == "mixed_precision":
-            kwargs["choices"] = ["auto", "bf16", "fp32"]
+            kwargs["choices"] = list(PRECISIONS)
+        elif f.name == "fp8_recipe":
+            kwargs["choices"] = list(FP8_RECIPES)
         parser.add_argument(f"--{_flag(f.name)}", dest=f.name, **kwargs)
     return parser
 

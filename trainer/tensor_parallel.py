@@ -31,27 +31,39 @@ from torch.distributed.tensor.parallel import (
 )
 
 
-def block_plan() -> dict[str, object]:
+def block_plan(float8: bool = False) -> dict[str, object]:
     """The parallel style of each submodule of a :class:`~railtrain.trainer.model.TransformerBlock`.
 
     Its input and output are sharded along the sequence (dimension 1).
+
+    Args:
+        float8: use torchao's float8 styles (the blocks' linear layers are
+            tensorwise ``Float8Linear``, :mod:`railtrain.trainer.float8`): the
+            attention and MLP inputs are cast to float8 before they are
+            all-gathered, and the row-wise layers' gradients likewise, so those
+            collectives move half the bytes (torchtitan's float8 TP plan).
     """
+    colwise, rowwise, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
+    if float8:
+        from torchao.float8.float8_tensor_parallel import Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+
+        colwise, rowwise, prepare = Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
     return {
         "attention_norm": SequenceParallel(),
-        "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-        "attention.wq": ColwiseParallel(),
-        "attention.wk": ColwiseParallel(),
-        "attention.wv": ColwiseParallel(),
-        "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "attention": prepare(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+        "attention.wq": colwise(),
+        "attention.wk": colwise(),
+        "attention.wv": colwise(),
+        "attention.wo": rowwise(output_layouts=Shard(1)),
         "ffn_norm": SequenceParallel(),
-        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        "feed_forward.w1": ColwiseParallel(),
-        "feed_forward.w3": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        "feed_forward": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "feed_forward.w1": colwise(),
+        "feed_forward.w3": colwise(),
+        "feed_forward.w2": rowwise(output_layouts=Shard(1)),
     }
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
+def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh, float8: bool = False) -> None:
     """Tensor-parallelise ``model`` in place over ``tp_mesh`` (1-D).
 
     Args:
@@ -60,6 +72,8 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
             the embedding takes, and a stage without the output head returns,
             a hidden state sharded along the sequence, which is what travels
             between pipeline stages.
+        float8: the blocks use torchao's float8 styles (:func:`block_plan`);
+            the embedding and the output head, never converted, keep the ordinary ones.
     """
     outer: dict[str, object] = {}
     if model.tok_embeddings is not None:
@@ -71,4 +85,4 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     if outer:
         parallelize_module(model, tp_mesh, outer)
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, block_plan())
+        parallelize_module(block, tp_mesh, block_plan(float8))

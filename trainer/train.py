@@ -25,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
+from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
 from railtrain.trainer.health.monitor import HealthMonitor, process_group_timeout_s
@@ -83,10 +84,18 @@ def resolve_device(flag: str) -> str:
     return flag
 
 
-def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None) -> nn.Module:
+def resolve_precision(flag: str, device_type: str) -> str:
+    """``"bf16"``, ``"fp8"`` or ``"fp32"`` from ``--mixed-precision`` (``"auto"``: bf16 on cuda, fp32 on cpu)."""
+    if flag == "auto":
+        return "bf16" if device_type == "cuda" else "fp32"
+    return flag
+
+
+def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None, fp8: bool = False) -> nn.Module:
     """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device, cut to
-    this rank's pipeline stage, set to its context-parallel chunks, tensor-parallelised, and wrapped for the
-    data-parallel degrees of ``dims``.
+    this rank's pipeline stage, its linear layers converted to float8 when ``fp8`` (:mod:`railtrain.trainer.float8`,
+    before any wrapping, as torchtitan orders it), set to its context-parallel chunks, tensor-parallelised, and
+    wrapped for the data-parallel degrees of ``dims``.
 
     Raises:
         ValueError: ``--cpu-offload`` without FSDP2.
@@ -98,13 +107,16 @@ def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: b
         model = Transformer(PRESETS[config.preset])
     for block in model.layers.values():
         block.checkpoint_activations = config.activation_checkpointing
+    if mesh is not None and dims.pp > 1:
+        keep_stage(model, dims.coordinates(info.rank)["pp"], dims.pp)
+    if fp8:
+        assert config.fp8_recipe is not None  # filled by apply_launch_context
+        float8.convert(model, config.fp8_recipe, bool(config.fp8_emulate), fsdp=mesh is not None and dims.uses_fsdp, tp=dims.tp)
     if mesh is None:
         return model
-    if dims.pp > 1:
-        keep_stage(model, dims.coordinates(info.rank)["pp"], dims.pp)
     apply_context_parallel(model, dims, mesh, config.seq_len)
     if dims.tp > 1:
-        apply_tensor_parallel(model, mesh["tp"])
+        apply_tensor_parallel(model, mesh["tp"], float8=fp8 and float8.uses_float8_tensor_parallel(model, info.device.type))
     return apply_data_parallel(model, dims, mesh, info.device, bf16, config.cpu_offload)
 
 
@@ -226,10 +238,14 @@ class Trainer:
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
         check_model_fits(dims, PRESETS[config.preset], config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
-        mp = config.mixed_precision
-        self.bf16 = mp == "bf16" or (mp == "auto" and info.device.type == "cuda")
+        assert config.mixed_precision is not None  # filled by apply_launch_context
+        self.precision = resolve_precision(config.mixed_precision, info.device.type)
+        self.fp8 = self.precision == "fp8"
+        if self.fp8:
+            float8.check_device(info.device, bool(config.fp8_emulate))
+        self.bf16 = self.precision in ("bf16", "fp8")  # fp8: bf16 everywhere the float8 layers are not
         self.mesh = build_mesh(dims, info.device.type) if info.distributed else None
-        self.model = build_model(config, dims, info, self.bf16, self.mesh)
+        self.model = build_model(config, dims, info, self.bf16, self.mesh, fp8=self.fp8)
         self.forward_backward = build_forward_backward(config, dims, info, self.model, self.mesh, self.bf16, self.microbatches)
         self.pp_group = self.mesh["pp"].get_group() if self.mesh is not None and dims.pp > 1 else None
         self.optimizer = build_optimizer(self.model, config)
@@ -278,6 +294,8 @@ class Trainer:
         skip = self.health.check_numeric(step, loss_value, grad_norm, loss, recompute)
         if not skip:
             self.optimizer.step()
+            if self.fp8:
+                float8.precompute_scales(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, grad_norm, lr, skip
 
@@ -292,6 +310,8 @@ class Trainer:
         if saved is None:
             return
         self.step = saved.pop("step")
+        if self.fp8:
+            float8.precompute_scales(self.model)  # the loaded weights' float8 scales, before the first forward
         self.prometheus.resumed_step.set(self.step)
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         faults = self.health.injector.faults
@@ -316,7 +336,7 @@ class Trainer:
         n_params = PRESETS[c.preset].num_params()  # of the whole model, whatever this rank holds
         self.log(
             f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} parallel={self.dims.describe()} "
-            f"device={info.device.type} bf16={self.bf16} data_files={len(self.corpus.names)} data_bytes={len(self.corpus)} "
+            f"device={info.device.type} bf16={self.bf16} precision={float8.describe(self.model, c) if self.fp8 else self.precision} data_files={len(self.corpus.names)} data_bytes={len(self.corpus)} "
             f"batch_size={c.batch_size} seq_len={c.seq_len} steps={c.steps}"
         )
         if self.dims.pp > 1:

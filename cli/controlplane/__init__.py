@@ -13,7 +13,7 @@ Public surface:
 """
 
 from .binaries import BinariesError, ensure_binaries
-from .cluster import ANNOTATION_KWOK_MESSAGE, KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, LABEL_KWOK_EXIT, LABEL_KWOK_NOT_READY, ClusterError, LocalCluster, wait_until
+from .cluster import ANNOTATION_KWOK_MESSAGE, KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, LABEL_KWOK_EXIT, LABEL_KWOK_NOT_READY, LABEL_KWOK_TRAINER_EXIT, ClusterError, LocalCluster, wait_until
 from .nodes import GPU_RESOURCE, LABEL_BLOCK, LABEL_HOSTNAME, LABEL_RACK
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "LABEL_KWOK_EVICT",
     "LABEL_KWOK_EXIT",
     "LABEL_KWOK_NOT_READY",
+    "LABEL_KWOK_TRAINER_EXIT",
     "LABEL_RACK",
     "BinariesError",
     "ClusterError",

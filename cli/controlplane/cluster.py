@@ -12,6 +12,8 @@ Pods are simulated by KWOK Stages: kwok's defaults (bound pods become Running)
 plus railtrain's (``stages.yaml``): patching the label :data:`LABEL_KWOK_EXIT`
 on a Running pod ends it, ``"0"`` as Succeeded, ``"<n>"`` as Failed with exit
 code ``n`` and the termination message from :data:`ANNOTATION_KWOK_MESSAGE`;
+:data:`LABEL_KWOK_TRAINER_EXIT` ends only its ``trainer`` container (the pod
+stays Running with its sidecars, as a kubelet reports a pod whose sidecar runs on);
 labelling a Node :data:`LABEL_KWOK_NOT_READY` ``"true"`` makes KWOK report it
 ``Ready=False`` (reason ``KubeletNotReady``) and stop updating its status until
 the label goes, when KWOK reports it Ready again.
@@ -40,6 +42,8 @@ LABEL_KWOK_EXIT = "railtrain.dev/kwok-exit"
 """Pod label a test patches to end a Running pod: ``"0"`` succeeds, else fails."""
 ANNOTATION_KWOK_MESSAGE = "railtrain.dev/kwok-message"
 """Pod annotation: the termination message KWOK reports when the pod ends."""
+LABEL_KWOK_TRAINER_EXIT = "railtrain.dev/kwok-trainer-exit"
+"""Pod label a test patches to end only the Running pod's ``trainer`` container with that exit code; its sidecars keep running and so does the pod."""
 LABEL_KWOK_NOT_READY = "railtrain.dev/kwok-not-ready"
 """Node label a test sets to ``"true"`` to make a Node NotReady (and removes to make it Ready again)."""
 LABEL_KWOK_EVICT = "railtrain.dev/kwok-evict"

@@ -24,6 +24,7 @@ keeps its failure, success and startup policies):
 ``verdict``         a failed rank: runPolicy.failurePolicy by verdict, quarantine
 ``elastic``         an elastic gang grows back when capacity returns
 ``success``         every rank exited 0
+``unschedulable``   a released rank kube-scheduler refuses: re-placed at once
 ``gang_timeout``    a released gang that never became fully Running
 ``terminating``     the previous gang's pods in the way of a rank's name: named
 ``ownership``       pods the job does not own in the way of a rank's name
@@ -62,6 +63,7 @@ from railtrain.operator.phases import (
     suspend,
     terminal,
     terminating,
+    unschedulable,
     vanished,
     verdict,
 )
@@ -84,6 +86,7 @@ MACHINE: tuple[Transition, ...] = (
     vanished.RANK_VANISHED,
     verdict.GANG_FAILED,
     success.ALL_SUCCEEDED,
+    unschedulable.UNSCHEDULABLE,
     gang_timeout.GANG_TIMEOUT,
     terminating.WAITING_FOR_OLD_PODS,
     terminating.OLD_PODS_GONE,

@@ -9,8 +9,11 @@ Growing back restarts the whole gang too (a static torchrun world cannot
 change size in place), so its rate is bounded: at most once per
 ``spec.elastic.growIntervalSeconds`` since the gang last started
 (``status.lastResizeTime``, else ``startTime``). The controller tells the pass
-how large a gang fits now, counting this job's own nodes as free
-(:attr:`~.step.Step.grow_to`). The operator cannot see a checkpoint being
+how large a gang the admission queue would give it now, counting this job's
+own nodes as free and every waiting job the queue puts first as served first
+(:attr:`~.step.Step.grow_to`, :func:`railtrain.operator.resize.grow_size`): it
+never grows past a waiting job of higher priority, or of equal priority that
+arrived earlier, and never restarts into a size the next pass would not give it. The operator cannot see a checkpoint being
 written from outside the pod, so it cannot avoid growing during one; the
 trainer resumes from the newest complete checkpoint, and a save cut short is
 never loaded (docs/checkpoints.md).

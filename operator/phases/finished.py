@@ -4,6 +4,8 @@ A terminal phase never changes (:mod:`~railtrain.operator.phases.terminal`);
 these rows run before it, on every pass of a finished job:
 
 * every pod of the job that is still running (any restart count) is deleted,
+  a pod whose trainer exited 0 but whose sidecar still runs among them (the
+  pod itself, not its rank, still holds the node);
   and with ``cleanPodPolicy: All`` the finished ones too; with ``Running``
   (the default) Succeeded and Failed pods stay, so their logs and
   termination messages can be read (the reports against Kubeflow's trainer,
@@ -20,7 +22,7 @@ from typing import Any
 
 from railtrain.crds.failure_policy import CleanPodPolicy
 from railtrain.operator import conditions as cond
-from railtrain.operator.gang import parse_time, phase
+from railtrain.operator.gang import parse_time, pod_phase
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import Transition
 
@@ -36,7 +38,7 @@ def to_clean(step: Step) -> list[dict[str, Any]]:
     """The pods of a finished job to delete now (not already being deleted)."""
     everything = _run_policy(step).get("cleanPodPolicy") == CleanPodPolicy.ALL.value
     pods = [p for p in step.pods if not p["metadata"].get("deletionTimestamp")]
-    return [p for p in pods if everything or phase(p) not in ("Succeeded", "Failed")]
+    return [p for p in pods if everything or pod_phase(p) not in ("Succeeded", "Failed")]
 
 
 def _clean(step: Step) -> None:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time, requeue_delay
 from railtrain.operator.phases.step import Step, healthy
+from railtrain.operator.phases.unschedulable import scheduler_refusal
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
 
@@ -54,9 +55,11 @@ def _requeue(step: Step) -> str:
     step.delete(step.gang)
     step.released = None  # every node is freed: no admitted gang any more
     step.set_condition(cond.RUNNING, False, "GangTimeout", f"{running} of {n} ranks were Running")
+    said = next(((p, w) for p in step.gang if (w := scheduler_refusal(p))), None)
+    quoted = f"; pod {said[0]['metadata']['name']}: kube-scheduler: {said[1]}" if said else ""
     step.set_condition(
         cond.SCHEDULED, False, "GangTimeout",
-        f"the gang was not fully Running within runPolicy.gangTimeoutSeconds={timeout} after release ({running} of {n} ranks Running); "
+        f"the gang was not fully Running within runPolicy.gangTimeoutSeconds={timeout} after release ({running} of {n} ranks Running{quoted}); "
         f"released all {n} nodes and re-queued, next admission attempt after {step.status['requeueAfter']} (requeue {requeues})",
         "Warning",
     )

@@ -17,7 +17,7 @@ from railtrain.crds.api import TrainingJob
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator import conditions as cond
 from railtrain.operator.cluster import pod_node
-from railtrain.operator.gang import phase, rank_of, restart_of
+from railtrain.operator.gang import phase, pod_phase, rank_of, restart_of
 from railtrain.operator.placement import Placement, Refusal
 
 
@@ -141,11 +141,11 @@ class Step:
         self.out.delete_pods = sorted(set(self.out.delete_pods) | {p["metadata"]["name"] for p in pods})
 
     def stop(self, pods: list[dict[str, Any]]) -> None:
-        """Delete the pods among ``pods`` that have not finished (Succeeded/Failed pods are kept as a record)."""
-        self.delete([p for p in pods if phase(p) not in ("Succeeded", "Failed")])
+        """Delete the pods among ``pods`` that still run (Succeeded/Failed pods are kept as a record; a pod whose trainer ended while a sidecar runs is deleted)."""
+        self.delete([p for p in pods if pod_phase(p) not in ("Succeeded", "Failed")])
 
     def phases(self) -> list[str]:
-        """The pod phase of every rank of the gang, by rank."""
+        """The phase of every rank of the gang, by rank: its trainer container's outcome (:func:`railtrain.operator.gang.phase`)."""
         return [phase(p) for p in self.gang]
 
     @property

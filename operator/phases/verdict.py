@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from railtrain.crds import contract, recovery
+from railtrain.crds.podtemplate import TRAINER
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import phase, rank_of
 from railtrain.operator.phases.restart import apply, counters
@@ -76,7 +77,7 @@ def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
         return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), cause=cause, **base)
     for cs in status.get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
-        if term:
+        if term and cs.get("name") == TRAINER:  # a sidecar's exit says nothing about the rank
             code = int(term.get("exitCode", contract.EXIT_FAILED))
             raw, finished = (term.get("message") or "").strip(), term.get("finishedAt") or ""
             v = contract.parse_termination_message(raw)

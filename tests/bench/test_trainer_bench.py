@@ -42,6 +42,7 @@ def test_gpu_check_without_cuda_says_so_in_one_sentence() -> None:
         (["--steps", "0"], "--steps"),
         (["--peak-flops", "0"], "--peak-flops must be > 0"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
+        (["--precisions", "bf16,fp16"], "--precisions must list distinct values among bf16, fp8, fp32"),
     ],
 )
 def test_gpu_check_rejects_bad_arguments(args: list[str], message: str) -> None:
@@ -49,12 +50,14 @@ def test_gpu_check_rejects_bad_arguments(args: list[str], message: str) -> None:
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
-def test_gpu_check_defaults_to_the_1b_preset_on_cuda_in_bf16() -> None:
+def test_gpu_check_defaults_to_the_1b_preset_on_cuda_in_bf16_then_fp8() -> None:
     args = gpu_check.parse_args([])
-    assert (args.preset, args.device, args.mixed_precision, args.peak_flops) == ("1b", "cuda", "bf16", 989e12)
+    assert (args.preset, args.device, args.precisions, args.fp8_recipe, args.peak_flops) == ("1b", "cuda", ["bf16", "fp8"], "tensorwise", 989e12)
     assert PRESETS[args.preset].num_params() >= 1_000_000_000
-    argv = gpu_check.trainer_argv(args, Path("m.jsonl"))
-    assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--mixed-precision") + 1] == "bf16"
+    argv = gpu_check.trainer_argv(args, Path("m.jsonl"), "bf16")
+    assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--mixed-precision") + 1] == "bf16" and "--fp8-recipe" not in argv
+    argv = gpu_check.trainer_argv(args, Path("m.jsonl"), "fp8")
+    assert argv[argv.index("--mixed-precision") + 1] == "fp8" and argv[argv.index("--fp8-recipe") + 1] == "tensorwise" and "--fp8-emulate" not in argv
 
 
 def test_mfu_arithmetic() -> None:
@@ -69,14 +72,26 @@ def test_mfu_arithmetic() -> None:
 
 def test_gpu_check_dry_run_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
-    proc = run_script("gpu_check", "--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "0", "--seq-len", "64", "--batch-size", "2", "--json", str(out))
+    proc = run_script("gpu_check", "--device", "cpu", "--preset", "tiny", "--steps", "2", "--warmup", "0", "--seq-len", "64", "--batch-size", "2",
+                      "--fp8-emulate", "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "| MFU" in proc.stdout and "| tokens/s" in proc.stdout
-    r = json.loads(out.read_text())["result"]
-    assert r["bf16"] is True and len(r["losses"]) == 2 and all(math.isfinite(x) for x in r["losses"])
-    assert r["tokens_per_s"] == pytest.approx(2 * 64 * 2 / r["seconds"])
-    assert r["flops_per_token"] == PRESETS["tiny"].flops_per_token(64)
-    assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 989e12)
+    assert "| MFU" in proc.stdout and "| tokens/s vs bf16" in proc.stdout and "fp8 tensorwise emulated (28 layers)" in proc.stdout
+    record = json.loads(out.read_text())
+    bf16, fp8 = record["results"]
+    assert (bf16["precision"], bf16["float8_layers"], fp8["precision"], fp8["float8_layers"]) == ("bf16", 0, "fp8", 28)
+    for r in (bf16, fp8):
+        assert r["bf16"] is True and len(r["losses"]) == 2 and all(math.isfinite(x) for x in r["losses"])
+        assert r["tokens_per_s"] == pytest.approx(2 * 64 * 2 / r["seconds"])
+        assert r["flops_per_token"] == PRESETS["tiny"].flops_per_token(64)
+        assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 989e12)
+    assert record["ratios"]["fp8_vs_bf16_tokens_per_s"] == pytest.approx(fp8["tokens_per_s"] / bf16["tokens_per_s"])
+
+
+def test_gpu_check_refuses_fp8_on_the_cpu_without_emulation_in_one_sentence() -> None:
+    proc = run_script("gpu_check", "--device", "cpu", "--preset", "tiny", "--steps", "1", "--warmup", "0", "--seq-len", "64", "--batch-size", "2", "--precisions", "fp8")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("gpu_check: fp8: --mixed-precision fp8 needs a GPU of compute capability 8.9 or newer, but this process runs on the CPU")
+    assert proc.stderr.count("\n") == 1
 
 
 def test_trainer_throughput_smallest_size(tmp_path: Path) -> None:

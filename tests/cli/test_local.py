@@ -224,7 +224,9 @@ def test_local_hang_ends_with_the_verdict_and_suspect_node(tmp_path):
     proc = _run_cli(["run", str(path), "--local", "--fault-hang", "rank=1,step=4", "--grace", "2"], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = " ".join(proc.stderr.split())  # rich may wrap the line
-    assert "failed with exit status 1" in summary and "verdict hang: NoProgress: rank 1 on node local-1 made no progress" in summary, proc.stderr
+    # the operator's sentence (crds/recovery.decide): the reporting rank, then the verdict's own reason and message
+    assert "failed with exit status 1" in summary and "verdict hang:" in summary, proc.stderr
+    assert "NoProgress: rank 1 on node local-1 made no progress" in summary, proc.stderr
 
 
 def test_long_context_example_runs_context_parallel_locally(tmp_path):
@@ -237,3 +239,19 @@ def test_long_context_example_runs_context_parallel_locally(tmp_path):
     steps = {int(s): float(loss) for s, loss in STEP_LINE.findall(proc.stdout)}
     assert sorted(steps) == [1, 3] and abs(steps[1] - 5.545) < 0.3 and steps[3] < steps[1], steps  # from ~ln(256), falling
     assert (tmp_path / "runs" / "long-context" / "checkpoints" / "step-3").is_dir()
+
+
+def test_spec_precision_reaches_the_local_trainer(tmp_path):
+    """spec.precision fp8, emulated (a job without GPUs), through run --local: the trainer converts the blocks' layers and trains."""
+    doc = manifests.job(
+        name="fp8-local", nodes=1, command=["torchrun", "-m", "railtrain.trainer"],
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "2", "--seq-len", "64", "--batch-size", "4", "--no-health"],
+        precision={"compute": "fp8", "float8": {"recipe": "rowwise", "emulate": True}},
+    )
+    nodes = local.plan_local(parse_manifest(doc), rdzv_port=23456, metrics_ports=[24001], base_dir=tmp_path, python="PY", uid="run-1")
+    assert (nodes[0].env["RAILTRAIN_PRECISION"], nodes[0].env["RAILTRAIN_FLOAT8_RECIPE"], nodes[0].env["RAILTRAIN_FLOAT8_EMULATE"]) == ("fp8", "rowwise", "1")
+    proc = _run_cli(["run", str(manifests.write(tmp_path / "job.yaml", doc)), "--local"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "precision=fp8/rowwise/emulated/28-layers" in proc.stdout
+    steps = {int(s): float(loss) for s, loss in STEP_LINE.findall(proc.stdout)}
+    assert sorted(steps) == [1, 2] and all(loss == loss and loss < 6 for loss in steps.values()), steps  # finite, near ln(256) = 5.55

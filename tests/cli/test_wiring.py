@@ -117,8 +117,9 @@ def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit
     result = runner.invoke(app, ["operator", "--kubeconfig", "/nonexistent/kubeconfig"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "error: no kubeconfig file at /nonexistent/kubeconfig; pass --kubeconfig PATH or set KUBECONFIG to an existing file"
-    ]
+        "error: --kubeconfig: no kubeconfig file at /nonexistent/kubeconfig; pass --kubeconfig PATH or set KUBECONFIG "
+        "(start a local cluster with 'railtrain dev up', which prints one)"
+    ]  # the same sentence as railtrain get's (one client edge)
 
 
 def test_operator_topology_flags_reach_the_operator_settings(monkeypatch):

@@ -43,6 +43,7 @@ def test_a_realistic_template_is_accepted_as_written():
             "priorityClassName": "high", "serviceAccountName": "trainer", "automountServiceAccountToken": False,
             "imagePullSecrets": [{"name": "pull"}], "securityContext": {"runAsUser": 1000, "fsGroup": 1000},
             "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet", "runtimeClassName": "nvidia", "terminationGracePeriodSeconds": 120,
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}],
         },
     }
     job = parse_manifest(manifest(template))
@@ -94,6 +95,15 @@ def test_wrong_types_are_refused_with_the_field_path(template, expected):
         ({"spec": {"nodeSelector": {"kubernetes.io/hostname": "n1"}}}, {}, "spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement)"),
         ({"metadata": {"labels": {"railtrain.dev/job-name": "x"}}}, {}, "spec.template.metadata.labels[railtrain.dev/job-name] is the operator's"),
         ({"metadata": {"annotations": {"railtrain.dev/nnodes": "3"}}}, {}, "spec.template.metadata.annotations[railtrain.dev/nnodes] is the operator's"),
+        # Hard scheduling rules kube-scheduler enforces against other pods, which placement does not model (issue 15, kind 8).
+        ({"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "x"}}}]}}, {},
+         "spec.template.spec.topologySpreadConstraints[0].whenUnsatisfiable DoNotSchedule is not supported: kube-scheduler enforces it"),
+        ({"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}}}, {},
+         "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution is not supported"),
+        ({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone", "labelSelector": {}}]}}}}, {},
+         "spec.template.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution is not supported"),
+        ({"spec": {"containers": [{"name": "exporter", "image": "e:1", "ports": [{"containerPort": 8080, "hostPort": 8080}]}]}}, {},
+         "spec.template.spec.containers[exporter].ports: hostPort 8080 is not supported"),
     ],
 )
 def test_conflicts_are_refused_naming_both_fields(template, spec, expected):

@@ -79,6 +79,12 @@ def test_wrong_types_are_refused_with_the_field_path(kube, namespace, change, fi
         ({"template.spec.nodeSelector": {"kubernetes.io/hostname": "n1"}}, "spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement)"),
         ({"template.metadata.labels": {"railtrain.dev/node-rank": "0"}}, "spec.template.metadata conflicts with the operator's labels and annotations"),
         ({"template.spec.containers.0.ports": [{"containerPort": 29500}]}, "spec.template.spec.containers[].ports conflicts with the operator's rendezvous port 29500"),
+        # Hard scheduling rules placement does not model (issue 15, kind 8); without strict field validation too (a field the schema lacked was pruned silently).
+        ({"template.spec.topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "shared"}}}]},
+         "spec.template.spec.topologySpreadConstraints[].whenUnsatisfiable DoNotSchedule is not supported"),
+        ({"template.spec.affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "shared"}}}]}}},
+         "spec.template.spec.affinity.podAffinity/podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution is not supported"),
+        ({"template.spec.containers.0.ports": [{"containerPort": 8080, "hostPort": 8080}]}, "spec.template.spec.containers[].ports[].hostPort is not supported"),
     ],
 )
 def test_conflicts_are_refused_by_cel_naming_both_fields(kube, namespace, change, message):

@@ -31,6 +31,7 @@ INTS = [-1, 0, 1, 2, 3, 4, 8, 16, 64, 65, 4096, 4097, 2**31 - 1, 2**31, -(2**31)
 SCALARS = [None, True, False, 1.0, 2.5, "5", "", "x", "-1", "none", "preferred", "required", "node", "pod",
            "/ckpt", "s3://b/x", "railtrain.dev/rack", "kubernetes.io/hostname", "16", "64Gi", "my-claim", "Bad_Claim",
            "lots", "2GB", "-5Gi", "500m", "1e3", "+1Ki", ".5", "1.5", "-0", "1" * 65,
+           "bf16", "fp8", "fp32", "fp16", "tensorwise", "rowwise",
            "not a label!!", "a/b/c", "x/", "/x", "Upper.Case/x", "rack", "a" * 63, "a" * 64, "x." + "a" * 252 + "/n", "x." + "a" * 251 + "/n"]
 COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"name": "A", "value": "1"}],
               [{"name": "A"}, {"name": "A"}], [{"name": "1A", "value": "x"}], [{"value": "x"}], {"minNodes": 1}, {"minNodes": 3},
@@ -39,6 +40,12 @@ COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"
               {"policy": "required", "level": "railtrain.dev/rack"}, {"policy": "preferred", "level": "bad key!"},
               {"cpu": 0, "memory": "0"}, {"cpu": 4, "shm": 0}, {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}},
               {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "v", "mountPath": "/dev/shm"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"spec": {"containers": [{"name": "trainer", "volumeMounts": [{"name": "w", "mountPath": "/w"}]}], "volumes": [{"name": "v", "emptyDir": {}}]}}, {"gpus": None}, {"volume": "pod", "sizeLimit": "1Gi"},
+              {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}},
+              {"spec": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}]}},
+              {"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}}}},
+              {"spec": {"containers": [{"name": "x", "image": "x:1", "ports": [{"containerPort": 80, "hostPort": 80}]}]}},
+              {"compute": "fp8"}, {"compute": "bf16"}, {"compute": "fp8", "float8": {"emulate": True}}, {"compute": "bf16", "float8": {}},
+              {"recipe": "rowwise", "emulate": True}, {"emulate": False},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
@@ -51,7 +58,8 @@ PATHS = [
     "spec.checkpoint.memory", "spec.checkpoint.memory.keep", "spec.checkpoint.memory.sizeLimit", "spec.checkpoint.memory.volume", "spec.checkpoint.memory.hostPath",
     "spec.checkpoint.local", "spec.checkpoint.local.interval", "spec.checkpoint.local.sizeLimit", "spec.runPolicy",
     "spec.runPolicy.backoffLimit", "spec.runPolicy.activeDeadlineSeconds", "spec.runPolicy.suspend",
-    "spec.runPolicy.gangTimeoutSeconds", "spec.template", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
+    "spec.runPolicy.gangTimeoutSeconds", "spec.precision", "spec.precision.compute", "spec.precision.float8", "spec.precision.float8.recipe",
+    "spec.precision.float8.emulate", "spec.template", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
     "metadata.labels", "metadata.annotations", "metadata.unknownField", "metadata.generation", "apiVersion", "kind",
 ]
 

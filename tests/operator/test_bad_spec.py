@@ -171,9 +171,9 @@ def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_
 @pytest.mark.parametrize(
     ("kubeconfig", "env", "words"),
     [
-        ("/nonexistent/kubeconfig", {}, "no kubeconfig file at /nonexistent/kubeconfig"),
-        (None, {"KUBECONFIG": "/nonexistent/kubeconfig"}, "KUBECONFIG=/nonexistent/kubeconfig: no kubeconfig file there"),
-        (None, {"KUBECONFIG": None, "HOME": "/nonexistent-home"}, "no kubeconfig: KUBECONFIG is not set"),
+        ("/nonexistent/kubeconfig", {}, "^--kubeconfig: no kubeconfig file at /nonexistent/kubeconfig; pass --kubeconfig PATH"),
+        (None, {"KUBECONFIG": "/nonexistent/kubeconfig"}, "^KUBECONFIG: no kubeconfig file at /nonexistent/kubeconfig; point KUBECONFIG at an existing file"),
+        (None, {"KUBECONFIG": None, "HOME": "/nonexistent-home"}, "^no kubeconfig file at ~/.kube/config and no in-cluster credentials"),
     ],
 )
 def test_preflight_without_a_kubeconfig_is_one_sentence(monkeypatch, kubeconfig, env, words):

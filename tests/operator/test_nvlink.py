@@ -40,6 +40,13 @@ def test_the_gang_is_placed_inside_one_clique():
     assert isinstance(result, Placement) and set(result.nodes) == {"a1", "a2", "a3"}, result
 
 
+def test_tp_groups_of_whole_nodes_keep_data_parallel_peers_on_one_rail():
+    # tensor 8 over 2 nodes of 4: DP peers are 8 ranks apart, the same local rank, so the same rail index
+    result = place_gang(req(2, dp_stride=8), snapshot(nodes(), [], levels=LEVELS))
+    assert isinstance(result, Placement) and result.summary["railAligned"] is True, result
+    assert len({result.domains[r][LEVELS[3]] for r in range(2)}) == 1  # one clique
+
+
 def test_a_gang_larger_than_every_clique_is_refused_not_spread():
     result = place_gang(req(4), snapshot(nodes(), [], levels=LEVELS))
     assert isinstance(result, Refusal) and result.reason == "TopologyUnsatisfiable", result
