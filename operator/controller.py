@@ -123,8 +123,9 @@ def _reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = None
         if nodes is not None and resize.wants_to_grow(job):
-            queue = [request for _, _, request in _waiting(kube, at, watch_namespace)[1].values()]
-            grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
+            _, waiting, promised = _waiting(kube, at, watch_namespace)
+            queue = [request for _, _, request in waiting.values()]
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + promised, levels, queue)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
         if not _apply_or_reject(kube, job, p, at):
             return p
@@ -171,7 +172,7 @@ def _admission_pass(
 ) -> list[admission.Decision]:
     """The body of :func:`admission_pass`, run under the scheduling lock."""
     at = _now(now)
-    jobs, waiting = _waiting(kube, at, watch_namespace)
+    jobs, waiting, promised = _waiting(kube, at, watch_namespace)
     metrics.observe_jobs(jobs)
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     for _, _, request in waiting.values():
@@ -179,11 +180,8 @@ def _admission_pass(
     metrics.ADMISSION_QUEUE.set(len(waiting))
     if not waiting:
         return []
-    nodes, active = kube.list_nodes(), kube.list_active_pods()
-    # The ledger: every bound or pinned pod (in `active`), plus the ranks of admitted gangs not created yet.
-    for job in jobs:
-        meta = job["metadata"]
-        active.extend(reconcile.promised_pods(job, by_job[(meta.get("namespace", ""), meta["name"])]))
+    nodes = kube.list_nodes()
+    active = kube.list_active_pods() + promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet
     metrics.observe_nodes(nodes)
     decisions: list[admission.Decision] = []
     for resource, group in sorted(requests.items()):
@@ -200,8 +198,12 @@ def _admission_pass(
     return decisions
 
 
-def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]]]:
-    """The jobs listed, and every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
+def _waiting(
+    kube: Kube, at: datetime, watch_namespace: str | None,
+) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]], list[dict[str, Any]]]:
+    """The jobs listed, every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see
+    :func:`reconcile.admission_request`), and the pods admitted gangs are promised but do not have yet
+    (:func:`reconcile.promised_pods`, rendered pinned: the part of the ledger that lives in ``status.admission``).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
@@ -214,8 +216,13 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
         meta = pod["metadata"]
         by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
     waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    promised: list[dict[str, Any]] = []
     for job in jobs:
         meta = job["metadata"]
+        try:
+            promised.extend(reconcile.promised_pods(job, by_job[(meta.get("namespace", ""), meta["name"])]))
+        except Exception as err:
+            log.warning("%s/%s: its admitted placement could not be read: %s", meta.get("namespace"), meta["name"], describe(err))
         if meta.get("deletionTimestamp"):
             continue
         try:
@@ -226,7 +233,7 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
         if entry is not None:
             request, ready = entry
             waiting[request.job] = (job, ready, request)
-    return jobs, waiting
+    return jobs, waiting, promised
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
