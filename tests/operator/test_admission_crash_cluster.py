@@ -19,7 +19,8 @@ import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.operator import controller
-from railtrain.operator.kube import Kube, connect
+from railtrain.operator.kube import Kube
+from railtrain.operator.kubeclient import connect
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, job_body, job_status, pods_of, refused
@@ -29,9 +30,10 @@ pytestmark = pytest.mark.cluster
 CRASHING_OPERATOR = textwrap.dedent('''
     import os, signal, sys
     from railtrain.operator import controller
-    from railtrain.operator.kube import Kube, connect
+    from railtrain.operator.kube import Kube
+    from railtrain.operator.kubeclient import connect
 
-    kube = Kube(connect(sys.argv[1]))
+    kube = Kube(connect(sys.argv[1]).api)
     def create_one_then_die(manifests):
         if not manifests:  # the first reconcile creates nothing: the gang is not admitted yet
             return []
@@ -55,7 +57,7 @@ def test_an_operator_killed_after_recording_the_placement_recovers_without_doubl
 
     # While no operator runs, a second gang of two asks for the cluster: only one node is free, the third is promised.
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("second", nodes=2, gpus=8, procs=8))
-    kube = Kube(connect(str(cluster.kubeconfig)))
+    kube = Kube(connect(str(cluster.kubeconfig)).api)
     controller.reconcile_job(kube, namespace, "second", admit=False)
     decisions = {d.job: d.result for d in controller.admission_pass(kube, datetime.now(timezone.utc))}
     assert type(decisions[f"{namespace}/second"]).__name__ == "Refusal", decisions
