@@ -227,7 +227,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
     try:
         op = start()
         for i, (name, (n, g)) in enumerate(jobs.items()):  # 20 lifetimes, each ended by a SIGKILL
-            wait_for(lambda: leading(op), 60, f"operator {ops.index(op)} to take the Lease")  # noqa: B023 (called at once)
+            wait_for(lambda: leading(op), 60, f"operator {ops.index(op)} to take the Lease")
             standby = start() if rng.random() < 0.5 else None
             submit(job_body(name, nodes=n, gpus=g, procs=g))
             pick = rng.random()
@@ -265,7 +265,10 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
         except AssertionError as err:
             raise AssertionError(f"{err}\n{why[0]}\nthe last operator's log:\n{op.tail()}") from None
         done = time.monotonic()
-        listed = lambda: {p.metadata.name: p.metadata.resource_version for p in core.list_namespaced_pod(namespace).items}  # noqa: E731
+
+        def listed() -> dict[str, str]:
+            return {p.metadata.name: p.metadata.resource_version for p in core.list_namespaced_pod(namespace).items}
+
         wait_for(lambda: pods.view() == listed(), 30, "the pod watch to have seen every pod's last version")
     finally:
         pods.stop()
