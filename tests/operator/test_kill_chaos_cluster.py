@@ -113,6 +113,15 @@ class PodWatch:
         with self._lock:
             return {name: p["metadata"]["resourceVersion"] for name, p in self.pods.items()}
 
+    def partial(self) -> list[str]:
+        """Jobs whose gang is half-written now: some ranks without a live pod, or some pods pinned and others not."""
+        with self._lock:
+            gangs: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
+            for p in self.pods.values():
+                if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    gangs[(p["metadata"].get("labels") or {}).get(contract.LABEL_JOB_NAME)].append(p)
+            return sorted(j for j, g in gangs.items() if j in self.gang and (len(g) < self.gang[j] or len({node_of(p) is None for p in g}) > 1))
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -223,7 +232,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
     load = os.getloadavg()[0]
     began = time.monotonic()
     delays: list[float] = []
-    standbys = 0
+    standbys = interrupted = 0
     try:
         op = start()
         for i, (name, (n, g)) in enumerate(jobs.items()):  # 20 lifetimes, each ended by a SIGKILL
@@ -239,6 +248,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
             delays.append(rng.uniform(0.0, MAX_DELAY))
             time.sleep(delays[-1])  # the random moment itself, not a wait for a condition
             op.kill()
+            interrupted += bool(pods.partial())
             standbys += standby is not None
             op = standby or start()
         killed = time.monotonic()
@@ -280,7 +290,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
     restarts = {n: (o.get("status") or {}).get("restarts") for n, o in objs.items() if (o.get("status") or {}).get("restarts")}
     tracebacks = sum(o.log_path.read_text(errors="replace").count("Traceback") for o in ops)
     print(f"{KILLS} kills ({standbys} taken over by a standby, {KILLS - standbys} by a fresh process; delays "
-          f"{min(delays):.2f}..{max(delays):.2f} s) in {killed - began:.1f} s; settled {done - killed:.1f} s after the last kill; "
+          f"{min(delays):.2f}..{max(delays):.2f} s; {interrupted} found a gang half-written) in {killed - began:.1f} s; settled {done - killed:.1f} s after the last kill; "
           f"{pods.events} pod events checked {dict(pods.kinds)}; ended {ended}; Running {sorted(n for n, p in phases.items() if p == 'Running')}; "
           f"peak GPUs held per node {sorted(pods.peak.values())}; job restarts {restarts}; tracebacks in the operators' logs {tracebacks}; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")  # fmt: skip
     assert pods.error is None, f"the pod watch stopped: {pods.error!r}"
