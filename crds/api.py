@@ -460,6 +460,14 @@ class TopologySummary(_Model):
     reason: str = Field("", description="The placement decision in words: which domain, why it was chosen, and what could not be met.")
 
 
+class AdmissionRecord(_Model):
+    """The placement the admission pass promised the current gang, written before any of its pods is created (docs/scheduling.md)."""
+
+    restarts: int = Field(ge=0, description="The restart count (status.restarts) of the gang this placement was admitted for; a record of another count is void.")
+    nodes: list[str] = Field(description="Node of every rank, by rank; its length is the admitted gang size.")
+    created: bool = Field(False, description="True once every rank's pod has been seen; until then the operator creates missing ranks pinned to these nodes and the admission pass counts them as taken.")
+
+
 JobPhase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
@@ -471,6 +479,7 @@ class TrainingJobStatus(_Model):
     placement: list[RankPlacement] = Field(default_factory=list, description="Node chosen for every rank.")
     topology: TopologySummary | None = Field(None, description="Summary of the latest placement: domain chosen at each level and the reason.")
     admitted_nodes: int | None = Field(None, ge=1, description="Gang size the current gang was admitted with (below spec.nodes only for elastic jobs).")
+    admission: AdmissionRecord | None = Field(None, description="The placement admitted for the current gang, recorded before its pods are created (the ledger entry that survives an operator restart).")
     requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
     requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
     restarts: int = Field(0, ge=0, description="Times the gang was restarted, for any cause (the restart count pods carry).")

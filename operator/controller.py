@@ -123,8 +123,9 @@ def _reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = None
         if nodes is not None and resize.wants_to_grow(job):
-            queue = [request for _, _, request in _waiting(kube, at, watch_namespace)[1].values()]
-            grow_to = resize.grow_size(job, nodes, kube.list_active_pods(), levels, queue)
+            _, waiting, promised = _waiting(kube, at, watch_namespace)
+            queue = [request for _, _, request in waiting.values()]
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + promised, levels, queue)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
         if not _apply_or_reject(kube, job, p, at):
             return p
@@ -171,7 +172,7 @@ def _admission_pass(
 ) -> list[admission.Decision]:
     """The body of :func:`admission_pass`, run under the scheduling lock."""
     at = _now(now)
-    jobs, waiting = _waiting(kube, at, watch_namespace)
+    jobs, waiting, promised = _waiting(kube, at, watch_namespace)
     metrics.observe_jobs(jobs)
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     for _, _, request in waiting.values():
@@ -179,7 +180,8 @@ def _admission_pass(
     metrics.ADMISSION_QUEUE.set(len(waiting))
     if not waiting:
         return []
-    nodes, active = kube.list_nodes(), kube.list_active_pods()
+    nodes = kube.list_nodes()
+    active = kube.list_active_pods() + promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet
     metrics.observe_nodes(nodes)
     decisions: list[admission.Decision] = []
     for resource, group in sorted(requests.items()):
@@ -196,8 +198,12 @@ def _admission_pass(
     return decisions
 
 
-def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]]]:
-    """The jobs listed, and every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see :func:`reconcile.admission_request`).
+def _waiting(
+    kube: Kube, at: datetime, watch_namespace: str | None,
+) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]], list[dict[str, Any]]]:
+    """The jobs listed, every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see
+    :func:`reconcile.admission_request`), and the pods admitted gangs are promised but do not have yet
+    (:func:`reconcile.promised_pods`, rendered pinned: the part of the ledger that lives in ``status.admission``).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
@@ -210,8 +216,13 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
         meta = pod["metadata"]
         by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
     waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
+    promised: list[dict[str, Any]] = []
     for job in jobs:
         meta = job["metadata"]
+        try:
+            promised.extend(reconcile.promised_pods(job, by_job[(meta.get("namespace", ""), meta["name"])]))
+        except Exception as err:
+            log.warning("%s/%s: its admitted placement could not be read: %s", meta.get("namespace"), meta["name"], describe(err))
         if meta.get("deletionTimestamp"):
             continue
         try:
@@ -222,7 +233,7 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
         if entry is not None:
             request, ready = entry
             waiting[request.job] = (job, ready, request)
-    return jobs, waiting
+    return jobs, waiting, promised
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
@@ -296,8 +307,10 @@ def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
 
 def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Whether this pass must see the Nodes: some pod is bound to one (node loss), some is pinned to one but
-    not bound yet (a node unusable before binding), or the job may grow."""
-    return resize.wants_to_grow(job) or any(
+    not bound yet (a node unusable before binding), ranks are to be created from status.admission (their
+    nodes' fabric values), or the job may grow."""
+    admitted = reconcile.admission_record(job.get("status") or {})
+    return resize.wants_to_grow(job) or (admitted is not None and not admitted.get("created")) or any(
         (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
     )
 
@@ -364,7 +377,13 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         kube.create(p.create_service)
     for obj in p.create_objects:
         kube.create(obj)
-    _each([lambda pod=pod: kube.create(pod) for pod in p.create_pods])
+    if p.status_first and p.create_pods:  # an admitted placement: recorded before any of its pods exists
+        if not _write_status(kube, job, p):
+            return  # the job is gone: create nothing
+        kube.create_many(p.create_pods)
+        _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
+        return
+    kube.create_many(p.create_pods)
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
     _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])
     if p.delete_job:
@@ -372,9 +391,23 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
             for type_, reason, message in p.events:
                 kube.emit_event(job, type_, reason, message)
         return
-    if p.status_changed and kube.patch_status(namespace, job["metadata"]["name"], reconcile.status_patch(job.get("status") or {}, p.status)):
-        for type_, reason, message in p.events:
-            kube.emit_event(job, type_, reason, message)
-        metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
-        if p.status.get("goodput") and p.status.get("goodput") != (job.get("status") or {}).get("goodput"):
-            metrics.observe_goodput(namespace, job["metadata"]["name"], p.status["goodput"])
+    _write_status(kube, job, p)
+
+
+def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> bool:
+    """Write the plan's status when it changed, then its Events and metrics.
+
+    Returns:
+        False when the job was deleted meanwhile (nothing written).
+    """
+    if not p.status_changed:
+        return True
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status)):
+        return False
+    for type_, reason, message in p.events:
+        kube.emit_event(job, type_, reason, message)
+    metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
+    if p.status.get("goodput") and p.status.get("goodput") != (job.get("status") or {}).get("goodput"):
+        metrics.observe_goodput(namespace, name, p.status["goodput"])
+    return True

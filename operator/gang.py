@@ -24,6 +24,8 @@ from railtrain.operator.cluster import parse_quantity, pod_node
 from railtrain.operator.nodefit import pod_needs
 from railtrain.operator.placement import GangRequest
 
+NAME_TAKEN = ("PodNameTaken", "ServiceNameTaken")
+"""Scheduled reasons of a job whose pod or Service names are held by objects it does not own (operator/phases/ownership.py)."""
 REQUEUE_BASE_SECONDS = 10
 """Backoff after the first gang timeout; it doubles with each further timeout."""
 REQUEUE_MAX_SECONDS = 600
@@ -214,6 +216,64 @@ def admitted_nodes(spec: TrainingJobSpec, gang: list[dict[str, Any]]) -> int:
     return spec.nodes
 
 
+def admission_record(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The admitted placement of the current gang (``status.admission``) while it is in force, else None (pure).
+
+    A record is in force while its ``restarts`` equals ``status.restarts``, the
+    Scheduled condition is True and the job is neither finished nor suspended:
+    every path that stops a gang (restart, gang timeout, suspend, pods in the
+    way) sets Scheduled False or raises the restart count, which voids it.
+
+    Args:
+        status: the job's ``status`` as stored (may be empty).
+
+    Returns:
+        ``{"restarts": int, "nodes": [node of rank 0, ...], "created": bool}``, or None.
+    """
+    record = status.get("admission")
+    if not isinstance(record, dict) or not record.get("nodes"):
+        return None
+    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+        return None
+    return record if cond.is_true(status.get("conditions") or [], cond.SCHEDULED) else None
+
+
+def promised_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods an admitted gang is promised but does not have yet, as the pinned pods they will be (pure).
+
+    These are the ranks of an in-force :func:`admission_record` not yet marked
+    ``created`` whose pod is absent (the operator wrote the record, then
+    crashed or is still creating). The admission pass counts them as taken,
+    exactly as it counts the created ones by their pins.
+
+    Args:
+        obj: the TrainingJob as read; pods: its pods (labelled with its name).
+
+    Returns:
+        Rendered pod manifests pinned to their recorded node (empty for most jobs).
+    """
+    status = obj.get("status") or {}
+    record = admission_record(status)
+    if record is None or record.get("created"):
+        return []
+    try:
+        job = parse_job(obj)
+    except ValidationError:
+        return []
+    live = {rank_of(p) for p in current_gang(obj, owned(obj, pods))} | {int(r) for r in status.get("succeededRanks") or []}
+    meta = obj["metadata"]
+    return [
+        render.pin_to_node(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), rank, int(record["restarts"])), node)
+        for rank, node in enumerate(record["nodes"]) if rank not in live
+    ]
+
+
+def lingering(obj: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Whether a pod of the job not in its current gang (an earlier restart's, or being deleted) still holds a rank's name."""
+    restarts = int((obj.get("status") or {}).get("restarts", 0))
+    return any(restart_of(p) != restarts or p["metadata"].get("deletionTimestamp") for p in owned(obj, pods))
+
+
 def requeue_delay(requeues: int) -> timedelta:
     """Backoff before the ``requeues``-th re-admission: 10 s, 20 s, 40 s ... at most 600 s."""
     return timedelta(seconds=min(REQUEUE_MAX_SECONDS, REQUEUE_BASE_SECONDS * 2 ** max(0, requeues - 1)))
@@ -264,12 +324,17 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
     after = parse_time(status.get("requeueAfter"))
     if now is not None and after is not None and now < after:
         return None
+    if admission_record(status) is not None:
+        return None  # admitted: its pods are being created pinned, and the record holds its nodes
     gang = current_gang(obj, owned(obj, pods))
     n = admitted_nodes(spec, gang)
     gang = [p for p in gang if 0 <= rank_of(p) < n]
     ranks = {rank_of(p) for p in gang} | {int(r) for r in status.get("succeededRanks") or [] if 0 <= int(r) < n}  # exited 0 earlier: complete
-    ready = len(ranks) == n
-    if ready and not any(is_gated(p) for p in gang):
+    fresh = not ranks  # no pod yet: placed from the spec alone, then created pinned and ungated (admit before creating)
+    scheduled = cond.find(status.get("conditions") or [], cond.SCHEDULED) or {}
+    blocked = scheduled.get("reason") in NAME_TAKEN  # the reconcile reported a pod or Service in the way of the gang's names
+    ready = len(ranks) == n or (fresh and not blocked and not lingering(obj, pods))
+    if not fresh and len(ranks) == n and not any(is_gated(p) for p in gang):
         return None
     since = waiting_since(obj)
     if not ready and now is not None and since is not None and now - since > timedelta(seconds=spec.run_policy.gang_timeout_seconds):

@@ -396,3 +396,14 @@ def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
     out = {**pod, "spec": {**pod["spec"]}}
     out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), "kubernetes.io/hostname": node}
     return out
+
+
+def admitted_pod(pod: dict[str, Any], node: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """A copy of the gated ``pod`` as it is created for an admitted gang: pinned to ``node``, ``annotations`` added, no scheduling gate.
+
+    One create per rank, nothing to patch afterwards (docs/scheduling.md, "Admit before creating").
+    """
+    out = pin_to_node(pod, node)
+    out["spec"].pop("schedulingGates", None)
+    out["metadata"] = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}), **annotations}}
+    return out

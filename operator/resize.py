@@ -56,7 +56,8 @@ def grow_size(
         The number of nodes, or None when the queue leaves it no admissible size.
     """
     meta = obj["metadata"]
-    entry = admission_request(obj | {"status": {k: v for k, v in (obj.get("status") or {}).items() if k != "phase"}}, [], None)
+    asked = {k: v for k, v in (obj.get("status") or {}).items() if k not in ("phase", "admission")}  # as if the gang waited afresh
+    entry = admission_request(obj | {"status": asked}, [], None)
     if entry is None:
         return None
     request = entry[0]

@@ -1,11 +1,18 @@
-"""Creating the gated gang, applying the admission pass's answer, and following the gang to Running.
+"""Admitting and creating the gang, applying the admission pass's answer, and following the gang to Running.
 
-The admission pass (:mod:`railtrain.operator.admission`) answers a waiting
-gang with a :class:`~railtrain.operator.placement.Placement`, applied here by
-pinning each pod with a nodeSelector, setting its admitted gang size and
-lifting every gate in the same patch (ranks above an elastic gang's admitted
-size are deleted), or with a :class:`~railtrain.operator.placement.Refusal`,
-kept as the Scheduled condition.
+Admit before creating: a gang with no pod yet is placed from its spec alone.
+The admission pass (:mod:`railtrain.operator.admission`) answers it with a
+:class:`~railtrain.operator.placement.Placement`, applied here by recording
+the placement in ``status.admission`` (written first) and creating every rank
+already pinned, annotated and ungated: one write per pod. Until every rank's
+pod has been seen, a pass creates the missing ranks from that record (an
+operator that crashed between the status write and the creates).
+
+A gang that already has pods without a record (gated by an earlier operator
+version) keeps the older path: missing ranks are created gated, and the
+placement pins, annotates and ungates each pod in one patch (ranks above an
+elastic gang's admitted size are deleted). A refusal is kept as the Scheduled
+condition.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract, fabric
+from railtrain.crds.fabric import rank_annotations
 from railtrain.operator import conditions as cond
 from railtrain.operator import nvlink, render
 from railtrain.operator.cluster import pod_node
-from railtrain.operator.gang import is_gated, rank_of, restart_of
+from railtrain.operator.gang import admission_record, is_gated, rank_of, restart_of
 from railtrain.operator.phases import ownership
 from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition, always
@@ -31,17 +39,35 @@ FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
 def _create_missing(step: Step) -> None:
     if ownership.service_in_the_way(step):  # the rendezvous name would resolve to someone else's Service
         return
+    record = admission_record(step.status)
+    if record is None and not step.gang and not step.done:
+        return  # admit before creating: the pass places the gang from its spec, then its pods are created pinned
     present = {rank_of(p) for p in step.gang} | step.done
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
     taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
-    for rank in range(step.n):
+    nodes = record["nodes"] if record is not None and not record.get("created") else None
+    for rank in range(len(nodes) if nodes is not None else step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
-            step.out.create_pods.append(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric))
+            pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
+            if nodes is not None:  # an admitted rank whose create did not happen yet (e.g. the operator crashed after the record)
+                pod = render.admitted_pod(pod, nodes[rank], _rank_annotations(step, len(nodes), nodes[rank]))
+            step.out.create_pods.append(pod)
+    _with_gang_objects(step, "gated pods" if nodes is None else "pods pinned to their admitted nodes")
+
+
+def _rank_annotations(step: Step, size: int, node: str) -> dict[str, str]:
+    """The annotations of a rank of an admitted gang of ``size`` on ``node``: the gang's size and parallelism, the node's fabric values."""
+    return {**render.gang_annotations(step.job.spec, size), **rank_annotations(step.fabric, (step.nodes or {}).get(node))}
+
+
+def _with_gang_objects(step: Step, what: str) -> None:
+    """Add the ComputeDomain (NVLink jobs) next to the pods being created, and the GangCreated Event for a new gang."""
+    ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
     if step.out.create_pods and nvlink.wants(step.job):  # the IMEX channel every pod claims (kept if it exists)
         step.out.create_objects.append(nvlink.compute_domain(step.job, ns, render.owner_reference(step.meta["name"], uid)))
     if step.out.create_pods and not step.gang:
-        step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} gated pods and the rendezvous Service"))
+        step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} {what} and the rendezvous Service"))
         if step.restarts == 0 and (problem := fabric.device_problem(step.fabric, step.job.spec)):
             step.out.events.append(("Warning", FABRIC_DEVICE_MISSING, problem))
 
@@ -96,13 +122,39 @@ def _keep_refusal(step: Step) -> None:
 
 
 def _placed(step: Step) -> bool:
-    return isinstance(step.placement, Placement)
+    return isinstance(step.placement, Placement) and not step.foreign  # a name in the way: nothing is created, so nothing is promised
+
+
+def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]:
+    """Admit a gang that has no pod yet: record the placement in ``status.admission`` and create every rank pinned and ungated.
+
+    The plan writes the status before the pods (``status_first``): from then on
+    the record holds the nodes in every admission pass's ledger, and a crash
+    before the last create is repaired from it (:func:`_create_missing`).
+
+    Returns:
+        The gang as it will look after the creates.
+    """
+    size, ns, uid = len(placement.nodes), step.meta.get("namespace", ""), step.meta.get("uid", "")
+    nodes = [placement.nodes[(rank + shift) % size] for rank in range(size)]
+    step.status["admission"] = {"restarts": step.restarts, "nodes": nodes, "created": False}
+    gang = []
+    for rank, node in enumerate(nodes):
+        where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
+        extra = placement.annotations[where] if where < len(placement.annotations) else {}
+        pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
+        gang.append(render.admitted_pod(pod, node, {**render.gang_annotations(step.job.spec, size), **extra}))
+    step.out.create_pods = gang
+    step.out.status_first = True
+    _with_gang_objects(step, "pods pinned to their admitted nodes")
+    return gang
 
 
 def _apply_placement(step: Step) -> None:
     placement = step.placement
     shift = rank_shift(step, len(placement.nodes))
-    step.gang = _release(step, placement, shift)
+    fresh = not step.gang and not step.done and not step.out.create_pods
+    step.gang = _admit(step, placement, shift) if fresh else _release(step, placement, shift)
     step.n = step.released = len(placement.nodes)
     if len(placement.domains) == step.n:
         step.placed.update({rank: placement.domains[(rank + shift) % step.n] for rank in range(step.n)})
@@ -138,10 +190,15 @@ def _wait(step: Step) -> str:
 
 CREATE_MISSING = Transition(
     "create-missing-ranks", ACTIVE, always, _create_missing,
-    "Every rank below the gang size without a pod (and whose name is free) gets a gated pod.",
+    "A gang without any pod and without an admitted placement waits for the admission pass; an admitted gang's missing ranks are created "
+    "pinned and ungated from status.admission; an older gated gang's missing ranks get gated pods.",
 )
 REFUSED = Transition("refused", ACTIVE, _refused, _keep_refusal, "The admission pass refused: Scheduled False with its reason; a gang pinned to a lost node is deleted.")
-PLACED = Transition("placed", ACTIVE, _placed, _apply_placement, "The admission pass placed the gang: pin, annotate and ungate every rank; Scheduled True.")
+PLACED = Transition(
+    "placed", ACTIVE, _placed, _apply_placement,
+    "The admission pass placed the gang: a gang without pods gets status.admission (written first) and every rank created pinned and ungated; "
+    "a gated gang's ranks are pinned, annotated and ungated; Scheduled True.",
+)
 BOUND = Transition("bound", ACTIVE, _bound_without_pass, _mark_scheduled, "Every rank released without a recorded placement: Scheduled True.")
 HEALTHY = Transition(
     "healthy", ACTIVE, healthy, _run,

@@ -42,6 +42,7 @@ class Plan:
         quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
         delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
         log: one operator log line per recovery decision (restart, quarantine, ignored claim, eviction, node loss).
+        status_first: write ``status`` before creating ``create_pods`` (an admitted placement is recorded before its pods exist).
     """
 
     create_service: dict[str, Any] | None = None
@@ -59,6 +60,7 @@ class Plan:
     quarantine: list[tuple[str, str, str]] = field(default_factory=list)
     delete_job: bool = False
     log: list[str] = field(default_factory=list)
+    status_first: bool = False
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.operator import conditions as cond
-from railtrain.operator.gang import is_gated, rank_of, restart_of
+from railtrain.operator.gang import admission_record, is_gated, rank_of, restart_of
 from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
@@ -46,6 +46,9 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     """``(rank, description)`` of every rank below the gang size whose pod is gone or being deleted, in a released gang."""
     if step.released is None or not step.is_true(cond.SCHEDULED):
         return []
+    record = admission_record(step.status)
+    if record is not None and not record.get("created"):
+        return []  # admitted ranks still being created (or to be created after an operator crash): not vanished
     job = step.meta["name"]
     live = {rank_of(p) for p in step.gang} | step.done  # a rank that exited 0 is complete, whatever removed its pod
     terminating = {rank_of(p): p for p in step.pods if restart_of(p) == step.restarts and p["metadata"].get("deletionTimestamp")}

@@ -82,7 +82,7 @@ def finish(core, ns, name):
 
 
 def unreleased(pods) -> bool:
-    """Every pod still gated, without a node pin and unbound: nothing of the gang holds capacity."""
+    """Every pod still gated, without a node pin and unbound: nothing of the gang holds capacity (True for no pods, a gang not admitted yet)."""
     return all(p.spec.scheduling_gates and not p.spec.node_name and not (p.spec.node_selector or {}) for p in pods)
 
 

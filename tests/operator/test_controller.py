@@ -64,6 +64,9 @@ class FakeKube:
             self.pods[(ns, name)] = copy.deepcopy(manifest) | {"status": {"phase": "Pending"}}
         return True
 
+    def create_many(self, manifests):
+        return [self.create(m) for m in manifests]
+
     def get_pod(self, ns, name):
         return copy.deepcopy(self.pods.get((ns, name)))
 

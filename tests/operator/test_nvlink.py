@@ -91,7 +91,9 @@ def test_the_first_pass_creates_the_compute_domain_owned_by_the_job():
     from datetime import datetime, timezone
 
     obj = body()
-    plan = reconcile.plan(obj, [], None, datetime(2026, 1, 1, tzinfo=timezone.utc))
+    from railtrain.operator.placement import Placement
+
+    plan = reconcile.plan(obj, [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b")))  # the pass placed the gang
     (cd,) = plan.create_objects
     assert cd["apiVersion"] == "resource.nvidia.com/v1beta1" and cd["kind"] == "ComputeDomain"
     assert cd["metadata"]["name"] == "tp-nvlink" and cd["metadata"]["namespace"] == "team"
@@ -99,7 +101,7 @@ def test_the_first_pass_creates_the_compute_domain_owned_by_the_job():
     (owner,) = cd["metadata"]["ownerReferences"]
     assert owner["uid"] == "uid-tp" and owner["kind"] == "TrainingJob" and owner["controller"] is True
     assert len(plan.create_pods) == 2
-    assert reconcile.plan(job_obj("dp"), [], None, datetime(2026, 1, 1, tzinfo=timezone.utc)).create_objects == []
+    assert reconcile.plan(job_obj("dp"), [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b"))).create_objects == []
 
 
 def test_the_admission_request_asks_for_one_nvlink_domain():

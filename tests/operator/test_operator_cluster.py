@@ -12,36 +12,39 @@ from kubernetes.client.rest import ApiException
 from railtrain.crds import contract
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, end_pod, events, finish, job_body, job_status, phase_is, pods_of, refused, unreleased
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, finish, job_body, job_status, phase_is, pods_of, refused
 
 pytestmark = pytest.mark.cluster
 
 
-def test_gang_is_created_gated_then_bound_to_distinct_nodes(api, namespace, gpu_nodes, operator):
+def test_gang_pods_are_created_pinned_and_ungated_one_write_each_then_bound_to_distinct_nodes(api, namespace, gpu_nodes, operator):
+    """Admit before creating: every pod's first version is already pinned and ungated, and no later update pins or ungates it."""
     core, custom = api
     nodes = set(gpu_nodes(3, gpus_per_node=8))
-    first_seen: dict[str, object] = {}
+    seen: list[tuple[str, str, list[str], str | None]] = []  # (event type, pod, gates, pinned node) in watch order
     w = watch.Watch()
 
     def record():
-        for ev in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=60):
+        for ev in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=90):
             pod = ev["object"]
-            first_seen.setdefault(pod.metadata.name, pod)
-            if len(first_seen) >= 2:
+            seen.append((ev["type"], pod.metadata.name, [g.name for g in pod.spec.scheduling_gates or []], (pod.spec.node_selector or {}).get("kubernetes.io/hostname")))
+            if sum(1 for t, *_ in seen if t == "ADDED") >= 2 and all((p.status.phase == "Running") for p in core.list_namespaced_pod(namespace).items):
                 w.stop()
 
     t = threading.Thread(target=record)
     t.start()
     wait_for(lambda: core.list_namespaced_pod(namespace).items is not None, 5, "watch to start")
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("gang", nodes=2, gpus_per_node=8))
+    pods = wait_for(lambda: all_running(core, namespace, "gang", 2), 90, "both pods Running")
     t.join(timeout=90)
-    assert set(first_seen) == {"gang-0", "gang-1"}
-    for pod in first_seen.values():
-        assert [g.name for g in pod.spec.scheduling_gates or []] == [contract.SCHEDULING_GATE]
-        assert not pod.spec.node_name
+    added = {name: (gates, node) for kind, name, gates, node in seen if kind == "ADDED"}
+    assert set(added) == {"gang-0", "gang-1"}
+    for name, (gates, node) in added.items():
+        assert gates == [] and node in nodes, f"{name} was created as {gates}, pinned to {node}"
+    first_pin = {name: node for name, (_, node) in added.items()}
+    assert all(gates == [] and node == first_pin[name] for kind, name, gates, node in seen), seen  # never gated, never re-pinned
     svc = core.read_namespaced_service("gang", namespace)
     assert svc.spec.cluster_ip == "None"
-    pods = wait_for(lambda: all_running(core, namespace, "gang", 2), 90, "both pods Running")
     bound = [p.spec.node_name for p in pods]
     assert len(set(bound)) == 2 and set(bound) <= nodes
     status = wait_for(lambda: phase_is(custom, namespace, "gang", "Running"), 30, "phase Running")
@@ -58,7 +61,7 @@ def test_job_that_cannot_fit_stays_pending_with_reason_and_binds_nothing(api, na
     assert c["status"] == "False" and "16 free GPUs" in c["message"]
     assert job_status(custom, namespace, "huge")["phase"] == "Pending"
     pods = pods_of(core, namespace, "huge")
-    assert len(pods) == 2 and unreleased(pods)
+    assert pods == []  # admit before creating: a gang that does not fit has no pods at all
     assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in events(core, namespace, "huge"))
 
 

@@ -91,7 +91,8 @@ def test_a_pod_with_a_ranks_name_that_the_job_does_not_own_is_reported_never_ado
     stray = gang(obj, phase="Running", gated=False, nodes=["a", "b"])[1]
     stray["metadata"]["name"], stray["metadata"]["ownerReferences"] = "unrelated", []
     q = reconcile.plan(obj, [stray], True, NOW)
-    assert sorted(m["metadata"]["name"] for m in q.create_pods) == ["llm-0", "llm-1"] and q.delete_pods == []
+    assert q.create_pods == [] and q.delete_pods == []  # admit before creating: no pod until the pass places the gang
+    assert reconcile.admission_request(obj, [stray], NOW)[1] is True  # placed from the spec alone
 
 
 def not_ready(since):
@@ -118,7 +119,8 @@ def test_a_gang_waiting_for_old_pods_names_each_and_what_holds_it(finalizers, no
     advance(step)
     c = find(step.conds, "Scheduled")
     assert (c["status"], c["reason"]) == ("False", "WaitingForOldPods") and says in c["message"], c["message"]
-    assert [m["metadata"]["name"] for m in step.out.create_pods] == ["llm-0"]  # rank 1 waits for its name
+    assert step.out.create_pods == []  # admit before creating: nothing is created before the gang is placed
+    assert reconcile.admission_request(obj, [old], NOW)[1] is False  # and it is not placed while rank 1's name is held
     assert ("llm-1" in step.out.force_delete_pods) == ("deleted" in says)
 
 
@@ -142,4 +144,4 @@ def test_a_service_with_the_jobs_name_that_it_does_not_own_holds_the_gang_and_is
     assert (c["status"], c["reason"]) == ("False", "ServiceNameTaken") and "Service llm (no controller ownerReference)" in c["message"]
     mine = {**theirs, "metadata": {**theirs["metadata"], "ownerReferences": [{"uid": "uid-llm", "controller": True, "kind": "TrainingJob", "name": "llm"}]}}
     q = reconcile.plan(obj | {"status": p.status}, [], mine, NOW)
-    assert len(q.create_pods) == 2 and find(q.status["conditions"], "Scheduled")["reason"] == "PodNamesFree"
+    assert q.create_pods == [] and find(q.status["conditions"], "Scheduled")["reason"] == "PodNamesFree"

@@ -12,20 +12,21 @@ from .builders import fail, gang, job_obj
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
-def test_new_job_creates_service_and_gated_pods():
+def test_new_job_creates_its_service_and_waits_then_its_placement_creates_the_pods_pinned():
     obj = job_obj(nodes=3)
     p = reconcile.plan(obj, [], service_exists=False, now=NOW)
     assert p.create_service["spec"]["clusterIP"] == "None"
-    assert [pod["metadata"]["name"] for pod in p.create_pods] == ["llm-0", "llm-1", "llm-2"]
-    assert all(pod["spec"]["schedulingGates"] == [{"name": contract.SCHEDULING_GATE}] for pod in p.create_pods)
-    assert all(pod["metadata"]["ownerReferences"][0]["uid"] == "uid-llm" for pod in p.create_pods)
-    assert p.status["phase"] == "Pending" and p.status_changed
-    assert ("Normal", "GangCreated") == p.events[0][:2]
+    assert p.create_pods == [] and p.status["phase"] == "Pending" and p.status_changed  # admit before creating
+    q = reconcile.plan(obj, [], service_exists=True, now=NOW, placement=Placement(("a", "b", "c")))
+    assert [pod["metadata"]["name"] for pod in q.create_pods] == ["llm-0", "llm-1", "llm-2"]
+    assert all("schedulingGates" not in pod["spec"] for pod in q.create_pods)
+    assert all(pod["metadata"]["ownerReferences"][0]["uid"] == "uid-llm" for pod in q.create_pods)
+    assert ("Normal", "GangCreated") in [e[:2] for e in q.events]
 
 
 def test_pods_carry_the_contract():
     obj = job_obj(nodes=2, procs=4, gpus=4)
-    pod = reconcile.plan(obj, [], False, NOW).create_pods[1]
+    pod = reconcile.plan(obj, [], False, NOW, Placement(("a", "b"))).create_pods[1]
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
     from_pod = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in pod["spec"]["containers"][0]["env"] if "valueFrom" in e}
     assert from_pod == {contract.ENV_NODE_NAME: "spec.nodeName"}  # Downward API: the node the pod landed on
@@ -97,7 +98,8 @@ def test_failed_pod_restarts_the_gang_within_backoff():
     nxt = reconcile.plan(obj | {"status": p.status}, pods, True, NOW)
     assert nxt.create_pods == []
     # Once gone, the new gang is created with the new restart count.
-    fresh = reconcile.plan(obj | {"status": p.status}, [], True, NOW)
+    assert reconcile.admission_request(obj | {"status": p.status}, [], NOW)[1] is True
+    fresh = reconcile.plan(obj | {"status": p.status}, [], True, NOW, Placement(("a", "b")))
     assert [pod["metadata"]["annotations"][contract.ANNOTATION_RESTART] for pod in fresh.create_pods] == ["1", "1"]
 
 
