@@ -10,7 +10,7 @@ On one local control plane (etcd, kube-apiserver, kube-scheduler, KWOK):
    first is the largest) created evenly over ``--submit-seconds``; every
    second its RSS and CPU are read from ``/proc/<pid>`` and its ``/metrics``
    scraped (admission-pass histogram, queue length);
-4. once the set of Running jobs is stable for ``--settle`` s (4× that while
+4. once the Running jobs, the admitted ones and the pods are unchanged for ``--settle`` s (4× that while
    a waiting job would fit in the free nodes): no double
    booking (GPUs of the pods pinned to a node ≤ its capacity), and every
    waiting job that would fit in the free nodes is counted;
@@ -187,6 +187,7 @@ def audit(pods: Sequence[dict[str, Any]], nodes: Sequence[str], sizes: dict[str,
     admitted = {j for j, ps in per_job.items() if any(pinned_node(p) for p in ps)}
     waiting = [j for j in sizes if j not in admitted]
     return {"overbooked": {n: g for n, g in used.items() if g > GPUS_PER_NODE}, "running": running, "free_nodes": free,
+            "pods": sum(len(ps) for ps in per_job.values()), "admitted": len(admitted),
             "waiting": len(waiting), "fits_waiting": sorted(j for j in waiting if sizes[j] <= free)}
 
 
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nodes", type=int, default=1250, help=f"KWOK nodes of {GPUS_PER_NODE} GPUs (default 1250).")
     ap.add_argument("--jobs", type=int, default=500, help="TrainingJobs submitted (default 500).")
     ap.add_argument("--submit-seconds", type=float, default=60, help="Seconds over which the jobs are created (default 60).")
-    ap.add_argument("--settle", type=float, default=30, help="Seconds the set of Running jobs must stay unchanged to end the run (default 30).")
+    ap.add_argument("--settle", type=float, default=30, help="Seconds the Running and admitted jobs and the pods must stay unchanged to end the run (default 30).")
     ap.add_argument("--seed", type=int, default=1, help="Seed of the job-size mix (default 1).")
     ap.add_argument("--timeout", type=float, default=1800, help="Seconds any one phase may take (default 1800).")
     ap.add_argument("--restart-timeout", type=float, default=300, help="Seconds the killed rank's gang may take to be all Running again (default 300).")
@@ -260,17 +261,20 @@ def main(argv: list[str] | None = None) -> None:
                 bc.custom.create_namespaced_custom_object(G, V, ns, P, trainingjob(name, n, GPUS_PER_NODE))
             record["submitted_s"] = time.monotonic() - t0
             print(f"  {len(names)} jobs ({sum(sizes)} nodes asked of {len(nodes)}) submitted in {record['submitted_s']:.1f}s", flush=True)
-            last, since, deadline = None, time.monotonic(), time.monotonic() + args.timeout
-            while time.monotonic() < deadline:
+            last, since, deadline, settled = None, time.monotonic(), time.monotonic() + args.timeout, False
+            while not settled and time.monotonic() < deadline:
                 operator.check()
                 state = audit(list_pods(bc, ns), nodes, names)
-                key = (tuple(state["running"]), tuple(state["fits_waiting"]))
+                key = (tuple(state["running"]), tuple(state["fits_waiting"]), state["waiting"], state["pods"])
                 if key != last:
                     last, since = key, time.monotonic()
                 elif time.monotonic() - since >= args.settle * (1 if not state["fits_waiting"] else 4):
-                    break  # stable; while a waiting job would fit, give the operator 4x longer
+                    settled = True  # stable; while a waiting job would fit, the operator gets 4x longer
+                    break
                 time.sleep(1)
-            record["settled_s"] = since - t0
+            record["settled"], record["settled_s"] = settled, since - t0
+            if not settled:
+                print(f"  NOT settled within --timeout {args.timeout:.0f}s: the state below is the last one seen", flush=True)
             record["audit"] = {**state, "running": len(state["running"])}
             print(f"  settled {record['settled_s']:.1f}s after the first job: {len(state['running'])} jobs Running, {state['waiting']} waiting, "
                   f"{state['free_nodes']} nodes free, {len(state['fits_waiting'])} waiting jobs would fit, {len(state['overbooked'])} nodes overbooked", flush=True)

@@ -16,8 +16,11 @@ from rich.text import Text
 
 from railtrain.crds import fabric
 
-PROBLEM_TYPES = ("Failed",)
-"""Condition types that explain a job's state when True (others explain it when False/Unknown)."""
+PROBLEM_TYPES = ("Failed", "Suspended")
+"""Condition types that explain a job's state when True; False is their healthy state (others explain it when False/Unknown)."""
+
+PHASE_EXPLAINED_BY = {"Pending": ("Scheduled",), "Restarting": ("Scheduled",), "Suspended": ("Suspended",), "Failed": ("Failed",)}
+"""Phase → the condition types that say why a job is in it (a waiting job: why it is not Scheduled), preferred over newer ones."""
 
 
 
@@ -105,19 +108,25 @@ def goodput_line(status: dict[str, Any]) -> str | None:
 
 
 def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The condition that best explains why a job is not simply progressing.
+    """The condition that best explains why a job is in its phase and not simply progressing.
+
+    Candidates are the conditions that are False or Unknown, except those of
+    :data:`PROBLEM_TYPES`, which count only when True (``Suspended False
+    Resumed`` explains nothing once the job waits or runs again). Among them a
+    type that explains the phase (:data:`PHASE_EXPLAINED_BY`, e.g. Scheduled for
+    Pending) wins; then the most recently transitioned one.
 
     Returns:
-        The most recently transitioned condition that is False or Unknown, or a
-        True one of :data:`PROBLEM_TYPES` (e.g. ``Failed``); ``None`` when every
-        condition is a healthy True one.
+        That condition, or ``None`` when no condition is a candidate (a healthy running job).
     """
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    candidates = [c for c in conditions if c.get("status") != "True" or c.get("type") in PROBLEM_TYPES]
+    status = obj.get("status") or {}
+    explains = PHASE_EXPLAINED_BY.get(status.get("phase") or "Pending", ())
+    conditions = status.get("conditions") or []
+    candidates = [c for c in conditions if (c.get("status") == "True") == (c.get("type") in PROBLEM_TYPES)]
     if not candidates:
         return None
     epoch = datetime.min.replace(tzinfo=timezone.utc)
-    return max(candidates, key=lambda c: parse_time(c.get("lastTransitionTime")) or epoch)
+    return max(candidates, key=lambda c: (c.get("type") in explains, parse_time(c.get("lastTransitionTime")) or epoch))
 
 
 def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool = False) -> Table:

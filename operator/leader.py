@@ -61,12 +61,16 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
     where = f"{s.lease_namespace}/{peers.LEASE_NAME}"
     renewed = loop.time()
     said_holder: str | None = None
+    failing = False  # the last Lease read/write got no answer or an error (said once, not per poll)
     while True:
         now = datetime.now(timezone.utc)
         try:
             leading, other = await loop.run_in_executor(None, _try_lead, ctx, now)
             if leading:
                 renewed = loop.time()
+            if failing:
+                log.info("the API server answers again: the Lease %s is read and renewed", where)
+            failing = False
         except asyncio.CancelledError:
             raise
         except ApiException as err:
@@ -75,10 +79,10 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
                 _set(ctx, True, wake, where)
                 return
             leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
-            log.warning("could not renew the Lease %s: %s", where, kube.describe(err))
+            failing = _say_failing(failing, where, err)
         except Exception as err:  # no answer: keep leading only while the Lease we wrote is still ours
             leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
-            log.warning("could not renew the Lease %s: %s", where, kube.describe(err))
+            failing = _say_failing(failing, where, err)
         if other is not None and other != said_holder:
             log.info("standing by: the Lease %s is held by %s (polled every %.1f s)", where, other, poll_seconds(s.lease_seconds))
         said_holder = other
@@ -86,6 +90,13 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
         if not leading:
             ctx.health.passed()  # a standby's pass is its Lease check
         await asyncio.sleep(poll_seconds(s.lease_seconds))
+
+
+def _say_failing(failing: bool, where: str, err: Exception) -> bool:
+    """Log the first failed Lease read/write of a run of failures (one WARNING line, not one per poll); returns True (now failing)."""
+    if not failing:
+        log.warning("could not renew the Lease %s: %s; retrying every poll, said again only once the API server answers", where, kube.describe(err))
+    return True
 
 
 def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: str) -> None:

@@ -123,7 +123,8 @@ def finish(step: Step, phase: str) -> Plan:
     st["phase"] = phase
     st["conditions"] = step.conds
     st["observedGeneration"] = step.meta.get("generation")
-    st["placement"] = placement_entries(current_gang(step.obj, step.pods), step.old.get("placement") or [], step.placed) or st.get("placement", [])
+    staying = [p for p in current_gang(step.obj, step.pods) if p["metadata"]["name"] not in out.delete_pods]  # pods deleted now hold no node
+    st["placement"] = placement_entries(staying, step.old.get("placement") or [], step.placed) or st.get("placement", [])
     st["admittedNodes"] = step.released
     if phase in cond.TERMINAL_PHASES and not st.get("completionTime"):
         st["completionTime"] = cond.rfc3339(step.now)

@@ -166,3 +166,23 @@ def test_job_detail_shows_progress_and_goodput():
     assert "Progress:   step 120/300 (40%), loss 2.314, 12346 tokens/s, ETA 5m00s (read 3s ago)" in text
     assert "Goodput:    90% training of 1h02m: queued 1m00s, starting 2m00s, lost 3m00s (checkpoint 30s, recompute 30s, restart_node_lost 2m00s)" in text
     assert "Progress:" not in render(views.job_detail(obj("new"), NOW))
+
+
+def test_reason_after_resume_is_why_the_job_waits_then_empty_once_running():
+    # as the operator leaves them after suspend -> another job takes the nodes -> resume (tests/operator/test_reconcile.py)
+    waiting = obj("llama-1b", phase="Pending", conditions=[
+        cond("Scheduled", "False", "Unschedulable", 120, "2 nodes asked, 0 free"),
+        cond("Running", "False", "Resumed", 120, "resumed after a suspension: the job waits for admission"),
+        cond("Suspended", "False", "Resumed", 30, "runPolicy.suspend is false: the job waits for admission"),
+    ])
+    assert views.explaining_condition(waiting)["reason"] == "Unschedulable"
+    running = obj("llama-1b", phase="Running", conditions=[
+        cond("Scheduled", "True", "GangPlaced", 20), cond("Running", "True", "AllRanksRunning", 10),
+        cond("Suspended", "False", "Resumed", 30, "runPolicy.suspend is false: the job was admitted again"),
+    ])
+    assert views.explaining_condition(running) is None
+    assert render(views.jobs_table([running], NOW)).splitlines()[1].split()[-1] == "10m"  # no REASON
+    suspended = obj("llama-1b", phase="Suspended", conditions=[
+        cond("Scheduled", "False", "Suspended", 5), cond("Running", "False", "Suspended", 5), cond("Suspended", "True", "Suspended", 5),
+    ])
+    assert views.explaining_condition(suspended)["type"] == "Suspended"

@@ -92,3 +92,39 @@ def test_a_standby_neither_reconciles_nor_admits():
     handlers._resync_pass(me)
     handlers.on_job_event(type="ADDED", name="waiting", namespace="team", memo=me)
     assert kube.pods == {} and "status" not in kube.jobs[("team", "waiting")]
+
+
+def test_lost_contact_with_the_api_server_is_said_once_and_its_return_once(caplog):
+    class Flaky(FakeKube):
+        down = True
+
+        def get_lease(self, ns, name):
+            if self.down:
+                raise ConnectionRefusedError("connection refused")
+            return super().get_lease(ns, name)
+
+    kube = Flaky([], [])
+    me = context(kube, lease_seconds=2.0)  # polls every 0.25 s
+    me.state.leader = True
+
+    async def run():
+        task = asyncio.create_task(leader.keep_lease(me, lambda: None))
+        for _ in range(60):  # past the lease duration: the leader steps down while the server stays away
+            await asyncio.sleep(0.1)
+            if not me.state.leader:
+                break
+        await asyncio.sleep(0.6)  # a few more failed polls while standing by
+        kube.down = False
+        for _ in range(40):
+            await asyncio.sleep(0.1)
+            if me.state.leader:
+                break
+        task.cancel()
+
+    with caplog.at_level(logging.INFO, "railtrain.operator"):
+        asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records]
+    assert me.state.leader
+    assert sum(m.startswith("could not renew the Lease default/railtrain-operator") for m in lines) == 1, lines
+    assert sum(m.startswith("no longer leading") for m in lines) == 1
+    assert sum(m.startswith("the API server answers again") for m in lines) == 1

@@ -265,3 +265,32 @@ def test_user_error_from_any_failed_rank_wins():
     p = reconcile.plan(obj, pods, True, NOW)
     failed = find(p.status["conditions"], "Failed")
     assert p.status["phase"] == "Failed" and failed["reason"] == "UserError" and "rank 1" in failed["message"]
+
+
+def test_suspend_then_resume_while_another_job_holds_the_nodes_leaves_no_stale_condition_or_placement():
+    obj = job_obj(nodes=2)
+    admitted = reconcile.plan(obj, gang(obj), True, NOW, placed(["a", "b"]))
+    running = reconcile.plan(obj | {"status": admitted.status}, gang(obj, phase="Running", gated=False, nodes=["a", "b"]), True, NOW)
+    assert running.status["phase"] == "Running" and running.status["placement"] and running.status["topology"]
+    suspended_obj = job_obj(nodes=2, runPolicy={"suspend": True}, status=running.status)
+    suspended = reconcile.plan(suspended_obj, gang(obj, phase="Running", gated=False, nodes=["a", "b"]), True, NOW + timedelta(seconds=10))
+    assert suspended.status["phase"] == "Suspended"
+    assert "placement" not in suspended.status and "topology" not in suspended.status  # its nodes are free: no stale "Placed: inside rack r0"
+    # resumed; another job holds a and b now: the admission pass refuses
+    resumed_obj = job_obj(nodes=2, status=suspended.status)
+    waiting = reconcile.plan(resumed_obj, [], True, NOW + timedelta(seconds=20), Refusal("Unschedulable", "2 nodes asked, 0 free"))
+    conds = {c["type"]: c for c in waiting.status["conditions"]}
+    assert waiting.status["phase"] == "Pending"
+    assert (conds["Scheduled"]["status"], conds["Scheduled"]["reason"]) == ("False", "Unschedulable")
+    assert (conds["Suspended"]["status"], conds["Suspended"]["reason"]) == ("False", "Resumed")
+    assert "waits for admission" in conds["Suspended"]["message"]
+    assert conds["Running"]["status"] == "False" and "waits for admission" in conds["Running"]["message"]
+    assert not any("suspended" in c["message"] or "admitted again" in c["message"] for c in conds.values())
+    # the nodes come free: admitted, then running
+    later = job_obj(nodes=2, status=waiting.status)
+    again = reconcile.plan(later, [], True, NOW + timedelta(seconds=30), placed(["c", "d"]))
+    pods = gang(later, phase="Pending", gated=False, nodes=["c", "d"])
+    pending = reconcile.plan(later | {"status": again.status}, pods, True, NOW + timedelta(seconds=31))
+    conds = {c["type"]: c for c in pending.status["conditions"]}
+    assert "admitted again" in conds["Suspended"]["message"] and conds["Running"]["reason"] == "RanksNotRunning"
+    assert [e["node"] for e in pending.status["placement"]] == ["c", "d"]
