@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
+from railtrain.cli.controlplane.cluster import ClusterError
 from railtrain.cli.controlplane.binaries import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,11 +155,14 @@ class LocalKueue:
         try:
             wait_until(self._ready, timeout, "the Kueue manager ready")
             self._apply_until_accepted(self._queue_objects(), timeout)
+        except ClusterError:
+            raise
         except BaseException:
             raise TimeoutError(f"Kueue did not come up; its log ends:\n{self.tail()}") from None
 
     def _ready(self) -> bool:
-        self.check()
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ClusterError(f"Kueue exited with {self.proc.returncode}:\n{self.tail()}")  # wait_until stops at once
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/readyz", timeout=2) as r:
                 return r.status == 200
@@ -175,7 +179,9 @@ class LocalKueue:
                     crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                         "clientConfig": {"url": f"{url}/convert", "caBundle": ca}, "conversionReviewVersions": ["v1"]}}
                 docs.append(crd)
-        self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+        path = self.tmp / "crds.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        self.cluster.install_crds([path], timeout=120)  # Kueue exits at start if a kind is not served yet
 
     def _install_webhooks(self, url: str, ca: str) -> None:
         docs = []

@@ -46,6 +46,17 @@ FRAGMENT_FREE = (1, 6, 2, 7, 3, 0, 5, 4)
 """Free nodes left in rack i (cycled) on the fragmented cluster; the rest of each rack is taken by filler pods."""
 
 
+def gone_ok(call) -> None:
+    """Run ``call``; an object that is already gone (404) is fine."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        call()
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 def empty_kueue(bc: BenchCluster, namespace: str, timeout: float = 120) -> None:
     """Delete the pods and Workloads of ``namespace`` and wait until both are gone.
 
@@ -66,9 +77,9 @@ def empty_kueue(bc: BenchCluster, namespace: str, timeout: float = 120) -> None:
         if not stripped and time.monotonic() > deadline - timeout + 5:
             stripped = True
             for pod in pods:
-                bc.core.patch_namespaced_pod(pod["metadata"]["name"], namespace, {"metadata": {"finalizers": None}})
+                gone_ok(lambda: bc.core.patch_namespaced_pod(pod["metadata"]["name"], namespace, {"metadata": {"finalizers": None}}))
             for wl in wls:
-                bc.custom.patch_namespaced_custom_object(GROUP, "v1beta2", namespace, "workloads", wl["metadata"]["name"], {"metadata": {"finalizers": None}})
+                gone_ok(lambda: bc.custom.patch_namespaced_custom_object(GROUP, "v1beta2", namespace, "workloads", wl["metadata"]["name"], {"metadata": {"finalizers": None}}))
         time.sleep(0.25)
 
 
