@@ -48,3 +48,21 @@ def describe(err: BaseException) -> CliError | None:
 
         return describe_client_error(err)
     return None
+
+
+DEBUG_ENV = "RAILTRAIN_DEBUG"
+
+
+def unexpected(err: BaseException) -> CliError:
+    """One sentence for an exception no rule describes (a bug in railtrain or a library it calls).
+
+    Args:
+        err: the exception.
+
+    Returns:
+        A :class:`CliError` naming the exception's type and the first line of its message, and how to see the
+        traceback (``RAILTRAIN_DEBUG=1``; :func:`railtrain.cli.main._report` re-raises then).
+    """
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    what = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return CliError(f"unexpected {what} (a bug in railtrain; run again with {DEBUG_ENV}=1 for the traceback)")

@@ -119,7 +119,7 @@ def _suspend(job: str, namespace: str | None, kubeconfig: str | None, suspend: b
     changed = k8s_jobs.set_suspend(cluster, ns, job, suspend)
     word = "suspended" if suspend else "resumed"
     if not changed:
-        say(f"trainingjob {job} is already {'suspended' if suspend else 'not suspended'}; nothing to do")
+        say(f"trainingjob {job} is {'already suspended' if suspend else 'not suspended'}; nothing to do")
         return
     typer.echo(f"trainingjob.railtrain.dev/{job} {word}")
     say("its pods are deleted; checkpoints are kept for the resume" if suspend else "the operator queues its gang again; it resumes from its newest checkpoint")

@@ -97,7 +97,7 @@ def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[s
         if err.status == 409:
             raise CliError(
                 f"trainingjob {name} already exists in namespace {namespace}; delete it first "
-                f"('kubectl delete trainingjob {name} -n {namespace}') or choose another metadata.name"
+                f"('railtrain delete {name} -n {namespace}') or choose another metadata.name"
             ) from None
         if err.status == 404:
             if (status.get("details") or {}).get("kind") == "namespaces":

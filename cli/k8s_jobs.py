@@ -131,6 +131,12 @@ def read_log(cluster: Cluster, namespace: str, pod: str, previous: bool = False,
     return resp.data.decode("utf-8", errors="replace")
 
 
+# (connect, read) seconds for a followed log. The client (kubernetes 37.x) validates ``_request_timeout`` as
+# None, one positive number (a total, which would cut a long follow) or two positive numbers, so an unbounded
+# read is spelled as a day of silence; a trainer quiet for longer ends the follow with one sentence.
+FOLLOW_TIMEOUT = (10, 24 * 3600)
+
+
 def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = True) -> Iterator[str]:
     """The training container's log lines as they are written (``follow``), until the container ends.
 
@@ -139,7 +145,7 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
     """
     try:
         resp = _core(cluster).read_namespaced_pod_log(
-            pod, namespace, container=TRAINER, follow=True, timestamps=timestamps, _preload_content=False, _request_timeout=(10, None),
+            pod, namespace, container=TRAINER, follow=True, timestamps=timestamps, _preload_content=False, _request_timeout=FOLLOW_TIMEOUT,
         )
     except ApiException as err:
         raise CliError(f"no log of pod {pod}: {_log_refusal(err)}") from None
@@ -155,8 +161,9 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
 def _log_refusal(err: ApiException) -> str:
     """Why the API server gave no log: its message, said plainly when it could not reach the node's kubelet."""
     message = " ".join(str(_status_body(err).get("message") or err.reason or err.status).split())
-    if "containerLogs" in message and any(w in message for w in ("dial tcp", "connection refused", "no such host")):
-        return f"the API server could not reach the kubelet of the pod's node (KWOK nodes have none): {message}"
+    if "containerLogs" in message and any(w in message for w in ("dial tcp", "connection refused", "no such host", "i/o timeout")):
+        cause = next((w for w in ("no such host", "connection refused", "i/o timeout") if w in message), "dial failed")
+        return f"the API server could not reach the kubelet of the pod's node ({cause}; KWOK nodes have none, logs need a real kubelet such as kind's)"
     return message
 
 

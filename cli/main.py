@@ -67,7 +67,11 @@ class _Group(TyperGroup):
 
 
 def _report(err: Exception) -> int:
-    """Print ``err`` for a person and return the exit status; re-raise programming errors."""
+    """Print ``err`` for a person and return the exit status.
+
+    An exception no rule describes (a programming error) is one sentence too, re-raised with its traceback only
+    when ``RAILTRAIN_DEBUG`` is set (:data:`railtrain.cli.errors.DEBUG_ENV`).
+    """
     if hasattr(err, "format_message") and hasattr(err, "exit_code") and not isinstance(err, CliError):
         # typer's (click's) usage errors: a bad flag, a missing argument.
         message = err.format_message().replace("Value error, ", "")  # typer's coercion adds pydantic's prefix
@@ -80,7 +84,9 @@ def _report(err: Exception) -> int:
         return int(err.exit_code)
     described = errors.describe(err)
     if described is None:
-        raise err
+        if os.environ.get(errors.DEBUG_ENV):
+            raise err
+        described = errors.unexpected(err)
     for message in described.messages:
         _stderr().print(Text(f"error: {message}", style="red"))
     return described.exit_code

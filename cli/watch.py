@@ -7,7 +7,8 @@ on a terminal a live area under those lines shows the phase, age, restarts and
 the progress bar of ``status.progress`` (:func:`railtrain.cli.describe.live_view`).
 It returns the exit status: 0 when the job Succeeded, 1 when it Failed (the last
 line names the cause: :func:`railtrain.cli.describe.failure_sentence`) or was
-deleted, 130 after Ctrl-C, which leaves the job running and says so.
+deleted, 1 as soon as the operator says the job can never fit the cluster's nodes as they are (it stays
+Pending), 130 after Ctrl-C, which leaves the job as it is and says its phase.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rich.text import Text
 
 from railtrain.cli.describe import condition_changes, duration, failure_sentence, live_view
 from railtrain.cli.errors import CliError
+from railtrain.crds import contract
 
 RETRY_S = 2.0
 """Seconds between attempts to watch the job again after an error."""
@@ -47,7 +49,8 @@ def follow_job(
         clock: the current time (UTC), for ages and ETAs.
 
     Returns:
-        0 (Succeeded), 1 (Failed, or deleted), 130 (Ctrl-C: the job keeps running).
+        0 (Succeeded), 1 (Failed, deleted, or can never fit: :func:`never_fits`), 130 (Ctrl-C: the job keeps
+        its phase, which the last line says).
 
     Raises:
         CliError: the API server did not answer for :data:`ERROR_PATIENCE_S`.
@@ -80,6 +83,10 @@ def follow_job(
                         _stop(live)
                         console.print(Text(failure_sentence(job) or f"trainingjob {name} failed", style="red"), soft_wrap=True)
                         return 1
+                    if (why := never_fits(job)) is not None:
+                        _stop(live)
+                        console.print(Text(f"stopped following; trainingjob {name} stays {phase or 'Pending'}: {why} ('railtrain delete {name}' removes it)", style="red"), soft_wrap=True)
+                        return 1
                     if live is not None:
                         live.update(live_view(job, now), refresh=True)
             except CliError as err:
@@ -93,10 +100,29 @@ def follow_job(
                 time.sleep(RETRY_S)
     except KeyboardInterrupt:
         _stop(live)
-        console.print(Text(f"stopped following; trainingjob {name} keeps running ('railtrain delete {name}' stops it)", style="yellow"), soft_wrap=True)
+        phase = ((previous or {}).get("status") or {}).get("phase")
+        state = {None: "keeps running", "Running": "keeps running", "Pending": "keeps waiting (Pending)"}.get(phase, f"keeps its phase ({phase})")
+        console.print(Text(f"stopped following; trainingjob {name} {state} ('railtrain delete {name}' stops it)", style="yellow"), soft_wrap=True)
         return 130
     finally:
         _stop(live)
+
+
+def never_fits(job: dict[str, Any]) -> str | None:
+    """The operator's sentence that ``job`` can never fit the cluster's nodes as they are, or None.
+
+    Args:
+        job: the TrainingJob as the server returns it.
+
+    Returns:
+        The message of its Scheduled=False condition when that message says :data:`~railtrain.crds.contract.NEVER_FITS`
+        (operator/placement.py writes it when too few nodes, or no required domain, are big enough even when empty);
+        None while it waits for capacity, or once it is scheduled.
+    """
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Scheduled" and c.get("status") == "False" and contract.NEVER_FITS in (c.get("message") or ""):
+            return str(c["message"])
+    return None
 
 
 def _say(console: Console, live: Live | None, line: Text) -> None:

@@ -89,6 +89,9 @@ KIND = "TrainingJob"
 PLURAL = "trainingjobs"
 SINGULAR = "trainingjob"
 SHORT_NAMES = ("tj",)
+NEVER_FITS = "It can never fit"
+"""How the operator's Scheduled=False message says the gang cannot fit the cluster's nodes as they are (as opposed to
+waiting for capacity); ``railtrain submit --wait`` stops following on it."""
 
 # --- labels and annotations (Kubernetes recommended-label style) -----------
 LABEL_JOB_NAME = f"{API_GROUP}/job-name"

@@ -10,11 +10,14 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import types
+import typing
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from railtrain.crds.api import TrainingJob
 from railtrain.crds.meta import ObjectMeta
@@ -102,6 +105,33 @@ def _sentence(kind: str, ctx: dict[str, Any], value: Any) -> str | None:
     return None
 
 
+def _field_model(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model :class:`TrainingJob` expects at the field path ``loc``, or None when it is not one model."""
+    model: Any = TrainingJob
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        options = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+        model = options[0] if len(options) == 1 else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _mapping_example(loc: tuple[Any, ...]) -> str | None:
+    """The required fields of the model at ``loc`` as a flow mapping, enums spelled out: ``{compute: bf16|fp8|fp32}``."""
+    model = _field_model(loc)
+    if model is None:
+        return None
+    parts = []
+    for name, field in model.model_fields.items():
+        if not field.is_required():
+            continue
+        kind = field.annotation
+        shown = "|".join(str(m.value) for m in kind) if isinstance(kind, type) and issubclass(kind, Enum) else "..."
+        parts.append(f"{field.alias or name}: {shown}")
+    return "{" + ", ".join(parts) + "}" if parts else None
+
+
 def format_validation_error(err: ValidationError) -> list[str]:
     """Turn a pydantic ValidationError on :class:`TrainingJob` into sentences.
 
@@ -121,6 +151,9 @@ def format_validation_error(err: ValidationError) -> list[str]:
         kind = e.get("type", "")
         if kind == "extra_forbidden":
             out.append(f"{_path(loc)}: unknown field")
+            continue
+        if kind in ("model_type", "model_attributes_type") and not isinstance(e.get("input"), dict) and (shape := _mapping_example(loc)):
+            out.append(f"{_path(loc)}: must be a mapping such as {shape}, not {_json_kind(e.get('input'))}")
             continue
         if kind in _TYPE_NAMES:
             out.append(f"{_path(loc)}: must be {_TYPE_NAMES[kind]}, not {_json_kind(e.get('input'))}")

@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from railtrain.crds import contract
 from railtrain.operator import domains as dom
 from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity
 from railtrain.operator.nodefit import PodNeeds, restrict
@@ -167,7 +168,7 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
         largest = max((n.gpus for n in cluster.eligible()), default=0)
         what = f"{need} GPUs" + "".join(f", {format_quantity(k, v)} {k}" for k, v in sorted(request.needs.requests.items()))
         text += (
-            f". It can never fit as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
+            f". {contract.NEVER_FITS} as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
             "ask for fewer nodes or less per pod, or add nodes"
         )
     else:
@@ -191,7 +192,7 @@ def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int
     )
     if most < request.sizes[0] - len(request.fixed):
         advice = "ask for fewer nodes" if nvl else "use policy preferred or ask for fewer nodes"
-        text += f". It can never fit: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
+        text += f". {contract.NEVER_FITS}: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
     else:
         text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s")
     return Refusal("TopologyUnsatisfiable", text)

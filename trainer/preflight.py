@@ -78,7 +78,11 @@ def problems(spec: TrainingJobSpec) -> list[str]:
             config = apply_launch_context(flags, LaunchContext(parallelism=degrees))
             dims = resolve_dims(config.parallel, degrees, world, spec.procs_per_node, config.tp, config.pp, config.cp)
             if config.batch_size % dims.dp_degree:
-                raise ValueError(f"--batch-size {config.batch_size} is not divisible by the data-parallel degree {dims.dp_degree}")
+                d = dims.degrees
+                raise ValueError(
+                    f"--batch-size {config.batch_size} is not divisible by the data-parallel degree {dims.dp_degree} "
+                    f"(data {d.data} × fsdp {d.fsdp}: the ranks that each get a different slice of the batch)"
+                )
             local_batch = config.batch_size // dims.dp_degree
             per_part = local_batch // config.grad_accum_steps
             micro = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1

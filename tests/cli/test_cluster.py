@@ -64,7 +64,7 @@ def test_submit_then_get(cli, namespace, tmp_path):
     assert again.exit_code == 1
     assert again.stderr.strip().splitlines() == [
         f"error: trainingjob llama already exists in namespace {namespace}; delete it first "
-        f"('kubectl delete trainingjob llama -n {namespace}') or choose another metadata.name"
+        f"('railtrain delete llama -n {namespace}') or choose another metadata.name"
     ]
 
 

@@ -99,6 +99,21 @@ def test_submit_wait_exits_1_and_names_the_cause_when_the_job_fails(cluster, kub
     assert " ".join(text.strip().split("\n\n")[-1].split()).startswith("trainingjob bad failed: UserError: rank 1 exited with code 2")
 
 
+def test_submit_wait_exits_1_when_the_job_can_never_fit(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    """3 nodes asked on a 2-node cluster: --wait stops on the operator's "can never fit" and the job stays Pending."""
+    gpu_nodes(2)
+    proc = _start_wait(cluster, _manifest(tmp_path, "huge", nodes=3), namespace)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    last = " ".join(out.strip().splitlines()[-1].split())
+    assert last.startswith("stopped following; trainingjob huge stays Pending: ") and "It can never fit" in last, out
+    assert last.endswith("('railtrain delete huge' removes it)") and "Traceback" not in out + err
+    assert _phase(kube, namespace, "huge") == "Pending"
+
+
 def test_describe_json_suspend_resume_delete(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
     gpu_nodes(2)
     created = _cli(cluster, "submit", str(_manifest(tmp_path, "life")), "-n", namespace)
@@ -126,6 +141,8 @@ def test_describe_json_suspend_resume_delete(cluster, kube, namespace, gpu_nodes
 
     resumed = _cli(cluster, "resume", "life", "-n", namespace)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "trainingjob.railtrain.dev/life resumed", resumed.stderr
+    twice = _cli(cluster, "resume", "life", "-n", namespace)
+    assert twice.returncode == 0 and "trainingjob life is not suspended; nothing to do" in twice.stderr, twice.stderr
     wait_for(lambda: all_running(kube.core, namespace, "life", 2), 90, "the gang back")
 
     deleted = _cli(cluster, "delete", "life", "-n", namespace)
@@ -170,11 +187,16 @@ def test_logs_of_a_kwok_pod_is_one_sentence(cluster, kube, namespace, gpu_nodes,
     gpu_nodes(2)
     assert _cli(cluster, "submit", str(_manifest(tmp_path, "talk")), "-n", namespace).returncode == 0
     wait_for(lambda: all_running(kube.core, namespace, "talk", 2), 90, "both pods Running")
-    one = _cli(cluster, "logs", "talk", "-n", namespace, "--all")
-    assert "Traceback" not in one.stdout + one.stderr
-    if one.returncode:
-        assert one.stderr.startswith("error: no log of pod talk-0: the API server could not reach the kubelet of the pod's node"), one.stderr
-        assert len(one.stderr.strip().splitlines()) == 1
+    # -f goes through the client's own argument validation (kubernetes 37 refused a (10, None) timeout before any request).
+    for args in (["--all"], ["-f"], ["--all", "-f"]):
+        one = _cli(cluster, "logs", "talk", "-n", namespace, *args)
+        said = one.stdout + one.stderr
+        assert "Traceback" not in said and "unexpected" not in said and "validation error" not in said, (args, said)
+        if one.returncode:
+            assert one.stderr.startswith("error: no log of pod talk-"), (args, one.stderr)
+            assert "the API server could not reach the kubelet of the pod's node (" in one.stderr and "lookup" not in one.stderr, one.stderr
+            assert "logs need a real kubelet" in one.stderr
+            assert len(one.stderr.strip().splitlines()) == 1, (args, one.stderr)
     both = _cli(cluster, "logs", "talk", "-n", namespace, "--rank", "1", "--all")
     assert both.returncode == 2 and "--rank and --all exclude each other" in both.stderr
     wrong = _cli(cluster, "logs", "talk", "-n", namespace, "--rank", "7")

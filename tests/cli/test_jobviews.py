@@ -202,6 +202,8 @@ def _trainer_job(args, **spec):
     (["--steps", "0"], {}, ["spec.args: --steps must be >= 1, got 0"]),
     (["--tp", "3"], {"nodes": 1, "procsPerNode": 3}, ["spec.args: --tp 3 must divide the model's hidden_dim (512)"]),
     (["--batch-size", "3"], {"nodes": 2}, ["spec.args: --batch-size 3 is not divisible by the data-parallel degree 2"]),
+    (["--batch-size", "42"], {"nodes": 5, "procsPerNode": 8, "parallelism": {"data": 5, "fsdp": 8}},
+     ["spec.args: --batch-size 42 is not divisible by the data-parallel degree 40 (data 5 × fsdp 8: the ranks that each get"]),
     (["--pp", "2"], {"nodes": 1, "procsPerNode": 2, "parallelism": {"pipeline": 2}}, []),
     (["--steps", "$(STEPS)"], {}, []),  # expanded by Kubernetes in the pod: not checked here
 ])

@@ -194,3 +194,32 @@ def test_a_stale_kubeconfig_variable_is_named_not_suggested(tmp_path):
         f"error: KUBECONFIG: no kubeconfig file at {stale}; point KUBECONFIG at an existing file or unset it "
         "(its cluster may be gone: start a local cluster with 'railtrain dev up', which prints one)"
     ]
+
+
+def test_an_unreachable_kubelet_is_a_short_cause_not_the_dial_error():
+    """The API server's dial error (a DNS lookup for a KWOK node) becomes a short cause and the fix, not the raw dump."""
+    from railtrain.cli.k8s_jobs import _log_refusal
+
+    message = ('Get "https://kwok-node-0:10250/containerLogs/ns/talk-0/trainer?follow=true&timestamps=true": '
+               "dial tcp: lookup kwok-node-0 on 10.0.0.10:53: no such host")
+    err = ApiException(status=500, reason="Internal Server Error")
+    err.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "code": 500})
+    said = _log_refusal(err)
+    assert said == "the API server could not reach the kubelet of the pod's node (no such host; KWOK nodes have none, logs need a real kubelet such as kind's)"
+    assert "lookup" not in said and "10250" not in said
+
+
+def test_an_unexpected_exception_is_one_sentence_and_debug_keeps_the_traceback(capsys, monkeypatch):
+    """A bug (any exception no rule describes) is one sentence naming its type; RAILTRAIN_DEBUG=1 re-raises it."""
+    from railtrain.cli.main import _report
+
+    monkeypatch.delenv("RAILTRAIN_DEBUG", raising=False)
+    assert _report(ValueError("1 validation error for read_namespaced_pod_log\n_request_timeout\n  more")) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: unexpected ValueError: 1 validation error for read_namespaced_pod_log "
+        "(a bug in railtrain; run again with RAILTRAIN_DEBUG=1 for the traceback)"
+    ]
+    monkeypatch.setenv("RAILTRAIN_DEBUG", "1")
+    with pytest.raises(ValueError):
+        _report(ValueError("boom"))

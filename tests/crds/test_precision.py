@@ -19,6 +19,7 @@ def manifest(**spec):
     [
         ({"precision": {"compute": "fp16"}}, "spec.precision.compute: must be 'bf16', 'fp8' or 'fp32'"),
         ({"precision": {}}, "spec.precision.compute"),
+        ({"precision": "fp8"}, 'spec.precision: must be a mapping such as {compute: bf16|fp8|fp32}, not the string "fp8"'),
         ({"precision": {"compute": "fp8", "float8": {"recipe": "blockwise"}}}, "spec.precision.float8.recipe: must be 'tensorwise' or 'rowwise'"),
         ({"precision": {"compute": "bf16", "float8": {"recipe": "rowwise"}}}, "spec.precision.float8 applies only when spec.precision.compute is fp8"),
         ({"precision": {"compute": "fp8"}, "resources": {}, "procsPerNode": 1},

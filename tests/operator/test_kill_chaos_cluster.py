@@ -50,8 +50,11 @@ come and the rest wait for capacity the ended jobs free."""
 FIRST_END, END_EVERY = 11, 2
 """From lifetime 11 on, every 2nd lifetime ends one Running job (its pods exit 0)."""
 MAX_DELAY = 2.0
-"""A kill comes within this many seconds after the lifetime's job was submitted: ``MAX_DELAY * u**2`` for a uniform
-``u``, so half the kills land within the first 0.5 s, where the admission pass and the gang's writes are."""
+"""A timed kill comes within this many seconds after the lifetime's job was submitted: ``MAX_DELAY * u**2`` for a
+uniform ``u``, so half of them land within 0.5 s, mostly in the new leader's start-up."""
+TRIGGERED, AFTER_WRITE, WRITE_WAIT = 0.5, 0.2, 5.0
+"""Half the kills (seeded) instead wait until the watch sees the lifetime's job's first pod (at most 5 s: a job that
+does not fit has none) and come within 0.2 s after it, while the rest of the gang is being written."""
 LEADING = "leading: this operator"
 HOSTNAME = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
@@ -91,6 +94,7 @@ class PodWatch:
         self.violations: list[str] = []
         self.events = 0
         self.kinds: Counter[str] = Counter()
+        self.seen: set[str] = set()
         self.peak: Counter[str] = Counter()
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -139,6 +143,7 @@ class PodWatch:
             self.events += 1
             self.kinds[kind] += 1
             name = pod["metadata"]["name"]
+            self.seen.add((pod["metadata"].get("labels") or {}).get(contract.LABEL_JOB_NAME))
             if kind == "DELETED":
                 self.pods.pop(name, None)
             else:
@@ -233,7 +238,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
     load = os.getloadavg()[0]
     began = time.monotonic()
     delays: list[float] = []
-    standbys = interrupted = 0
+    standbys = interrupted = triggered = 0
     try:
         op = start()
         for i, (name, (n, g)) in enumerate(jobs.items()):  # 20 lifetimes, each ended by a SIGKILL
@@ -246,7 +251,15 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
                 if running:
                     ended.append(running[int(pick * len(running))])
                     finish(core, namespace, ended[-1])
-            delays.append(MAX_DELAY * rng.random() ** 2)
+            if rng.random() < TRIGGERED:
+                triggered += 1
+                try:
+                    wait_for(lambda: name in pods.seen, WRITE_WAIT, f"a pod of {name}", interval=0.02)
+                except AssertionError:
+                    pass  # it does not fit now: the kill comes in the middle of its refusal instead
+                delays.append(rng.uniform(0.0, AFTER_WRITE))
+            else:
+                delays.append(MAX_DELAY * rng.random() ** 2)
             time.sleep(delays[-1])  # the random moment itself, not a wait for a condition
             op.kill()
             interrupted += bool(pods.partial())
@@ -290,7 +303,7 @@ def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double
     phases = {name: phase(o) for name, o in objs.items()}
     restarts = {n: (o.get("status") or {}).get("restarts") for n, o in objs.items() if (o.get("status") or {}).get("restarts")}
     tracebacks = sum(o.log_path.read_text(errors="replace").count("Traceback") for o in ops)
-    print(f"{KILLS} kills ({standbys} taken over by a standby, {KILLS - standbys} by a fresh process; delays "
+    print(f"{KILLS} kills ({standbys} taken over by a standby, {KILLS - standbys} by a fresh process; {triggered} right after a first pod; delays "
           f"{min(delays):.2f}..{max(delays):.2f} s; {interrupted} found a gang half-written) in {killed - began:.1f} s; settled {done - killed:.1f} s after the last kill; "
           f"{pods.events} pod events checked {dict(pods.kinds)}; ended {ended}; Running {sorted(n for n, p in phases.items() if p == 'Running')}; "
           f"peak GPUs held per node {sorted(pods.peak.values())}; job restarts {restarts}; tracebacks in the operators' logs {tracebacks}; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")  # fmt: skip

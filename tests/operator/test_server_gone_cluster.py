@@ -4,7 +4,8 @@ The README's ``railtrain operator &`` followed by ``railtrain dev down`` left an
 operator logging 1,434 lines with 45 tracebacks in 30 s, forever. Now every
 failed try is one line (the operator's resync and kopf's own watch retries)
 and once no resync has reached the server for ``--unreachable-seconds`` the
-operator exits with status 1 and one sentence saying so. This test starts its
+operator exits with status 1 and one sentence saying so (a Lease it cannot renew
+is said once, not per poll). This test starts its
 own control plane, since it stops it.
 """
 
@@ -42,5 +43,7 @@ def test_an_operator_whose_api_server_is_gone_exits_1_with_one_sentence_and_no_t
         assert any("resync pass failed: the API server does not answer" in line for line in lines)
         assert "has not answered for" in lines[-1] and "the operator stops" in lines[-1]
         assert not [line for line in lines if " ERROR " in line], "a retried failure is a WARNING, not an ERROR"
+        lease = [line for line in lines if "could not renew the Lease" in line]
+        assert len(lease) == 1, lease  # said once for the outage, not once per poll (about ten polls here)
     finally:
         op.stop()

@@ -41,7 +41,8 @@ def validate_old(tmp_path, old, new):
 def test_gang_fields_are_immutable_while_running_and_change_through_suspend(api, namespace, gpu_nodes, operator, tmp_path):
     core, custom = api
     gpu_nodes(3)
-    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("shape", nodes=2))
+    # not railtrain's trainer: `validate --old` would also check trainer flags offline, which this test is not about
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("shape", nodes=2, command=["python", "train.py"]))
     wait_for(lambda: phase_is(custom, namespace, "shape", "Running"), 90, "Running")
     for patch, field in [({"nodes": 3}, "spec.nodes"), ({"procsPerNode": 4}, "spec.procsPerNode"),
                          ({"parallelism": {"data": 2, "fsdp": 8}}, "spec.parallelism"), ({"image": "other:2"}, "spec.image"),
