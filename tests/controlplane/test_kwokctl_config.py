@@ -26,8 +26,11 @@ def test_kwok_default_stages_come_first_then_railtrain_stages(tmp_path):
         "pod-delete",
         "railtrain-pod-succeeded",
         "railtrain-pod-failed",
+        "railtrain-trainer-exited",
         "railtrain-node-not-ready",
         "railtrain-node-stays-not-ready",
+        "railtrain-pod-evicted-for-its-limits",
+        "railtrain-pod-refused",
     ]
 
 

@@ -24,8 +24,12 @@ TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
 
 
 def unpinned(pods) -> bool:
-    """Every pod still gated and not pinned to a node (its own nodeSelector aside): nothing of the gang holds capacity."""
-    return bool(pods) and all(p.spec.scheduling_gates and not p.spec.node_name and "kubernetes.io/hostname" not in (p.spec.node_selector or {}) for p in pods)
+    """Nothing of a refused gang holds capacity: no pod bound or pinned to a node (its own nodeSelector aside).
+
+    The operator admits before it creates (docs/scheduling.md), so a refused gang has no pods at
+    all; a gated pod left by an older operator would also hold nothing.
+    """
+    return all(p.spec.scheduling_gates and not p.spec.node_name and "kubernetes.io/hostname" not in (p.spec.node_selector or {}) for p in pods)
 
 
 def template(**spec):
