@@ -71,7 +71,7 @@ def test_tensor_across_nodes_inside_one_clique_with_its_compute_domain(cluster, 
 
         custom.delete_namespaced_custom_object(G, V, namespace, P, "tp")
         wait_for(lambda: compute_domain(custom, namespace, "tp") is None, 120, "tp's ComputeDomain deleted with the job (garbage collector)")
-        assert compute_domain(custom, namespace, "big") is not None  # the waiting job's own, untouched
+        assert compute_domain(custom, namespace, "big") is None  # a waiting job has none: it is created with the admitted gang's pods
     except AssertionError:
         print("---- operator log tail ----\n" + op.tail())
         raise
