@@ -17,7 +17,7 @@ def test_operator_image_runs_as_non_root_on_a_read_only_root_filesystem(app_imag
     operator = app_images[0]
     out = docker_run("--read-only", operator, "--help")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("usage: railtrain-operator")
+    assert out.stdout.lower().startswith("usage: railtrain-operator")
     # The operator's real imports (kopf, the kubernetes client) load, and torch is not there.
     probe = docker_run("--read-only", "--entrypoint", "python", operator, "-c",
                        "import getpass, importlib.util as u, os, railtrain.operator.main; print(os.getuid(), getpass.getuser(), u.find_spec('torch') is None)")  # fmt: skip

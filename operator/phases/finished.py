@@ -38,7 +38,25 @@ def to_clean(step: Step) -> list[dict[str, Any]]:
     """The pods of a finished job to delete now (not already being deleted)."""
     everything = _run_policy(step).get("cleanPodPolicy") == CleanPodPolicy.ALL.value
     pods = [p for p in step.pods if not p["metadata"].get("deletionTimestamp")]
-    return [p for p in pods if everything or pod_phase(p) not in ("Succeeded", "Failed")]
+    return [p for p in pods if everything or still_runs(p)]
+
+
+def still_runs(pod: dict[str, Any]) -> bool:
+    """Whether a finished job's pod still runs something (so it holds its node and is deleted).
+
+    A pod whose phase is Succeeded or Failed runs nothing. Neither does one whose every container
+    has terminated while the kubelet has not yet reported the phase (the trainer's exit is seen
+    first): deleting it would lose its log and termination message. A pod with a container or a
+    native sidecar (an init container) still running, or not started yet, still holds the node.
+    """
+    if pod_phase(pod) in ("Succeeded", "Failed"):
+        return False
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    inits = status.get("initContainerStatuses") or []
+    if containers and all("terminated" in (cs.get("state") or {}) for cs in containers):
+        return any("terminated" not in (cs.get("state") or {}) for cs in inits)
+    return True
 
 
 def _clean(step: Step) -> None:
