@@ -31,12 +31,8 @@ def test_trainers_that_exited_0_complete_the_job_while_a_sidecar_runs_forever_an
     for p in all_running(core, namespace, "exporting", 2):
         core.patch_namespaced_pod(p.metadata.name, namespace, {"metadata": {"labels": {LABEL_KWOK_TRAINER_EXIT: "0"}}})
 
-    def trainers_done_sidecars_running():
-        pods = pods_of(core, namespace, "exporting")
-        states = [{c.name: c.state for c in p.status.container_statuses or []} for p in pods if not p.metadata.deletion_timestamp]
-        return len(states) == 2 and all(s["trainer"].terminated and s["metrics-exporter"].running for s in states)
-
-    wait_for(trainers_done_sidecars_running, 30, "KWOK reporting both trainers exited 0 and the sidecars running")
+    # Only the trainers end (KWOK keeps the sidecars running); the operator may delete the pods within
+    # milliseconds of seeing that, so the test does not try to observe the state in between.
     status = wait_for(lambda: phase_is(custom, namespace, "exporting", "Succeeded"), 60, "phase Succeeded")
     assert condition(status, "Succeeded")["status"] == "True" and status.get("restarts", 0) == 0
     # The operator ends the pods: their sidecars would hold the GPUs forever.
