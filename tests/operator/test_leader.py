@@ -19,6 +19,14 @@ def context(kube, identity="me/1", lease_seconds=10.0, health=None) -> OperatorC
     return OperatorContext(Settings(resync_seconds=0.01, lease_seconds=lease_seconds), kube, identity=identity, health=health or Health())
 
 
+async def until_leading(ctx: OperatorContext, seconds: float = 4.0) -> None:
+    """Poll (every 0.1 s, up to ``seconds``) until ``ctx`` holds the Lease; the caller asserts it."""
+    for _ in range(int(seconds / 0.1)):
+        await asyncio.sleep(0.1)
+        if ctx.state.leader:
+            return
+
+
 def test_lease_spec_renews_keeping_acquire_time_and_counts_takeovers():
     first = peers.lease_spec("a/1", NOW, 10)
     assert first["holderIdentity"] == "a/1" and first["leaseDurationSeconds"] == 10 and first["leaseTransitions"] == 0
@@ -71,10 +79,7 @@ def test_the_loop_stands_by_then_leads_and_wakes_the_resync_when_the_holder_give
         await asyncio.sleep(1.2)
         assert not me.state.leader and not woken
         kube.put_lease(ns, peers.LEASE_NAME, {}, kube.get_lease(ns, peers.LEASE_NAME))  # the holder stops and gives it up
-        for _ in range(40):
-            await asyncio.sleep(0.1)
-            if me.state.leader:
-                break
+        await until_leading(me)
         task.cancel()
 
     with caplog.at_level(logging.INFO, "railtrain.operator"):
@@ -115,10 +120,7 @@ def test_lost_contact_with_the_api_server_is_said_once_and_its_return_once(caplo
                 break
         await asyncio.sleep(0.6)  # a few more failed polls while standing by
         kube.down = False
-        for _ in range(40):
-            await asyncio.sleep(0.1)
-            if me.state.leader:
-                break
+        await until_leading(me)
         task.cancel()
 
     with caplog.at_level(logging.INFO, "railtrain.operator"):
