@@ -42,9 +42,16 @@ def goodput(status: Mapping[str, Any], attempts: list[dict[str, Any]], created: 
         return None
     end = parse_micro_time(status.get("completionTime")) if status.get("phase") in TERMINAL else None
     try:
-        g = breakdown(born, to_attempts(attempts), end or now)
+        records = to_attempts(attempts)
     except ValueError:
         return None
+    if end is not None:
+        # completionTime has whole seconds (the API server's Time), the attempts microseconds: a job that was
+        # released and finished within one second would end before its own release, so its parts would not add
+        # up to its wall time. The breakdown ends at the later of the two.
+        seen = [t for a in records for t in (a.released, a.first_step_at, a.last_step_at, a.ended) if t is not None]
+        end = max([end, *seen])
+    g = breakdown(born, records, end or now)
     return g.to_api() | {"attempts": attempts}
 
 

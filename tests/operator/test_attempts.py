@@ -70,3 +70,18 @@ def test_the_planner_records_the_release_of_a_gang():
     controller.admission_pass(kube, NOW)  # admits and releases it
     g = kube.jobs[("team", "gp")]["status"]["goodput"]
     assert [a["released"] for a in g["attempts"]] == [t(0)] and g["queuedSeconds"] == 60
+
+
+def test_a_job_released_and_finished_within_one_second_adds_up_to_its_wall_time():
+    """completionTime has whole seconds and a release microseconds: a job created, released, restarted and finished
+    inside one second (KWOK, found by the metrics cluster test in CI) once had parts of 0.164 s and a wall time of 0."""
+    created = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    g = attempts.track({}, {"phase": "Pending", "conditions": [sched("True")]}, NOW + timedelta(seconds=0.164), created)
+    run = {"phase": "Running", "conditions": [sched("True")], "goodput": g, "restarts": 0}
+    lost = attempts.track(run, run | {"phase": "Restarting", "restarts": 1, "conditions": [sched("False", "Restarting")]}, NOW + timedelta(seconds=0.4), created)
+    again = {"phase": "Pending", "conditions": [sched("True")], "goodput": lost, "restarts": 1}
+    second = attempts.track(again | {"conditions": [sched("False", "Restarting")]}, again, NOW + timedelta(seconds=0.6), created)
+    done = {"phase": "Succeeded", "completionTime": created, "conditions": [sched("True")], "goodput": second, "restarts": 1}
+    final = attempts.track(again | {"goodput": second}, done, NOW + timedelta(seconds=0.9), created)
+    parts = final["queuedSeconds"] + final["startingSeconds"] + final["trainingSeconds"] + sum(final["lostSeconds"].values())
+    assert abs(parts - final["wallSeconds"]) <= 0.001 and final["wallSeconds"] >= 0.6 and final["lostSeconds"]["restart_job"] > 0

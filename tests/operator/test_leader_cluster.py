@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
+from railtrain.operator import peers
 from tests.polling import wait_for
 
 from .clusterkit import all_running, job_body
@@ -17,6 +20,17 @@ from .clusterkit import all_running, job_body
 pytestmark = pytest.mark.cluster
 TAKEOVER_SECONDS = 15.0
 """The issue's bound: a standby admits the next job within 15 s of the leader's end (the chart's lease of 8 s + a 1 s poll + two passes)."""
+
+
+def holder(leases, now: datetime) -> str | None:
+    """The live holder of the session operator's Lease (default/railtrain-operator) at ``now``, or None."""
+    try:
+        lease = leases.read_namespaced_lease(peers.LEASE_NAME, "default")
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return peers.holder(leases.api_client.sanitize_for_serialization(lease), now)
 
 
 def said(op: OperatorProcess, words: str) -> bool:
@@ -73,7 +87,10 @@ def test_a_standby_never_admits(cluster, api, namespace, gpu_nodes, operator_pro
     gpu_nodes(1, gpus_per_node=8)
     if not operator_process.running():
         operator_process.start()
-    wait_for(lambda: said(operator_process, "leading: this operator"), 60, "the session's operator to lead")
+    # The Lease itself, not the log: an earlier run of the session's operator (stopped by the test above) left a
+    # "leading" line, and a restarted one has not taken the Lease yet, so the second operator could win the race.
+    leases = client.CoordinationV1Api(core.api_client)
+    wait_for(lambda: holder(leases, datetime.now(timezone.utc)), 60, "the session's operator to hold the Lease")
     second = OperatorProcess(Path(cluster.kubeconfig), tmp_path / "second.log", namespace=namespace, resync_seconds=1, extra_args=("--log-format", "json"))
     second.start()
     try:
