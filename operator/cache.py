@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
+import time
 from typing import Any, Callable, Iterable
 
 from kubernetes import watch
@@ -183,11 +185,16 @@ class Informer:
             self._watch.stop()
 
     def break_stream(self) -> None:
-        """Close the current WATCH connection, as a network failure would (tests: the informer must relist)."""
-        w = self._watch
-        resp = getattr(w, "_resp", None) if w is not None else None
-        if resp is not None:
-            resp.close()
+        """Cut the current WATCH connection as a network failure would (the informer then lists again; used by tests)."""
+        resp = getattr(self._watch, "_resp", None)
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+            elif resp is not None:
+                resp.close()
+        except OSError:
+            pass  # already closed
 
     def relist(self) -> str | None:
         """One paged LIST into the store; returns its resourceVersion."""
@@ -225,9 +232,11 @@ class Informer:
                     wait = min(30.0, wait * 2)
 
     def _follow(self, rv: str | None) -> None:
-        """WATCH from ``rv``, request after request, until an error (raised) or a stop."""
+        """WATCH from ``rv``, request after request, until a stop; raises on 410 Gone, on an error, and when a
+        stream ends well before its ``timeoutSeconds`` (a cut connection reads as a plain end): the caller lists again."""
         while not self.stopped.is_set():
             self._watch = watch.Watch()
+            started = time.monotonic()
             for event in self._watch.stream(
                 self.list_call, *self.args, resource_version=rv, timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
                 deserialize=False, _request_timeout=(10, WATCH_SECONDS + 15), **self.kwargs,
@@ -238,3 +247,5 @@ class Informer:
                     self.store.apply(event["type"], obj)
                 if self.stopped.is_set():
                     return
+            if time.monotonic() - started < WATCH_SECONDS - 5:
+                raise ConnectionError("the watch ended before its timeout (a cut connection)")
