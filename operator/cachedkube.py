@@ -15,13 +15,18 @@ used a little longer: conservative).
 from __future__ import annotations
 
 import copy
+import logging
+import threading
+import time
 from typing import Any
 
 from kubernetes import client
 
 from railtrain.crds import contract
 from railtrain.operator.cache import Informer, Store
-from railtrain.operator.kube import Kube
+from railtrain.operator.kube import Kube, describe
+
+log = logging.getLogger("railtrain.operator")
 
 TERMINAL = ("Succeeded", "Failed")
 ACTIVE_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
@@ -57,6 +62,8 @@ class CachedKube(Kube):
         self.active = Store(keep=_active)
         self.nodes = Store()
         self.namespaces = Store()
+        self._pending: set[str] = set()  # caches to list again before they serve reads (:meth:`refresh`)
+        self._guard = threading.Lock()
         group = (contract.API_GROUP, contract.API_VERSION)
         self.informers = {
             "jobs": Informer("trainingjobs", self.custom.list_namespaced_custom_object, self.jobs, *group, namespace, contract.PLURAL)
@@ -77,8 +84,34 @@ class CachedKube(Kube):
             informer.stop()
 
     def synced(self, *names: str) -> bool:
-        """Whether the named caches (all when none is named) have finished their first LIST."""
-        return all(self.informers[n].synced.is_set() for n in names or self.informers)
+        """Whether the named caches (all when none is named) have finished their first LIST, and a LIST since the last :meth:`refresh`."""
+        return all(self.informers[n].synced.is_set() and n not in self._pending for n in names or self.informers)
+
+    def refresh(self) -> None:
+        """Serve every read from the API until each cache has listed again (in a background thread).
+
+        Called when this operator starts leading: the previous leader's last
+        writes reached this process only through its watches, which may lag
+        (or be in a relist's backoff); a LIST taken after the Lease changed
+        hands is a consistent read that includes them.
+        """
+        with self._guard:
+            self._pending = set(self.informers)
+        threading.Thread(target=self._relist_pending, name="railtrain-cache-refresh", daemon=True).start()
+
+    def _relist_pending(self) -> None:
+        wait = 1.0
+        while self._pending:
+            for name in sorted(self._pending):
+                try:
+                    self.informers[name].relist()
+                    with self._guard:
+                        self._pending.discard(name)
+                except Exception as err:  # reads stay on the API meanwhile
+                    log.info("cache of %s: could not list again (%s); retrying", name, describe(err))
+            if self._pending:
+                time.sleep(wait)
+                wait = min(30.0, wait * 2)
 
     # --- write-through and read-through -------------------------------------------------
     def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
