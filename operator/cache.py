@@ -115,7 +115,8 @@ class Store:
         A listed object replaces an older stored one; a stored key missing from
         the list is dropped unless its version is newer than the list (the
         operator wrote it after the list was taken); tombstones older than the
-        list are forgotten (the list covers them).
+        list are forgotten (the list covers them). Two LISTs finishing out of
+        order (a leader's refresh and the informer's own) never undo the newer one.
         """
         listed = {key_of(o): o for o in items if self._keep(o)}
         with self._lock:
@@ -126,11 +127,12 @@ class Store:
                 stored = self._objects.get(key)
                 if stored is not None and older(rv_of(obj), rv_of(stored)):
                     continue
-                if stored is None and older(rv_of(obj), self._gone.get(key)):
-                    continue
+                if stored is None and (older(rv_of(obj), self._gone.get(key)) or not_newer(rv_of(obj), self._floor)):
+                    continue  # deleted since, or absent from a newer LIST that finished first
                 self._objects[key] = obj
             self._gone = {k: rv for k, rv in self._gone.items() if older(list_rv, rv) and k not in self._objects}
-            self._floor = list_rv
+            if not older(list_rv, self._floor):
+                self._floor = list_rv
 
     def forget_absent(self, present: Iterable[Key], within: Callable[[dict[str, Any]], bool], list_rv: str | None) -> None:
         """Drop the stored objects ``within`` a subset (e.g. one job's pods) that a fresh LIST at ``list_rv`` lacks,

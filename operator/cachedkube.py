@@ -15,6 +15,7 @@ used a little longer: conservative).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 import time
@@ -125,10 +126,11 @@ class CachedKube(Kube):
         elif kind == "nodes":
             self.nodes.apply("MODIFIED", obj)
 
-    def observe_job_pods(self, namespace: str, name: str, listing: dict[str, Any]) -> None:
-        """Apply a fresh LIST of one job's pods: each pod as read, and a cached pod of the job it lacks is gone
-        (unless the cache holds a version newer than the list)."""
-        items = copy.deepcopy(listing.get("items") or [])
+    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
+        """Apply a fresh LIST of one job's pods (its JSON, parsed here into dicts of the caches' own): each pod as
+        read, and a cached pod of the job it lacks is gone (unless the cache holds a version newer than the list)."""
+        listing = json.loads(raw)
+        items = listing.get("items") or []
         rv = (listing.get("metadata") or {}).get("resourceVersion")
         for pod in items:
             self.pods.apply("MODIFIED", pod)

@@ -65,8 +65,8 @@ class Kube:
         """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"`` or ``"nodes"``); ``mine``: the
         dict is not handed to anyone else. Nothing here; :class:`railtrain.operator.cachedkube.CachedKube` applies it to its caches."""
 
-    def observe_job_pods(self, namespace: str, name: str, listing: dict[str, Any]) -> None:
-        """A fresh LIST of one job's pods (the whole answer, with its resourceVersion). Nothing here; see :meth:`observe`."""
+    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
+        """A fresh LIST of one job's pods (the answer's JSON, with its resourceVersion). Nothing here; see :meth:`observe`."""
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The TrainingJob object, or None when it does not exist."""
@@ -90,9 +90,8 @@ class Kube:
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Pods labelled with the job's name, as dicts."""
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
-        listing = self._json(res)
-        self.observe_job_pods(namespace, name, listing)
-        return listing["items"]
+        self.observe_job_pods(namespace, name, res.data)
+        return self._json(res)["items"]
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One pod by name as a dict, or None when it does not exist."""

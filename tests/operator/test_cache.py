@@ -74,3 +74,11 @@ def test_forget_absent_drops_only_the_subset_and_only_what_the_list_is_newer_tha
     s.apply("ADDED", obj("other", 5))
     s.forget_absent([], lambda o: o["metadata"]["name"].startswith("j-"), "30")
     assert names(s) == ["j-1", "other"]
+
+
+def test_two_lists_finishing_out_of_order_never_undo_the_newer_one():
+    s = Store()
+    s.replace([obj("p", 100)], "120")  # the newer LIST (a leader's refresh) finishes first: "q" was deleted at 110
+    s.replace([obj("p", 100), obj("q", 90)], "100")  # the older one, taken before that deletion, finishes second
+    assert names(s) == ["p"]
+    assert not s.apply("MODIFIED", obj("q", 95))

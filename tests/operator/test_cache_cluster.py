@@ -58,6 +58,14 @@ def test_the_caches_follow_creates_updates_deletes_and_list_again_after_a_cut_wa
     wait_for(lambda: cached.active.get((namespace, "b")), 30, "a pod created after the relist in the cache")
 
 
+def test_a_refresh_serves_from_the_api_until_every_cache_has_listed_again(cached):
+    relists = {name: informer.relists for name, informer in cached.informers.items()}
+    cached.refresh()  # what a new leader does
+    assert not cached.synced()
+    wait_for(cached.synced, 60, "every cache to list again")
+    assert all(informer.relists > relists[name] for name, informer in cached.informers.items())
+
+
 def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_them(cached, api, namespace):
     _, custom = api
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("j", nodes=1))
