@@ -219,6 +219,8 @@ def draw(title: str, panels: list[dp.Panel], data: dict[int, list], out: Path, s
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.patches
+    import matplotlib.ticker
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
     from datetime import datetime, timezone
@@ -232,10 +234,16 @@ def draw(title: str, panels: list[dp.Panel], data: dict[int, list], out: Path, s
     fig.text(0.01, 1 - 0.7 / (height + header), subtitle, fontsize=8, color="#9fa7b3", va="center")
     squeeze = height / (height + header)
     palette = ["#73bf69", "#f2cc0c", "#8ab8ff", "#ff780a", "#f2495c", "#5794f2", "#b877d9", "#fade2a", "#96d98d", "#ffb357"]
+    per_inch_x, per_inch_y = 1 / width, 1 / (height + header)  # figure fractions of one inch
     for p, (left, bottom, w, h) in rects:
-        box = (left + 0.006, bottom * squeeze + 0.012 * squeeze, w - 0.012, h * squeeze - 0.045 * squeeze)
-        ax = fig.add_axes(box)
-        ax.set_title(p.title, loc="left", fontsize=10, color="#d8d9da", pad=4)
+        x0, y0, x1, y1 = left + 0.05 * per_inch_x, bottom * squeeze + 0.05 * per_inch_y, left + w - 0.05 * per_inch_x, (bottom + h) * squeeze - 0.05 * per_inch_y
+        fig.add_artist(matplotlib.patches.FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0,rounding_size=0.003",
+                                                         transform=fig.transFigure, facecolor="#181b1f", edgecolor="#2c3235", linewidth=0.8, zorder=-1))
+        fig.text(x0 + 0.1 * per_inch_x, y1 - 0.17 * per_inch_y, p.title, fontsize=10, color="#d8d9da", va="center")
+        inset = (0.15, 0.1) if p.type == "stat" else (0.6, 0.35)  # room for tick labels (inches)
+        ax = fig.add_axes((x0 + inset[0] * per_inch_x, y0 + inset[1] * per_inch_y, x1 - x0 - (inset[0] + 0.15) * per_inch_x, y1 - y0 - (inset[1] + 0.4) * per_inch_y))
+        if p.type == "stat" or not (data.get(p.id) or []):
+            ax.set_frame_on(False)
         rows = data.get(p.id) or []
         factor, suffix = dp.scale(p.unit)
         if not rows:
@@ -245,11 +253,13 @@ def draw(title: str, panels: list[dp.Panel], data: dict[int, list], out: Path, s
             continue
         if p.type == "stat":
             ax.set_xticks([]), ax.set_yticks([])
-            for i, (_ref, legend, ts, vs) in enumerate(rows[:2]):
+            shown = rows[:3]
+            for i, (_ref, legend, ts, vs) in enumerate(shown):
                 value = dp.stat_value(vs)
-                ax.text(0.5, 0.55 - 0.3 * i, f"{value * factor:g}{suffix}", ha="center", va="center", fontsize=34, weight="bold",
+                middle = 1 - (i + 0.5) / len(shown)
+                ax.text(0.5, middle + 0.06, f"{value * factor:.4g}{suffix}", ha="center", va="center", fontsize=34 if len(shown) == 1 else 20, weight="bold",
                         color=palette[0] if not value else palette[4], transform=ax.transAxes)
-                ax.text(0.5, 0.2 - 0.3 * i, legend, ha="center", va="center", fontsize=8, color="#9fa7b3", transform=ax.transAxes)
+                ax.text(0.5, middle - 0.22 / len(shown), legend, ha="center", va="center", fontsize=8, color="#9fa7b3", transform=ax.transAxes)
             continue
         times = lambda ts: [datetime.fromtimestamp(t, tz=timezone.utc) for t in ts]  # noqa: E731
         if p.stacked:

@@ -45,7 +45,7 @@ dir="$(echo "$info" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
 cp -r "$dir" "$WORK/src" && chmod -R u+w "$WORK/src"
 log "building Prometheus $VERSION (cold: many minutes on 2 shared cores)"
 mkdir -p "$ROOT/bin"
-(cd "$WORK/src" && go build -mod=mod -tags remove_all_sd -trimpath -ldflags "-s -w" -o "$BIN" ./cmd/prometheus) >&2
+(cd "$WORK/src" && go build -mod=mod -tags remove_all_sd -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${VERSION#v} -X github.com/prometheus/common/version.Revision=module-proxy" -o "$BIN" ./cmd/prometheus) >&2
 "$BIN" --version >&2
 touch "$STAMP"
 echo "$BIN"
