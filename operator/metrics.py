@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from kubernetes.client.rest import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
+from railtrain.crds.goodput import REASON_CAUSE
 from railtrain.operator.quarantine import is_quarantined
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -53,6 +54,17 @@ GOODPUT_SECONDS = Gauge(
     ["namespace", "trainingjob", "cause"],
 )
 GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
+RESTART_REASONS = ("Restarting", *REASON_CAUSE)
+"""Condition reasons of a gang restart: the job's own (``Restarting``) and each of crds/goodput.py ``REASON_CAUSE``."""
+ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "unreachable", "internal")
+"""Every ``kind`` label :func:`error_kind` returns."""
+# Prometheus' instrumentation guidance: export a labelled counter's known series at 0 from the start. A series
+# born at its first increment is at 1 in its first sample, so increase()/rate() (the chart's dashboard panels)
+# never count that first restart or error; found by drawing the dashboard from real data (docs/dashboard.md).
+for _reason in RESTART_REASONS:
+    RESTARTS.labels(_reason)
+for _kind in ERROR_KINDS:
+    RECONCILE_ERRORS.labels(_kind)
 LEADER = Gauge("railtrain_operator_leader", "1 while this operator holds the Lease and admits and reconciles, 0 while it stands by.")
 
 ENV_PORT = "RAILTRAIN_OPERATOR_METRICS_PORT"
