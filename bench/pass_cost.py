@@ -10,7 +10,8 @@ of ``--passes`` passes through each client, in-process
 (:func:`railtrain.operator.controller.admission_pass`); every REST request of
 the client is counted on its way out. Reported per client: median seconds per
 pass, requests per pass, and cluster-wide LISTs per pass (pods, nodes,
-namespaces, TrainingJobs of all namespaces).
+namespaces, TrainingJobs of all namespaces); and how much this process's RSS
+grew while the caches made their first LIST (their memory, roughly).
 
     python bench/pass_cost.py                                          # 200 nodes, 2 pods each, 10 waiting jobs
     python bench/pass_cost.py --nodes 4 --pods-per-node 1 --waiting 2 --passes 2 --repeats 1   # smoke size
@@ -61,6 +62,12 @@ def foreign_pod(name: str, node: str) -> dict[str, Any]:
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}]}}
 
 
+def rss_mb() -> float:
+    """This process's resident set size in MB (``VmRSS`` of ``/proc/self/status``)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=200, help="KWOK nodes of 8 GPUs (default 200).")
@@ -82,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             bc.custom.create_namespaced_custom_object(G, V, ns, P, trainingjob(name, 1, 16))
         plain = Kube(bc.local.api_client())
+        rss_before = rss_mb()
         cached = CachedKube(bc.local.api_client())
         cached.start()
         wait_until(cached.synced, 120, "the caches' first LIST")
         wait_until(lambda: len(cached.active.items()) >= len(pods) and len(cached.jobs.items()) >= len(names), 120, "the caches to hold every pod and job")
+        cache_mb = rss_mb() - rss_before
+        held = {name: len(store) for name, store in (("jobs", cached.jobs), ("pods", cached.pods), ("active", cached.active), ("nodes", cached.nodes), ("namespaces", cached.namespaces))}
         for name in names:  # one reconcile each: status Pending, so that every pass queues them
             controller.reconcile_job(plain, ns, name, admit=False)
         counters = {"list": count_requests(plain), "cache": count_requests(cached)}
@@ -117,10 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in summary:
         table.add(row["mode"], fmt_s(row["pass_s_median"]), f"{row['requests_per_pass']:.1f}", f"{row['cluster_lists_per_pass']:.1f}")
     table.print()
+    print(f"the caches' RSS after their first LIST: {cache_mb:.1f} MB for {held}")
     load = os.getloadavg()[0]
     print(f"1-minute load average at the end: {load:.2f} on {before['cpus']} CPUs")
     record = {"args": vars(args) | {"json": str(args.json) if args.json else None}, "revision": revision(), "machine_before": before, "load1_end": load,
-              "samples": samples, "summary": summary, "table": table.plain()}
+              "cache_rss_mb": cache_mb, "cached_objects": held, "samples": samples, "summary": summary, "table": table.plain()}
     print(f"JSON: {write_json('pass_cost', record, args.json)}")
     return 0
 
