@@ -65,18 +65,22 @@ def log(msg: str) -> None:
     print(f"[dashboard {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def cpu_peak_tflops(seconds: float = 2.0, n: int = 512) -> float:
-    """Measured fp32 GEMM TFLOP/s of one thread of this CPU (the trainer runs 1 thread per process when a job has several)."""
+def cpu_peak_tflops(bursts: int = 30, seconds: float = 0.1, n: int = 512) -> float:
+    """This CPU's peak fp32 GEMM TFLOP/s on one thread (the trainer runs 1 thread per process when a job has several):
+    the best of ``bursts`` short bursts, since on a shared machine the mean measures the neighbours' load, not the peak."""
     import torch
 
     torch.set_num_threads(1)
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b
-    count, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        count += 1
-    return 2 * n**3 * count / (time.perf_counter() - t0) / 1e12
+    best = 0.0
+    for _ in range(bursts):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ b
+            count += 1
+        best = max(best, 2 * n**3 * count / (time.perf_counter() - t0) / 1e12)
+    return best
 
 
 # -- the trainer gang (a child process: LocalGang handles SIGTERM in its main thread) --
@@ -361,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     variables = {"datasource": "prometheus"}  # the only variable; no target's expr uses one (checked below)
     panels = dp.panels(dashboard, variables)
     peak = cpu_peak_tflops()
-    log(f"CPU peak (1 thread, fp32 GEMM 512^3): {peak:.4f} TFLOP/s, given to the trainer as --peak-tflops")
+    log(f"CPU peak (1 thread, fp32 GEMM 512^3, best of 30 bursts): {peak:.4f} TFLOP/s, given to the trainer as --peak-tflops")
     work = Path(tempfile.mkdtemp(prefix="railtrain-dashboard-"))
     op_port, prom_port, rank1_port = local_run.free_ports(3)
     trainer_ports = [contract.DEFAULT_METRICS_PORT, rank1_port]  # rank 0 where the operator reads a pod's metrics
