@@ -251,6 +251,7 @@ class RunPolicy(_Model):
     ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Seconds after completionTime (Succeeded or Failed) after which the operator deletes the job and, through ownerReferences, its pods; omitted keeps it.")
     max_infrastructure_restarts: int = Field(10, ge=0, le=1000, description="Infrastructure restarts (a node lost, quarantined or avoided, a rank evicted or refused by its node, a rank's pod deleted, an elastic grow) allowed before the job is Failed with reason InfrastructureRestartLimitExceeded; they do not spend backoffLimit.")
     infrastructure_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second infrastructure restart; each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate.")
+    restart_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second job restart (one that spends backoffLimit); each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate; 0 restarts at once. As batch/v1 Job's pod failure backoff (10 s doubling).")
 
 
 class Elastic(_Model):

@@ -26,9 +26,11 @@ The rules, in order (docs/operator.md, "Recovery"):
    node is quarantined for them only once verdicts named it with two different
    ranks on it (the next gang's ranks are rotated so the named rank lands
    elsewhere, :attr:`Decision.rotate`).
-4. **Bounds.** Job restarts spend ``backoffLimit``; infrastructure restarts
-   spend ``maxInfrastructureRestarts`` and back off exponentially
-   (:func:`infrastructure_backoff`); quarantines are bounded per job
+4. **Bounds.** Job restarts spend ``backoffLimit`` and back off exponentially
+   from ``restartBackoffSeconds`` (batch/v1 Job's pod failure backoff: 10 s
+   doubling); infrastructure restarts spend ``maxInfrastructureRestarts`` and
+   back off from ``infrastructureBackoffSeconds`` (:func:`infrastructure_backoff`
+   for both: the first restart is immediate); quarantines are bounded per job
    (``failurePolicy.maxQuarantinesPerHour``: beyond it the job fails) and per
    cluster (the platform's bound, in :class:`Counters`: beyond it the node is
    only avoided by this job). A node whose pods this job lost to the
@@ -222,7 +224,7 @@ def blame_order(f: Failure) -> tuple[int, int, bool, bool, str, int]:
 
 
 def infrastructure_backoff(restarts: int, base_seconds: int) -> int:
-    """Seconds to wait before the ``restarts``-th infrastructure restart (1-based): 0, then base, 2·base, 4·base ...
+    """Seconds to wait before the ``restarts``-th restart of one kind (1-based): 0, then base, 2·base, 4·base ...
 
     capped at :data:`INFRASTRUCTURE_BACKOFF_CAP_SECONDS` (or ``base_seconds`` when larger). The first restart is
     immediate: a single node loss should cost no time; a loop of them backs off.
@@ -363,8 +365,10 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         if c.job_restarts >= backoff_limit:
             return Decision(FAIL, f.verdict, "BackoffLimitExceeded", f"{detail}; runPolicy.backoffLimit={backoff_limit} restarts used", f, counters=c, avoid=c.avoid, **more)
         c = replace(c, job_restarts=c.job_restarts + 1)
-        message = f"{detail}; restarting the whole gang ({counters_text(c, backoff_limit, run_policy.max_infrastructure_restarts)})"
-        return Decision(RESTART_JOB, f.verdict, "Restarting", message, f, avoid=c.avoid, counters=c, **more)
+        wait = infrastructure_backoff(c.job_restarts, run_policy.restart_backoff_seconds)
+        pause = f", next gang after {wait} s" if wait else ""
+        message = f"{detail}; restarting the whole gang ({counters_text(c, backoff_limit, run_policy.max_infrastructure_restarts)}{pause})"
+        return Decision(RESTART_JOB, f.verdict, "Restarting", message, f, avoid=c.avoid, counters=c, backoff_seconds=wait, **more)
     if quarantine:
         reason, why = REASON_QUARANTINED, f"node(s) {', '.join(quarantine)} quarantined"
     elif budget_spent:

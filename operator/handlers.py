@@ -169,11 +169,12 @@ def _resync_pass(ctx: OperatorContext) -> None:
 
     An error reconciling one job is that job's alone (one line; the next pass
     retries it); an error reading the job list or running the admission pass
-    is raised to the loop. A standby only reads the Lease (so that it, too,
-    notices an API server that is gone).
+    is raised to the loop. Every pass reads the Lease (one GET), so that an API
+    server that is gone is noticed even when every other read comes from the
+    watch-fed caches; a standby does nothing else.
     """
+    ctx.kube.get_lease(ctx.settings.lease_namespace, peers.LEASE_NAME)
     if not ctx.state.leader:
-        ctx.kube.get_lease(ctx.settings.lease_namespace, peers.LEASE_NAME)
         return
     try:
         jobs = ctx.kube.list_jobs(ctx.settings.namespace)

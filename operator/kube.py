@@ -61,14 +61,23 @@ class Kube:
     def _json(self, response: Any) -> Any:
         return json.loads(response.data)
 
+    def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
+        """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"`` or ``"nodes"``); ``mine``: the
+        dict is not handed to anyone else. Nothing here; :class:`railtrain.operator.cachedkube.CachedKube` applies it to its caches."""
+
+    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
+        """A fresh LIST of one job's pods (the answer's JSON, with its resourceVersion). Nothing here; see :meth:`observe`."""
+
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The TrainingJob object, or None when it does not exist."""
         try:
-            return self.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name)
+            job = self.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
+        self.observe("jobs", job)
+        return job
 
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every TrainingJob in ``namespace`` (all namespaces when None)."""
@@ -81,16 +90,19 @@ class Kube:
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Pods labelled with the job's name, as dicts."""
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
+        self.observe_job_pods(namespace, name, res.data)
         return self._json(res)["items"]
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One pod by name as a dict, or None when it does not exist."""
         try:
-            return self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+            pod = self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
+        self.observe("pods", pod)
+        return pod
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The job's rendezvous Service as a dict (whoever owns it), or None when it does not exist."""
@@ -145,7 +157,7 @@ class Kube:
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
-                self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+                self.observe("pods", self._json(self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
             elif manifest["kind"] == "Service":
                 self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
             elif manifest["kind"] == nvlink.KIND:
@@ -222,9 +234,10 @@ class Kube:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         body = {"metadata": {"annotations": dict(annotations or {})}, "spec": spec}
         try:
-            self.core.patch_namespaced_pod(
+            res = self.core.patch_namespaced_pod(
                 name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False
             )
+            self.observe("pods", self._json(res), mine=True)
         except ApiException as err:
             if err.status not in (404, 422):  # gone, or already released
                 raise
@@ -258,11 +271,13 @@ class Kube:
     def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node, or None when it does not exist."""
         try:
-            return self._json(self.core.read_node(name, _preload_content=False))
+            node = self._json(self.core.read_node(name, _preload_content=False))
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
+        self.observe("nodes", node)
+        return node
 
     def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
         """Replace ``spec.taints`` of a Node read earlier and set ``annotations`` in the same patch, guarded by its
@@ -280,7 +295,7 @@ class Kube:
             False when the job was deleted meanwhile (404), True when the write succeeded.
         """
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            job = self.custom.patch_namespaced_custom_object_status(
                 contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
                 field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
             )
@@ -288,6 +303,8 @@ class Kube:
             if err.status == 404:
                 return False
             raise
+        if isinstance(job, dict):
+            self.observe("jobs", job, mine=True)
         return True
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -102,6 +102,9 @@ def _say_failing(failing: bool, where: str, err: Exception) -> bool:
 def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: str) -> None:
     if leading and not ctx.state.leader:
         log.info("leading: this operator (%s) holds the Lease %s and admits and reconciles", ctx.identity, where)
+        refresh = getattr(ctx.kube, "refresh", None)
+        if refresh is not None:  # plan on a LIST taken after the Lease changed hands, not on a watch that may lag (operator/cachedkube.py)
+            refresh()
         ctx.state.leader = True
         wake()
     elif not leading and ctx.state.leader:

@@ -10,6 +10,7 @@ import kopf
 from kubernetes import client
 
 from railtrain.operator import handlers, kube, kubeclient, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator.cachedkube import CachedKube
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
@@ -43,7 +44,9 @@ def run(settings: Settings) -> None:
         return
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
-    ctx = OperatorContext(settings=settings, kube=kube.Kube(api), health=serve.Health(stale_seconds=settings.stale_seconds))
+    cached = CachedKube(api, settings.namespace)  # watch-fed caches behind the pass-wide reads (operator/cachedkube.py)
+    cached.start()  # leader and standby alike: a standby that takes over plans on a warm cache
+    ctx = OperatorContext(settings=settings, kube=cached, health=serve.Health(stale_seconds=settings.stale_seconds))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from kubernetes.client.rest import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
+from railtrain.crds.goodput import REASON_CAUSE
 from railtrain.operator.quarantine import is_quarantined
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -32,7 +33,7 @@ TIME_TO_RUNNING = Histogram(
 )
 ADMISSION_PASS_SECONDS = Histogram(
     "railtrain_admission_pass_duration_seconds", "Seconds of one admission pass (list jobs, pods and nodes; schedule; release the admitted gangs).",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf")),
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, float("inf")),  # bench/scale.py saw 69 s passes at 10,000 GPUs
 )
 ADMISSION_QUEUE = Gauge("railtrain_admission_queue_length", "Gangs waiting for admission at the last admission pass.")
 RECONCILE_SECONDS = Histogram(
@@ -45,7 +46,7 @@ RECONCILE_ERRORS = Counter(
 GANG_TIMEOUTS = Counter("railtrain_gang_timeouts_total", "Gangs released and re-queued because not every rank ran within runPolicy.gangTimeoutSeconds.")
 RESYNC_SECONDS = Histogram(
     "railtrain_resync_duration_seconds", "Seconds of one resync pass (every unfinished job reconciled, then one admission pass).",
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf")),
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, float("inf")),
 )
 RESYNC_COMPLETED = Gauge("railtrain_resync_last_completed_timestamp_seconds", "Unix time the last resync pass (or a standby's Lease check) ended; /healthz fails when it is too old.")
 GOODPUT_SECONDS = Gauge(
@@ -53,6 +54,17 @@ GOODPUT_SECONDS = Gauge(
     ["namespace", "trainingjob", "cause"],
 )
 GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
+RESTART_REASONS = ("Restarting", *REASON_CAUSE)
+"""Condition reasons of a gang restart: the job's own (``Restarting``) and each of crds/goodput.py ``REASON_CAUSE``."""
+ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "unreachable", "internal")
+"""Every ``kind`` label :func:`error_kind` returns."""
+# Prometheus' instrumentation guidance: export a labelled counter's known series at 0 from the start. A series
+# born at its first increment is at 1 in its first sample, so increase()/rate() (the chart's dashboard panels)
+# never count that first restart or error; found by drawing the dashboard from real data (docs/dashboard.md).
+for _reason in RESTART_REASONS:
+    RESTARTS.labels(_reason)
+for _kind in ERROR_KINDS:
+    RECONCILE_ERRORS.labels(_kind)
 LEADER = Gauge("railtrain_operator_leader", "1 while this operator holds the Lease and admits and reconciles, 0 while it stands by.")
 
 ENV_PORT = "RAILTRAIN_OPERATOR_METRICS_PORT"

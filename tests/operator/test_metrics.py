@@ -31,6 +31,19 @@ def test_error_kind_names_the_kind_of_a_reconcile_error(err, kind):
     assert metrics.error_kind(err) == kind
 
 
+def test_every_known_restart_reason_and_error_kind_is_exported_at_zero_before_it_happens():
+    # increase() over a series born at 1 counts nothing: the dashboard would never show a first restart or error
+    from prometheus_client import REGISTRY, generate_latest
+
+    text = generate_latest(REGISTRY).decode()
+    assert {"Restarting", "NodeLost", "NodeQuarantined", "ElasticGrow"} <= set(metrics.RESTART_REASONS)
+    for reason in metrics.RESTART_REASONS:
+        assert f'railtrain_gang_restarts_total{{reason="{reason}"}}' in text
+    assert {metrics.error_kind(e) for e in (ApiException(status=409), ApiException(status=500), KeyError("x"))} <= set(metrics.ERROR_KINDS)
+    for kind in metrics.ERROR_KINDS:
+        assert f'railtrain_reconcile_errors_total{{kind="{kind}"}}' in text
+
+
 CREATED = "2026-12-01T10:00:00Z"
 
 

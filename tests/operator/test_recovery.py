@@ -94,6 +94,19 @@ def test_backoff_limit_counts_job_restarts_only():
     assert st["phase"] == "Failed" and find(st["conditions"], "Failed")["reason"] == "BackoffLimitExceeded"
 
 
+@pytest.mark.parametrize("spent, base, wait", [(0, None, 0), (1, None, 10), (2, None, 20), (3, 200, 300), (2, 400, 400), (8, None, 300), (1, 0, 0)])
+def test_job_restarts_back_off_from_the_second_on(spent, base, wait):
+    """Issue 15, kind 3: every restart loop backs off, whatever its cause; a job restart (spending backoffLimit) waits
+    0, then restartBackoffSeconds (10 s, batch/v1 Job's pod failure backoff), doubling, capped at 300 s or the base."""
+    policy = {"backoffLimit": 20} | ({} if base is None else {"restartBackoffSeconds": base})
+    obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy=policy, status=running(jobRestarts=spent))
+    p = reconcile.plan(obj, pods, True, NOW)
+    after = p.status.get("requeueAfter")
+    assert p.status["phase"] == "Restarting" and p.status["jobRestarts"] == spent + 1
+    assert (after is None and wait == 0) or after == (NOW + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ"), after
+    assert (f"next gang after {wait} s" in find(p.status["conditions"], "Scheduled")["message"]) == (wait > 0)
+
+
 def test_the_most_specific_verdict_of_the_gang_decides():
     obj = job_obj(nodes=2, status=running())
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])

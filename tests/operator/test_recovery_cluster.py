@@ -62,7 +62,7 @@ def test_hardware_suspect_quarantines_the_node_and_the_next_gang_avoids_it(api, 
 def test_each_verdict_gets_its_action(api, namespace, gpu_nodes, operator):
     core, custom = api
     gpu_nodes(4)
-    pods = start(core, custom, namespace, "mixed", 2, runPolicy={"backoffLimit": 5})
+    pods = start(core, custom, namespace, "mixed", 2, runPolicy={"backoffLimit": 5, "restartBackoffSeconds": 0})  # the actions, not the waits
     st = lambda: job_status(custom, namespace, "mixed")  # noqa: E731
 
     fail(core, namespace, "mixed-0", contract.VERDICT_RETRYABLE, why=("Crash", "segfault"))

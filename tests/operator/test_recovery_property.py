@@ -1,6 +1,6 @@
 """A property over generated failure histories, run through the operator's pure reconcile plan attempt after attempt:
 restarts of any cause are bounded (the job reaches Failed, or its counters stay within backoffLimit and
-maxInfrastructureRestarts), infrastructure restarts back off exponentially, and no node outside the gang's own pods is
+maxInfrastructureRestarts), restarts of either kind back off exponentially from the second on, and no node outside the gang's own pods is
 ever tainted, whatever the verdicts claim."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ event = st.tuples(
 )
 policy = st.fixed_dictionaries({
     "backoffLimit": st.integers(0, 3), "maxInfrastructureRestarts": st.integers(0, 4), "infrastructureBackoffSeconds": st.sampled_from([0, 1, 10]),
+    "restartBackoffSeconds": st.sampled_from([0, 1, 10]),
     "failurePolicy": st.fixed_dictionaries({"maxQuarantinesPerHour": st.integers(0, 3), "rules": st.sampled_from([
         [], [{"verdict": "straggler", "action": "RestartIgnoringBackoff", "quarantineAfter": 1}],
         [{"verdict": "retryable", "action": "RestartIgnoringBackoff"}, {"verdict": "hang", "action": "RestartIgnoringBackoff", "quarantineAfter": 1}],
@@ -65,7 +66,7 @@ def strike(kind, verdict, rank, claimed, pods, ran):
 def test_restarts_are_bounded_back_off_and_taint_only_the_gangs_own_nodes(run_policy, history, size):
     nodes = [node(n) for n in CLUSTER]
     status = {"phase": "Running", "restarts": 0}
-    now, infra_before = START, 0
+    now, before = START, {"infrastructureRestarts": 0, "jobRestarts": 0}
     for kind, verdict, rank, claimed in history:
         ran = place(nodes, status, size)
         if ran is None:
@@ -85,13 +86,14 @@ def test_restarts_are_bounded_back_off_and_taint_only_the_gangs_own_nodes(run_po
             target["metadata"]["annotations"] = {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}
         assert st_.get("jobRestarts", 0) <= run_policy["backoffLimit"]
         assert st_.get("infrastructureRestarts", 0) <= run_policy["maxInfrastructureRestarts"]
-        infra = st_.get("infrastructureRestarts", 0)
-        if infra > infra_before and st_["phase"] == "Restarting":
-            wait = recovery.infrastructure_backoff(infra, run_policy["infrastructureBackoffSeconds"])
-            after = st_.get("requeueAfter")
-            got = 0 if after is None else (datetime.fromisoformat(after.replace("Z", "+00:00")) - now).total_seconds()
-            assert got == wait and (infra < 2 or run_policy["infrastructureBackoffSeconds"] == 0 or wait > 0)
-        infra_before = infra
+        for counter, base in (("infrastructureRestarts", "infrastructureBackoffSeconds"), ("jobRestarts", "restartBackoffSeconds")):
+            spent = st_.get(counter, 0)
+            if spent > before[counter] and st_["phase"] == "Restarting":
+                wait = recovery.infrastructure_backoff(spent, run_policy[base])
+                after = st_.get("requeueAfter")
+                got = 0 if after is None else (datetime.fromisoformat(after.replace("Z", "+00:00")) - now).total_seconds()
+                assert got == wait and (spent < 2 or run_policy[base] == 0 or wait > 0), (counter, spent, got)
+            before[counter] = spent
         if st_["phase"] in ("Failed", "Succeeded"):
             return
         status = {k: v for k, v in st_.items() if k not in ("conditions", "placement", "admittedNodes")} | {"phase": "Running"}

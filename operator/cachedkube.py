@@ -1,0 +1,174 @@
+"""The operator's API verbs with watch-fed caches behind the pass-wide reads (:class:`CachedKube`).
+
+An admission pass reads every TrainingJob, every railtrain pod, every active
+pod, every Node and the namespaces being deleted. :class:`CachedKube` serves
+those reads from :mod:`railtrain.operator.cache` stores once each has synced
+(the API before that), and applies every object the operator itself writes or
+reads fresh (status patches, pod creates and patches, GETs, one job's pod LIST)
+to them at once, under the stores' resourceVersion ordering. So the next pass
+sees the ledger the previous one wrote (``status.admission`` and the pinned
+pods) without waiting for the watch: docs/scheduling.md, "Watch-fed caches".
+Deletes the operator issues are left to the watch (the capacity is seen as
+used a little longer: conservative).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from kubernetes import client
+
+from railtrain.crds import contract
+from railtrain.operator.cache import Informer, Store
+from railtrain.operator.kube import Kube, describe
+
+log = logging.getLogger("railtrain.operator")
+
+TERMINAL = ("Succeeded", "Failed")
+ACTIVE_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _active(pod: dict[str, Any]) -> bool:
+    """The field selector :data:`ACTIVE_SELECTOR` as a test on a pod dict."""
+    return (pod.get("status") or {}).get("phase") not in TERMINAL
+
+
+class CachedKube(Kube):
+    """:class:`~railtrain.operator.kube.Kube` whose pass-wide LISTs come from watch-fed caches (module docstring).
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient``.
+        namespace: the operator's ``--namespace`` (its TrainingJobs are cached), or None for all namespaces.
+
+    Attributes:
+        jobs, pods, active, nodes, namespaces: the stores (TrainingJobs; pods labelled
+            ``railtrain.dev/job-name``; non-terminal pods; Nodes; Namespaces).
+        informers: their LIST+WATCH threads, by store name.
+    """
+
+    def __init__(self, api_client: client.ApiClient, namespace: str | None = None):
+        super().__init__(api_client)
+        self.namespace = namespace
+        self.jobs = Store(keep=(lambda o: (o.get("metadata") or {}).get("namespace") == namespace) if namespace else None)
+        self.pods = Store(keep=lambda o: contract.LABEL_JOB_NAME in _labels(o))
+        self.active = Store(keep=_active)
+        self.nodes = Store()
+        self.namespaces = Store()
+        self._pending: set[str] = set()  # caches to list again before they serve reads (:meth:`refresh`)
+        self._guard = threading.Lock()
+        group = (contract.API_GROUP, contract.API_VERSION)
+        self.informers = {
+            "jobs": Informer("trainingjobs", self.custom.list_namespaced_custom_object, self.jobs, *group, namespace, contract.PLURAL)
+            if namespace else Informer("trainingjobs", self.custom.list_cluster_custom_object, self.jobs, *group, contract.PLURAL),
+            "pods": Informer("railtrain-pods", self.core.list_pod_for_all_namespaces, self.pods, label_selector=contract.LABEL_JOB_NAME),
+            "active": Informer("active-pods", self.core.list_pod_for_all_namespaces, self.active, field_selector=ACTIVE_SELECTOR),
+            "nodes": Informer("nodes", self.core.list_node, self.nodes),
+            "namespaces": Informer("namespaces", self.core.list_namespace, self.namespaces),
+        }
+
+    def start(self) -> None:
+        """Start every informer thread (daemon threads; each LISTs, then WATCHes)."""
+        for informer in self.informers.values():
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def synced(self, *names: str) -> bool:
+        """Whether the named caches (all when none is named) have finished their first LIST, and a LIST since the last :meth:`refresh`."""
+        return all(self.informers[n].synced.is_set() and n not in self._pending for n in names or self.informers)
+
+    def refresh(self) -> None:
+        """Serve every read from the API until each cache has listed again (in a background thread).
+
+        Called when this operator starts leading: the previous leader's last
+        writes reached this process only through its watches, which may lag
+        (or be in a relist's backoff); a LIST taken after the Lease changed
+        hands is a consistent read that includes them.
+        """
+        with self._guard:
+            self._pending = set(self.informers)
+        threading.Thread(target=self._relist_pending, name="railtrain-cache-refresh", daemon=True).start()
+
+    def _relist_pending(self) -> None:
+        wait = 1.0
+        while self._pending:
+            for name in sorted(self._pending):
+                try:
+                    self.informers[name].relist()
+                    with self._guard:
+                        self._pending.discard(name)
+                except Exception as err:  # reads stay on the API meanwhile
+                    log.info("cache of %s: could not list again (%s); retrying", name, describe(err))
+            if self._pending:
+                time.sleep(wait)
+                wait = min(30.0, wait * 2)
+
+    # --- write-through and read-through -------------------------------------------------
+    def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
+        """Apply an object the operator just wrote or read to its caches (a copy unless ``mine``)."""
+        obj = obj if mine else copy.deepcopy(obj)
+        if kind == "jobs":
+            self.jobs.apply("MODIFIED", obj)
+        elif kind == "pods":
+            self.pods.apply("MODIFIED", obj)
+            self.active.apply("MODIFIED", obj)
+        elif kind == "nodes":
+            self.nodes.apply("MODIFIED", obj)
+
+    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
+        """Apply a fresh LIST of one job's pods (its JSON, parsed here into dicts of the caches' own): each pod as
+        read, and a cached pod of the job it lacks is gone (unless the cache holds a version newer than the list)."""
+        listing = json.loads(raw)
+        items = listing.get("items") or []
+        rv = (listing.get("metadata") or {}).get("resourceVersion")
+        for pod in items:
+            self.pods.apply("MODIFIED", pod)
+            self.active.apply("MODIFIED", pod)
+
+        def of_job(pod: dict[str, Any]) -> bool:
+            return (pod.get("metadata") or {}).get("namespace") == namespace and _labels(pod).get(contract.LABEL_JOB_NAME) == name
+
+        keys = [((p.get("metadata") or {}).get("namespace") or "", (p.get("metadata") or {}).get("name") or "") for p in items]
+        self.pods.forget_absent(keys, of_job, rv)
+        self.active.forget_absent(keys, of_job, rv)
+
+    def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
+        """:meth:`Kube.set_node_taints`, then the node read again into the cache (a quarantined node is never offered again)."""
+        changed = super().set_node_taints(node, taints, annotations)
+        if changed:
+            self.get_node(node["metadata"]["name"])
+        return changed
+
+    # --- pass-wide reads, from the caches once synced ----------------------------------------
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if not self.synced("jobs") or (self.namespace and namespace != self.namespace):
+            return super().list_jobs(namespace)
+        return [j for j in self.jobs.items() if namespace is None or j["metadata"].get("namespace") == namespace]
+
+    def list_railtrain_pods(self, node: str | None = None) -> list[dict[str, Any]]:
+        if not self.synced("pods"):
+            return super().list_railtrain_pods(node)
+        pods = self.pods.items()
+        return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node] if node else pods
+
+    def list_active_pods(self) -> list[dict[str, Any]]:
+        return self.active.items() if self.synced("active") else super().list_active_pods()
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self.nodes.items() if self.synced("nodes") else super().list_nodes()
+
+    def terminating_namespaces(self) -> set[str]:
+        if not self.synced("namespaces"):
+            return super().terminating_namespaces()
+        return {ns["metadata"]["name"] for ns in self.namespaces.items() if (ns.get("status") or {}).get("phase") == "Terminating"}

@@ -1,0 +1,114 @@
+"""The watch-fed caches on the real control plane: they follow creates, updates and deletes, list again after a cut
+watch, reflect the operator's own writes at once, and an admission pass no longer LISTs the cluster."""
+
+from __future__ import annotations
+
+from collections import Counter
+from urllib.parse import urlsplit
+
+import pytest
+
+from railtrain.crds import contract
+from railtrain.operator import controller
+from railtrain.operator.cachedkube import CachedKube
+from railtrain.operator.kube import Kube
+from railtrain.operator.kubeclient import connect
+from tests.polling import wait_for
+
+from .clusterkit import G, P, V, foreign_pod, job_body
+
+pytestmark = pytest.mark.cluster
+
+CLUSTER_WIDE = ("/api/v1/pods", "/api/v1/nodes", "/api/v1/namespaces", f"/apis/{G}/{V}/{P}")
+
+
+@pytest.fixture
+def cached(cluster):
+    kube = CachedKube(connect(str(cluster.kubeconfig)).api)
+    kube.start()
+    wait_for(kube.synced, 60, "every cache to finish its first LIST")
+    yield kube
+    kube.stop()
+    kube.api.close()
+
+
+def rv(obj):
+    return int(obj["metadata"]["resourceVersion"]) if obj else 0
+
+
+def test_the_caches_follow_creates_updates_deletes_and_list_again_after_a_cut_watch(cached, api, namespace, gpu_nodes):
+    core, _ = api
+    (node,) = gpu_nodes(1)
+    wait_for(lambda: cached.nodes.get(("", node)), 30, "the new Node in the cache")
+    made = core.create_namespaced_pod(namespace, foreign_pod("a", node, gpus=1))
+    wait_for(lambda: cached.active.get((namespace, "a")), 30, "pod a in the active-pods cache")
+    assert cached.pods.get((namespace, "a")) is None  # not railtrain's: only the active-pods cache holds it
+    changed = core.patch_namespaced_pod("a", namespace, {"metadata": {"labels": {"seen": "yes"}}})
+    assert int(changed.metadata.resource_version) > int(made.metadata.resource_version)
+    wait_for(lambda: rv(cached.active.get((namespace, "a"))) >= int(changed.metadata.resource_version), 30, "the update in the cache")
+    core.delete_namespaced_pod("a", namespace, grace_period_seconds=0)
+    wait_for(lambda: cached.active.get((namespace, "a")) is None, 30, "the deleted pod to leave the cache")
+
+    informer = cached.informers["active"]
+    relists = informer.relists
+    wait_for(lambda: getattr(informer._watch, "_resp", None) is not None, 30, "the active-pods watch to be open")
+    informer.break_stream()
+    wait_for(lambda: informer.relists > relists, 30, "a fresh LIST after the cut watch")
+    core.create_namespaced_pod(namespace, foreign_pod("b", node, gpus=1))
+    wait_for(lambda: cached.active.get((namespace, "b")), 30, "a pod created after the relist in the cache")
+
+
+def test_a_refresh_serves_from_the_api_until_every_cache_has_listed_again(cached):
+    relists = {name: informer.relists for name, informer in cached.informers.items()}
+    cached.refresh()  # what a new leader does
+    assert not cached.synced()
+    wait_for(cached.synced, 60, "every cache to list again")
+    assert all(informer.relists > relists[name] for name, informer in cached.informers.items())
+
+
+def test_the_operators_own_writes_are_in_the_cache_before_the_watch_delivers_them(cached, api, namespace):
+    _, custom = api
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("j", nodes=1))
+    wait_for(lambda: cached.jobs.get((namespace, "j")), 30, "the job in the cache")
+    for informer in cached.informers.values():  # no watch event can bring the writes below: only write-through can
+        informer.stop()
+        informer.break_stream()
+        informer._thread.join(30)
+        assert not informer._thread.is_alive()
+    assert cached.patch_status(namespace, "j", {"rankShift": 3})
+    assert cached.jobs.get((namespace, "j"))["status"]["rankShift"] == 3  # no wait: applied from the answer
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j-0", "namespace": namespace, "labels": {contract.LABEL_JOB_NAME: "j"}},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}], "schedulingGates": [{"name": "railtrain.dev/test"}]}}
+    assert cached.create(pod)
+    assert cached.pods.get((namespace, "j-0")) and cached.active.get((namespace, "j-0"))
+
+
+def counting(kube: Kube) -> Counter:
+    """Count ``kube``'s cluster-wide LIST requests (not WATCHes) by path, through its REST client."""
+    seen: Counter = Counter()
+    request = kube.api.rest_client.request
+
+    def counted(method, url, *args, **kwargs):
+        parts = urlsplit(url)
+        if method == "GET" and parts.path in CLUSTER_WIDE and "watch=" not in parts.query:
+            seen[parts.path] += 1
+        return request(method, url, *args, **kwargs)
+
+    kube.api.rest_client.request = counted
+    return seen
+
+
+def test_admission_passes_do_not_list_the_cluster_once_the_caches_are_warm(cached, cluster, api, namespace, gpu_nodes, operator_process):
+    _, custom = api
+    operator_process.stop()  # this test runs the passes itself
+    gpu_nodes(2)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("big", nodes=64))  # never fits: waits every pass
+    plain = Kube(connect(str(cluster.kubeconfig)).api)
+    direct, through_cache = counting(plain), counting(cached)
+    controller.reconcile_job(cached, namespace, "big", admit=False)  # read once fresh: the cache now holds it
+    for _ in range(20):
+        assert [d.job for d in controller.admission_pass(cached)] == [f"{namespace}/big"]
+        controller.admission_pass(plain)
+    assert sum(through_cache.values()) == 0, through_cache
+    assert direct[f"/apis/{G}/{V}/{P}"] >= 20 and direct["/api/v1/pods"] >= 40, direct  # what each pass cost before
+    plain.api.close()
