@@ -82,3 +82,14 @@ def test_two_lists_finishing_out_of_order_never_undo_the_newer_one():
     s.replace([obj("p", 100), obj("q", 90)], "100")  # the older one, taken before that deletion, finishes second
     assert names(s) == ["p"]
     assert not s.apply("MODIFIED", obj("q", 95))
+
+
+def test_stored_objects_leave_managed_fields_out():
+    s = Store()
+    pod = obj("p", 3)
+    pod["metadata"]["managedFields"] = [{"manager": "railtrain-operator", "fieldsV1": {}}]
+    s.apply("ADDED", pod)
+    listed = obj("q", 4)
+    listed["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    s.replace([s.get(("a", "p")), listed], "5")
+    assert all("managedFields" not in o["metadata"] for o in s.items())
