@@ -3,7 +3,8 @@
 The session fixture ``kind_cluster`` builds (or reuses from the cache) the
 offline node image, the operator image and the CPU trainer image, starts a kind
 cluster of 1 control plane + 3 workers with ``railtrain dev up --kind``, and
-installs ``helm/railtrain`` with the local operator image, so the operator runs
+installs ``helm/railtrain`` with the local operator image and two replicas (a
+leader and a standby, the chart's high-availability setup), so the operator runs
 in-cluster under the chart's ServiceAccount and ClusterRole. Where Docker
 cannot run, every kind test is skipped with the reason (pytest -ra prints it).
 """
@@ -27,6 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATOR_NAMESPACE = "railtrain-system"
 RELEASE = "rt"
 WORKERS = 3
+OPERATOR_REPLICAS = 2  # every kind test runs against a leader and a standby
+LEASE = "railtrain-operator"  # operator/peers.py LEASE_NAME, in the release namespace
 
 
 @dataclass
@@ -60,6 +63,19 @@ class KindE2E:
     def pods(self, namespace: str, selector: str = "") -> list[dict]:
         args = ["get", "pods", "-n", namespace, "-o", "json"] + (["-l", selector] if selector else [])
         return json.loads(self.kubectl(*args).stdout)["items"]
+
+    def operator_pods(self) -> list[dict]:
+        """The chart's operator pods in the release namespace (terminating ones included)."""
+        return self.pods(OPERATOR_NAMESPACE, "app.kubernetes.io/name=railtrain,app.kubernetes.io/instance=" + RELEASE)
+
+    def lease_holder(self) -> str:
+        """The pod name in the operator Lease's holderIdentity (``HOST/PID``, HOST being the pod's name); "" when nobody holds it."""
+        out = self.kubectl("get", "lease", LEASE, "-n", OPERATOR_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+        return out.stdout.strip().split("/", 1)[0] if out.returncode == 0 else ""
+
+    def helm(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+        """Run helm on the release's namespace of this cluster; returns the completed process (not checked)."""
+        return subprocess.run([_helm(), *args, "--kubeconfig", self.kubeconfig, "--namespace", OPERATOR_NAMESPACE], capture_output=True, text=True, timeout=timeout)
 
     def diagnostics(self, namespace: str | None) -> str:
         """Operator logs, the namespace's pods, their logs and Events, as one text for a failure report."""
@@ -147,7 +163,7 @@ def kind_cluster_session(app_images: tuple[str, str, Path, float]) -> Iterator[K
         subprocess.run(
             [_helm(), "upgrade", "--install", RELEASE, str(REPO / "helm" / "railtrain"), "--kubeconfig", kubeconfig,
              "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
-             "--set", "image.pullPolicy=Never", "--set", "crds.install=false", "--wait", "--timeout", "5m"],
+             "--set", "image.pullPolicy=Never", "--set", "crds.install=false", "--set", f"replicaCount={OPERATOR_REPLICAS}", "--wait", "--timeout", "5m"],
             capture_output=True, text=True, check=True, timeout=400,
         )  # fmt: skip
         timings["helm_install"] = time.monotonic() - t0

@@ -2,22 +2,28 @@
 
 Case numbers follow the issue that asked for them: 1 the tiny example to
 Succeeded, 2 a killed or deleted rank → gang restart → resume, 4 the memory
-tier on the node survives the restart and is used, 5 get/describe/Events.
+tier on the node survives the restart and is used, 5 get/describe/Events (with
+``railtrain logs`` and ``railtrain describe``). The chart runs two operator
+replicas (e2e/kind_support.py); the last tests run ``helm test`` and delete the
+leader's pod, and a job submitted at once is admitted by the standby.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from .conftest import railtrain, wait_for
-from .kind_support import KindE2E, write_job
+from .kind_support import OPERATOR_NAMESPACE, OPERATOR_REPLICAS, RELEASE, KindE2E, write_job
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
 STEP_LINE = re.compile(r"^(?:\[rank 0\] )?step=(\d+) loss=([0-9.]+)", re.MULTILINE)  # a pod logs its own rank only
 RESUMED = re.compile(r"resumed from step (\d+)")
+TAKEOVER_SECONDS = 15.0
+"""The issue's bound: a standby admits a job within 15 s of the leader's pod being deleted (as in tests/operator/test_leader_cluster.py)."""
 TINY = "examples/tiny/trainingjob.yaml"
 # torchrun is PID 1 of the trainer container; its worker is the other process running the module
 # (this shell's own command line holds the pattern too, so it skips itself).
@@ -91,6 +97,26 @@ def test_tiny_example_trains_in_two_pods_and_is_visible_with_get_describe_and_ev
     events = kind_cluster.kubectl("get", "events", "-n", kind_ns, "--field-selector", "involvedObject.kind=TrainingJob", "-o", "name").stdout
     assert events.strip(), "no Events on the TrainingJob"
 
+    # railtrain logs on the real pods: every rank interleaved with its prefix, or one rank alone.
+    both = railtrain("logs", "tiny", "--all", "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig).stdout.splitlines()
+    assert both and all(re.match(r"\[rank [01]\] ", line) for line in both), both[:20]
+    of_rank = {r: [line.removeprefix(f"[rank {r}] ") for line in both if line.startswith(f"[rank {r}] ")] for r in (0, 1)}
+    assert of_rank[0] and of_rank[1], both[:20]
+    assert losses("\n".join(of_rank[0])) == steps  # rank 0's step/loss lines, the same as kubectl logs shows
+    assert "\n[rank 0] step=300 loss=" in "\n".join(both)
+    assert not losses("\n".join(of_rank[1]))  # only rank 0 prints the step lines (trainer/train.py, log)
+    rank1 = railtrain("logs", "tiny", "--rank", "1", "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig).stdout.splitlines()
+    assert rank1 == of_rank[1], (rank1[:10], of_rank[1][:10])
+    assert rank1 == kind_cluster.kubectl("logs", "tiny-1", "-n", kind_ns).stdout.splitlines()
+
+    # railtrain describe: placement per rank with its domains, and where the time went.
+    described = railtrain("describe", "tiny", "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig).stdout
+    placement = described[described.index("Placement"):]
+    for rank, node in placed.items():
+        assert re.search(rf"^\s*{rank}\s+{re.escape(node)}\s.*rack-\d", placement, re.MULTILINE), described
+    goodput = re.search(r"Goodput:\s+(\d+)%\s+training\s+of\s+(\S+):\s+queued", described)
+    assert goodput and 0 < int(goodput.group(1)) <= 100, described
+
 
 def _run_until_step(kind_cluster: KindE2E, ns: str, name: str, step: int) -> None:
     wait_for(lambda: kind_cluster.phase(name, ns) == "Running", 300, f"{name} Running")
@@ -141,3 +167,39 @@ def test_memory_tier_on_the_node_survives_a_pod_restart_and_is_used_to_resume(ki
     resumed = RESUMED.search(log)
     assert resumed and int(resumed.group(1)) >= 50, log[-3000:]
     assert re.search(r"checkpoint: loaded step \d+ from memory", log), log[-3000:]
+
+
+def test_helm_test_passes_against_both_operator_replicas(kind_cluster):
+    """The chart's `helm test` hook (the operator image's Python, already on the nodes) reads /healthz and /metrics through the Service."""
+    out = kind_cluster.helm("test", RELEASE, "--timeout", "3m")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"Phase:\s+Succeeded", out.stdout), out.stdout
+
+
+def test_deleting_the_leaders_pod_hands_admission_to_the_standby_within_15_s(kind_cluster, kind_ns, tmp_path):
+    """The chart's two replicas: delete the Lease holder's pod (SIGTERM); a job submitted at once is admitted (its gang
+    created and bound where it was placed) within 15 s, and the other replica holds the Lease."""
+    def ready_pods() -> list[str]:
+        return [p["metadata"]["name"] for p in kind_cluster.operator_pods()
+                if not p["metadata"].get("deletionTimestamp") and any(c.get("ready") for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
+
+    pods = wait_for(lambda: len(ready_pods()) == OPERATOR_REPLICAS and ready_pods(), 120, f"{OPERATOR_REPLICAS} operator replicas Ready")
+    leader = wait_for(lambda: kind_cluster.lease_holder() in pods and kind_cluster.lease_holder(), 60, "a replica to hold the Lease")
+    (standby,) = set(pods) - {leader}
+    path, _ = write_job(tmp_path, TINY, kind_cluster.trainer_image, args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "20", "--log-every", "10"])
+    path.write_text(path.read_text().replace("name: tiny", "name: failover", 1))
+
+    deleted = time.monotonic()
+    kind_cluster.kubectl("delete", "pod", leader, "-n", OPERATOR_NAMESPACE, "--wait=false")
+    railtrain("submit", str(path), "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig)
+
+    def gang_bound() -> dict[int, str] | None:
+        placed = workers_of(kind_cluster, "failover", kind_ns)
+        bound = {int(p["metadata"]["labels"]["railtrain.dev/node-rank"]): p["spec"].get("nodeName") for p in kind_cluster.pods(kind_ns, "railtrain.dev/job-name=failover")}
+        return placed if len(placed) == 2 and bound == placed else None
+
+    placed = wait_for(gang_bound, TAKEOVER_SECONDS - (time.monotonic() - deleted), "the standby to admit the job and its gang to be bound")
+    print(f"failover: gang of 'failover' created and bound {time.monotonic() - deleted:.1f} s after the leader's pod was deleted: {placed}")
+    assert kind_cluster.lease_holder() == standby, (leader, standby, kind_cluster.lease_holder())
+    logs = kind_cluster.kubectl("logs", standby, "-n", OPERATOR_NAMESPACE).stdout
+    assert "leading: this operator" in logs and "Traceback" not in logs, logs[-3000:]

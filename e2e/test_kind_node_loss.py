@@ -3,7 +3,7 @@
 The job recovers on the remaining workers: the operator sees the node NotReady
 past ``runPolicy.nodeLostGraceSeconds`` (or the surviving rank's hang verdict first),
 restarts the whole gang away from it, and the new gang resumes from the newest
-checkpoint. The worker stopped is one that does not run the operator's own pod.
+checkpoint. The worker stopped is one that does not run the leading operator's pod.
 It runs last: it leaves the cluster one worker short.
 """
 
@@ -35,13 +35,17 @@ def test_a_stopped_worker_node_and_the_job_recovers_on_the_remaining_workers(kin
 
 
 def _worker_to_stop(kind_cluster, workers: dict[int, str]) -> str:
-    """A worker of the job that does not run the operator's pod (rank 1's if it can be).
+    """A worker of the job that does not run the leading operator's pod (rank 1's if it can be).
 
-    Stopping the operator's own node would test the Deployment's eviction (five
-    minutes of ``not-ready`` toleration by default), not the operator's node-loss handling.
+    The chart runs two replicas spread over the workers, so a worker of the job
+    may well run the standby: stopping it leaves the leader in charge. Stopping
+    the leader's own node would test the Lease handover and the Deployment's
+    eviction first, not the operator's node-loss handling.
     """
-    operator_nodes = {(p.get("spec") or {}).get("nodeName") for p in kind_cluster.pods(OPERATOR_NAMESPACE)}
+    holder = kind_cluster.lease_holder()
+    leader_nodes = {(p.get("spec") or {}).get("nodeName") for p in kind_cluster.pods(OPERATOR_NAMESPACE) if p["metadata"]["name"] == holder}
+    assert leader_nodes, f"no operator pod holds the Lease (holder {holder!r})"
     for rank in sorted(workers, key=lambda r: (r != 1, r)):
-        if workers[rank] not in operator_nodes:
+        if workers[rank] not in leader_nodes:
             return workers[rank]
-    raise AssertionError(f"every worker of the job runs the operator: {workers}, operator on {operator_nodes}")
+    raise AssertionError(f"every worker of the job runs the leading operator: {workers}, leader on {leader_nodes}")

@@ -40,7 +40,7 @@ from railtrain.crds.fabric import FabricProfile, rank_annotations
 from railtrain.operator import admission, kubeclient, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
-from railtrain.operator.placement import GangRequest, Placement, Refusal
+from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
 from railtrain.operator.topology import DEFAULT_LEVELS
 
 log = logging.getLogger("railtrain.operator")
@@ -190,12 +190,29 @@ def _admission_pass(
     by_name = {n["metadata"]["name"]: n for n in nodes}
     for decision in decisions:
         job, ready, request = waiting[decision.job]
-        if ready:
+        if ready and not already_refused(job, decision.result):
             try:
                 _decide(kube, job, request, with_node_values(decision.result, fabric, by_name), at, fabric)
             except Exception as err:  # isolated: the next pass decides this job again
                 log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
     return decisions
+
+
+def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
+    """Whether ``result`` is a refusal the job's Scheduled condition already states word for word (pure).
+
+    Such a decision would write nothing, so the pass skips it, and with it the
+    job's fresh reads (a GET, a pod LIST and a Service GET per waiting job and
+    pass: at 500 waiting jobs that was the cost of a pass). A refusal that
+    deletes a gang (:data:`~railtrain.operator.placement.PINNED_NODE_UNAVAILABLE`)
+    is never skipped. ``job`` is the cached object, which holds the operator's
+    own last status write (write-through), so a changed refusal is never
+    mistaken for an unchanged one.
+    """
+    if not isinstance(result, Refusal) or result.reason == PINNED_NODE_UNAVAILABLE:
+        return False
+    found = next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Scheduled"), None)
+    return found is not None and found.get("status") == "False" and found.get("reason") == result.reason and found.get("message") == result.message
 
 
 def _waiting(

@@ -40,7 +40,7 @@ def of_kind(docs: list[dict], kind: str) -> list[dict]:
 def test_chart_renders_crd_operator_rbac_service_dashboard_and_test_hook(helm):
     docs = render(helm, "railtrain-system", "topology.preset=gke")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "Pod", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "Pod", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
     deploy = of_kind(docs, "Deployment")[0]
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -48,10 +48,17 @@ def test_chart_renders_crd_operator_rbac_service_dashboard_and_test_hook(helm):
     assert "--topology-preset=gke" in container["args"] and "--lease-namespace=$(POD_NAMESPACE)" in container["args"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" and container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
-    assert of_kind(docs, "Pod")[0]["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    test_pod = of_kind(docs, "Pod")[0]
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert test_pod["spec"]["containers"][0]["image"] == container["image"]  # the operator image: nothing else to pull
+    selector = deploy["spec"]["selector"]["matchLabels"]  # the Service's and the PDB's too: the test pod is no replica
+    assert not selector.items() <= test_pod["metadata"]["labels"].items(), test_pod["metadata"]["labels"]
     levels = of_kind(render(helm, "x", "topology.levels={a,b}"), "Deployment")[0]
     assert "--topology-levels=a,b" in levels["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "PodDisruptionBudget" not in kinds, "one replica: a PDB would block every node drain"
+    assert deploy["spec"]["replicas"] == 2  # high availability by default: a leader and a standby
+    single = render(helm, "railtrain-system", "replicaCount=1")
+    assert of_kind(single, "Deployment")[0]["spec"]["replicas"] == 1
+    assert "PodDisruptionBudget" not in [d["kind"] for d in single], "one replica: a PDB would block every node drain"
     assert "--fabric-profile=railtrain" in container["args"]
     aws = of_kind(render(helm, "x", "fabricProfile=aws"), "Deployment")[0]
     assert "--fabric-profile=aws" in aws["spec"]["template"]["spec"]["containers"][0]["args"]
