@@ -38,8 +38,19 @@ def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
+_STARTED_AT: dict[str, Any] | None = None
+"""The checkout's revision when the benchmark first called :func:`machine` (its start): the code its processes ran."""
+
+
 def machine() -> dict[str, Any]:
-    """Facts about this machine worth recording next to timings: CPUs, load, Python."""
+    """Facts about this machine worth recording next to timings: CPUs, load, Python.
+
+    The first call also notes the checkout's :func:`revision`, which :func:`write_json`
+    records: a long run's subprocesses run the code of its start, even if the checkout moves on.
+    """
+    global _STARTED_AT
+    if _STARTED_AT is None:
+        _STARTED_AT = revision()
     try:
         load = list(os.getloadavg())
     except OSError:
@@ -146,6 +157,9 @@ def write_json(name: str, record: dict[str, Any], path: Path | None = None) -> P
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = Path(path) if path else RESULTS_DIR / f"{name}-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    full = {"benchmark": name, "command": command_line(), "finished_utc": stamp, "revision": revision(), **record}
+    now = revision()
+    started = _STARTED_AT or now
+    moved = {"revision_at_end": now} if now != started else {}
+    full = {"benchmark": name, "command": command_line(), "finished_utc": stamp, "revision": started, **moved, **record}
     path.write_text(json.dumps(full, indent=1, sort_keys=False) + "\n")
     return path
