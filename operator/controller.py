@@ -395,10 +395,11 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
     for obj in p.create_objects:
         kube.create(obj)
     if p.status_first and p.create_pods:  # an admitted placement: recorded before any of its pods exists
-        if not _write_status(kube, job, p):
+        if not _write_status(kube, job, p, announce=False):
             return  # the job is gone: create nothing
         kube.create_many(p.create_pods)
         _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
+        _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path
         return
     kube.create_many(p.create_pods)
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
@@ -411,8 +412,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
     _write_status(kube, job, p)
 
 
-def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> bool:
-    """Write the plan's status when it changed, then its Events and metrics.
+def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan, announce: bool = True) -> bool:
+    """Write the plan's status when it changed, then (``announce``) its Events and metrics (:func:`_announce`).
 
     Returns:
         False when the job was deleted meanwhile (nothing written).
@@ -422,9 +423,18 @@ def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> bool:
     namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status)):
         return False
+    if announce:
+        _announce(kube, job, p)
+    return True
+
+
+def _announce(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
+    """The Events and metrics of a status this plan wrote (only call it after a write that happened)."""
+    if not p.status_changed:
+        return
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
     for type_, reason, message in p.events:
         kube.emit_event(job, type_, reason, message)
     metrics.observe_transition(job.get("status") or {}, p.status, job["metadata"].get("creationTimestamp"))
     if p.status.get("goodput") and p.status.get("goodput") != (job.get("status") or {}).get("goodput"):
         metrics.observe_goodput(namespace, name, p.status["goodput"])
-    return True

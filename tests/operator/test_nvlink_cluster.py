@@ -58,7 +58,8 @@ def test_tensor_across_nodes_inside_one_clique_with_its_compute_domain(cluster, 
 
         submit(tp_job("tp", 3))
         placed = wait_for(lambda: (c := condition(job_status(custom, namespace, "tp"), "Scheduled")) and c["status"] == "True" and c, 60, "tp placed")
-        pods = pods_of(core, namespace, "tp")
+        # status.admission (and with it Scheduled True) is written before the pods are created (docs/scheduling.md)
+        pods = wait_for(lambda: (ps := pods_of(core, namespace, "tp")) and len(ps) == 3 and ps, 30, "tp's 3 pods created")
         assert {p.spec.node_selector["kubernetes.io/hostname"] for p in pods} == a, placed
         assert not b & {p.spec.node_selector["kubernetes.io/hostname"] for p in pods}
         for p in pods:
