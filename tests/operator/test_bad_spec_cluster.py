@@ -37,7 +37,8 @@ def test_a_job_whose_pods_are_refused_fails_alone_and_waiting_jobs_are_admitted_
 
     c = wait_for(rejected, 60, "the bad job to fail with PodRejected")
     assert "refused Pod bad-0 (422)" in c["message"] and "Scratch_Vol" in c["message"], c["message"]
-    assert any(e.type == "Warning" and e.reason == "PodRejected" and "Scratch_Vol" in e.message for e in events(core, namespace, "bad"))
+    # the Event is posted just after the status write the test saw
+    wait_for(lambda: any(e.type == "Warning" and e.reason == "PodRejected" and "Scratch_Vol" in e.message for e in events(core, namespace, "bad")), 30, "the PodRejected Event")
     assert pods_of(core, namespace, "bad") == []
 
     submit(job_body("first", nodes=2))
