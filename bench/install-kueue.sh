@@ -10,6 +10,7 @@
 #        reason on stderr when Go or the module proxy cannot serve it (callers
 #        then skip the Kueue half and print that reason); 1 on a build error.
 set -euo pipefail
+source "$(dirname "$0")/gomod.sh"
 
 VERSION="${RAILTRAIN_KUEUE_VERSION:-v0.17.0}"
 CACHE="${RAILTRAIN_CACHE:-$HOME/.cache/railtrain}"
@@ -27,14 +28,7 @@ trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 log "downloading sigs.k8s.io/kueue@$VERSION from the module proxy"
-if ! info="$(cd "$WORK" && go mod download -json "sigs.k8s.io/kueue@$VERSION" 2>&1)"; then
-  echo "install-kueue.sh: the Go module proxy did not serve sigs.k8s.io/kueue@$VERSION: $(echo "$info" | tr '\n' ' ' | cut -c1-300)" >&2
-  exit 3
-fi
-dir="$(echo "$info" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
-[[ -d "$dir" ]] || { echo "install-kueue.sh: go mod download gave no module folder for $VERSION" >&2; exit 3; }
-# Module cache files are read-only; build in a writable copy.
-cp -r "$dir" "$WORK/src" && chmod -R u+w "$WORK/src"
+writable_module_copy install-kueue.sh "sigs.k8s.io/kueue" "$VERSION" "$WORK/src"  # bench/gomod.sh
 log "building Kueue $VERSION (cold: about 4 min and 2 GB on 2 idle cores)"
 mkdir -p "$ROOT/bin"
 (cd "$WORK/src" && go build -trimpath -ldflags "-s -w" -o "$ROOT/bin/kueue" ./cmd/kueue) >&2

@@ -15,6 +15,7 @@
 #        1 on a build error. Cold: a long build (run it under `nice` on a shared
 #        machine).
 set -euo pipefail
+source "$(dirname "$0")/gomod.sh"
 
 VERSION="${RAILTRAIN_PROMETHEUS_VERSION:-v0.316.0}"
 CACHE="${RAILTRAIN_CACHE:-$HOME/.cache/railtrain}"
@@ -34,15 +35,7 @@ trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
 
 log "downloading github.com/prometheus/prometheus@$VERSION from the module proxy"
-if ! info="$(cd "$WORK" && go mod download -json "github.com/prometheus/prometheus@$VERSION" 2>&1)"; then
-  echo "install-prometheus.sh: the Go module proxy did not serve github.com/prometheus/prometheus@$VERSION: $(echo "$info" | tr '\n' ' ' | cut -c1-300)" >&2
-  exit 3
-fi
-dir="$(echo "$info" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
-[[ -d "$dir" ]] || { echo "install-prometheus.sh: go mod download gave no module folder for $VERSION" >&2; exit 3; }
-# Module cache files are read-only; build in a writable copy, with the
-# module's own go.mod (and any replace directives it holds).
-cp -r "$dir" "$WORK/src" && chmod -R u+w "$WORK/src"
+writable_module_copy install-prometheus.sh "github.com/prometheus/prometheus" "$VERSION" "$WORK/src"  # bench/gomod.sh
 log "building Prometheus $VERSION (cold: many minutes on 2 shared cores)"
 mkdir -p "$ROOT/bin"
 (cd "$WORK/src" && go build -mod=mod -tags remove_all_sd -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${VERSION#v} -X github.com/prometheus/common/version.Revision=module-proxy" -o "$BIN" ./cmd/prometheus) >&2
