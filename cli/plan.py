@@ -3,8 +3,8 @@
 :func:`plan` takes a validated manifest and the cluster's objects (nodes, every
 pod, every TrainingJob: live from the API server, or a file written by
 ``railtrain snapshot``) and runs what the operator's admission pass runs
-(:func:`railtrain.operator.gang.admission_request` for every waiting job,
-:func:`railtrain.operator.cluster.snapshot`,
+(:func:`railtrain.operator.ledger.read` for the queue and the capacity promised
+to admitted and restarting gangs, :func:`railtrain.operator.cluster.snapshot`,
 :func:`railtrain.operator.admission.schedule`, which calls
 :func:`railtrain.operator.placement.place_gang`), with the new job last in
 its priority (it would be created now). Nothing is written anywhere.
@@ -23,9 +23,8 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from railtrain.crds import contract
-from railtrain.operator import admission
+from railtrain.operator import admission, ledger
 from railtrain.operator import cluster as cluster_model
-from railtrain.operator.gang import admission_request
 from railtrain.operator.nodefit import restrict
 from railtrain.operator.placement import GangRequest, Placement, Refusal
 
@@ -118,32 +117,25 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": now.isoformat().replace("+00:00", "Z")}
     new = {**manifest, "metadata": meta, "status": {}}
     me = f"{namespace}/{meta.get('name', '')}"
-    pods_by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    pods_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in objects.get("pods") or []:
         m = pod.get("metadata") or {}
-        pods_by_job[(m.get("namespace", ""), (m.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
+        pods_by_job[f"{m.get('namespace', '')}/{(m.get('labels') or {}).get(contract.LABEL_JOB_NAME, '')}"].append(pod)
+    pods_by_job.pop(me, None)  # the manifest is planned as if created anew: the pods of a job it replaces are not its own
+    others = [j for j in objects.get("trainingjobs") or [] if _key(j) != _key(new)]
+    found = ledger.read([*others, new], pods_by_job, now)  # as the operator's pass reads them
     requests: dict[str, list[GangRequest]] = defaultdict(list)
-    mine: GangRequest | None = None
-    for job in [*(objects.get("trainingjobs") or []), new]:
-        if job is not new and (_key(job) == _key(new) or (job.get("metadata") or {}).get("deletionTimestamp")):
-            continue
-        try:
-            entry = admission_request(job, [] if job is new else pods_by_job[_key(job)], now)
-        except Exception:  # as the operator does: a job it cannot read takes no turn
-            continue
-        if entry is None:
-            continue
-        requests[entry[0].gpu_resource].append(entry[0])
-        if job is new:
-            mine = entry[0]
+    for _, _, request in found.waiting.values():
+        requests[request.gpu_resource].append(request)
+    mine = found.waiting[me][2] if me in found.waiting else None
     if mine is None:
         suspended = ((new.get("spec") or {}).get("runPolicy") or {}).get("suspend")
         why = "it is suspended (spec.runPolicy.suspend): it takes no turn in the queue until resumed" if suspended else "the operator would not queue it (its spec has a problem the operator refuses; 'railtrain validate' names it)"
         return PlanResult(me, None, why)
-    pods = [p for p in objects.get("pods") or [] if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")]
+    pods = [p for p in objects.get("pods") or [] if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")] + found.promised
     snap = cluster_model.snapshot(objects.get("nodes") or [], pods, mine.gpu_resource, levels)
     group = requests[mine.gpu_resource]
-    decisions = admission.schedule(group, snap)
+    decisions = admission.schedule(group, snap, {k: h for k, h in found.holds.items() if h.gpu_resource == mine.gpu_resource})
     ordered = sorted(group, key=admission.queue_key)
     position = next(i for i, r in enumerate(ordered) if r.job == me)
     by_job = {d.job: d.result for d in decisions}

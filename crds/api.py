@@ -469,6 +469,14 @@ class AdmissionRecord(_Model):
     created: bool = Field(False, description="True once every rank's pod has been seen; until then the operator creates missing ranks pinned to these nodes and the admission pass counts them as taken.")
 
 
+class HoldRecord(_Model):
+    """The nodes a restarting gang keeps until it is admitted again (docs/scheduling.md, "Restarts keep their nodes")."""
+
+    restarts: int = Field(ge=0, description="The restart count (status.restarts) of the gang the nodes are held for; a record of another count is void.")
+    nodes: list[str] = Field(description="The node each rank of the failed gang ran on, by rank; empty where the node is not held (lost, avoided, quarantined or unknown).")
+    until: datetime = Field(description="When the hold lapses if the gang has not been admitted again: the restart's backoff plus runPolicy.gangTimeoutSeconds.")
+
+
 JobPhase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
@@ -481,6 +489,7 @@ class TrainingJobStatus(_Model):
     topology: TopologySummary | None = Field(None, description="Summary of the latest placement: domain chosen at each level and the reason.")
     admitted_nodes: int | None = Field(None, ge=1, description="Gang size the current gang was admitted with (below spec.nodes only for elastic jobs).")
     admission: AdmissionRecord | None = Field(None, description="The placement admitted for the current gang, recorded before its pods are created (the ledger entry that survives an operator restart).")
+    hold: HoldRecord | None = Field(None, description="Nodes a restarting gang keeps for its next admission, so smaller jobs do not take them while its old pods end; its ranks go back to them (node-local checkpoints stay reachable).")
     requeues: int = Field(0, ge=0, description="Times the gang was released and re-queued because it was not fully Running within runPolicy.gangTimeoutSeconds.")
     requeue_after: datetime | None = Field(None, description="The job is not admitted again before this time (exponential backoff after a gang timeout).")
     restarts: int = Field(0, ge=0, description="Times the gang was restarted, for any cause (the restart count pods carry).")

@@ -22,7 +22,7 @@ Kueue's BestEffortFIFO queueing. There is no preemption.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from railtrain.operator.cluster import ClusterSnapshot
 from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
@@ -45,27 +45,53 @@ def queue_key(request: GangRequest) -> tuple[int, int, str, str]:
     return (0 if request.fixed else 1, -request.priority, request.created, request.job)
 
 
-def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot) -> list[Decision]:
+@dataclass(frozen=True)
+class Hold:
+    """Capacity a restarting gang keeps until it is admitted again (``status.hold``, :func:`railtrain.operator.gang.hold_of`).
+
+    Attributes:
+        nodes: the held nodes (one pod of the gang each).
+        gpus_per_node: GPUs each pod requests.
+        requests: each pod's other requests (cores, bytes, counts).
+        gpu_resource: the extended resource name the GPUs are requested as (one admission pass per name).
+    """
+
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    requests: Mapping[str, float]
+    gpu_resource: str = "nvidia.com/gpu"
+
+
+def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot, holds: Mapping[str, Hold] | None = None) -> list[Decision]:
     """Admit waiting gangs in queue order on one shared ledger of promised capacity.
 
     Args:
         requests: every job waiting for placement that requests the GPU
             resource ``cluster`` accounts (one pass per resource name).
         cluster: free capacity net of every bound or pinned pod.
+        holds: ``namespace/name`` → the capacity that restarting job holds
+            (its previous nodes). Every other job sees it as taken; the job
+            itself sees it free (and :func:`place_gang` gives its ranks those
+            nodes back first). Admitting the job replaces its hold.
 
     Returns:
         One :class:`Decision` per request, in queue order. A job that would fit
         the free capacity but not what earlier jobs of this pass left gets the
         refusal ``WaitingForEarlierJobs`` (a Normal Event), naming them.
     """
+    holds = holds or {}
     free = cluster
+    for hold in holds.values():
+        free = free.reserve(hold.nodes, hold.gpus_per_node, hold.requests)
     ahead: list[GangRequest] = []
     out: list[Decision] = []
     for request in sorted(requests, key=queue_key):
-        result = place_gang(request, free.excluding(request.avoid, AVOIDED))
+        own = holds.get(request.job)
+        view = free.release(own.nodes, own.gpus_per_node, own.requests) if own else free
+        result = place_gang(request, view.excluding(request.avoid, AVOIDED))
         if isinstance(result, Placement):
             new = [node for rank, node in enumerate(result.nodes) if rank not in request.fixed]
-            free = free.reserve(new, request.gpus_per_node, request.needs.requests)
+            free = view.reserve(new, request.gpus_per_node, request.needs.requests)
             ahead.append(request)
         elif ahead and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
             names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")

@@ -103,7 +103,7 @@ class ClusterSnapshot:
         return ClusterSnapshot({**self.nodes, **hit}, self.levels) if hit else self
 
     def reserve(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
-        """A copy with ``gpus_per_node`` fewer free GPUs, and ``requests`` less of each other resource, on each of ``nodes``.
+        """A copy with ``gpus_per_node`` fewer free GPUs, and ``requests`` less of each other resource, on each of ``nodes`` (may go below 0).
 
         Used by the admission pass to hand capacity promised to one job to no
         other job of the same pass. Unknown node names are ignored.
@@ -111,10 +111,20 @@ class ClusterSnapshot:
         taken = {name: self.nodes[name] for name in nodes if name in self.nodes}
         extra = dict(requests or {})
         updated = {
-            name: replace(n, free_gpus=max(0, n.free_gpus - gpus_per_node), free={**n.free, **{k: n.free.get(k, 0.0) - v for k, v in extra.items()}})
+            name: replace(n, free_gpus=n.free_gpus - gpus_per_node, free={**n.free, **{k: n.free.get(k, 0.0) - v for k, v in extra.items()}})
             for name, n in taken.items()
         }
         return ClusterSnapshot({**self.nodes, **updated}, self.levels)
+
+    def release(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
+        """The exact inverse of :meth:`reserve`: a copy with ``gpus_per_node`` and ``requests`` given back on each of ``nodes``.
+
+        :meth:`reserve` does not clamp at zero (an over-committed node goes
+        negative), so a hold released here never shows more free than there is.
+        Used by the admission pass to give a restarting gang back the nodes it
+        holds (``status.hold``) in its own view. Unknown node names are ignored.
+        """
+        return self.reserve(nodes, -gpus_per_node, {k: -v for k, v in (requests or {}).items()})
 
 
 def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from railtrain.crds import contract
 from railtrain.crds.fabric import FabricProfile, rank_annotations
-from railtrain.operator import admission, kubeclient, metrics, quarantine, reconcile, resize
+from railtrain.operator import admission, kubeclient, ledger, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
@@ -123,9 +123,11 @@ def _reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = None
         if nodes is not None and resize.wants_to_grow(job):
-            _, waiting, promised = _waiting(kube, at, watch_namespace)
+            _, waiting, promised, holds = _waiting(kube, at, watch_namespace)
             queue = [request for _, _, request in waiting.values()]
-            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + promised, levels, queue)
+            resource = reconcile.parse_job(job).spec.resources.gpu_resource_name
+            held = {k: h for k, h in holds.items() if h.gpu_resource == resource}
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + promised, levels, queue, held)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
         if not _apply_or_reject(kube, job, p, at):
             return p
@@ -172,21 +174,24 @@ def _admission_pass(
 ) -> list[admission.Decision]:
     """The body of :func:`admission_pass`, run under the scheduling lock."""
     at = _now(now)
-    jobs, waiting, promised = _waiting(kube, at, watch_namespace)
+    # Pods before jobs: the operator writes a job's status (an admission record, a restart's hold) before it creates
+    # or deletes that job's pods, so a job read after its pods is never older than what the pods show.
+    active = kube.list_active_pods()
+    jobs, waiting, promised, holds = _waiting(kube, at, watch_namespace)
     metrics.observe_jobs(jobs)
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     for _, _, request in waiting.values():
         requests[request.gpu_resource].append(request)
     metrics.ADMISSION_QUEUE.set(len(waiting))
     if not waiting:
-        return []
+        return []  # holds matter only to a job that is being placed
     nodes = kube.list_nodes()
-    active = kube.list_active_pods() + promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet
+    active = active + promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
     metrics.observe_nodes(nodes)
     decisions: list[admission.Decision] = []
     for resource, group in sorted(requests.items()):
         snap = cluster_model.snapshot(nodes, active, resource, levels)
-        decisions.extend(admission.schedule(group, snap))
+        decisions.extend(admission.schedule(group, snap, {job: h for job, h in holds.items() if h.gpu_resource == resource}))
     by_name = {n["metadata"]["name"]: n for n in nodes}
     for decision in decisions:
         job, ready, request = waiting[decision.job]
@@ -217,40 +222,27 @@ def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
 
 def _waiting(
     kube: Kube, at: datetime, watch_namespace: str | None,
-) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]], list[dict[str, Any]]]:
-    """The jobs listed, every one that waits for placement now: ``{"ns/name": (job, ready, request)}`` (see
-    :func:`reconcile.admission_request`), and the pods admitted gangs are promised but do not have yet
-    (:func:`reconcile.promised_pods`, rendered pinned: the part of the ledger that lives in ``status.admission``).
+) -> tuple[
+    list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]], list[dict[str, Any]], dict[str, admission.Hold]
+]:
+    """The jobs listed, and from them and their pods (read first) the queue, the promised pods and the holds
+    (:func:`railtrain.operator.ledger.read`: ``waiting`` is ``{"ns/name": (job, ready, request)}``).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
     the others' admission).
     """
+    by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in kube.list_railtrain_pods():  # before the jobs (see _admission_pass)
+        meta = pod["metadata"]
+        by_job[f"{meta.get('namespace', '')}/{(meta.get('labels') or {}).get(contract.LABEL_JOB_NAME, '')}"].append(pod)
     gone = kube.terminating_namespaces()
     jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
-    by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for pod in kube.list_railtrain_pods():
-        meta = pod["metadata"]
-        by_job[(meta.get("namespace", ""), (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME, ""))].append(pod)
-    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = {}
-    promised: list[dict[str, Any]] = []
-    for job in jobs:
-        meta = job["metadata"]
-        try:
-            promised.extend(reconcile.promised_pods(job, by_job[(meta.get("namespace", ""), meta["name"])]))
-        except Exception as err:
-            log.warning("%s/%s: its admitted placement could not be read: %s", meta.get("namespace"), meta["name"], describe(err))
-        if meta.get("deletionTimestamp"):
-            continue
-        try:
-            entry = reconcile.admission_request(job, by_job[(meta.get("namespace", ""), meta["name"])], at)
-        except Exception as err:
-            log.warning("%s/%s left out of this admission pass: %s", meta.get("namespace"), meta["name"], describe(err))
-            continue
-        if entry is not None:
-            request, ready = entry
-            waiting[request.job] = (job, ready, request)
-    return jobs, waiting, promised
+    found = ledger.read(jobs, by_job, at)
+    for name, what, err in found.problems:
+        log.warning("%s: %s: %s", name, what, describe(err))
+    waiting, promised, holds = found.waiting, found.promised, found.holds
+    return jobs, waiting, promised, holds
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
@@ -394,7 +386,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         kube.create(p.create_service)
     for obj in p.create_objects:
         kube.create(obj)
-    if p.status_first and p.create_pods:  # an admitted placement: recorded before any of its pods exists
+    if p.status_first and (p.create_pods or p.delete_pods):
+        # An admitted placement is recorded before any of its pods exists; a restart's hold before any old pod is deleted.
         if not _write_status(kube, job, p, announce=False):
             return  # the job is gone: create nothing
         kube.create_many(p.create_pods)

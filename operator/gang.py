@@ -22,6 +22,7 @@ from railtrain.operator import conditions as cond
 from railtrain.operator import render
 from railtrain.operator.cluster import parse_quantity, pod_node
 from railtrain.operator.nodefit import pod_needs
+from railtrain.operator.admission import Hold
 from railtrain.operator.placement import GangRequest
 
 NAME_TAKEN = ("PodNameTaken", "ServiceNameTaken")
@@ -268,6 +269,76 @@ def promised_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[
     ]
 
 
+def ended_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The current gang's pods that ended (Succeeded or Failed) while their job goes on, as pods that still hold their node (pure).
+
+    A pod in a terminal phase holds nothing in kube-scheduler's accounting, but its job has not
+    decided yet what follows: the rank that failed is about to restart the gang (whose
+    ``status.hold`` then keeps the node), the rank that finished waits for its peers. Counting
+    them until the job's status moves on closes the window in which another job could be given
+    the node of a rank that just failed. A job that is finished, suspended or being deleted holds
+    nothing.
+
+    Returns:
+        Copies of those pods with phase ``Running`` (what the admission pass's ledger counts).
+    """
+    status = obj.get("status") or {}
+    if status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended") or obj["metadata"].get("deletionTimestamp"):
+        return []
+    restarts = int(status.get("restarts") or 0)
+    return [
+        p | {"status": {**(p.get("status") or {}), "phase": "Running"}}
+        for p in owned(obj, pods)
+        if pod_phase(p) in ("Succeeded", "Failed") and restart_of(p) == restarts and pod_node(p)
+    ]
+
+
+def hold_record(status: dict[str, Any], now: datetime | None = None) -> dict[str, Any] | None:
+    """The nodes a restarting gang holds (``status.hold``) while the hold is in force, else None (pure).
+
+    A hold is in force while its ``restarts`` equals ``status.restarts``, no
+    admission record of that gang is in force yet (:func:`admission_record`:
+    admitting it replaces the hold), the job is neither finished nor
+    suspended, and ``now`` is before its ``until`` (the restart's backoff plus
+    ``runPolicy.gangTimeoutSeconds``: a gang that cannot come back does not
+    keep its nodes forever). ``now`` None skips the time rule.
+
+    Returns:
+        ``{"restarts": int, "nodes": [node of rank r or "", ...], "until": str}``, or None.
+    """
+    record = status.get("hold")
+    if not isinstance(record, dict) or not any(record.get("nodes") or []):
+        return None
+    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+        return None
+    if admission_record(status) is not None:
+        return None
+    until = parse_time(record.get("until"))
+    if now is not None and (until is None or now >= until):
+        return None
+    return record
+
+
+def hold_of(obj: dict[str, Any], now: datetime | None = None) -> Hold | None:
+    """The capacity ``obj`` holds for its restarting gang (:func:`hold_record`), as the admission pass counts it (pure).
+
+    Returns:
+        A :class:`~railtrain.operator.admission.Hold` (one pod's GPUs and other
+        requests on each held node), or None when the job holds nothing or its
+        spec cannot be read.
+    """
+    record = hold_record(obj.get("status") or {}, now)
+    if record is None or (obj["spec"].get("runPolicy") or {}).get("suspend"):
+        return None
+    try:
+        job = parse_job(obj)
+    except ValidationError:
+        return None
+    spec, meta = job.spec, obj["metadata"]
+    needs = pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name)
+    return Hold(tuple(dict.fromkeys(n for n in record["nodes"] if n)), spec.resources.gpus, dict(needs.requests), spec.resources.gpu_resource_name)
+
+
 def lingering(obj: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Whether a pod of the job not in its current gang (an earlier restart's, or being deleted) still holds a rank's name."""
     restarts = int((obj.get("status") or {}).get("restarts", 0))
@@ -358,6 +429,7 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
         avoid=frozenset(status.get("avoidNodes") or []),
         nvlink=spec.topology.nvlink_domain,
+        prefer=tuple(str(n or "") for n in (hold.get("nodes") or [])) if fresh and (hold := hold_record(status, now)) else (),
     )
     return request, ready
 

@@ -25,7 +25,7 @@ benchmarks call it on synthetic snapshots (see ``docs/scheduling.md``).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from railtrain.crds import contract
@@ -63,6 +63,9 @@ class GangRequest:
         avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
         nvlink: the whole gang must sit inside one domain of the NVLink-domain level
             (``spec.topology.nvlinkDomain``, :func:`railtrain.operator.topology.nvlink_level`).
+        prefer: a restarting gang's previous node of every rank, by rank ("" where none;
+            ``status.hold``): :func:`place_gang` gives each rank its old node back where it
+            still fits, so node-local checkpoints are read where they were written.
     """
 
     job: str
@@ -80,6 +83,7 @@ class GangRequest:
     needs: PodNeeds = field(default_factory=PodNeeds)
     avoid: frozenset[str] = frozenset()
     nvlink: bool = False
+    prefer: tuple[str, ...] = ()
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -147,7 +151,7 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
     small = [n for n in cluster.eligible() if n.gpus < need]
     room = [n for n in cluster.eligible() if n.gpus >= need and n.name not in fixed]
     busy = Counter(n.short for n in room if n.short and n.free_gpus >= need)
-    full = [n for n in room if n.free_gpus == 0 < need]
+    full = [n for n in room if n.free_gpus <= 0 < need]
     partial = [n for n in room if 0 < n.free_gpus < need]
     spread = sum(n.free_gpus for n in partial)
     parts = []
@@ -279,6 +283,14 @@ def _better(a: dom.Choice, b: dom.Choice) -> bool:
 def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Refusal:
     """Choose a distinct node for every rank, all or nothing, honouring topology and rails.
 
+    A restarting gang (``request.prefer``) first tries to keep every previous
+    node that still fits, each for the rank that ran there (they are treated as
+    pinned, and the rest of the gang is placed around them), as ByteRobust and
+    Llama 3's recovery replace only the failed machines: the node-local
+    checkpoint tiers stay under the ranks that wrote them. When that fails (the
+    kept nodes span domains a required level forbids, say) the gang is placed
+    afresh.
+
     Args:
         request: the gang's needs; ranks in ``request.fixed`` keep their node.
         cluster: nodes with free capacity already net of every bound or pinned
@@ -298,6 +310,35 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         a node that is gone or ineligible: the caller must recreate the gang),
         its message naming the numbers and what would help.
     """
+    kept = _kept(request, cluster)
+    if kept:
+        again = _place(replace(request, fixed={**kept, **request.fixed}, prefer=()), cluster, kept=len(kept))
+        if isinstance(again, Placement):
+            return again
+    return _place(replace(request, prefer=()) if request.prefer else request, cluster)
+
+
+def _kept(request: GangRequest, cluster: ClusterSnapshot) -> dict[int, str]:
+    """The ranks of ``request.prefer`` whose previous node could take one pod of the gang now: ``{rank: node}``.
+
+    Only ranks below the smallest admissible size are kept (an elastic gang may come back smaller).
+    """
+    if not request.prefer:
+        return {}
+    view = restrict(cluster, request.needs, request.gpu_resource)
+    taken = set(request.fixed.values())
+    out: dict[int, str] = {}
+    for rank, name in enumerate(request.prefer[: request.sizes[0]]):
+        node = view.nodes.get(name) if name else None
+        if rank in request.fixed or node is None or name in taken or name in out.values():
+            continue
+        if node.eligible and node.free_gpus >= request.gpus_per_node and not node.short:
+            out[rank] = name
+    return out
+
+
+def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Placement | Refusal:
+    """The body of :func:`place_gang` for a request whose ``prefer`` has been turned into ``fixed`` (``kept`` of them) or dropped."""
     levels, need = cluster.levels, request.gpus_per_node
     cluster = restrict(cluster, request.needs, request.gpu_resource)
     lost = {r: n for r, n in sorted(request.fixed.items()) if n not in cluster.nodes or not cluster.nodes[n].eligible}
@@ -352,6 +393,8 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
     ranked = [cluster.nodes[request.fixed[r]] if r in request.fixed else next(new) for r in range(size)]
     if size < request.sizes[-1]:
         notes.append(f"elastic: admitted {size} of at most {request.sizes[-1]} nodes, the most that fit now")
+    if kept:
+        notes.append(f"restart: {kept} of {size} ranks back on the nodes they ran on (their node-local checkpoints)")
     rails = rail_alignment(request, ranked)
     notes.append(rails[2])
     explanation = _explain(request, cluster, choice, size, notes)

@@ -10,11 +10,11 @@ restarted gang), at the largest admissible size it is left
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract
 from railtrain.operator import cluster as cluster_model
-from railtrain.operator.admission import schedule
+from railtrain.operator.admission import Hold, schedule
 from railtrain.operator.gang import admission_request, parse_job
 from railtrain.operator.placement import GangRequest, Placement
 from railtrain.operator.topology import DEFAULT_LEVELS
@@ -33,6 +33,7 @@ def grow_size(
     active: list[dict[str, Any]],
     levels: tuple[str, ...] = DEFAULT_LEVELS,
     queue: Sequence[GangRequest] = (),
+    holds: Mapping[str, Hold] | None = None,
 ) -> int | None:
     """The gang size the admission pass would give the job now if its own pods were freed, or None when it gives none.
 
@@ -51,6 +52,8 @@ def grow_size(
         active: every non-terminal pod of the cluster.
         levels: the operator's topology levels.
         queue: the requests of every job waiting for placement now (the job's own is ignored).
+        holds: the nodes restarting jobs hold (``namespace/name`` → :class:`~railtrain.operator.admission.Hold`):
+            taken for the grow as for every other job.
 
     Returns:
         The number of nodes, or None when the queue leaves it no admissible size.
@@ -64,5 +67,5 @@ def grow_size(
     others = [p for p in active if not (p["metadata"].get("namespace") == meta.get("namespace") and (p["metadata"].get("labels") or {}).get(contract.LABEL_JOB_NAME) == meta["name"])]
     snap = cluster_model.snapshot(nodes, others, parse_job(obj).spec.resources.gpu_resource_name, levels)
     competing = [r for r in queue if r.job != request.job and r.gpu_resource == request.gpu_resource]
-    placed = next(d.result for d in schedule([*competing, request], snap) if d.job == request.job)
+    placed = next(d.result for d in schedule([*competing, request], snap, {k: h for k, h in (holds or {}).items() if k != request.job}) if d.job == request.job)
     return len(placed.nodes) if isinstance(placed, Placement) else None

@@ -161,6 +161,7 @@ def _apply_placement(step: Step) -> None:
     step.set_condition(cond.SCHEDULED, True, placement.reason, placement.message(), "Normal")
     step.status["topology"] = {**placement.summary, "reason": placement.explanation}
     step.status["requeueAfter"] = None
+    step.status["hold"] = None  # the admission replaces a restarting gang's hold
     step.pods = [p for p in step.pods if restart_of(p) != step.restarts or p["metadata"].get("deletionTimestamp")] + step.gang
 
 

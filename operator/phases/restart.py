@@ -25,6 +25,8 @@ from typing import Any
 from railtrain.crds import recovery
 from railtrain.operator import conditions as cond
 from railtrain.operator import quarantine
+from railtrain.operator.cluster import pod_node
+from railtrain.operator.gang import rank_of
 from railtrain.operator.phases.step import Step
 
 JOB_RESTARTS = "jobRestarts"
@@ -74,6 +76,8 @@ def apply(step: Step, d: recovery.Decision) -> str:
     if d.action == recovery.FAIL:
         step.set_condition(cond.FAILED, True, d.reason, d.message, "Warning")
         return cond.FAILED
+    step.status["hold"] = hold(step, d)
+    step.out.status_first = step.status["hold"] is not None  # the hold is in the ledger before the old pods start to leave
     step.status["restarts"] = step.restarts + 1
     step.status["succeededRanks"] = None
     step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
@@ -81,6 +85,31 @@ def apply(step: Step, d: recovery.Decision) -> str:
     step.set_condition(cond.RUNNING, False, d.reason, d.message)
     step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
     return cond.RESTARTING
+
+
+def hold(step: Step, d: recovery.Decision) -> dict[str, Any] | None:
+    """The ``status.hold`` of the gang that restarts after decision ``d``: the failed gang's node of every rank, kept for the next gang.
+
+    A rank's node is its pod's, else the one its admission record or ``status.placement`` names (a pod
+    that vanished). Nodes the decision quarantines or avoids, and the node the infrastructure failed
+    on, are not held (""). The hold lasts until the next gang is admitted, at most the restart's
+    backoff plus ``runPolicy.gangTimeoutSeconds`` (:func:`railtrain.operator.gang.hold_record`).
+
+    Returns:
+        ``{"restarts", "nodes", "until"}``, or None when no node is held.
+    """
+    record = step.status.get("admission") if isinstance(step.status.get("admission"), dict) else {}
+    nodes: dict[int, str] = {int(e["rank"]): str(e["node"]) for e in step.status.get("placement") or [] if isinstance(e, dict) and e.get("node") and "rank" in e}
+    if int(record.get("restarts", -1)) == step.restarts:
+        nodes |= {r: str(n) for r, n in enumerate(record.get("nodes") or []) if n}
+    nodes |= {rank_of(p): node for p in step.gang if (node := pod_node(p))}
+    bad = set(d.quarantine) | set(d.avoid) | ({d.blamed.node} if d.blamed.cause in recovery.INFRASTRUCTURE_CAUSES else set())
+    size = max(nodes, default=-1) + 1
+    held = [nodes.get(r, "") if nodes.get(r, "") not in bad else "" for r in range(size)]
+    if not any(held):
+        return None
+    until = step.now + timedelta(seconds=d.backoff_seconds + step.job.spec.run_policy.gang_timeout_seconds)
+    return {"restarts": step.restarts + 1, "nodes": held, "until": cond.rfc3339(until)}
 
 
 def restart_infrastructure(step: Step, reason: str, what: str, node: str = "") -> str:

@@ -42,7 +42,8 @@ class Plan:
         quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.quarantine`).
         delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
         log: one operator log line per recovery decision (restart, quarantine, ignored claim, eviction, node loss).
-        status_first: write ``status`` before creating ``create_pods`` (an admitted placement is recorded before its pods exist).
+        status_first: write ``status`` before creating ``create_pods`` and deleting ``delete_pods`` (an admitted placement is
+            recorded before its pods exist; a restart's ``status.hold`` before its old pods start to leave).
     """
 
     create_service: dict[str, Any] | None = None
