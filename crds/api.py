@@ -473,7 +473,7 @@ class HoldRecord(_Model):
     """The nodes a restarting gang keeps until it is admitted again (docs/scheduling.md, "Restarts keep their nodes")."""
 
     restarts: int = Field(ge=0, description="The restart count (status.restarts) of the gang the nodes are held for; a record of another count is void.")
-    nodes: list[str] = Field(description="The node each rank of the failed gang ran on, by rank; empty where the node is not held (lost, avoided, quarantined or unknown).")
+    nodes: list[str] = Field(description="The nodes the failed gang ran on, in placement order (rank r ran on nodes[(r + rankShift) % n]); empty where the node is not held (lost, avoided, quarantined or unknown).")
     until: datetime = Field(description="When the hold lapses if the gang has not been admitted again: the restart's backoff plus runPolicy.gangTimeoutSeconds.")
 
 

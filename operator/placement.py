@@ -63,9 +63,10 @@ class GangRequest:
         avoid: nodes this job must not use (``status.avoidNodes``: named by one of its verdicts).
         nvlink: the whole gang must sit inside one domain of the NVLink-domain level
             (``spec.topology.nvlinkDomain``, :func:`railtrain.operator.topology.nvlink_level`).
-        prefer: a restarting gang's previous node of every rank, by rank ("" where none;
-            ``status.hold``): :func:`place_gang` gives each rank its old node back where it
-            still fits, so node-local checkpoints are read where they were written.
+        prefer: a restarting gang's previous nodes in placement order ("" where none;
+            ``status.hold``): :func:`place_gang` gives each position its old node back where it
+            still fits, so (after the same rank rotation) each rank finds the node-local
+            checkpoints it wrote.
     """
 
     job: str

@@ -61,6 +61,7 @@ def apply(step: Step, d: recovery.Decision) -> str:
     Returns:
         The next phase: Failed, or Restarting.
     """
+    shift = int(step.status.get("rankShift") or 0)  # the rotation the failed gang was admitted with
     step.status.update(d.status())
     if d.ignored:
         text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
@@ -76,7 +77,7 @@ def apply(step: Step, d: recovery.Decision) -> str:
     if d.action == recovery.FAIL:
         step.set_condition(cond.FAILED, True, d.reason, d.message, "Warning")
         return cond.FAILED
-    step.status["hold"] = hold(step, d)
+    step.status["hold"] = hold(step, d, shift)
     step.out.status_first = step.status["hold"] is not None  # the hold is in the ledger before the old pods start to leave
     step.status["restarts"] = step.restarts + 1
     step.status["succeededRanks"] = None
@@ -87,13 +88,17 @@ def apply(step: Step, d: recovery.Decision) -> str:
     return cond.RESTARTING
 
 
-def hold(step: Step, d: recovery.Decision) -> dict[str, Any] | None:
-    """The ``status.hold`` of the gang that restarts after decision ``d``: the failed gang's node of every rank, kept for the next gang.
+def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | None:
+    """The ``status.hold`` of the gang that restarts after decision ``d``: the failed gang's nodes, kept for the next gang.
 
     A rank's node is its pod's, else the one its admission record or ``status.placement`` names (a pod
     that vanished). Nodes the decision quarantines or avoids, and the node the infrastructure failed
-    on, are not held (""). The hold lasts until the next gang is admitted, at most the restart's
-    backoff plus ``runPolicy.gangTimeoutSeconds`` (:func:`railtrain.operator.gang.hold_record`).
+    on, are not held (""). The list is in placement order, before the rank rotation ``shift`` the
+    failed gang was admitted with (rank ``r`` ran on ``nodes[(r + shift) % n]``), so the next gang's
+    rotation (:func:`railtrain.operator.phases.admission.rank_shift`, raised by a hang or straggler
+    verdict) moves each rank by exactly what the verdict added. The hold lasts until the next gang is
+    admitted, at most the restart's backoff plus ``runPolicy.gangTimeoutSeconds``
+    (:func:`railtrain.operator.gang.hold_record`).
 
     Returns:
         ``{"restarts", "nodes", "until"}``, or None when no node is held.
@@ -105,7 +110,8 @@ def hold(step: Step, d: recovery.Decision) -> dict[str, Any] | None:
     nodes |= {rank_of(p): node for p in step.gang if (node := pod_node(p))}
     bad = set(d.quarantine) | set(d.avoid) | ({d.blamed.node} if d.blamed.cause in recovery.INFRASTRUCTURE_CAUSES else set())
     size = max(nodes, default=-1) + 1
-    held = [nodes.get(r, "") if nodes.get(r, "") not in bad else "" for r in range(size)]
+    by_rank = [nodes.get(r, "") if nodes.get(r, "") not in bad else "" for r in range(size)]
+    held = [by_rank[(i - shift) % size] for i in range(size)]
     if not any(held):
         return None
     until = step.now + timedelta(seconds=d.backoff_seconds + step.job.spec.run_policy.gang_timeout_seconds)

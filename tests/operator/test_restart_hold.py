@@ -125,3 +125,15 @@ def test_a_rank_that_just_failed_keeps_its_node_until_the_job_has_decided():
     assert place_gang(GangRequest("ns/other", 1, 8), snap).nodes == ("c",)  # not a, the failed rank's node
     assert reconcile.ended_pods(obj | {"status": {"phase": "Failed", "restarts": 0}}, pods) == []  # a finished job holds nothing
     assert reconcile.ended_pods(obj | {"status": {"phase": "Restarting", "restarts": 1}}, pods) == []  # an older gang's: the hold counts
+
+
+def test_the_hold_is_in_placement_order_so_a_new_rotation_moves_each_rank_by_one():
+    # The failed gang was admitted with rankShift 1: rank 0 ran on b, rank 1 on a (placement order a, b).
+    obj = job_obj(nodes=2, status={"phase": "Running", "restarts": 0, "rankShift": 1})
+    pods = gang(obj, phase="Running", gated=False, nodes=["b", "a"])
+    fail(pods[0], code=1, message='{"verdict": "hang", "reason": "NoProgress", "message": "rank 0 stopped", "nodes": ["b"], "ranks": [0]}')
+    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "ab"])
+    assert p.status["rankShift"] == 2 and p.status["hold"]["nodes"] == ["a", "b"]
+    request, _ = reconcile.admission_request(obj | {"status": p.status}, [], NOW)
+    fresh = reconcile.plan(obj | {"status": p.status}, [], True, NOW, place_gang(request, cluster.snapshot([node("a"), node("b")], [])))
+    assert [pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] for pod in fresh.create_pods] == ["a", "b"]  # rank 0 moved off b
