@@ -73,7 +73,8 @@ def test_each_platform_profile_in_the_pods_and_the_rdma_check(cluster, operator_
             got = settings(core, namespace, pods)
             assert all(s == expected for s in got.values()), (profile, got)
             assert all(p.metadata.annotations[fabric.ANNOTATION_PROFILE] == profile for p in pods)
-            warned = [e for e in events(core, namespace, bare) if e.reason == "FabricDeviceMissing"]
+            # The Event is posted just after the pods are created (off the gang's critical path): wait for it.
+            warned = wait_for(lambda: [e for e in events(core, namespace, bare) if e.reason == "FabricDeviceMissing"], 30, f"{bare}'s warning")
             assert len(warned) == 1 and warned[0].type == "Warning", warned
             assert warned[0].message == fabric.device_problem(chosen, _spec(job_body(bare, nodes=2, gpus=1, procs=1)))
             assert warned[0].message.startswith(f"spec.template: the operator's fabric profile {profile} expects ")
