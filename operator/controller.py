@@ -240,7 +240,7 @@ def _waiting(
     jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
     found = ledger.read(jobs, by_job, at)
     for name, what, err in found.problems:
-        log.warning("%s: %s: %s", name, what, describe(err))
+        log.warning("%s %s: %s", name, what, describe(err))
     waiting, promised, holds = found.waiting, found.promised, found.holds
     return jobs, waiting, promised, holds
 

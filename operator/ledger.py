@@ -71,7 +71,7 @@ def read(jobs: Iterable[dict[str, Any]], pods_by_job: Mapping[str, list[dict[str
             if (hold := hold_of(job, now)) is not None:
                 out.holds[k] = hold
         except Exception as err:
-            out.problems.append((k, "its admitted placement could not be read", err))
+            out.problems.append((k, "has an admitted placement or hold that could not be read", err))
         if meta.get("deletionTimestamp"):
             continue
         try:
