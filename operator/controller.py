@@ -178,6 +178,7 @@ def _admission_pass(
     # or deletes that job's pods, so a job read after its pods is never older than what the pods show.
     active = kube.list_active_pods()
     jobs, waiting, promised, holds = _waiting(kube, at, watch_namespace)
+    _not_ready_while_old_pods_hold_nodes(waiting, holds, active)
     metrics.observe_jobs(jobs)
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     for _, _, request in waiting.values():
@@ -201,6 +202,30 @@ def _admission_pass(
             except Exception as err:  # isolated: the next pass decides this job again
                 log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
     return decisions
+
+
+def _not_ready_while_old_pods_hold_nodes(
+    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]], holds: dict[str, admission.Hold], active: list[dict[str, Any]],
+) -> None:
+    """Mark a ready job not ready (in place) while the active pods still show one of its old pods.
+
+    The railtrain pods and the active pods come from two watches, and either may hear of a
+    deletion first. A job whose old gang is gone by the first but still holds a node by the second
+    would be placed around its own old pod (a rank away from its node-local checkpoint, or the
+    gang in a wider domain). It waits for the next pass instead; a holder leaves the queue, as
+    its hold is its place (:mod:`railtrain.operator.ledger`).
+    """
+    mine: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in active:
+        meta = pod["metadata"]
+        if job := (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME):
+            mine[f"{meta.get('namespace', '')}/{job}"].append(pod)
+    for key, (job, ready, request) in list(waiting.items()):
+        if ready and key in mine and reconcile.lingering(job, mine[key]):
+            if key in holds:
+                del waiting[key]
+            else:
+                waiting[key] = (job, False, request)
 
 
 def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:

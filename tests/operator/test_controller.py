@@ -181,3 +181,36 @@ def test_an_unlabelled_pod_holding_a_ranks_name_is_found_by_name_and_reported():
     assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "Pod solo-0 (no controller ownerReference)" in c["message"]
     assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"  # never replaced or adopted
     assert ("solo", "Warning", "PodNameTaken") in kube.events
+
+
+class LaggingActiveKube(FakeKube):
+    """The active-pods watch has not heard yet of the deletion the railtrain-pods watch already reported."""
+
+    def __init__(self, *args, stale=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stale = list(stale)
+
+    def list_active_pods(self):
+        return super().list_active_pods() + copy.deepcopy(self.stale)
+
+
+def test_a_restarted_gang_waits_while_the_active_pods_still_show_its_old_pod():
+    """The CI failure of e2e resume-delete: a rank placed away from its node while its own old pod still held it."""
+    job = job_obj("llm", nodes=2)
+    kube = LaggingActiveKube([node(n) for n in ("a", "b", "c")], [job])
+    reconcile_all(kube)
+    controller.admission_pass(kube, NOW)
+    old = {p["metadata"]["name"]: copy.deepcopy(p) for p in kube.pods.values()}
+    assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in old.values()} == {"a", "b"}
+    for p in kube.pods.values():
+        p["status"] = {"phase": "Running"}
+    kube.pods[("team", "llm-1")]["status"] = {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1}}}]}
+    controller.reconcile_job(kube, "team", "llm", NOW, admit=False)  # restart: both pods deleted, status.hold written
+    assert not kube.pods and kube.jobs[("team", "llm")]["status"]["restarts"] == 1
+    kube.stale = [old["llm-0"] | {"metadata": old["llm-0"]["metadata"] | {"deletionTimestamp": "2026-11-29T12:00:01Z"}, "status": {"phase": "Running"}}]
+    controller.admission_pass(kube, NOW)
+    assert pinned(kube, "llm") == set()  # not placed around its own old pod (on c)
+    kube.stale = []
+    controller.admission_pass(kube, NOW)
+    assert {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in kube.pods.values()} == {
+        name: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for name, p in old.items()}  # each rank back on its node
