@@ -32,6 +32,10 @@ AVOIDED = "avoided by this job (named by one of its verdicts)"
 """Why a node in a request's ``avoid`` set is not a candidate for that job."""
 
 
+WAITING_FOR_RESTART = "WaitingForRestartingGangs"
+"""Refusal reason (a Normal Event): the gang would fit but for nodes held for restarting gangs (:class:`Hold`)."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """The pass's answer for one job: ``result`` is a :class:`Placement` or a :class:`Refusal`."""
@@ -77,7 +81,9 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot, holds: M
     Returns:
         One :class:`Decision` per request, in queue order. A job that would fit
         the free capacity but not what earlier jobs of this pass left gets the
-        refusal ``WaitingForEarlierJobs`` (a Normal Event), naming them.
+        refusal ``WaitingForEarlierJobs`` (a Normal Event), naming them; one
+        that would fit but for the nodes restarting gangs hold gets
+        :data:`WAITING_FOR_RESTART`, naming those gangs.
     """
     holds = holds or {}
     free = cluster
@@ -99,6 +105,13 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot, holds: M
                 "WaitingForEarlierJobs",
                 f"the gang fits the free capacity, but it is promised to jobs ahead in the queue: {names}; "
                 "it is admitted once they are placed if capacity is left",
+                warning=False,
+            )
+        elif (holders := sorted(k for k in holds if k != request.job)) and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
+            names = ", ".join(holders[:3]) + (f" and {len(holders) - 3} more" if len(holders) > 3 else "")
+            result = Refusal(
+                WAITING_FOR_RESTART,
+                f"the gang fits the free capacity, but part of it is held for restarting gangs until they are admitted again: {names}",
                 warning=False,
             )
         out.append(Decision(request.job, result))

@@ -137,3 +137,11 @@ def test_the_hold_is_in_placement_order_so_a_new_rotation_moves_each_rank_by_one
     request, _ = reconcile.admission_request(obj | {"status": p.status}, [], NOW)
     fresh = reconcile.plan(obj | {"status": p.status}, [], True, NOW, place_gang(request, cluster.snapshot([node("a"), node("b")], [])))
     assert [pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] for pod in fresh.create_pods] == ["a", "b"]  # rank 0 moved off b
+
+
+def test_a_job_kept_out_only_by_a_hold_is_told_which_restarting_gang_holds_the_nodes():
+    snap = cluster.snapshot([node("a"), node("b")], [])
+    out = admission.schedule([GangRequest("ns/small", 1, 8)], snap, {"ns/big": admission.Hold(("a", "b"), 8, {})})
+    (d,) = out
+    assert d.result.reason == admission.WAITING_FOR_RESTART and not d.result.warning
+    assert d.result.message.endswith("held for restarting gangs until they are admitted again: ns/big")
