@@ -86,7 +86,7 @@ def test_a_node_whose_kubelet_refuses_every_pod_is_avoided_by_the_next_gang(api,
     status = wait_for(lambda: (s := job_status(custom, namespace, "picky")).get("infrastructureRestarts") == 1 and s, 90, "an infrastructure restart")
     assert refusing in status["avoidNodes"] and status.get("jobRestarts", 0) == 0
     # the restart's reason as an Event: the next admission pass may already have replaced the Scheduled condition
-    assert any(e.reason == "AdmissionRefused" and "OutOfnvidia.com/gpu" in e.message for e in events(core, namespace, "picky"))
+    wait_for(lambda: any(e.reason == "AdmissionRefused" and "OutOfnvidia.com/gpu" in e.message for e in events(core, namespace, "picky")), 30, "the AdmissionRefused Event")
     gpu_nodes(1)
     pods = wait_for(lambda: all_running(core, namespace, "picky", 3), 90, "the gang Running without the refusing node")
     assert refusing not in {p.spec.node_name for p in pods}
