@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from railtrain.crds import contract
 from railtrain.operator import admission, ledger
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.nodefit import restrict
@@ -117,10 +116,7 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": now.isoformat().replace("+00:00", "Z")}
     new = {**manifest, "metadata": meta, "status": {}}
     me = f"{namespace}/{meta.get('name', '')}"
-    pods_by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for pod in objects.get("pods") or []:
-        m = pod.get("metadata") or {}
-        pods_by_job[f"{m.get('namespace', '')}/{(m.get('labels') or {}).get(contract.LABEL_JOB_NAME, '')}"].append(pod)
+    pods_by_job = ledger.by_job(objects.get("pods") or [])
     pods_by_job.pop(me, None)  # the manifest is planned as if created anew: the pods of a job it replaces are not its own
     others = [j for j in objects.get("trainingjobs") or [] if _key(j) != _key(new)]
     found = ledger.read([*others, new], pods_by_job, now)  # as the operator's pass reads them
@@ -135,7 +131,7 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     pods = [p for p in objects.get("pods") or [] if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")] + found.promised
     snap = cluster_model.snapshot(objects.get("nodes") or [], pods, mine.gpu_resource, levels)
     group = requests[mine.gpu_resource]
-    decisions = admission.schedule(group, snap, {k: h for k, h in found.holds.items() if h.gpu_resource == mine.gpu_resource})
+    decisions = admission.schedule(group, snap, found.holds_for(mine.gpu_resource))
     ordered = sorted(group, key=admission.queue_key)
     position = next(i for i, r in enumerate(ordered) if r.job == me)
     by_job = {d.job: d.result for d in decisions}

@@ -123,11 +123,10 @@ def _reconcile_job(
         nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
         grow_to = None
         if nodes is not None and resize.wants_to_grow(job):
-            _, waiting, promised, holds = _waiting(kube, at, watch_namespace)
-            queue = [request for _, _, request in waiting.values()]
-            resource = reconcile.parse_job(job).spec.resources.gpu_resource_name
-            held = {k: h for k, h in holds.items() if h.gpu_resource == resource}
-            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + promised, levels, queue, held)
+            _, found = _waiting(kube, at, watch_namespace)
+            queue = [request for _, _, request in found.waiting.values()]
+            held = found.holds_for(reconcile.parse_job(job).spec.resources.gpu_resource_name)
+            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + found.promised, levels, queue, held)
         p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
         if not _apply_or_reject(kube, job, p, at):
             return p
@@ -177,8 +176,9 @@ def _admission_pass(
     # Pods before jobs: the operator writes a job's status (an admission record, a restart's hold) before it creates
     # or deletes that job's pods, so a job read after its pods is never older than what the pods show.
     active = kube.list_active_pods()
-    jobs, waiting, promised, holds = _waiting(kube, at, watch_namespace)
-    _not_ready_while_old_pods_hold_nodes(waiting, holds, active)
+    jobs, found = _waiting(kube, at, watch_namespace)
+    found.wait_for_old_pods(active)
+    waiting = found.waiting
     metrics.observe_jobs(jobs)
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     for _, _, request in waiting.values():
@@ -187,12 +187,12 @@ def _admission_pass(
     if not waiting:
         return []  # holds matter only to a job that is being placed
     nodes = kube.list_nodes()
-    active = active + promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
+    active = active + found.promised  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
     metrics.observe_nodes(nodes)
     decisions: list[admission.Decision] = []
     for resource, group in sorted(requests.items()):
         snap = cluster_model.snapshot(nodes, active, resource, levels)
-        decisions.extend(admission.schedule(group, snap, {job: h for job, h in holds.items() if h.gpu_resource == resource}))
+        decisions.extend(admission.schedule(group, snap, found.holds_for(resource)))
     by_name = {n["metadata"]["name"]: n for n in nodes}
     for decision in decisions:
         job, ready, request = waiting[decision.job]
@@ -202,30 +202,6 @@ def _admission_pass(
             except Exception as err:  # isolated: the next pass decides this job again
                 log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
     return decisions
-
-
-def _not_ready_while_old_pods_hold_nodes(
-    waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]], holds: dict[str, admission.Hold], active: list[dict[str, Any]],
-) -> None:
-    """Mark a ready job not ready (in place) while the active pods still show one of its old pods.
-
-    The railtrain pods and the active pods come from two watches, and either may hear of a
-    deletion first. A job whose old gang is gone by the first but still holds a node by the second
-    would be placed around its own old pod (a rank away from its node-local checkpoint, or the
-    gang in a wider domain). It waits for the next pass instead; a holder leaves the queue, as
-    its hold is its place (:mod:`railtrain.operator.ledger`).
-    """
-    mine: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for pod in active:
-        meta = pod["metadata"]
-        if job := (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME):
-            mine[f"{meta.get('namespace', '')}/{job}"].append(pod)
-    for key, (job, ready, request) in list(waiting.items()):
-        if ready and key in mine and reconcile.lingering(job, mine[key]):
-            if key in holds:
-                del waiting[key]
-            else:
-                waiting[key] = (job, False, request)
 
 
 def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
@@ -245,29 +221,21 @@ def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
     return found is not None and found.get("status") == "False" and found.get("reason") == result.reason and found.get("message") == result.message
 
 
-def _waiting(
-    kube: Kube, at: datetime, watch_namespace: str | None,
-) -> tuple[
-    list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool, GangRequest]], list[dict[str, Any]], dict[str, admission.Hold]
-]:
+def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], ledger.Ledger]:
     """The jobs listed, and from them and their pods (read first) the queue, the promised pods and the holds
-    (:func:`railtrain.operator.ledger.read`: ``waiting`` is ``{"ns/name": (job, ready, request)}``).
+    (:func:`railtrain.operator.ledger.read`).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
     the others' admission).
     """
-    by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for pod in kube.list_railtrain_pods():  # before the jobs (see _admission_pass)
-        meta = pod["metadata"]
-        by_job[f"{meta.get('namespace', '')}/{(meta.get('labels') or {}).get(contract.LABEL_JOB_NAME, '')}"].append(pod)
+    pods = ledger.by_job(kube.list_railtrain_pods())  # before the jobs (see _admission_pass)
     gone = kube.terminating_namespaces()
     jobs = [j for j in kube.list_jobs(watch_namespace) if j["metadata"].get("namespace") not in gone]
-    found = ledger.read(jobs, by_job, at)
+    found = ledger.read(jobs, pods, at)
     for name, what, err in found.problems:
         log.warning("%s %s: %s", name, what, describe(err))
-    waiting, promised, holds = found.waiting, found.promised, found.holds
-    return jobs, waiting, promised, holds
+    return jobs, found
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:

@@ -17,12 +17,14 @@ that job's pods, so a job read after its pods is never older than what they show
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from railtrain.crds import contract
 from railtrain.operator.admission import Hold
-from railtrain.operator.gang import admission_request, ended_pods, hold_of, promised_pods
+from railtrain.operator.gang import admission_request, ended_pods, hold_of, lingering, promised_pods
 from railtrain.operator.placement import GangRequest
 
 
@@ -43,6 +45,27 @@ class Ledger:
     holds: dict[str, Hold] = field(default_factory=dict)
     problems: list[tuple[str, str, Exception]] = field(default_factory=list)
 
+    def holds_for(self, gpu_resource: str) -> dict[str, Hold]:
+        """The holds of jobs requesting ``gpu_resource`` (one admission pass per resource name)."""
+        return {k: h for k, h in self.holds.items() if h.gpu_resource == gpu_resource}
+
+    def wait_for_old_pods(self, active: Iterable[dict[str, Any]]) -> None:
+        """Mark a ready job not ready (in place) while ``active`` still shows one of its old pods.
+
+        The railtrain pods and the active pods come from two watches, and either may hear of a
+        deletion first. A job whose old gang is gone by the first but still holds a node by the
+        second would be placed around its own old pod (a rank away from its node-local
+        checkpoint, or the gang in a wider domain). It waits for the next pass instead; a holder
+        leaves the queue, as its hold is its place.
+        """
+        mine = by_job(active)
+        for k, (job, ready, request) in list(self.waiting.items()):
+            if ready and k in mine and lingering(job, mine[k]):
+                if k in self.holds:
+                    del self.waiting[k]
+                else:
+                    self.waiting[k] = (job, False, request)
+
 
 def key(obj: Mapping[str, Any]) -> str:
     """``namespace/name`` of an object."""
@@ -50,12 +73,22 @@ def key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def by_job(pods: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``namespace/name`` of the job a pod is labelled with (:data:`~railtrain.crds.contract.LABEL_JOB_NAME`) → its pods; unlabelled pods are left out."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if job := (meta.get("labels") or {}).get(contract.LABEL_JOB_NAME):
+            out[f"{meta.get('namespace', '')}/{job}"].append(pod)
+    return out
+
+
 def read(jobs: Iterable[dict[str, Any]], pods_by_job: Mapping[str, list[dict[str, Any]]], now: datetime | None) -> Ledger:
     """The queue and the promised capacity of ``jobs`` (pure).
 
     Args:
         jobs: TrainingJobs as read (deleted namespaces already left out).
-        pods_by_job: ``namespace/name`` → the pods labelled with that job's name.
+        pods_by_job: ``namespace/name`` → the pods labelled with that job's name (:func:`by_job`).
         now: the time of the pass (UTC).
 
     Returns:

@@ -34,12 +34,12 @@ from railtrain.crds.fabric import FabricProfile
 from railtrain.crds.validation import format_validation_error
 
 from railtrain.operator import attempts, conditions as cond
-from railtrain.operator.gang import admission_record, admission_request, ended_pods, hold_of, lingering, promised_pods, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
+from railtrain.operator.gang import admission_record, admission_request, ended_pods, hold_of, promised_pods, controller_uid, current_gang, gang_request, in_the_way, owned, parse_job, rank_names, spec_problem
 from railtrain.operator.phases import Plan, Step, advance
 from railtrain.operator.phases.step import finished_ranks, placement_entries
 from railtrain.operator.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_record", "promised_pods", "ended_pods", "hold_of", "lingering", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
+__all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_record", "promised_pods", "ended_pods", "hold_of", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
