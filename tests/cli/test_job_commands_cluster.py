@@ -206,10 +206,11 @@ def test_logs_of_a_kwok_pod_is_one_sentence(cluster, kube, namespace, gpu_nodes,
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a pseudo-terminal")
 def test_the_live_view_renders_updates_and_ends_in_a_terminal(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
     """submit --wait in a real pseudo-terminal (tmux): the live line shows the phase, changes as the job runs, the
-    progress bar follows status.progress, and the command ends with the job's exit status. The nodes are added only
-    after the first live line is on screen, so the job is seen waiting before it is seen Running (an idle cluster
-    admits a gang faster than the first frame is drawn)."""
-    path = _manifest(tmp_path, "live")
+    progress bar follows status.progress, and the command ends with the job's exit status. The job is submitted
+    suspended and resumed only after the first live line is on screen, so it is seen Suspended before it is seen
+    Running (an idle cluster admits a gang faster than the first frame is drawn)."""
+    gpu_nodes(2)
+    path = _manifest(tmp_path, "live", runPolicy={"suspend": True})
     socket = f"rt-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "exit-status"
     command = f"{' '.join(CLI)} submit {path} -n {namespace} --wait; echo $? > {done}; sleep 60"
@@ -221,8 +222,8 @@ def test_the_live_view_renders_updates_and_ends_in_a_terminal(cluster, kube, nam
             return subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
 
         first = wait_for(lambda: (s := screen()) and "live  " in s and s, 60, "the live line")
-        assert "live  Running" not in first, first
-        gpu_nodes(2)
+        wait_for(lambda: (s := screen()) and "live  Suspended" in s, 60, "the live line to show Suspended")
+        assert _cli(cluster, "resume", "live", "-n", namespace).returncode == 0
         wait_for(lambda: _phase(kube, namespace, "live") == "Running", 90, "phase Running")
         running = wait_for(lambda: (s := screen()) and "live  Running" in s and s, 60, "the live line to show Running")
         assert running != first
