@@ -76,3 +76,19 @@ def test_shm_mounts_a_memory_backed_dev_shm_of_that_size():
 def test_no_template_renders_the_pod_as_before():
     pod = pod_of()
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer"] and "initContainers" not in pod["spec"] and "volumes" not in pod["spec"]
+
+
+def test_an_admitted_pod_is_bound_by_its_create_unless_kube_scheduler_has_binding_work():
+    """Direct binding (docs/scheduling.md): nodeName at create, except where a scheduler plugin must act at binding time."""
+    plain = render.admitted_pod(pod_of(resources={"gpus": 8, "shm": "1Gi"}), "node-3", {"a": "1"})
+    assert plain["spec"]["nodeName"] == "node-3" and plain["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-3"
+    assert "schedulingGates" not in plain["spec"] and plain["metadata"]["annotations"]["a"] == "1"
+    ephemeral = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}
+    for volume in (PVC_VOLUME, ephemeral):
+        pod = pod_of({"spec": {"volumes": [volume]}})
+        assert not render.binds_directly(pod)
+        kept = render.admitted_pod(pod, "node-3", {})
+        assert "nodeName" not in kept["spec"] and kept["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-3", volume["name"]
+    claimed = {**plain, "spec": {**plain["spec"], "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": "llm-imex"}]}}
+    del claimed["spec"]["nodeName"]
+    assert not render.binds_directly(claimed) and "nodeName" not in render.admitted_pod(claimed, "node-3", {})["spec"]
