@@ -42,6 +42,7 @@ from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
 from railtrain.operator.topology import DEFAULT_LEVELS
+from railtrain.operator.workqueue import Coalescer
 
 log = logging.getLogger("railtrain.operator")
 
@@ -54,6 +55,10 @@ _passes_started = 0
 def _lock_for(namespace: str, name: str) -> threading.Lock:
     with _job_locks_guard:
         return _job_locks[(namespace, name)]
+
+
+RECONCILES = Coalescer()
+"""The event handlers' reconcile requests, coalesced per job (:mod:`railtrain.operator.workqueue`)."""
 
 
 def job_lock(namespace: str, name: str) -> threading.Lock:
@@ -75,6 +80,7 @@ def reconcile_job(
     watch_namespace: str | None = None,
     fabric: FabricProfile | None = None,
     max_quarantines_per_hour: int | None = None,
+    coalesce: bool = False,
 ) -> reconcile.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
@@ -88,9 +94,11 @@ def reconcile_job(
         watch_namespace: the operator's ``--namespace``; the pass admits only its jobs.
         fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
         max_quarantines_per_hour: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
+        coalesce: an event's request (:data:`RECONCILES`): when a reconcile of this
+            job already waits for the job's lock, return at once and let it run.
 
     Returns:
-        The applied plan, or None when the job no longer exists.
+        The applied plan, or None when the job no longer exists or the request was coalesced.
 
     Raises:
         kubernetes.client.rest.ApiException: the API server refused a call
@@ -102,7 +110,7 @@ def reconcile_job(
     """
     started = time.monotonic()
     try:
-        return _reconcile_job(kube, namespace, name, _now(now), levels, admit, watch_namespace, fabric, max_quarantines_per_hour)
+        return _reconcile_job(kube, namespace, name, _now(now), levels, admit, watch_namespace, fabric, max_quarantines_per_hour, coalesce)
     except Exception as err:
         metrics.RECONCILE_ERRORS.labels(metrics.error_kind(err)).inc()
         raise
@@ -112,28 +120,43 @@ def reconcile_job(
 
 def _reconcile_job(
     kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
-    fabric: FabricProfile | None = None, max_quarantines_per_hour: int | None = None,
+    fabric: FabricProfile | None = None, max_quarantines_per_hour: int | None = None, coalesce: bool = False,
 ) -> reconcile.Plan | None:
     """:func:`reconcile_job` at time ``at``, read once for the whole pass."""
-    with _lock_for(namespace, name):
-        job = kube.get_job(namespace, name)
-        if job is None or job["metadata"].get("deletionTimestamp"):
+    lock = _lock_for(namespace, name)
+    if coalesce:
+        ran, done = RECONCILES.run((namespace, name), lock, lambda: _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour))
+        if not ran:
             return None
-        pods = _snapshot_pods(kube, job)
-        nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
-        grow_to = None
-        if nodes is not None and resize.wants_to_grow(job):
-            _, found = _waiting(kube, at, watch_namespace)
-            queue = [request for _, _, request in found.waiting.values()]
-            held = found.holds_for(reconcile.parse_job(job).spec.resources.gpu_resource_name)
-            grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + found.promised, levels, queue, held)
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
-        if not _apply_or_reject(kube, job, p, at):
-            return p
-        waits = reconcile.gang_request(job, pods, at) is not None
+    else:
+        with lock:
+            done = _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour)
+    p, waits = done
     if waits and admit:
         admission_pass(kube, at, levels, watch_namespace, fabric)
     return p
+
+
+def _reconcile_locked(
+    kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], watch_namespace: str | None,
+    fabric: FabricProfile | None, max_quarantines_per_hour: int | None,
+) -> tuple[reconcile.Plan | None, bool]:
+    """Read, plan and apply one job under its lock; returns the plan (None: the job is gone) and whether the job waits for admission."""
+    job = kube.get_job(namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return None, False
+    pods = _snapshot_pods(kube, job)
+    nodes = kube.list_nodes() if _needs_nodes(job, pods) else None
+    grow_to = None
+    if nodes is not None and resize.wants_to_grow(job):
+        _, found = _waiting(kube, at, watch_namespace)
+        queue = [request for _, _, request in found.waiting.values()]
+        held = found.holds_for(reconcile.parse_job(job).spec.resources.gpu_resource_name)
+        grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + found.promised, levels, queue, held)
+    p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
+    if not _apply_or_reject(kube, job, p, at):
+        return p, False
+    return p, reconcile.gang_request(job, pods, at) is not None
 
 
 def admission_pass(

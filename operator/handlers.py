@@ -234,15 +234,19 @@ def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: Ope
             _reconcile_quietly(memo, namespace, job)
 
 
-def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True) -> None:
+def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = True, coalesce: bool = False) -> None:
     s = ctx.settings
-    controller.reconcile_job(ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric, max_quarantines_per_hour=s.max_quarantines_per_hour)
+    controller.reconcile_job(
+        ctx.kube, namespace, name, levels=s.topology_levels, admit=admit, watch_namespace=s.namespace, fabric=s.fabric,
+        max_quarantines_per_hour=s.max_quarantines_per_hour, coalesce=coalesce,
+    )
 
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:
-    """Reconcile from an event handler: an error is one line (the resync retries the job), never a kopf traceback."""
+    """Reconcile from an event handler, coalesced with a request of the same job that waits to start
+    (:mod:`railtrain.operator.workqueue`): an error is one line (the resync retries the job), never a kopf traceback."""
     try:
-        _reconcile(ctx, namespace, name)
+        _reconcile(ctx, namespace, name, coalesce=True)
     except Exception as err:
         log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err), exc_info=_trace(err))
 
