@@ -44,6 +44,19 @@ class Decision:
     result: Placement | Refusal
 
 
+def apply_order(decisions: Sequence[Decision]) -> list[Decision]:
+    """The order in which a pass writes its decisions: every admission first, then every refusal, each in queue order (pure).
+
+    Both are computed on one snapshot, so the order changes no decision, only
+    when it reaches the API server: an admission starts a gang (a restarted
+    one among them, docs/scheduling.md "Restarts keep their nodes"), a
+    refusal's status write only informs. At 10,000 GPUs a restart changed the
+    refusal message of some 300 waiting jobs; written first, they delayed the
+    restarted gang by their writes (docs/bench-operator.md).
+    """
+    return sorted(decisions, key=lambda d: isinstance(d.result, Refusal))
+
+
 def queue_key(request: GangRequest) -> tuple[int, int, str, str]:
     """Sort key of the admission queue: partly pinned gangs, then priority (high first), creation time, name."""
     return (0 if request.fixed else 1, -request.priority, request.created, request.job)

@@ -217,7 +217,7 @@ def _admission_pass(
         snap = cluster_model.snapshot(nodes, active, resource, levels)
         decisions.extend(admission.schedule(group, snap, found.holds_for(resource)))
     by_name = {n["metadata"]["name"]: n for n in nodes}
-    for decision in decisions:
+    for decision in admission.apply_order(decisions):  # admissions first: a wave of refusal writes never delays a placed gang
         job, ready, request = waiting[decision.job]
         if ready and not already_refused(job, decision.result):
             try:

@@ -211,10 +211,16 @@ def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorCont
 
 
 @kopf.on.event("", "v1", "pods", labels={contract.LABEL_JOB_NAME: kopf.PRESENT})
-def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job (the leader only)."""
+def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, event: dict[str, Any] | None = None, **_: Any) -> None:
+    """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job (the leader only).
+
+    The event's pod goes into the operator's caches first, so the reconcile, which reads the job's pods from them
+    (:meth:`railtrain.operator.cachedkube.CachedKube.list_job_pods`), sees at least this change.
+    """
     if not memo.state.leader:
         return
+    if event and isinstance(event.get("object"), dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+        memo.kube.observe_event("pods", event["type"], event["object"])
     _reconcile_quietly(memo, namespace, labels[contract.LABEL_JOB_NAME])
 
 

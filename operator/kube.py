@@ -65,6 +65,10 @@ class Kube:
         """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"`` or ``"nodes"``); ``mine``: the
         dict is not handed to anyone else. Nothing here; :class:`railtrain.operator.cachedkube.CachedKube` applies it to its caches."""
 
+    def observe_event(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
+        """A watch event (``ADDED``, ``MODIFIED``, ``DELETED``) of ``obj`` that an event handler received from its own
+        watch, before it reconciles. Nothing here; :class:`railtrain.operator.cachedkube.CachedKube` applies it."""
+
     def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
         """A fresh LIST of one job's pods (the answer's JSON, with its resourceVersion). Nothing here; see :meth:`observe`."""
 

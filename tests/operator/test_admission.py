@@ -1,6 +1,6 @@
 """Gang admission across jobs: queue order, one ledger, no partial holds (pure)."""
 
-from railtrain.operator.admission import queue_key, schedule
+from railtrain.operator.admission import apply_order, queue_key, schedule
 from railtrain.operator.cluster import snapshot
 from railtrain.operator.placement import GangRequest, Placement, Refusal
 
@@ -85,3 +85,13 @@ def test_separate_resources_are_not_mixed_by_the_caller():
 def test_queue_key_orders_partial_then_priority_then_time():
     keys = [job("c", 1, priority=1), job("b", 1, fixed={0: "n"}), job("a", 1, created="2025-01-01T00:00:00Z")]
     assert [r.job for r in sorted(keys, key=queue_key)] == ["ns/b", "ns/c", "ns/a"]
+
+
+def test_a_pass_writes_its_admissions_before_its_refusals_each_in_queue_order():
+    requests = [job("a", 3), job("b", 3, created="2026-01-01T00:00:01Z"), job("c", 1, created="2026-01-01T00:00:02Z"),
+                job("d", 5, created="2026-01-01T00:00:03Z")]
+    decisions = schedule(requests, small_cluster())
+    assert [d.job for d in decisions] == ["ns/a", "ns/b", "ns/c", "ns/d"]  # queue order, refusals interleaved
+    ordered = apply_order(decisions)
+    assert [d.job for d in ordered] == ["ns/a", "ns/c", "ns/b", "ns/d"]
+    assert [type(d.result) for d in ordered] == [Placement, Placement, Refusal, Refusal]
