@@ -112,3 +112,41 @@ def test_admission_passes_do_not_list_the_cluster_once_the_caches_are_warm(cache
     assert sum(through_cache.values()) == 0, through_cache
     assert direct[f"/apis/{G}/{V}/{P}"] >= 20 and direct["/api/v1/pods"] >= 40, direct  # what each pass cost before
     plain.api.close()
+
+
+def test_a_reconcile_reads_its_jobs_pods_from_the_cache_which_an_events_pod_updates_first(cached, api, namespace, gpu_nodes, operator_process):
+    """A reconcile no longer LISTs its job's pods (CachedKube.list_job_pods), and the pod of the event that asked for it
+    is in the cache before it runs (observe_event), even when the informers' own watch has not delivered it."""
+    core, custom = api
+    operator_process.stop()  # this test reconciles itself
+    gpu_nodes(2)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("small", nodes=2))
+    wait_for(lambda: cached.jobs.get((namespace, "small")), 30, "the job in the cache")
+    controller.reconcile_job(cached, namespace, "small")  # Service, status, then the admission pass creates both ranks
+    wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 2, 30, "both ranks created")
+    wait_for(lambda: len(cached.list_job_pods(namespace, "small")) == 2, 30, "both ranks in the cache")
+    lists: Counter = Counter()
+    request = cached.api.rest_client.request
+
+    def counted(method, url, *args, **kwargs):
+        parts = urlsplit(url)
+        if method == "GET" and parts.path == f"/api/v1/namespaces/{namespace}/pods" and "watch=" not in parts.query:
+            lists[parts.path] += 1
+        return request(method, url, *args, **kwargs)
+
+    cached.api.rest_client.request = counted
+    for _ in range(5):
+        controller.reconcile_job(cached, namespace, "small", admit=False)
+    assert not lists, lists
+    for informer in cached.informers.values():  # from here on only the handler's event can change the cache
+        informer.stop()
+        informer.break_stream()
+        informer._thread.join(30)
+    core.patch_namespaced_pod("small-1", namespace, {"metadata": {"labels": {"example.com/seen": "yes"}}})
+    pod = core.api_client.sanitize_for_serialization(core.read_namespaced_pod("small-1", namespace))
+    assert "example.com/seen" not in cached.list_job_pods(namespace, "small")[1]["metadata"]["labels"]
+    cached.observe_event("pods", "MODIFIED", pod)
+    assert cached.list_job_pods(namespace, "small")[1]["metadata"]["labels"]["example.com/seen"] == "yes"
+    cached.observe_event("pods", "DELETED", pod)
+    assert [p["metadata"]["name"] for p in cached.list_job_pods(namespace, "small")] == ["small-0"]
+    assert not lists, lists
