@@ -311,17 +311,21 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
 def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's labelled pods, plus any pod holding a rank's name that the label list lacks (read by name).
 
-    A new job's first pass (no status yet) skips the reads: it creates every
-    rank, and a name taken by an unlabelled pod makes that create fail with
-    AlreadyExists, so the next pass reads it. This saves one GET per rank for
-    every job created.
+    A new job's first reconcile (no status yet) skips the reads: it writes the
+    job's status before any rank is created. Until the job's first gang is
+    admitted (:func:`railtrain.operator.reconcile.gang_ever_created`) the names
+    are looked up in the operator's pod caches (:meth:`Kube.pods_named` with
+    ``cached=True``) rather than with one GET each: a 256-pod gang's admission
+    waited for 256 sequential GETs, all answered 404. A finished pod outside
+    the caches that holds a rank's name makes that rank's create fail with
+    AlreadyExists, and from then on the job's reconciles read by name.
     """
     meta = job["metadata"]
     pods = kube.list_job_pods(meta["namespace"], meta["name"])
-    for name in reconcile.missing_names(job, pods) if job.get("status") else []:
-        pod = kube.get_pod(meta["namespace"], name)
-        if pod is not None:
-            pods.append(pod)
+    status = job.get("status")
+    missing = reconcile.missing_names(job, pods) if status else []
+    if missing:
+        pods.extend(kube.pods_named(meta["namespace"], missing, cached=not reconcile.gang_ever_created(status)))
     return pods
 
 

@@ -33,6 +33,23 @@ MAX_BACKOFF_SECONDS = 30.0
 """Longest wait between resync passes after consecutive failures."""
 
 
+class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base storage without the essence: railtrain registers no change-detecting handler.
+
+    kopf builds every event's "essence" (a deep copy of the whole object, then
+    trimmed) to diff it against the last handled one for create/update/resume
+    handlers. railtrain has only event handlers, which kopf calls without a
+    diff, so the essence is never used; building it was a full deep copy of
+    every pod and node on every watch event (the largest single cost kopf
+    added while a 256-pod gang started, by py-spy; docs/bench-operator.md).
+    ``build`` returns an empty essence; ``fetch``/``store`` are kopf's.
+    """
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        """An empty essence, whatever the object (takes kopf's arguments; returns ``{}``)."""
+        return {}
+
+
 @kopf.on.login()
 def login(memo: OperatorContext, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """Authenticate kopf's own watches with the operator's kubeconfig, else in-cluster credentials."""
@@ -46,7 +63,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Adjust kopf once: no kopf Events, annotations-based storage under our group."""
     settings.posting.enabled = False
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"kopf.{contract.API_GROUP}")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=f"kopf.{contract.API_GROUP}")
+    settings.persistence.diffbase_storage = NoDiffBase(prefix=f"kopf.{contract.API_GROUP}")
     settings.watching.server_timeout = 60
     settings.execution.max_workers = 8
 

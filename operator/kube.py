@@ -108,6 +108,16 @@ class Kube:
         self.observe("pods", pod)
         return pod
 
+    def pods_named(self, namespace: str, names: list[str], cached: bool = False) -> list[dict[str, Any]]:
+        """The pods of ``namespace`` with these names that exist, in ``names`` order (one GET each here).
+
+        Args:
+            cached: a lookup in the operator's caches is enough
+                (:meth:`railtrain.operator.cachedkube.CachedKube.pods_named`); this class has none.
+        """
+        found = [self.get_pod(namespace, name) for name in names]
+        return [pod for pod in found if pod is not None]
+
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The job's rendezvous Service as a dict (whoever owns it), or None when it does not exist."""
         try:

@@ -111,6 +111,25 @@ def rejected_status(obj: dict[str, Any], message: str, now: datetime) -> dict[st
     return {**old, "phase": cond.FAILED, "conditions": conds, "observedGeneration": generation, "completionTime": old.get("completionTime") or cond.rfc3339(now)}
 
 
+def gang_ever_created(status: dict[str, Any] | None) -> bool:
+    """Whether a job's status shows that a gang of it was ever admitted or created (pure).
+
+    Args:
+        status: the job's ``status`` as read (None: never written).
+
+    Returns:
+        False only for a job waiting for its first admission: phase Pending (or
+        no status), and no admission record, placement, admitted size, hold,
+        start time, succeeded rank, restart or requeue. Such a job owns no pod,
+        so a rank's name missing from its label list can only be held by
+        someone else's pod.
+    """
+    s = status or {}
+    if s.get("phase") not in (None, "Pending"):
+        return True
+    return any(s.get(k) for k in ("admission", "placement", "admittedNodes", "hold", "startTime", "succeededRanks", "restarts", "requeues"))
+
+
 def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
     """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels."""
     have = {p["metadata"]["name"] for p in pods}

@@ -6,7 +6,7 @@ import copy
 from datetime import datetime, timezone
 
 from railtrain.crds import contract
-from railtrain.operator import controller
+from railtrain.operator import controller, reconcile
 from railtrain.operator.conditions import find
 
 from .builders import job_obj, node
@@ -33,7 +33,7 @@ class FakeKube:
         return [copy.deepcopy(j) for (ns, _), j in self.jobs.items() if namespace in (None, ns)]
 
     def list_job_pods(self, ns, name):
-        return [copy.deepcopy(p) for (pns, _), p in self.pods.items() if pns == ns and p["metadata"]["labels"][contract.LABEL_JOB_NAME] == name]
+        return [copy.deepcopy(p) for (pns, _), p in self.pods.items() if pns == ns and p["metadata"]["labels"].get(contract.LABEL_JOB_NAME) == name]
 
     def list_railtrain_pods(self):
         return [copy.deepcopy(p) for p in self.pods.values()]
@@ -69,6 +69,9 @@ class FakeKube:
 
     def get_pod(self, ns, name):
         return copy.deepcopy(self.pods.get((ns, name)))
+
+    def pods_named(self, ns, names, cached=False):
+        return [p for p in (self.get_pod(ns, n) for n in names) if p is not None]
 
     def delete_pod(self, ns, name, uid=None, force=False):
         if uid is None or self.pods.get((ns, name), {}).get("metadata", {}).get("uid") in (None, uid):
@@ -214,3 +217,41 @@ def test_a_restarted_gang_waits_while_the_active_pods_still_show_its_old_pod():
     controller.admission_pass(kube, NOW)
     assert {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in kube.pods.values()} == {
         name: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for name, p in old.items()}  # each rank back on its node
+
+
+class CountingKube(FakeKube):
+    """Counts GETs by name; its cached lookup knows labelled pods and unfinished pods, as the operator's caches do."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gets = 0
+
+    def get_pod(self, ns, name):
+        self.gets += 1
+        return super().get_pod(ns, name)
+
+    def pods_named(self, ns, names, cached=False):
+        if not cached:
+            return super().pods_named(ns, names)
+        known = [self.pods.get((ns, n)) for n in names]
+        return [copy.deepcopy(p) for p in known if p is not None and (p["status"]["phase"] not in ("Succeeded", "Failed") or contract.LABEL_JOB_NAME in p["metadata"]["labels"])]
+
+
+def test_a_new_gang_is_admitted_and_created_without_reading_its_ranks_names_one_by_one():
+    """The admission of a 16-pod gang used to GET each of its 16 names first (all 404) on the way to creating them."""
+    kube = CountingKube([node(f"n{i}") for i in range(16)], [job_obj("wide", nodes=16)])
+    controller.reconcile_job(kube, "team", "wide", NOW)
+    assert len(pinned(kube, "wide")) == 16 and kube.gets == 0
+    assert not reconcile.gang_ever_created(None) and not reconcile.gang_ever_created({"phase": "Pending", "restarts": 0, "placement": []})
+    assert reconcile.gang_ever_created(kube.jobs[("team", "wide")]["status"])  # the admission record: from now on names are read
+
+
+def test_a_finished_unlabelled_pod_holding_a_ranks_name_is_reported_once_the_gang_is_admitted():
+    kube = CountingKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
+    kube.pods[("team", "solo-0")] = {"metadata": {"name": "solo-0", "namespace": "team", "labels": {}, "uid": "x"}, "spec": {}, "status": {"phase": "Succeeded"}}
+    controller.reconcile_job(kube, "team", "solo", NOW)  # the caches do not know it: admitted, and the create of solo-0 is refused
+    assert scheduled(kube, "team", "solo")["reason"] == "GangPlaced"
+    controller.reconcile_job(kube, "team", "solo", NOW)  # the admission's status write asks for this one: it reads the name
+    c = scheduled(kube, "team", "solo")
+    assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "solo-0" in c["message"] and kube.gets >= 1
+    assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"
