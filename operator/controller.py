@@ -125,12 +125,12 @@ def _reconcile_job(
     """:func:`reconcile_job` at time ``at``, read once for the whole pass."""
     lock = _lock_for(namespace, name)
     if coalesce:
-        ran, done = RECONCILES.run((namespace, name), lock, lambda: _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour))
+        ran, done = RECONCILES.run((namespace, name), lock, lambda: _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour, admit))
         if not ran:
             return None
     else:
         with lock:
-            done = _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour)
+            done = _reconcile_locked(kube, namespace, name, at, levels, watch_namespace, fabric, max_quarantines_per_hour, admit)
     p, waits = done
     if waits and admit:
         admission_pass(kube, at, levels, watch_namespace, fabric)
@@ -139,9 +139,18 @@ def _reconcile_job(
 
 def _reconcile_locked(
     kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], watch_namespace: str | None,
-    fabric: FabricProfile | None, max_quarantines_per_hour: int | None,
+    fabric: FabricProfile | None, max_quarantines_per_hour: int | None, admit: bool = False,
 ) -> tuple[reconcile.Plan | None, bool]:
-    """Read, plan and apply one job under its lock; returns the plan (None: the job is gone) and whether the job waits for admission."""
+    """Read, plan and apply one job under its lock; returns the plan (None: the job is gone) and whether the job waits for admission.
+
+    A new job (no status yet) that waits and whose plan only writes its first
+    status and creates its Service is not applied when ``admit``: the admission
+    pass that follows at once writes the job's first status itself (the placement
+    with the Service and the pods, or the refusal), so a gang admitted on arrival
+    costs one status write, not two, and no Service create before its pods
+    (:func:`first_write_left_to_the_pass`). The job was just read into the
+    operator's cache, so the pass lists it.
+    """
     job = kube.get_job(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None, False
@@ -154,9 +163,29 @@ def _reconcile_locked(
         held = found.holds_for(reconcile.parse_job(job).spec.resources.gpu_resource_name)
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + found.promised, levels, queue, held)
     p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
+    waits = reconcile.gang_request(job, pods, at) is not None
+    if admit and waits and first_write_left_to_the_pass(job, p):
+        return p, True
     if not _apply_or_reject(kube, job, p, at):
         return p, False
-    return p, reconcile.gang_request(job, pods, at) is not None
+    return p, waits
+
+
+def first_write_left_to_the_pass(job: dict[str, Any], p: reconcile.Plan) -> bool:
+    """Whether ``p`` is a new job's first plan that only writes its first status and creates its Service (pure).
+
+    Such a plan is left to the admission pass that follows (:func:`_reconcile_locked`).
+
+    Args:
+        job: the TrainingJob as read; p: its plan.
+
+    Returns:
+        True when the job has no status yet and ``p`` creates no pod or other
+        object, deletes, releases and quarantines nothing, and has no Event or log line.
+    """
+    if job.get("status") is not None:
+        return False
+    return not (p.create_pods or p.create_objects or p.delete_pods or p.ungate or p.force_delete_pods or p.quarantine or p.events or p.log or p.delete_job)
 
 
 def admission_pass(
@@ -402,7 +431,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         quarantine_node(kube, job, node, verdict, evidence, now)
     if p.quarantine:
         metrics.observe_nodes(kube.list_nodes())
-    if p.create_service is not None:
+    with_pods = p.status_first and bool(p.create_pods)  # an admitted gang's Service is created with its pods, after the status
+    if p.create_service is not None and not with_pods:
         kube.create(p.create_service)
     for obj in p.create_objects:
         kube.create(obj)
@@ -410,7 +440,7 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         # An admitted placement is recorded before any of its pods exists; a restart's hold before any old pod is deleted.
         if not _write_status(kube, job, p, announce=not p.create_pods):  # a restart's Events come with its status, as before the hold
             return  # the job is gone: create nothing
-        kube.create_many(p.create_pods)
+        kube.create_many(([p.create_service] if with_pods and p.create_service is not None else []) + p.create_pods)
         _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
         if p.create_pods:
             _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path

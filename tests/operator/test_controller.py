@@ -255,3 +255,43 @@ def test_a_finished_unlabelled_pod_holding_a_ranks_name_is_reported_once_the_gan
     c = scheduled(kube, "team", "solo")
     assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "solo-0" in c["message"] and kube.gets >= 1
     assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"
+
+
+class WriteCountingKube(FakeKube):
+    """Records every write in order: ("status", phase) per status patch, ("create", kind) per create."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.writes: list[tuple[str, str]] = []
+
+    def patch_status(self, ns, name, patch):
+        self.writes.append(("status", str(patch.get("phase"))))
+        return super().patch_status(ns, name, patch)
+
+    def create(self, manifest):
+        self.writes.append(("create", manifest["kind"]))
+        return super().create(manifest)
+
+
+def test_a_job_admitted_on_arrival_gets_one_status_write_before_its_service_and_pods():
+    """The first reconcile used to write a Pending status and create the Service, then the pass wrote the admission."""
+    kube = WriteCountingKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
+    controller.reconcile_job(kube, "team", "solo", NOW)
+    assert kube.writes[0] == ("status", "Pending") and [w for w in kube.writes if w[0] == "status"] == [("status", "Pending")]
+    assert sorted(kube.writes[1:]) == [("create", "Pod"), ("create", "Pod"), ("create", "Service")]
+    assert kube.jobs[("team", "solo")]["status"]["admission"]["nodes"] == ["n0", "n1"] and ("team", "solo") in kube.services
+
+
+def test_a_new_job_that_does_not_fit_gets_its_first_status_from_the_pass():
+    kube = WriteCountingKube([node("n0")], [job_obj("wide", nodes=2)])
+    controller.reconcile_job(kube, "team", "wide", NOW)
+    assert sorted(kube.writes) == [("create", "Service"), ("status", "Pending")]  # one status write: the refusal, not a bare Pending first
+    assert scheduled(kube, "team", "wide")["reason"] == "Unschedulable" and not kube.pods
+    controller.reconcile_job(kube, "team", "wide", NOW, admit=False)  # a resync's reconcile (no pass) writes as before
+    assert kube.jobs[("team", "wide")]["status"]["phase"] == "Pending"
+
+
+def test_a_new_job_reconciled_without_a_pass_writes_its_status_and_service_at_once():
+    kube = WriteCountingKube([node("n0")], [job_obj("solo", nodes=1)])
+    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)
+    assert ("status", "Pending") in kube.writes and ("create", "Service") in kube.writes and not kube.pods
