@@ -178,18 +178,22 @@ class CachedKube(Kube):
         return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node] if node else pods
 
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """One job's pods from the pods cache once it has synced (copies: a reconcile's plan may change them), else a LIST.
+        """One job's pods from the pods cache once it has synced (the cache's own dicts: callers must not change them), else a LIST.
 
         A reconcile used to LIST its job's pods from the API server: for a gang of
         256 pods that is 256 objects encoded by the API server per reconcile, and a
         gang start asks for hundreds of reconciles (docs/bench-operator.md). The
         cache is never older than the event that asked for the reconcile
         (:meth:`observe_event`) nor than the operator's own writes (:meth:`observe`).
+        The pods are not copied: the reconcile plan only reads them (its property tests,
+        tests/operator/test_phase_invariants.py and test_recovery_property.py, check that it
+        changes none), as the admission pass only reads :meth:`list_railtrain_pods`; a deep
+        copy of a 256-pod gang per reconcile was most of the reconcile's CPU (py-spy).
         """
         if not self.synced("pods"):
             return super().list_job_pods(namespace, name)
         mine = [p for p in self.pods.items() if (p.get("metadata") or {}).get("namespace") == namespace and _labels(p).get(contract.LABEL_JOB_NAME) == name]
-        return [copy.deepcopy(p) for p in sorted(mine, key=lambda p: p["metadata"]["name"])]  # in the API's order: by name
+        return sorted(mine, key=lambda p: p["metadata"]["name"])  # in the API's order: by name
 
     def pods_named(self, namespace: str, names: list[str], cached: bool = False) -> list[dict[str, Any]]:
         """:meth:`Kube.pods_named`; with ``cached``, from the railtrain-pods and active-pods caches once both synced

@@ -71,7 +71,9 @@ def test_any_pod_phase_mix_keeps_phase_and_conditions_in_agreement(nodes, old_ph
     if gated:
         pods = [set_phase(p, "Pending") for p in pods]
     placement = {None: None, "place": Placement(tuple(f"n{i}" for i in range(nodes))), "refuse": Refusal("Unschedulable", "no room")}[answer]
+    seen = copy.deepcopy((obj, pods))
     p = reconcile.plan(obj, pods, True, NOW + timedelta(seconds=later), placement)
+    assert (obj, pods) == seen  # the plan changes neither the job nor its pods: the operator hands it the cache's own pod dicts
     assert_agree(p.status)
     if old_phase in TERMINAL_PHASES:
         assert p.status["phase"] == old_phase

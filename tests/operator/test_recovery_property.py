@@ -5,6 +5,8 @@ ever tainted, whatever the verdicts claim."""
 
 from __future__ import annotations
 
+import copy
+
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import HealthCheck, given, settings
@@ -77,7 +79,9 @@ def test_restarts_are_bounded_back_off_and_taint_only_the_gangs_own_nodes(run_po
         pods = gang(obj, restarts=status["restarts"], phase="Running", gated=False, nodes=ran)
         pods, lost = strike(kind, verdict, min(rank, size - 1), claimed, pods, ran)
         observed = [n for n in nodes if n["metadata"]["name"] != lost]
+        seen = copy.deepcopy(pods)
         p = reconcile.plan(obj, pods, True, now, nodes=observed, quarantine_limit=4)
+        assert pods == seen  # read-only: the operator hands the plan the pods cache's own dicts
         st_ = p.status
         assert {q[0] for q in p.quarantine} <= set(ran), (kind, claimed, ran, p.quarantine)
         for name, verdict_, _ in p.quarantine:
