@@ -31,6 +31,8 @@ log = logging.getLogger("railtrain.operator")
 
 TERMINAL = ("Succeeded", "Failed")
 ACTIVE_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+NOT_RAILTRAIN = f"!{contract.LABEL_JOB_NAME}"
+"""The active-pods watch's label selector: railtrain's own pods come from the railtrain-pods watch alone."""
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
@@ -51,7 +53,11 @@ class CachedKube(Kube):
 
     Attributes:
         jobs, pods, active, nodes, namespaces: the stores (TrainingJobs; pods labelled
-            ``railtrain.dev/job-name``; non-terminal pods; Nodes; Namespaces).
+            ``railtrain.dev/job-name``; non-terminal pods without that label; Nodes; Namespaces).
+            :meth:`list_active_pods` is ``active`` plus the non-terminal pods of ``pods``: every
+            railtrain pod event is decoded once, not by two watches, and the ledger's two views of
+            a railtrain pod (its job's gang, the capacity it holds) come from one store, so they
+            can no longer disagree about whether it is gone.
         informers: their LIST+WATCH threads, by store name.
     """
 
@@ -60,7 +66,7 @@ class CachedKube(Kube):
         self.namespace = namespace
         self.jobs = Store(keep=(lambda o: (o.get("metadata") or {}).get("namespace") == namespace) if namespace else None)
         self.pods = Store(keep=lambda o: contract.LABEL_JOB_NAME in _labels(o))
-        self.active = Store(keep=_active)
+        self.active = Store(keep=lambda o: _active(o) and contract.LABEL_JOB_NAME not in _labels(o))
         self.nodes = Store()
         self.namespaces = Store()
         self._pending: set[str] = set()  # caches to list again before they serve reads (:meth:`refresh`)
@@ -70,7 +76,7 @@ class CachedKube(Kube):
             "jobs": Informer("trainingjobs", self.custom.list_namespaced_custom_object, self.jobs, *group, namespace, contract.PLURAL)
             if namespace else Informer("trainingjobs", self.custom.list_cluster_custom_object, self.jobs, *group, contract.PLURAL),
             "pods": Informer("railtrain-pods", self.core.list_pod_for_all_namespaces, self.pods, label_selector=contract.LABEL_JOB_NAME),
-            "active": Informer("active-pods", self.core.list_pod_for_all_namespaces, self.active, field_selector=ACTIVE_SELECTOR),
+            "active": Informer("active-pods", self.core.list_pod_for_all_namespaces, self.active, field_selector=ACTIVE_SELECTOR, label_selector=NOT_RAILTRAIN),
             "nodes": Informer("nodes", self.core.list_node, self.nodes),
             "namespaces": Informer("namespaces", self.core.list_namespace, self.namespaces),
         }
@@ -205,7 +211,9 @@ class CachedKube(Kube):
         return [copy.deepcopy(p) for p in found if p is not None]
 
     def list_active_pods(self) -> list[dict[str, Any]]:
-        return self.active.items() if self.synced("active") else super().list_active_pods()
+        if not self.synced("active", "pods"):
+            return super().list_active_pods()
+        return self.active.items() + [p for p in self.pods.items() if _active(p)]
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return self.nodes.items() if self.synced("nodes") else super().list_nodes()

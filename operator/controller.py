@@ -440,7 +440,7 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         # An admitted placement is recorded before any of its pods exists; a restart's hold before any old pod is deleted.
         if not _write_status(kube, job, p, announce=not p.create_pods):  # a restart's Events come with its status, as before the hold
             return  # the job is gone: create nothing
-        kube.create_many(([p.create_service] if with_pods and p.create_service is not None else []) + p.create_pods)
+        kube.create_many(p.create_pods + ([p.create_service] if with_pods and p.create_service is not None else []))  # ranks first
         _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
         if p.create_pods:
             _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path
