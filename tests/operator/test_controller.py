@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from datetime import datetime, timezone
 
 from railtrain.crds import contract
@@ -295,3 +296,25 @@ def test_a_new_job_reconciled_without_a_pass_writes_its_status_and_service_at_on
     kube = WriteCountingKube([node("n0")], [job_obj("solo", nodes=1)])
     controller.reconcile_job(kube, "team", "solo", NOW, admit=False)
     assert ("status", "Pending") in kube.writes and ("create", "Service") in kube.writes and not kube.pods
+
+
+class MeetingKube(FakeKube):
+    """Each admission's status write waits until ``parties`` of them are in flight at once (or 10 s pass)."""
+
+    def __init__(self, *args, parties=2, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.meeting = threading.Barrier(parties, timeout=10)
+
+    def patch_status(self, ns, name, patch):
+        if isinstance(patch.get("admission"), dict):
+            self.meeting.wait()  # BrokenBarrierError when the pass writes one admission after the other
+        return super().patch_status(ns, name, patch)
+
+
+def test_a_pass_applies_the_admissions_it_decided_for_several_jobs_at_once():
+    """100 jobs of 8 pods were admitted one after the other: each job's reads, status write, creates and Events in turn."""
+    kube = MeetingKube([node(f"n{i}") for i in range(4)], [job_obj(f"j{i}", nodes=2) for i in range(2)])
+    for ns, name in list(kube.jobs):
+        controller.reconcile_job(kube, ns, name, NOW, admit=False)
+    controller.admission_pass(kube, NOW)
+    assert len(pinned(kube, "j0")) == 2 and len(pinned(kube, "j1")) == 2 and not pinned(kube, "j0") & pinned(kube, "j1")
