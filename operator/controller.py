@@ -32,6 +32,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from itertools import groupby
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -258,9 +259,8 @@ def _admission_pass(
     # Admissions first, then refusals (a wave of refusal writes never delays a placed gang); within each, up to
     # DECIDE_CONCURRENCY jobs at once, each under its own lock. The pass still holds the scheduling lock until every
     # decision is written, so the next pass reads them all (the ledger rule above is unchanged).
-    placed = [d for d in todo if isinstance(d.result, Placement)]
-    for group in (placed, [d for d in todo if not isinstance(d.result, Placement)]):
-        _each_job(apply, group)
+    for _, group in groupby(todo, key=lambda d: isinstance(d.result, Refusal)):  # the two runs of apply_order
+        _each([lambda d=d: apply(d) for d in group], _DECISIONS)
     return decisions
 
 
@@ -268,21 +268,10 @@ DECIDE_CONCURRENCY = 4
 """Jobs whose admission decisions one pass applies at once (each a status write, then its pods' creates and Events)."""
 
 _DECISIONS = ThreadPoolExecutor(max_workers=DECIDE_CONCURRENCY, thread_name_prefix="railtrain-decide")
-
-
-def _each_job(apply: Callable[[admission.Decision], None], decisions: list[admission.Decision]) -> None:
-    """Call ``apply`` on every decision, up to :data:`DECIDE_CONCURRENCY` at once, and return when all are done.
-
-    ``apply`` handles its own errors. 100 jobs of 8 pods admitted by one pass were applied one after the other:
-    per job a GET of the job and of its Service, a status write, the creates and two Events, so the last job's pods
-    waited for about 500 sequential round trips (docs/bench-operator.md).
-    """
-    if len(decisions) <= 1:
-        for decision in decisions:
-            apply(decision)
-        return
-    for future in [_DECISIONS.submit(apply, d) for d in decisions]:
-        future.result()
+"""Its own pool, not :data:`_CALLS`: a decision's plan runs its per-pod calls on that one, and a pool whose threads
+wait for their own pool can deadlock. 100 jobs of 8 pods admitted by one pass were applied one after the other (per
+job a GET of the job and of its Service, a status write, the creates and two Events: about 500 sequential round
+trips before the last job's pods; docs/bench-operator.md)."""
 
 
 def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
@@ -437,13 +426,13 @@ _CALLS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="railtrain-api")
 """Runs the independent per-pod calls of one plan at once (a gang's 8 deletes take one round trip, not 8)."""
 
 
-def _each(calls: list[Callable[[], Any]]) -> None:
-    """Run independent API calls concurrently; wait for all, then re-raise the first error."""
+def _each(calls: list[Callable[[], Any]], pool: ThreadPoolExecutor | None = None) -> None:
+    """Run independent calls concurrently on ``pool`` (default :data:`_CALLS`); wait for all, then re-raise the first error."""
     if len(calls) <= 1:
         for call in calls:
             call()
         return
-    futures = [_CALLS.submit(call) for call in calls]
+    futures = [(pool or _CALLS).submit(call) for call in calls]
     errors = [f.exception() for f in futures]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
@@ -460,16 +449,15 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         quarantine_node(kube, job, node, verdict, evidence, now)
     if p.quarantine:
         metrics.observe_nodes(kube.list_nodes())
-    with_pods = p.status_first and bool(p.create_pods)  # an admitted gang's Service is created with its pods, after the status
-    if p.create_service is not None and not with_pods:
-        kube.create(p.create_service)
-    for obj in p.create_objects:
+    service = [p.create_service] if p.create_service is not None else []
+    with_pods = service if p.status_first and p.create_pods else []  # an admitted gang's Service: with its pods, after the status
+    for obj in ([] if with_pods else service) + p.create_objects:
         kube.create(obj)
     if p.status_first and (p.create_pods or p.delete_pods):
         # An admitted placement is recorded before any of its pods exists; a restart's hold before any old pod is deleted.
         if not _write_status(kube, job, p, announce=not p.create_pods):  # a restart's Events come with its status, as before the hold
             return  # the job is gone: create nothing
-        kube.create_many(p.create_pods + ([p.create_service] if with_pods and p.create_service is not None else []))  # ranks first
+        kube.create_many(p.create_pods + with_pods)  # ranks first
         _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
         if p.create_pods:
             _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path
