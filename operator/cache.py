@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
@@ -79,14 +79,40 @@ class Store:
     Args:
         keep: whether an object belongs in the store (a field selector's test, e.g. "not terminal");
             an object applied that fails it leaves the store as if deleted at its resourceVersion.
+        index: the value an object is found by through :meth:`indexed` (e.g. its job's
+            ``(namespace, name)``), or None for no index value; client-go's ``Indexer`` with
+            one index function. Without it, :meth:`indexed` finds nothing.
     """
 
-    def __init__(self, keep: Callable[[dict[str, Any]], bool] | None = None):
+    def __init__(self, keep: Callable[[dict[str, Any]], bool] | None = None, index: Callable[[dict[str, Any]], Hashable | None] | None = None):
         self._objects: dict[Key, dict[str, Any]] = {}
+        self._index_of = index
+        self._index: dict[Hashable, dict[Key, dict[str, Any]]] = {}  # index value -> the objects that have it
         self._gone: dict[Key, str] = {}  # tombstones: resourceVersion at which a key left, newer than the last list
         self._floor: str | None = None  # resourceVersion of the last LIST
         self._keep = keep or (lambda _: True)
         self._lock = threading.Lock()
+
+    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+        """Store ``obj`` under ``key`` and keep the index in step (the lock held)."""
+        self._drop(key)
+        self._objects[key] = obj
+        if self._index_of is not None:
+            value = self._index_of(obj)
+            if value is not None:
+                self._index.setdefault(value, {})[key] = obj
+
+    def _drop(self, key: Key) -> dict[str, Any] | None:
+        """Remove ``key`` and its index entry (the lock held); returns what was stored, or None."""
+        old = self._objects.pop(key, None)
+        if old is not None and self._index_of is not None:
+            value = self._index_of(old)
+            bucket = self._index.get(value) if value is not None else None
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del self._index[value]
+        return old
 
     def apply(self, type_: str, obj: dict[str, Any]) -> bool:
         """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) or one object the operator wrote or read.
@@ -113,9 +139,9 @@ class Store:
             if leaves:
                 if rv:
                     self._gone[key] = rv
-                return self._objects.pop(key, None) is not None
+                return self._drop(key) is not None
             self._gone.pop(key, None)
-            self._objects[key] = obj
+            self._put(key, obj)
             return True
 
     def replace(self, items: Iterable[dict[str, Any]], list_rv: str | None) -> None:
@@ -131,14 +157,14 @@ class Store:
         with self._lock:
             for key, stored in list(self._objects.items()):
                 if key not in listed and not older(list_rv, rv_of(stored)):
-                    del self._objects[key]
+                    self._drop(key)
             for key, obj in listed.items():
                 stored = self._objects.get(key)
                 if stored is not None and older(rv_of(obj), rv_of(stored)):
                     continue
                 if stored is None and (older(rv_of(obj), self._gone.get(key)) or not_newer(rv_of(obj), self._floor)):
                     continue  # deleted since, or absent from a newer LIST that finished first
-                self._objects[key] = obj
+                self._put(key, obj)
             self._gone = {k: rv for k, rv in self._gone.items() if older(list_rv, rv) and k not in self._objects}
             if not older(list_rv, self._floor):
                 self._floor = list_rv
@@ -150,13 +176,22 @@ class Store:
         with self._lock:
             for key, stored in list(self._objects.items()):
                 if key not in seen and within(stored) and older(rv_of(stored), list_rv):
-                    del self._objects[key]
+                    self._drop(key)
                     if list_rv:
                         self._gone[key] = list_rv
 
     def get(self, key: Key) -> dict[str, Any] | None:
         with self._lock:
             return self._objects.get(key)
+
+    def indexed(self, value: Hashable) -> list[dict[str, Any]]:
+        """The stored objects whose index value is ``value`` (the dicts themselves: callers must not change them).
+
+        O(objects found), not O(objects stored): a reconcile of one job reads its
+        gang without scanning every railtrain pod in the cluster.
+        """
+        with self._lock:
+            return list(self._index.get(value, {}).values())
 
     def items(self) -> list[dict[str, Any]]:
         """Every stored object (the dicts themselves: callers must not change them)."""

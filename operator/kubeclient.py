@@ -27,6 +27,13 @@ IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 START_HINT = "start a local cluster with 'railtrain dev up', which prints one"
 UNREACHABLE_HINT = "start a cluster with 'railtrain dev up' or point --kubeconfig/KUBECONFIG at a running one"
+POOL_CONNECTIONS = 64
+"""Connections to the API server kept open for reuse (the client's ``connection_pool_maxsize``; its default is
+5 × CPUs, 10 on a 2-CPU machine). urllib3 opens a connection beyond the pool when every kept one is in use and
+closes it after one request, so each request beyond the pool pays a TLS handshake on both ends. The operator holds
+up to five watches, 8 kopf handler threads, 4 admission deciders, 16 pod creators and 8 API callers at once
+(:data:`railtrain.operator.kube.CREATE_CONCURRENCY` and the pools beside it): a py-spy profile of 100 jobs × 8 pods
+on the default pool found TLS handshakes in most pod creates."""
 NOT_A_KUBECONFIG = "it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
 
 
@@ -110,6 +117,7 @@ def connect(kubeconfig: str | None = None, environ: Mapping[str, str] | None = N
             namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or namespace
     else:
         raise ConnectError(missing_kubeconfig(kubeconfig, path, env))
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, POOL_CONNECTIONS)
     return Connection(client.ApiClient(cfg), namespace, cfg.host)
 
 

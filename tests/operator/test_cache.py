@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from railtrain.operator.cache import Store, older
 
 
@@ -93,3 +96,57 @@ def test_stored_objects_leave_managed_fields_out():
     listed["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     s.replace([s.get(("a", "p")), listed], "5")
     assert all("managedFields" not in o["metadata"] for o in s.items())
+
+
+def labelled(name, rv, job, ns="a", phase="Running"):
+    o = obj(name, rv, ns, phase)
+    o["metadata"]["labels"] = {"job": job}
+    return o
+
+
+def by_job(o):
+    job = o["metadata"].get("labels", {}).get("job")
+    return (o["metadata"]["namespace"], job) if job else None
+
+
+def test_the_index_finds_one_jobs_objects_and_follows_deletes_relists_and_label_changes():
+    s = Store(keep=lambda o: o["status"]["phase"] != "Failed", index=by_job)
+    s.apply("ADDED", labelled("j-0", 1, "j"))
+    s.apply("ADDED", labelled("j-1", 2, "j"))
+    s.apply("ADDED", labelled("k-0", 3, "k"))
+    s.apply("ADDED", labelled("j-0", 1, "j", ns="b"))
+    assert sorted(o["metadata"]["name"] for o in s.indexed(("a", "j"))) == ["j-0", "j-1"]
+    s.apply("DELETED", labelled("j-0", 4, "j"))
+    s.apply("MODIFIED", labelled("j-1", 5, "j", phase="Failed"))  # leaves the store through `keep`
+    assert s.indexed(("a", "j")) == []
+    s.apply("MODIFIED", labelled("k-0", 6, "j"))  # relabelled: found under its new value only
+    assert [o["metadata"]["name"] for o in s.indexed(("a", "j"))] == ["k-0"] and s.indexed(("a", "k")) == []
+    s.replace([labelled("k-0", 6, "j"), labelled("m-0", 7, "m")], "8")
+    assert [o["metadata"]["name"] for o in s.indexed(("a", "m"))] == ["m-0"] and s.indexed(("b", "j")) == []
+    s.forget_absent([], lambda o: True, "9")
+    assert s.indexed(("a", "j")) == [] and s.indexed(("a", "m")) == [] and Store().indexed(("a", "j")) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ADDED", "MODIFIED", "DELETED", "relist", "forget"]),
+                          st.integers(0, 5), st.integers(1, 60), st.sampled_from(["j", "k", None]),
+                          st.sampled_from(["Running", "Failed"])), max_size=40))
+def test_the_index_always_agrees_with_a_scan_of_the_store(events):
+    s = Store(keep=lambda o: o["status"]["phase"] != "Failed", index=by_job)
+
+    def make(i, rv, job, phase):
+        o = obj(f"p-{i}", rv, phase=phase)
+        if job:
+            o["metadata"]["labels"] = {"job": job}
+        return o
+
+    for kind, i, rv, job, phase in events:
+        if kind == "relist":
+            s.replace([make(i, rv, job, phase)], str(rv))
+        elif kind == "forget":
+            s.forget_absent([], lambda o: by_job(o) == ("a", job), str(rv))
+        else:
+            s.apply(kind, make(i, rv, job, phase))
+        for value in [("a", "j"), ("a", "k")]:
+            scanned = sorted(o["metadata"]["name"] for o in s.items() if by_job(o) == value)
+            assert sorted(o["metadata"]["name"] for o in s.indexed(value)) == scanned

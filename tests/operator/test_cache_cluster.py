@@ -151,3 +151,22 @@ def test_a_reconcile_reads_its_jobs_pods_from_the_cache_which_an_events_pod_upda
     cached.observe_event("pods", "DELETED", pod)
     assert [p["metadata"]["name"] for p in cached.list_job_pods(namespace, "small")] == ["small-0"]
     assert not lists, lists
+
+
+def test_concurrent_calls_beside_the_watches_reuse_the_pools_connections(cached, api, namespace, caplog):
+    """Every informer holds a connection for its watch; the operator's pools of pod creators, deciders and handler
+    threads call the API beside them. With the client's default pool (5 × CPUs) most of those calls opened a new
+    TLS connection and threw it away ("Connection pool is full"); with :data:`POOL_CONNECTIONS` they reuse one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from railtrain.operator.kubeclient import POOL_CONNECTIONS
+
+    for informer in cached.informers.values():
+        wait_for(lambda informer=informer: getattr(informer._watch, "_resp", None) is not None, 30, f"the {informer.name} watch to be open")
+    threads = 40
+    assert len(cached.informers) + threads <= POOL_CONNECTIONS
+    caplog.set_level("WARNING", logger="urllib3.connectionpool")
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(3):
+            list(pool.map(lambda i: cached.get_job(namespace, f"absent-{i}"), range(threads)))
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
