@@ -59,8 +59,9 @@ class CachedKube(Kube):
         namespace: the operator's ``--namespace`` (its TrainingJobs are cached), or None for all namespaces.
 
     Attributes:
-        jobs, pods, active, nodes, namespaces: the stores (TrainingJobs; pods labelled
-            ``railtrain.dev/job-name``; non-terminal pods without that label; Nodes; Namespaces).
+        jobs, pods, active, nodes, namespaces, services: the stores (TrainingJobs; pods labelled
+            ``railtrain.dev/job-name``; non-terminal pods without that label; Nodes; Namespaces;
+            Services, of the operator's namespace or all).
             :meth:`list_active_pods` is ``active`` plus the non-terminal pods of ``pods``: every
             railtrain pod event is decoded once, not by two watches, and the ledger's two views of
             a railtrain pod (its job's gang, the capacity it holds) come from one store, so they
@@ -76,6 +77,7 @@ class CachedKube(Kube):
         self.active = Store(keep=lambda o: _active(o) and contract.LABEL_JOB_NAME not in _labels(o))
         self.nodes = Store()
         self.namespaces = Store()
+        self.services = Store()
         self._pending: set[str] = set()  # caches to list again before they serve reads (:meth:`refresh`)
         self._guard = threading.Lock()
         group = (contract.API_GROUP, contract.API_VERSION)
@@ -86,6 +88,8 @@ class CachedKube(Kube):
             "active": Informer("active-pods", self.core.list_pod_for_all_namespaces, self.active, field_selector=ACTIVE_SELECTOR, label_selector=NOT_RAILTRAIN),
             "nodes": Informer("nodes", self.core.list_node, self.nodes),
             "namespaces": Informer("namespaces", self.core.list_namespace, self.namespaces),
+            "services": Informer("services", self.core.list_namespaced_service, self.services, namespace)
+            if namespace else Informer("services", self.core.list_service_for_all_namespaces, self.services),
         }
 
     def start(self) -> None:
@@ -138,6 +142,8 @@ class CachedKube(Kube):
             self.active.apply("MODIFIED", obj)
         elif kind == "nodes":
             self.nodes.apply("MODIFIED", obj)
+        elif kind == "services":
+            self.services.apply("MODIFIED", obj)
 
     def observe_event(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
         """Apply a watch event an event handler received (kopf's watch, not the informers') to the caches, under the
@@ -177,6 +183,37 @@ class CachedKube(Kube):
         if changed:
             self.get_node(node["metadata"]["name"])
         return changed
+
+    # --- a reconcile's reads, from the caches once synced -------------------------------------
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job from the jobs cache once it has synced (a copy), else :meth:`Kube.get_job`; also a GET when the cache
+        lacks it (just created, or gone: the GET answers None).
+
+        The cache is never older than the operator's own status writes (applied under the job's
+        lock before it is released) nor than the job event that asked for the reconcile (the
+        handler applies it first, :meth:`observe_event`), as client-go controllers read their
+        informer's lister. A GET per reconcile was one API round trip per pod event of a
+        starting gang, with the job's whole status (a 256-rank admission record) encoded by the
+        server and decoded here each time. The admission write (:func:`railtrain.operator.controller._decide`)
+        still reads the job fresh.
+        """
+        if self.synced("jobs"):
+            cached = self.jobs.get((namespace, name))
+            if cached is not None:
+                return copy.deepcopy(cached)
+        return self.get_job(namespace, name)
+
+    def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job's rendezvous Service from the Services cache once it has synced (a copy), else a GET.
+
+        The operator's own create is in the cache at once (:meth:`observe`); a Service someone
+        else creates or deletes is seen when the watch delivers it, and the plan acts on it at the
+        next reconcile (a create that meets a Service not yet cached answers 409 and changes nothing).
+        """
+        if not self.synced("services"):
+            return super().get_service(namespace, name)
+        found = self.services.get((namespace, contract.service_name(name)))
+        return copy.deepcopy(found) if found is not None else None
 
     # --- pass-wide reads, from the caches once synced ----------------------------------------
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:

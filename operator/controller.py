@@ -152,7 +152,7 @@ def _reconcile_locked(
     (:func:`first_write_left_to_the_pass`). The job was just read into the
     operator's cache, so the pass lists it.
     """
-    job = kube.get_job(namespace, name)
+    job = kube.read_job(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None, False
     pods = _snapshot_pods(kube, job)

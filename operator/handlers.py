@@ -218,10 +218,18 @@ def _resync_pass(ctx: OperatorContext) -> None:
 
 
 @kopf.on.event(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
-def on_job_event(type: str | None, name: str, namespace: str, memo: OperatorContext, **_: Any) -> None:
-    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only); a deleted one's series are dropped."""
+def on_job_event(
+    type: str | None, name: str, namespace: str, memo: OperatorContext, event: dict[str, Any] | None = None, **_: Any
+) -> None:
+    """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only); a deleted one's series are dropped.
+
+    The event's job goes into the jobs cache first (the initial listing's as ``MODIFIED``), so the reconcile,
+    which reads the job from it (:meth:`railtrain.operator.cachedkube.CachedKube.read_job`), sees at least this change.
+    """
     if type == "DELETED":
         metrics.forget_job(namespace, name)
+    if event and isinstance(event.get("object"), dict):
+        memo.kube.observe_event("jobs", type or "MODIFIED", event["object"])
     if type == "DELETED" or not memo.state.leader:
         return
     _reconcile_quietly(memo, namespace, name)

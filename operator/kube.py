@@ -62,7 +62,7 @@ class Kube:
         return json.loads(response.data)
 
     def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
-        """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"`` or ``"nodes"``); ``mine``: the
+        """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"``, ``"nodes"`` or ``"services"``); ``mine``: the
         dict is not handed to anyone else. Nothing here; :class:`railtrain.operator.cachedkube.CachedKube` applies it to its caches."""
 
     def observe_event(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
@@ -82,6 +82,11 @@ class Kube:
             raise
         self.observe("jobs", job)
         return job
+
+    def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TrainingJob a reconcile plans on, or None when it does not exist: here a GET (:meth:`get_job`); a
+        caller may change the dict it gets. :class:`railtrain.operator.cachedkube.CachedKube` answers from its cache."""
+        return self.get_job(namespace, name)
 
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every TrainingJob in ``namespace`` (all namespaces when None)."""
@@ -173,7 +178,7 @@ class Kube:
             if manifest["kind"] == "Pod":
                 self.observe("pods", self._json(self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
             elif manifest["kind"] == "Service":
-                self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)
+                self.observe("services", self._json(self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
             elif manifest["kind"] == nvlink.KIND:
                 self.custom.create_namespaced_custom_object(
                     nvlink.GROUP, nvlink.VERSION, ns, nvlink.PLURAL, manifest, field_manager=FIELD_MANAGER, _preload_content=False

@@ -153,6 +153,46 @@ def test_a_reconcile_reads_its_jobs_pods_from_the_cache_which_an_events_pod_upda
     assert not lists, lists
 
 
+def test_a_reconcile_reads_its_job_and_service_from_the_caches_and_a_job_event_updates_the_job_first(cached, api, namespace, gpu_nodes, operator_process):
+    """A reconcile GETs neither its job nor its Service once the caches hold them (CachedKube.read_job, get_service),
+    and the job of the event that asked for it is in the cache first (on_job_event applies it), even when the
+    informers' own watch has not delivered it: a user's suspend is acted on at that reconcile."""
+    core, custom = api
+    operator_process.stop()  # this test reconciles itself
+    gpu_nodes(2)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("small", nodes=2))
+    wait_for(lambda: cached.jobs.get((namespace, "small")), 30, "the job in the cache")
+    controller.reconcile_job(cached, namespace, "small")  # the admission pass creates the Service and both ranks
+    wait_for(lambda: cached.get_service(namespace, "small") is not None, 30, "the Service in the cache")
+    wait_for(lambda: len(cached.list_job_pods(namespace, "small")) == 2, 30, "both ranks in the cache")
+    reads: Counter = Counter()
+    request = cached.api.rest_client.request
+
+    def counted(method, url, *args, **kwargs):
+        parts = urlsplit(url)
+        if method == "GET" and "watch=" not in parts.query:
+            reads[parts.path] += 1
+        return request(method, url, *args, **kwargs)
+
+    cached.api.rest_client.request = counted
+    for _ in range(5):
+        assert controller.reconcile_job(cached, namespace, "small", admit=False) is not None
+    job_path = f"/apis/{G}/{V}/namespaces/{namespace}/{P}/small"
+    assert reads[job_path] == 0 and reads[f"/api/v1/namespaces/{namespace}/services/{contract.service_name('small')}"] == 0, reads
+    for informer in cached.informers.values():  # from here on only the handler's event can change the cache
+        informer.stop()
+        informer.break_stream()
+        informer._thread.join(30)
+    suspended = custom.patch_namespaced_custom_object(G, V, namespace, P, "small", {"spec": {"runPolicy": {"suspend": True}}})
+    controller.reconcile_job(cached, namespace, "small", admit=False)  # the cache does not know of the suspend yet
+    pods = core.list_namespaced_pod(namespace).items
+    assert len(pods) == 2 and not any(p.metadata.deletion_timestamp for p in pods)
+    cached.observe_event("jobs", "MODIFIED", suspended)  # what on_job_event does with the event's object
+    controller.reconcile_job(cached, namespace, "small", admit=False)
+    wait_for(lambda: not core.list_namespaced_pod(namespace).items or all(p.metadata.deletion_timestamp for p in core.list_namespaced_pod(namespace).items),
+             30, "the suspended gang's pods deleted")
+
+
 def test_concurrent_calls_beside_the_watches_reuse_the_pools_connections(cached, api, namespace, caplog):
     """Every informer holds a connection for its watch; the operator's pools of pod creators, deciders and handler
     threads call the API beside them. With the client's default pool (5 × CPUs) most of those calls opened a new

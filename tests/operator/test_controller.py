@@ -30,6 +30,9 @@ class FakeKube:
     def get_job(self, ns, name):
         return copy.deepcopy(self.jobs.get((ns, name)))
 
+    def read_job(self, ns, name):
+        return self.get_job(ns, name)
+
     def list_jobs(self, namespace=None):
         return [copy.deepcopy(j) for (ns, _), j in self.jobs.items() if namespace in (None, ns)]
 
