@@ -1,8 +1,8 @@
 """Render a TrainingJob into the Kubernetes objects of its gang (pure; no I/O).
 
-One headless Service gives node rank 0 a stable DNS name for the torchrun
-rendezvous (pod ``hostname`` + ``subdomain``, the Kubernetes DNS convention for
-pods behind a headless Service). One pod per node rank carries the
+One headless Service, selecting node rank 0 only, gives rank 0 a stable DNS
+name for the torchrun rendezvous (pod ``hostname`` + ``subdomain``, the
+Kubernetes DNS convention for pods behind a headless Service). One pod per node rank carries the
 pod-environment contract (:mod:`railtrain.crds.contract`), job and rank labels,
 an ownerReference to the job (so deleting the job garbage-collects the gang)
 and the gang scheduling gate (KEP-3521), which the operator lifts only after
@@ -273,7 +273,21 @@ def merge_template(pod_spec: dict[str, Any], template: TemplatePodSpec) -> dict[
 
 
 def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
-    """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published)."""
+    """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published), selecting node rank 0 only.
+
+    torchrun's rendezvous needs one name, rank 0's (:func:`railtrain.crds.contract.rdzv_host`); the
+    other ranks reach it and each other by the addresses the rendezvous hands out, never by DNS. A
+    Service selecting the whole gang made the EndpointSlice and Endpoints controllers rewrite the
+    job's endpoints as each rank got its address: for a 256-pod gang about 90 writes beside the
+    gang's 512 (`apiserver_request_total`, docs/bench-operator.md), fanned out to every watcher of
+    EndpointSlices (CoreDNS). With rank 0 alone they are one or two per attempt.
+
+    Args:
+        job: the validated TrainingJob; namespace: where it lives; uid: its uid (the ownerReference).
+
+    Returns:
+        The Service manifest (a dict, camelCase).
+    """
     name = job.metadata.name
     return {
         "apiVersion": "v1",
@@ -287,7 +301,7 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {contract.LABEL_JOB_NAME: name},
+            "selector": {contract.LABEL_JOB_NAME: name, contract.LABEL_NODE_RANK: "0"},
             "ports": [{"name": "rendezvous", "port": contract.DEFAULT_RDZV_PORT, "targetPort": contract.DEFAULT_RDZV_PORT}],
         },
     }

@@ -135,3 +135,22 @@ def test_a_service_with_the_jobs_name_that_it_does_not_own_is_reported_and_the_g
     core.delete_namespaced_service("rdzv", namespace)
     wait_for(lambda: phase_is(custom, namespace, "rdzv", "Running"), 90, "Running with its own Service")
     assert core.read_namespaced_service("rdzv", namespace).metadata.owner_references[0].kind == "TrainingJob"
+
+
+def test_the_rendezvous_services_endpoints_hold_rank_0_alone(api, namespace, gpu_nodes, operator):
+    """Rank 0's DNS name is the rendezvous; the other ranks are not in the job's EndpointSlices, so their addresses
+    cause no endpoint rewrites (docs/bench-operator.md: about 90 writes for a 256-pod gang when all were selected)."""
+    from kubernetes import client
+
+    core, custom = api
+    gpu_nodes(3)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("rdzv3", nodes=3))
+    wait_for(lambda: phase_is(custom, namespace, "rdzv3", "Running"), 60, "the gang Running")
+    wait_for(lambda: all(p.status.pod_ip for p in pods_of(core, namespace, "rdzv3")), 30, "every rank with an address")
+    discovery = client.DiscoveryV1Api(core.api_client)
+
+    def targets():
+        slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector=f"kubernetes.io/service-name={contract.service_name('rdzv3')}").items
+        return sorted(e.target_ref.name for s in slices for e in s.endpoints or [] if e.target_ref)
+
+    wait_for(lambda: targets() == [contract.pod_name("rdzv3", 0)], 30, "rank 0 alone in the EndpointSlices")

@@ -92,3 +92,11 @@ def test_an_admitted_pod_is_bound_by_its_create_unless_kube_scheduler_has_bindin
     claimed = {**plain, "spec": {**plain["spec"], "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": "llm-imex"}]}}
     del claimed["spec"]["nodeName"]
     assert not render.binds_directly(claimed) and "nodeName" not in render.admitted_pod(claimed, "node-3", {})["spec"]
+
+
+def test_the_rendezvous_service_selects_rank_0_only():
+    obj = job_obj(nodes=3)
+    job = TrainingJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": "llm"}})
+    selector = render.render_service(job, "team", "uid-1")["spec"]["selector"]
+    chosen = [rank for rank in range(3) if selector.items() <= render.render_pod(job, "team", "uid-1", rank)["metadata"]["labels"].items()]
+    assert chosen == [0]
