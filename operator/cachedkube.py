@@ -171,7 +171,7 @@ class CachedKube(Kube):
             self.active.apply("MODIFIED", pod)
 
         def of_job(pod: dict[str, Any]) -> bool:
-            return (pod.get("metadata") or {}).get("namespace") == namespace and _labels(pod).get(contract.LABEL_JOB_NAME) == name
+            return job_of(pod) == (namespace, name)
 
         keys = [((p.get("metadata") or {}).get("namespace") or "", (p.get("metadata") or {}).get("name") or "") for p in items]
         self.pods.forget_absent(keys, of_job, rv)

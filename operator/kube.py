@@ -132,16 +132,6 @@ class Kube:
                 return None
             raise
 
-    def service_exists(self, namespace: str, name: str) -> bool:
-        """Whether the job's rendezvous Service exists."""
-        try:
-            self.core.read_namespaced_service(contract.service_name(name), namespace, _preload_content=False)
-            return True
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-
     def terminating_namespaces(self) -> set[str]:
         """Names of namespaces being deleted (no new pods can be created there)."""
         res = self._json(self.core.list_namespace(_preload_content=False))["items"]

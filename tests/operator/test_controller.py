@@ -54,9 +54,6 @@ class FakeKube:
     def get_service(self, ns, name):
         return self.service_objs.get((ns, name))
 
-    def service_exists(self, ns, name):
-        return (ns, name) in self.services
-
     def create(self, manifest):
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         if manifest["kind"] == "Service":
