@@ -109,6 +109,10 @@ ANNOTATION_NNODES = f"{API_GROUP}/nnodes"
 the admitted count when the gang is released; an elastic job's pods read
 :data:`ENV_NNODES`/:data:`ENV_PET_NNODES` from it through the Downward API, so
 the count is fixed only at admission, before any container starts."""
+ANNOTATION_NODE_UID = f"{API_GROUP}/node-uid"
+"""Annotation on pods: the ``metadata.uid`` of the Node the rank was placed on, as the admission pass read it. A Node
+deleted and created again under the same name is another machine (or the same one wiped): the operator compares this
+uid with the Node's current one and counts a mismatch as the node lost (operator/phases/node_loss.py)."""
 ANNOTATION_PARALLELISM = f"{API_GROUP}/parallelism"
 """Annotation on pods: :data:`ENV_PARALLELISM` for the admitted gang size
 (an elastic job's data-parallel degree scales with it); read like

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 TRAINER = "trainer"
 NODE_HCAS = f"{API_GROUP}/hcas"
 """Node annotation an administrator sets: the node's RDMA HCAs in GPU order, comma-separated
-(``mlx5_0,mlx5_1,...``; a device may carry ``:port``). An annotation, not a label: label values
-allow no commas or colons."""
+(``mlx5_0,mlx5_1,...``; a device may carry ``:port``), or NCCL's own ``NCCL_IB_HCA`` syntax with a leading
+``=`` (exact names) or ``^`` (exclude these). An annotation, not a label: label values allow no commas or colons."""
 ANNOTATION_PROFILE = f"{API_GROUP}/fabric-profile"
 """Pod annotation: the fabric profile the operator rendered the pod with."""
 ENV_PROFILE = "RAILTRAIN_FABRIC_PROFILE"
@@ -223,20 +223,67 @@ def container_env(profile: FabricProfile | None, spec: "TrainingJobSpec") -> lis
     return out
 
 
-def node_value(raw: str | None, prefix: str = "") -> str | None:
-    """The NCCL value of a node's HCA list: ``prefix`` + the names, or None when absent or malformed.
+NCCL_PREFIXES = ("^=", "^", "=")
+"""The list prefixes NCCL's ``NCCL_IB_HCA`` syntax allows (NCCL's environment-variable docs): ``^`` excludes the
+devices listed, ``=`` matches their names exactly (without it ``mlx5_1`` also selects ``mlx5_10``), ``^=`` both."""
+
+
+def split_node_value(raw: str | None) -> tuple[str, list[str]] | None:
+    """A node's HCA list split into NCCL's prefix and the device names (pure).
 
     Args:
-        raw: the node annotation's value, e.g. ``"mlx5_0, mlx5_1:1"``.
-        prefix: ``=`` for exact device names (NCCL matches prefixes otherwise, so
-            ``mlx5_1`` would also select ``mlx5_10``).
+        raw: the node annotation's value: ``mlx5_0,mlx5_1:1`` (railtrain's form) or NCCL's own
+            ``=mlx5_0,...`` / ``^mlx5_4,...`` / ``^=mlx5_4,...`` (:data:`NCCL_PREFIXES`).
+
+    Returns:
+        ``(prefix, names)``: the prefix the value was written with ("" for none) and the names,
+        whitespace and empty items dropped; None when absent or empty.
     """
-    if not raw:
+    if raw is None or not raw.strip():
         return None
-    names = [p.strip() for p in raw.split(",") if p.strip()]
-    if not names or len(names) > 64 or not all(_HCA.match(n) for n in names):
+    text = raw.strip()
+    given = next((p for p in NCCL_PREFIXES if text.startswith(p)), "")
+    return given, [p.strip() for p in text[len(given):].split(",") if p.strip()]
+
+
+def node_value_problem(raw: str | None) -> str | None:
+    """Why a node's HCA annotation cannot become ``NCCL_IB_HCA`` (pure); None when it can or is absent.
+
+    A value is refused when it lists no device, more than 64, or a name other than letters, digits,
+    ``_ . -`` with an optional ``:port``, after an optional NCCL prefix (:data:`NCCL_PREFIXES`).
+    """
+    parts = split_node_value(raw)
+    if parts is None:
         return None
-    return prefix + ",".join(names)
+    _, names = parts
+    if not names:
+        return "it lists no device"
+    if len(names) > 64:
+        return f"it lists {len(names)} devices (at most 64)"
+    bad = [n for n in names if not _HCA.match(n)]
+    if bad:
+        return f"{bad[0]!r} is not a device name (letters, digits, _ . - and an optional :port; NCCL's ^ and = prefixes go first)"
+    return None
+
+
+def node_value(raw: str | None, prefix: str = "") -> str | None:
+    """The NCCL value of a node's HCA list, or None when absent or malformed (:func:`node_value_problem`).
+
+    Args:
+        raw: the node annotation's value, e.g. ``"mlx5_0, mlx5_1:1"``, or in NCCL's own syntax
+            ``"=mlx5_0,mlx5_1"`` / ``"^mlx5_4"`` / ``"^=mlx5_4"``.
+        prefix: put before a list written without a prefix (``=`` for exact device names: NCCL matches
+            prefixes otherwise, so ``mlx5_1`` would also select ``mlx5_10``). A list written with NCCL's
+            own prefix keeps it: an exclusion (``^``) stays an exclusion.
+
+    Returns:
+        The value for ``NCCL_IB_HCA``: the prefix, then the names joined by commas.
+    """
+    parts = split_node_value(raw)
+    if parts is None or node_value_problem(raw) is not None:
+        return None
+    given, names = parts
+    return (given or prefix) + ",".join(names)
 
 
 def rank_annotations(profile: FabricProfile | None, node: Mapping[str, Any] | None) -> dict[str, str]:
@@ -249,6 +296,7 @@ def rank_annotations(profile: FabricProfile | None, node: Mapping[str, Any] | No
     Returns:
         Pod annotation → value, only for values the node gives and that are
         well-formed (:func:`node_value`); a node without them leaves NCCL's default.
+        A malformed one is reported by :func:`node_value_problems`.
     """
     if profile is None or not node:
         return {}
@@ -258,6 +306,32 @@ def rank_annotations(profile: FabricProfile | None, node: Mapping[str, Any] | No
         value = node_value(annotations.get(n.node_annotation), n.prefix)
         if value is not None:
             out[n.pod_annotation] = value
+    return out
+
+
+NODE_VALUE_INVALID = "FabricNodeValueInvalid"
+"""Warning Event reason: a node's per-node fabric annotation (``railtrain.dev/hcas``) cannot be used (:func:`node_value_problems`)."""
+
+
+def node_value_problems(profile: FabricProfile | None, node: Mapping[str, Any] | None) -> list[str]:
+    """One sentence per per-node annotation of ``node`` that the profile reads and cannot use (pure).
+
+    Each names the node, the annotation, its value and why, and says what NCCL does instead
+    (the variable is left unset: every device). Empty when there is no profile, no node, or nothing wrong.
+    """
+    if profile is None or not node:
+        return []
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    out = []
+    for n in profile.per_node:
+        raw = annotations.get(n.node_annotation)
+        why = node_value_problem(raw)
+        if why is not None:
+            out.append(
+                f"node {meta.get('name', '?')}: annotation {n.node_annotation}={raw!r} is not used ({why}), so {n.env} is left unset "
+                f"and NCCL uses every device; write the devices comma-separated, optionally after NCCL's ^ (exclude) or = (exact) prefix"
+            )
     return out
 
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract
+from railtrain.crds.fabric import FabricProfile, node_value_problems, rank_annotations
 from railtrain.operator import domains as dom
 from railtrain.operator.cluster import ClusterSnapshot, NodeInfo, format_quantity
 from railtrain.operator.nodefit import PodNeeds, restrict
@@ -103,8 +104,10 @@ class Placement:
         summary: the ``status.topology`` object (camelCase keys), without the reason.
         explanation: why this placement, one or two sentences.
         annotations: per rank, pod annotations to set in the patch that releases
-            it (the fabric's per-node values, :func:`railtrain.crds.fabric.rank_annotations`);
+            it (the node's uid and the fabric's per-node values, :func:`with_node_values`);
             filled by the admission pass, which has the nodes; empty means none.
+        warnings: sentences for Warning Events about the chosen nodes (a per-node fabric
+            annotation that cannot be used, :func:`railtrain.crds.fabric.node_value_problems`).
     """
 
     nodes: tuple[str, ...]
@@ -113,6 +116,7 @@ class Placement:
     summary: Mapping[str, object] = field(default_factory=dict)
     explanation: str = ""
     annotations: tuple[Mapping[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def message(self) -> str:
         """One line for Events and conditions."""
@@ -131,6 +135,36 @@ class Refusal:
     reason: str
     message: str
     warning: bool = True
+
+
+def node_annotations(fabric: FabricProfile | None, node: Mapping[str, Any] | None) -> dict[str, str]:
+    """The pod annotations of a rank placed on ``node`` that come from the node itself (pure).
+
+    :data:`~railtrain.crds.contract.ANNOTATION_NODE_UID` (the Node's uid, so a Node re-created under the same
+    name is told from the one the rank was placed on) and the fabric's per-node values
+    (:func:`railtrain.crds.fabric.rank_annotations`). Empty for an unknown node.
+    """
+    if not node:
+        return {}
+    uid = (node.get("metadata") or {}).get("uid")
+    return {**({contract.ANNOTATION_NODE_UID: uid} if uid else {}), **rank_annotations(fabric, node)}
+
+
+def with_node_values(result: "Placement | Refusal", fabric: FabricProfile | None, nodes: Mapping[str, Mapping[str, Any]]) -> "Placement | Refusal":
+    """``result`` with, per rank, the annotations its node gives (:func:`node_annotations`) and the warnings about those nodes (pure).
+
+    Args:
+        result: the admission pass's answer; a refusal is returned unchanged.
+        fabric: the operator's fabric profile (None: no per-node values, the node uid still).
+        nodes: node name → v1 Node as read by the pass.
+
+    Returns:
+        The placement with :attr:`Placement.annotations` and :attr:`Placement.warnings` filled.
+    """
+    if not isinstance(result, Placement):
+        return result
+    warnings = tuple(dict.fromkeys(w for n in result.nodes for w in node_value_problems(fabric, nodes.get(n))))
+    return replace(result, annotations=tuple(node_annotations(fabric, nodes.get(n)) for n in result.nodes), warnings=warnings)
 
 
 def _plural(n: int, word: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract, fabric
-from railtrain.crds.fabric import rank_annotations
+from railtrain.crds.fabric import NODE_VALUE_INVALID
 from railtrain.operator import conditions as cond
 from railtrain.operator import nvlink, render
 from railtrain.operator.cluster import pod_node
@@ -28,7 +28,7 @@ from railtrain.operator.gang import admission_record, is_gated, rank_of, restart
 from railtrain.operator.phases import ownership
 from railtrain.operator.phases.step import Step, healthy
 from railtrain.operator.phases.transition import ACTIVE, Transition, always
-from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
+from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal, node_annotations
 
 
 FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
@@ -57,8 +57,8 @@ def _create_missing(step: Step) -> None:
 
 
 def _rank_annotations(step: Step, size: int, node: str) -> dict[str, str]:
-    """The annotations of a rank of an admitted gang of ``size`` on ``node``: the gang's size and parallelism, the node's fabric values."""
-    return {**render.gang_annotations(step.job.spec, size), **rank_annotations(step.fabric, (step.nodes or {}).get(node))}
+    """The annotations of a rank of an admitted gang of ``size`` on ``node``: the gang's size and parallelism, the node's uid and fabric values."""
+    return {**render.gang_annotations(step.job.spec, size), **node_annotations(step.fabric, (step.nodes or {}).get(node))}
 
 
 def _with_gang_objects(step: Step, what: str) -> None:
@@ -159,6 +159,7 @@ def _apply_placement(step: Step) -> None:
     if len(placement.domains) == step.n:
         step.placed.update({rank: placement.domains[(rank + shift) % step.n] for rank in range(step.n)})
     step.set_condition(cond.SCHEDULED, True, placement.reason, placement.message(), "Normal")
+    step.out.events.extend(("Warning", NODE_VALUE_INVALID, warning) for warning in placement.warnings)
     step.status["topology"] = {**placement.summary, "reason": placement.explanation}
     step.status["requeueAfter"] = None
     step.status["hold"] = None  # the admission replaces a restarting gang's hold

@@ -1,4 +1,5 @@
-"""Node loss: a Node deleted, or NotReady longer than ``runPolicy.nodeLostGraceSeconds``, under the gang.
+"""Node loss: a Node deleted (or deleted and created again under the same name), or NotReady longer than
+``runPolicy.nodeLostGraceSeconds``, under the gang.
 
 The whole gang restarts on other nodes at once (reason ``NodeLost`` naming the
 node), as an infrastructure restart: not after the pod garbage collector
@@ -19,6 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from railtrain.crds import contract
 from railtrain.operator.gang import parse_time, rank_of
 from railtrain.operator.phases.restart import restart_infrastructure
 from railtrain.operator.phases.step import Step
@@ -33,13 +35,31 @@ def _grace(step: Step) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def node_lost(step: Step, name: str) -> str:
-    """Why node ``name`` is lost ("" when it is not, or when nodes were not observed in this pass)."""
+def node_lost(step: Step, name: str, placed_uid: str = "") -> str:
+    """Why node ``name`` is lost ("" when it is not, or when nodes were not observed in this pass).
+
+    A name is not an identity: a Node deleted and created again under the same name (within a second, before the
+    pod garbage collector acts) is a new object, and what ran on the old one is gone. So when ``placed_uid`` (the
+    Node's uid recorded on the rank's pod at placement, :data:`~railtrain.crds.contract.ANNOTATION_NODE_UID`) is
+    given and differs from the Node's uid now, the node is lost as if deleted. A pod without the record (created
+    by an operator before it) is judged by the name alone.
+
+    Args:
+        step: the pass (its ``nodes`` and ``now``).
+        name: the node's name.
+        placed_uid: the uid the rank was placed on ("" when not recorded).
+
+    Returns:
+        One clause naming why, or "".
+    """
     if step.nodes is None or not name:
         return ""
     node = step.nodes.get(name)
     if node is None:
         return "the Node was deleted"
+    uid = (node.get("metadata") or {}).get("uid") or ""
+    if placed_uid and uid and uid != placed_uid:
+        return f"the Node was deleted and created again under the same name (uid {placed_uid} when the rank was placed, {uid} now)"
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") == "True":
         return ""
@@ -53,8 +73,18 @@ def _bound(pod: dict[str, Any]) -> str:
     return (pod.get("spec") or {}).get("nodeName") or ""
 
 
+def placed_uid(pod: dict[str, Any]) -> str:
+    """The uid of the Node the pod was placed on (:data:`~railtrain.crds.contract.ANNOTATION_NODE_UID`), "" when not recorded."""
+    return str((pod["metadata"].get("annotations") or {}).get(contract.ANNOTATION_NODE_UID) or "")
+
+
+def pod_node_lost(step: Step, pod: dict[str, Any]) -> str:
+    """Why the node ``pod`` is bound to is lost (:func:`node_lost` with the uid recorded on the pod), "" when it is not."""
+    return node_lost(step, _bound(pod), placed_uid(pod))
+
+
 def _on_lost_nodes(step: Step) -> list[dict[str, Any]]:
-    return [p for p in step.pods if node_lost(step, _bound(p))]
+    return [p for p in step.pods if pod_node_lost(step, p)]
 
 
 def _force_delete(step: Step) -> None:
@@ -67,13 +97,13 @@ def _unfinished(step: Step) -> list[dict[str, Any]]:
 
 
 def _gang_on_lost_node(step: Step) -> bool:
-    return any(node_lost(step, _bound(p)) for p in _unfinished(step))
+    return any(pod_node_lost(step, p) for p in _unfinished(step))
 
 
 def _restart(step: Step) -> str:
     lost = {}
     for p in _unfinished(step):
-        why = node_lost(step, _bound(p))
+        why = pod_node_lost(step, p)
         if why:
             lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")
     parts = [f"node {node}: {why}; pods {', '.join(pods)}" for node, (why, pods) in sorted(lost.items())]

@@ -21,7 +21,7 @@ from typing import Any
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time, rank_of, restart_of
-from railtrain.operator.phases.node_loss import node_lost
+from railtrain.operator.phases.node_loss import pod_node_lost
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
@@ -52,7 +52,7 @@ def describe(step: Step, pod: dict[str, Any]) -> str:
     text = f"{name} (Terminating since {cond.rfc3339(deletion_requested(pod))}{where}"
     if meta.get("finalizers"):
         return text + f", held by finalizer {', '.join(meta['finalizers'])}: not force-deleted, its owner must release it)"
-    lost = node_lost(step, node) if node else ""
+    lost = pod_node_lost(step, pod) if node else ""
     if lost:
         return text + f"; {lost}: the node-loss policy force-deletes it)"
     return text + ")"

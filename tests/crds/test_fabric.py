@@ -151,3 +151,32 @@ def test_rank_settings_name_other_sources():
     pod = {"spec": {"containers": [{"name": "trainer", "env": [{"name": "NCCL_IB_HCA", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}]}}
     assert fabric.rank_settings(pod) == {"NCCL_IB_HCA": "<from configMapKeyRef>"}
     assert fabric.rank_settings({}) == {}
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("=mlx5_0,mlx5_1", "=mlx5_0,mlx5_1"),  # NCCL's exact-match syntax, kept as written
+        ("^mlx5_4,mlx5_5", "^mlx5_4,mlx5_5"),  # NCCL's exclusion: an exclusion stays an exclusion
+        ("^=mlx5_4", "^=mlx5_4"),
+        (" = mlx5_0 , mlx5_1:1", "=mlx5_0,mlx5_1:1"),
+    ],
+)
+def test_node_value_accepts_nccl_syntax(raw, expected):
+    """Issue 26, item 7: a node's HCA list in NCCL's own syntax was dropped and NCCL used every device."""
+    assert fabric.node_value(raw, "=") == expected
+
+
+@pytest.mark.parametrize("raw,why", [("mlx5_0;rm -rf", "'mlx5_0;rm -rf' is not a device name"), ("^", "it lists no device"), ("=,", "it lists no device")])
+def test_a_malformed_hca_list_is_reported_naming_the_node_and_the_value(raw, why):
+    node = {"metadata": {"name": "gpu-17", "annotations": {fabric.NODE_HCAS: raw}}}
+    (problem,) = fabric.node_value_problems(fabric.PROFILES["infiniband"], node)
+    assert problem.startswith(f"node gpu-17: annotation railtrain.dev/hcas={raw!r} is not used ({why}")
+    assert "NCCL_IB_HCA is left unset" in problem
+    assert fabric.rank_annotations(fabric.PROFILES["infiniband"], node) == {}
+
+
+def test_a_good_hca_list_reports_nothing():
+    node = {"metadata": {"name": "n", "annotations": {fabric.NODE_HCAS: "^mlx5_4"}}}
+    assert fabric.node_value_problems(fabric.PROFILES["infiniband"], node) == []
+    assert fabric.node_value_problems(fabric.PROFILES["infiniband"], {"metadata": {"name": "n"}}) == []
