@@ -31,17 +31,17 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from itertools import groupby
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from railtrain.crds import contract
-from railtrain.crds.fabric import FabricProfile, rank_annotations
+from railtrain.crds.fabric import FabricProfile
 from railtrain.operator import admission, kubeclient, ledger, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
+from railtrain.operator.placement import with_node_values as placement_values
 from railtrain.operator.topology import DEFAULT_LEVELS
 from railtrain.operator.workqueue import Coalescer
 
@@ -309,13 +309,9 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
 
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
-    """``result`` with, per rank, the pod annotations of the fabric's per-node values read from its node (pure).
-
-    A refusal, no profile, or a profile without per-node values returns ``result`` unchanged.
-    """
-    if not isinstance(result, Placement) or fabric is None or not fabric.per_node:
-        return result
-    return replace(result, annotations=tuple(rank_annotations(fabric, nodes.get(n)) for n in result.nodes))
+    """``result`` with, per rank, the pod annotations its node gives: the Node's uid and the fabric's per-node values,
+    and the warnings about those nodes (:func:`railtrain.operator.placement.with_node_values`, pure)."""
+    return placement_values(result, fabric, nodes)
 
 
 def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Placement | Refusal, now: datetime, fabric: FabricProfile | None = None) -> None:
