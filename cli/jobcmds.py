@@ -66,12 +66,15 @@ def logs(
     job: JobArgument,
     rank: Annotated[Optional[int], typer.Option("--rank", "-r", min=0, metavar="N", help="The pod of node rank N (its log holds every local process). Default: rank 0.", show_default=False)] = None,
     all_ranks: Annotated[bool, typer.Option("--all", "-a", help="Every rank, interleaved in time order, each line prefixed \\[rank N].")] = False,
-    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the containers end (Ctrl-C stops).")] = False,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends, across restarts (a marker line starts each new attempt); exit 0 if it Succeeded, 1 if it Failed (Ctrl-C stops).")] = False,
     previous: Annotated[bool, typer.Option("--previous", "-p", help="The previous gang's pods (before the latest restart), where they are kept.")] = False,
     namespace: ContextNamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Print a job's training logs: one rank's, or every rank's interleaved with a \\[rank N] prefix.
+
+    With -f it follows the job, not one gang: after a restart it prints a marker line and goes on with the new
+    pods, and it exits with the job's outcome (0 Succeeded, 1 Failed or deleted, 130 Ctrl-C).
 
     Example: railtrain logs tiny --all -f
     """
@@ -80,19 +83,33 @@ def logs(
 
     if rank is not None and all_ranks:
         raise CliError("--rank and --all exclude each other: give one rank, or --all for every rank", exit_code=2)
+    if follow_ and previous:
+        raise CliError("--follow and --previous exclude each other: a previous gang's pods have ended; follow the job, or read the previous gang", exit_code=2)
     cluster = k8s.connect(kubeconfig)
     ns = namespace or cluster.namespace
     obj = k8s.get_job(cluster, ns, job)
-    pods = joblogs.pick_pods(obj, k8s_jobs.job_pods(cluster, ns, job), None if all_ranks else (rank or 0), previous)
-    names = {joblogs.pod_rank(p): p["metadata"]["name"] for p in pods}
     out = sys.stdout
     if follow_:
-        readers = {r: (lambda pod=pod: k8s_jobs.stream_log(cluster, ns, pod)) for r, pod in names.items()}
+        from railtrain.crds.podtemplate import TRAINER
+
+        joblogs.check_rank(obj, None if all_ranks else (rank or 0))
         try:
-            joblogs.follow(readers, lambda line: (out.write(line + "\n"), out.flush()))
+            code = joblogs.follow_job(
+                job,
+                lambda: k8s_jobs.watch_job(cluster, ns, job),
+                lambda: k8s_jobs.job_pods(cluster, ns, job),
+                lambda pod: k8s_jobs.stream_log(cluster, ns, pod["metadata"]["name"]),
+                lambda line: (out.write(line + "\n"), out.flush()),
+                lambda sentence: (out.flush(), say(sentence)),
+                None if all_ranks else (rank or 0),
+                TRAINER,
+            )
         except KeyboardInterrupt:
+            say(f"stopped following; trainingjob {job} is left as it is")
             raise typer.Exit(130) from None
-        return
+        raise typer.Exit(code)
+    pods = joblogs.pick_pods(obj, k8s_jobs.job_pods(cluster, ns, job), None if all_ranks else (rank or 0), previous)
+    names = {joblogs.pod_rank(p): p["metadata"]["name"] for p in pods}
     texts = {r: k8s_jobs.read_log(cluster, ns, pod).splitlines() for r, pod in names.items()}
     for line in joblogs.merge(texts):
         out.write((joblogs.prefixed(line.rank, line.text) if all_ranks else line.text) + "\n")
@@ -177,8 +194,10 @@ def plan(
             objects = planner.read_snapshot(yaml.safe_load(snapshot.read_text()), str(snapshot))
         except OSError as err:
             raise CliError(f"--snapshot {snapshot}: {err.strerror or err}", exit_code=2) from None
-        except yaml.YAMLError:
-            raise CliError(f"--snapshot {snapshot}: not YAML or JSON; write one with 'railtrain snapshot > FILE'", exit_code=2) from None
+        except yaml.YAMLError as err:
+            from railtrain.crds.validation import yaml_cause
+
+            raise CliError(f"--snapshot {snapshot}: not YAML or JSON{yaml_cause(err)}; write one with 'railtrain snapshot > FILE'", exit_code=2) from None
         except ValueError as err:
             raise CliError(str(err), exit_code=2) from None
         ns = namespace or meta.get("namespace") or "default"

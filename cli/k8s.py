@@ -69,16 +69,17 @@ def connect(kubeconfig: str | None) -> Cluster:
     return Cluster(api=client.CustomObjectsApi(conn.api), namespace=conn.namespace, host=conn.host)
 
 
-def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+def create_job(cluster: Cluster, namespace: str, body: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Create a TrainingJob with strict field validation (unknown fields are refused, as kubectl does).
 
     Args:
         cluster: the connection.
         namespace: the target namespace; ``body``'s ``metadata.namespace`` is set to it.
         body: the manifest as a mapping.
+        dry_run: a server-side dry run (``dryRun=All``): every check and default of a create, nothing stored.
 
     Returns:
-        The created object as the server stored it.
+        The created object as the server stored it (or would store it, on a dry run).
 
     Raises:
         CliError: the server refused the object (each field cause becomes a
@@ -90,7 +91,7 @@ def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[s
     try:
         return cluster.api.create_namespaced_custom_object(
             contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, body,
-            field_validation="Strict", _request_timeout=REQUEST_TIMEOUT,
+            field_validation="Strict", _request_timeout=REQUEST_TIMEOUT, **({"dry_run": "All"} if dry_run else {}),
         )
     except ApiException as err:
         status = _status_body(err)
@@ -108,6 +109,41 @@ def create_job(cluster: Cluster, namespace: str, body: dict[str, Any]) -> dict[s
         raise describe_client_error(err, cluster.host) from None
     except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
+
+
+def dry_run_pod(cluster: Cluster, namespace: str, pod: dict[str, Any], job: str) -> list[str]:
+    """Ask the API server whether it would create ``pod`` (a server-side dry run with strict field validation).
+
+    The pod-level rules (names, volumes, probes, ports: what ``spec.template`` adds to a pod) are the API server's,
+    applied when the operator creates the gang; this asks them now.
+
+    Args:
+        cluster: the connection.
+        namespace: where the pod would be created.
+        pod: a pod as the operator renders it (:func:`railtrain.operator.render.render_pod`).
+        job: the job's name, for the sentences.
+
+    Returns:
+        One sentence per cause the server gave (``"the API server would refuse the pods of trainingjob NAME: <field>:
+        <message>"``); empty when it would create the pod.
+
+    Raises:
+        CliError: the namespace does not exist, or the server cannot be reached or refused for another reason.
+    """
+    try:
+        client.CoreV1Api(cluster.api.api_client).create_namespaced_pod(
+            namespace, pod, dry_run="All", field_validation="Strict", _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as err:
+        status = _status_body(err)
+        if err.status == 404 and (status.get("details") or {}).get("kind") == "namespaces":
+            raise CliError(f"--namespace: namespace {namespace} does not exist; create it with 'kubectl create namespace {namespace}'") from None
+        if err.status in (400, 422):
+            return refusal_sentences(job, status, err, prefix=f"the API server would refuse the pods of trainingjob {job} (spec.template is merged into them)")
+        raise describe_client_error(err, cluster.host) from None
+    except HTTPError as err:
+        raise describe_client_error(err, cluster.host) from None
+    return []
 
 
 def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -171,19 +207,20 @@ def list_jobs(cluster: Cluster, namespace: str | None) -> list[dict[str, Any]]:
     return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
 
-def refusal_sentences(name: str, status: dict[str, Any], err: ApiException | None = None) -> list[str]:
+def refusal_sentences(name: str, status: dict[str, Any], err: ApiException | None = None, prefix: str | None = None) -> list[str]:
     """One sentence per field cause of a 400/422 Status from the API server.
 
     Args:
         name: the job's name, for the sentence.
         status: the decoded ``Status`` body (``{}`` when the body was not JSON).
         err: the exception, whose reason is used when ``status`` says nothing.
+        prefix: what each sentence starts with; default ``"the API server refused trainingjob NAME"``.
 
     Returns:
-        ``"the API server refused trainingjob NAME: <field>: <message>"`` per cause,
+        ``"<prefix>: <field>: <message>"`` per cause,
         or one sentence with the Status message when it lists no causes.
     """
-    prefix = f"the API server refused trainingjob {name}"
+    prefix = prefix or f"the API server refused trainingjob {name}"
     causes = (status.get("details") or {}).get("causes") or []
     out = []
     for cause in causes:

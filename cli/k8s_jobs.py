@@ -141,7 +141,7 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
     """The training container's log lines as they are written (``follow``), until the container ends.
 
     Raises:
-        CliError: as :func:`read_log`.
+        CliError: as :func:`read_log`, or the stream broke off after it was opened.
     """
     try:
         resp = _core(cluster).read_namespaced_pod_log(
@@ -154,6 +154,8 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
     try:
         for raw in resp.stream(decode_content=True):
             yield from raw.decode("utf-8", errors="replace").splitlines()
+    except HTTPError as err:  # the connection broke off mid-stream (the node or the API server went away)
+        raise CliError(f"the log of pod {pod} broke off: {describe_client_error(err, cluster.host).messages[0]}") from None
     finally:
         resp.release_conn()
 

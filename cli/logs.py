@@ -4,18 +4,24 @@ A TrainingJob has one pod per node rank (label ``railtrain.dev/node-rank``);
 its training container's log holds the output of every local process torchrun
 started there. Logs are read with the kubelet's timestamps (``timestamps=true``:
 each line starts with an RFC 3339 time with up to nanoseconds), which order the
-lines of different pods: :func:`merge` is the pure interleaving, :func:`follow`
+lines of different pods: :func:`merge` is the pure interleaving, :func:`follow_job`
 the live one (one reader thread per pod, lines printed as they arrive).
 
 Which pods: the current gang (``status.restarts``, each pod's restart-count
 annotation), or with ``previous`` the latest earlier gang whose pods are still
 kept (:func:`pick_pods`).
+
+``logs -f`` follows the job, not one gang (:func:`follow_job`): when the
+operator restarts the gang it prints an attempt marker (:func:`attempt_marker`)
+and goes on with the new pods, and it ends when the job ends, with the job's
+outcome as its exit status (0 Succeeded, 1 Failed or deleted).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -125,35 +131,179 @@ def pick_pods(job: dict[str, Any], pods: list[dict[str, Any]], rank: int | None,
     return sorted(chosen, key=pod_rank)
 
 
-def follow(readers: dict[int, Callable[[], Iterator[str]]], emit: Callable[[str], None]) -> None:
-    """Print every rank's lines as they come, prefixed, until every stream ends (Ctrl-C stops it too).
+def attempt_of(job: dict[str, Any]) -> int:
+    """The job's current gang attempt: its ``status.restarts`` (0 for the first gang)."""
+    try:
+        return int((job.get("status") or {}).get("restarts") or 0)
+    except (TypeError, ValueError):
+        return 0
 
-    Args:
-        readers: rank → a function opening that rank's followed log (raw lines with timestamps).
-        emit: called with each printed line (``[rank N] text``), from this thread only.
+
+def attempt_marker(name: str, attempt: int) -> str:
+    """The line ``logs -f`` prints before the lines of a restarted gang: ``==> trainingjob NAME: attempt 2 (restart 1) <==``."""
+    return f"==> trainingjob {name}: attempt {attempt + 1} (restart {attempt}) <=="
+
+
+def check_rank(job: dict[str, Any], rank: int | None) -> None:
+    """Refuse a ``--rank`` outside the job's node ranks.
 
     Raises:
-        CliError: the first stream that could not be opened or broke off with an error.
+        CliError: ``rank`` is not in ``0..spec.nodes-1`` (the sentence names both).
     """
-    lines: queue.Queue[tuple[int, str | None, BaseException | None]] = queue.Queue()
+    nodes = int((job.get("spec") or {}).get("nodes") or 1)
+    if rank is not None and not 0 <= rank < nodes:
+        raise CliError(f"--rank {rank}: trainingjob {job['metadata']['name']} has node ranks 0..{nodes - 1}")
 
-    def pump(rank: int, open_: Callable[[], Iterator[str]]) -> None:
+
+def log_ready(pod: dict[str, Any], container: str) -> bool:
+    """Whether ``pod``'s ``container`` has a log to open: it runs or has ended (a Pending or gated pod has none yet)."""
+    status = pod.get("status") or {}
+    for c in status.get("containerStatuses") or []:
+        if c.get("name") == container:
+            state = c.get("state") or {}
+            return bool(state.get("running") or state.get("terminated"))
+    return status.get("phase") in ("Running", "Succeeded", "Failed")
+
+
+FINISHED = ("Succeeded", "Failed")
+DRAIN_S = 30.0
+"""Seconds ``logs -f`` still waits for open streams after the job ended (their containers have ended; the streams close soon)."""
+
+
+def follow_job(
+    name: str,
+    watch_job: Callable[[], Iterator[dict[str, Any] | None]],
+    list_pods: Callable[[], list[dict[str, Any]]],
+    open_log: Callable[[dict[str, Any]], Iterator[str]],
+    emit: Callable[[str], None],
+    note: Callable[[str], None],
+    rank: int | None,
+    container: str,
+    retry_s: float = 2.0,
+    patience_s: float = 60.0,
+) -> int:
+    """Follow a job's logs across its gang's restarts until the job ends.
+
+    Each pod of the current attempt (one rank, or every rank when ``rank`` is None) is read as soon as its
+    container runs or has ended, one reader thread per pod; when ``status.restarts`` moves on, the marker of
+    :func:`attempt_marker` is printed and the new gang's pods are read as they start. A pod whose log cannot be
+    opened is said once (``note``) and following goes on.
+
+    Args:
+        name: the job's name, for the sentences.
+        watch_job: opens a stream of the job: the object, again after every change, ``None`` as a clock tick
+            (:func:`railtrain.cli.k8s_jobs.watch_job`); raises :class:`CliError` (a sentence with "not found"
+            once the job is deleted). It is opened again after any other error.
+        list_pods: every pod of the job (all attempts).
+        open_log: a pod → its followed log, raw lines with the kubelet's timestamps; raises :class:`CliError`.
+        emit: prints one log line or marker (stdout).
+        note: prints one sentence of railtrain's own (stderr).
+        rank: one node rank, or None for every rank (then each line is prefixed ``[rank N]`` when the job has
+            more than one node).
+        container: the container whose log is read (for :func:`log_ready`).
+        retry_s: seconds between attempts to watch the job again after an error.
+        patience_s: how long the API server may fail before following gives up.
+
+    Returns:
+        0 when the job Succeeded; 1 when it Failed (the last note names the cause) or was deleted.
+
+    Raises:
+        CliError: the API server did not answer for ``patience_s``.
+        KeyboardInterrupt: Ctrl-C (the caller exits 130; the job is untouched).
+    """
+    from railtrain.cli.describe import failure_sentence
+
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+
+    def watcher() -> None:
+        failing_since: float | None = None
+        while not stop.is_set():
+            try:
+                for obj in watch_job():
+                    failing_since = None
+                    events.put(("job", obj))
+                    if stop.is_set():
+                        return
+            except CliError as err:
+                if any("not found" in m for m in err.messages):
+                    events.put(("deleted", err))
+                    return
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > patience_s:
+                    events.put(("error", err))
+                    return
+                time.sleep(retry_s)
+            except BaseException as err:  # handed to the printing thread
+                events.put(("error", err))
+                return
+
+    def pump(pod: dict[str, Any]) -> None:
+        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         try:
-            for raw in open_():
-                lines.put((rank, raw, None))
-        except BaseException as err:  # handed to the printing thread
-            lines.put((rank, None, err))
+            for raw in open_log(pod):
+                events.put(("line", (pod_rank(pod), raw)))
+        except CliError as err:
+            events.put(("ended", (uid, " ".join(err.messages))))
             return
-        lines.put((rank, None, None))
+        except BaseException as err:  # handed to the printing thread
+            events.put(("ended", (uid, err)))
+            return
+        events.put(("ended", (uid, None)))
 
-    for rank, open_ in readers.items():
-        threading.Thread(target=pump, args=(rank, open_), daemon=True).start()
-    open_streams = len(readers)
-    while open_streams:
-        rank, raw, err = lines.get()
-        if raw is None:
-            open_streams -= 1
-            if err is not None:
-                raise err
-            continue
-        emit(prefixed(rank, split_timestamp(raw)[1]) if len(readers) > 1 else split_timestamp(raw)[1])
+    threading.Thread(target=watcher, daemon=True).start()
+    opened: set[str] = set()
+    reading: set[str] = set()
+    shown: int | None = None
+    prefix = False
+    job: dict[str, Any] | None = None
+    ended_at: float | None = None
+    try:
+        while True:
+            kind, payload = events.get()
+            if kind == "line":
+                r, raw = payload
+                text = split_timestamp(raw)[1]
+                emit(prefixed(r, text) if prefix else text)
+                continue
+            if kind == "ended":
+                uid, err = payload
+                reading.discard(uid)
+                if isinstance(err, BaseException):
+                    raise err
+                if err:
+                    note(err)
+            elif kind == "deleted":
+                note(f"trainingjob {name} was deleted while its logs were followed")
+                return 1
+            elif kind == "error":
+                raise payload
+            else:  # the job changed, or a tick: pods of the attempt may have started
+                job = payload if payload is not None else job
+                if job is None:
+                    continue
+                prefix = rank is None and int((job.get("spec") or {}).get("nodes") or 1) > 1
+                attempt = attempt_of(job)
+                pods = [p for p in list_pods() if pod_restart(p) == attempt and (rank is None or pod_rank(p) == rank)]
+                for pod in sorted(pods, key=pod_rank):
+                    uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
+                    if uid in opened or not log_ready(pod, container):
+                        continue
+                    if shown is not None and attempt != shown:
+                        emit(attempt_marker(name, attempt))
+                    shown = attempt
+                    opened.add(uid)
+                    reading.add(uid)
+                    threading.Thread(target=pump, args=(pod,), daemon=True).start()
+            if job is None or (job.get("status") or {}).get("phase") not in FINISHED:
+                continue
+            ended_at = ended_at or time.monotonic()
+            if reading and time.monotonic() - ended_at < DRAIN_S:
+                continue  # the ended containers' streams close soon; their last lines come first
+            if job["status"]["phase"] == "Succeeded":
+                note(f"trainingjob {name} succeeded")
+                return 0
+            note(failure_sentence(job) or f"trainingjob {name} failed")
+            return 1
+    finally:
+        stop.set()

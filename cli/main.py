@@ -128,15 +128,20 @@ def _root(
 def validate(
     file: ManifestArgument,
     old: Annotated[Optional[str], typer.Option("--old", metavar="STORED", help="The stored object (e.g. 'kubectl get tj NAME -o yaml'): check FILE as an update of it, as the API server will (fields that define the gang change only while the job is suspended); '-' reads it from standard input.", show_default=False)] = None,
+    server: Annotated[bool, typer.Option("--server", help="Also ask the cluster's API server (a dry run, nothing is created): the job, and one of its pods as the operator renders it, whose pod-level rules (names, volumes, probes of spec.template) only the server checks.")] = False,
+    namespace: NamespaceOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
-    """Check a TrainingJob manifest the way the API server will, without a cluster.
+    """Check a TrainingJob manifest the way the API server will, without a cluster (with --server: with it).
 
     Prints the gang shape when valid; otherwise prints one sentence per problem,
     naming the field, and exits with status 1. FILE or --old may be '-'
     (standard input), not both. When the command is railtrain's trainer, its
     flags and parallel degrees are checked too, by the trainer's own parser.
+    Offline, the pod-level rules of spec.template (the API server's own) are not
+    checked: --server runs a server-side dry run of the job and of one rendered pod.
 
-    Example: railtrain validate examples/tiny/trainingjob.yaml
+    Example: railtrain validate examples/tiny/trainingjob.yaml --server
     """
     from railtrain.crds.validation import check_update
 
@@ -147,7 +152,32 @@ def validate(
     spec = job.spec
     from railtrain.cli.views import count
 
+    if server:
+        _validate_on_server(new, job, namespace, kubeconfig)
     typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')}, world size {spec.world_size})")
+    if not server:
+        say("pod-level rules (names, volumes, probes of spec.template) are the API server's, checked when the pods are created; 'railtrain validate --server' asks it now")
+
+
+def _validate_on_server(doc: manifest.Manifest, job: Any, namespace: str | None, kubeconfig: str | None) -> None:
+    """``validate --server``: a server-side dry run of the job, then of its rank-0 pod as the operator renders it.
+
+    Raises:
+        CliError: the server would refuse the job or the pod (its sentences, each naming the field), or cannot be reached.
+    """
+    from railtrain.cli import k8s
+    from railtrain.operator.render import render_pod
+
+    meta = doc.data.get("metadata") or {}
+    if namespace and meta.get("namespace") and namespace != meta["namespace"]:
+        raise CliError(f"--namespace {namespace} differs from metadata.namespace {meta['namespace']} in {doc.source}; drop one of them", exit_code=2)
+    cluster = k8s.connect(kubeconfig)
+    target = namespace or meta.get("namespace") or cluster.namespace
+    stored = k8s.create_job(cluster, target, doc.data, dry_run=True)
+    uid = (stored.get("metadata") or {}).get("uid") or "00000000-0000-0000-0000-000000000000"
+    refused = k8s.dry_run_pod(cluster, target, render_pod(job, target, uid, 0), job.metadata.name)
+    if refused:
+        raise CliError(*(f"{doc.source}: {sentence}" for sentence in refused))
 
 
 @app.command()

@@ -431,6 +431,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
 UniqueKeyLoader.add_constructor("tag:yaml.org,2002:map", UniqueKeyLoader.construct_yaml_map)
 
 
+def yaml_cause(err: yaml.YAMLError) -> str:
+    """Where and why the YAML parser stopped: `` at line 3, column 1: expected ',' or ']', but got ':' (while parsing a flow sequence
+    started at line 1, column 4)``, PyYAML's own problem and context text; "" when it gave neither. Every reader of
+    YAML a person wrote (manifests, kubeconfigs, snapshots) says it this way."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = " ".join(str(getattr(err, "problem", None) or "").split())
+    if not problem:
+        return where
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and start is not None and (mark is None or (start.line, start.column) != (mark.line, mark.column)):
+        problem += f" ({' '.join(str(context).split())} started at line {start.line + 1}, column {start.column + 1})"
+    return f"{where}: {problem}"
+
+
 def manifest_document(raw: bytes, source: str = "manifest") -> Any:
     """The one YAML document of a manifest's bytes, unvalidated.
 
@@ -459,9 +474,7 @@ def manifest_document(raw: bytes, source: str = "manifest") -> Any:
         mark = err.problem_mark
         raise ManifestError([f"line {mark.line + 1}, column {mark.column + 1}: {err.problem}; each key may appear once (YAML keeps only the last value)"], source) from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError([f"not valid YAML{where}"], source) from None
+        raise ManifestError([f"not valid YAML{yaml_cause(err)}"], source) from None
     if not docs:
         raise ManifestError(["holds no YAML document (it is empty or only comments); expected exactly one TrainingJob"], source)
     if len(docs) > 1:

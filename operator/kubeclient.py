@@ -22,6 +22,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from railtrain.crds.validation import yaml_cause
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -102,9 +104,7 @@ def connect(kubeconfig: str | None = None, environ: Mapping[str, str] | None = N
         except (ConfigException, OSError, ValueError) as err:
             raise ConnectError(f"kubeconfig {path} cannot be used: {one_line(err)}") from None
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConnectError(f"kubeconfig {path} cannot be used: not valid YAML{where}") from None
+            raise ConnectError(f"kubeconfig {path} cannot be used: not valid YAML{yaml_cause(err)}") from None
         except (TypeError, AttributeError, KeyError):  # the client's loader indexes the YAML without checking its shape
             raise ConnectError(f"kubeconfig {path} cannot be used: {NOT_A_KUBECONFIG}") from None
         namespace = ((current or {}).get("context") or {}).get("namespace") or namespace

@@ -162,35 +162,46 @@ def resolve_dims(
     return ParallelDims(degrees, world_size, procs_per_node)
 
 
-def check_model_fits(dims: ParallelDims, model: ModelConfig, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int) -> None:
+def check_model_fits(
+    dims: ParallelDims, model: ModelConfig, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int,
+    names: Mapping[str, str] = FLAG_OF_FIELD,
+) -> None:
     """Refuse degrees the model or the batch cannot be divided by.
 
     Args:
         local_batch: sequences per data-parallel rank per step.
         microbatches: pipeline micro-batches per accumulation step (ignored without pipeline parallel).
+        names: how the sentences name the tensor, pipeline and context degrees: what set them. The default is the
+            trainer's flags (``--tp 3``); a caller whose degrees came from elsewhere passes its own names
+            (``spec.parallelism.tensor`` for a manifest's, :mod:`railtrain.trainer.preflight`), written ``name=3``.
 
     Raises:
-        ValueError: one sentence naming the flag: ``--tp`` must divide the
+        ValueError: one sentence naming the flag (or field): ``--tp`` must divide the
             heads, widths and vocabulary and ``--seq-len`` (sequence parallel
             shards it); ``--seq-len`` must be a multiple of ``2 × cp × tp``; ``--pp`` must not exceed the blocks nor the
             micro-batches; the local batch must split into accumulation steps
             and micro-batches.
     """
     tp, pp, cp = dims.tp, dims.pp, dims.cp
+
+    def said(field: str, value: int) -> str:
+        name = names.get(field, FLAG_OF_FIELD[field])
+        return f"{name} {value}" if name.startswith("-") else f"{name}={value}"
+
     if cp > 1 and seq_len % (2 * cp * tp):
-        raise ValueError(f"--seq-len {seq_len} must be a multiple of 2 x --cp {cp} x --tp {tp} = {2 * cp * tp} "
+        raise ValueError(f"--seq-len {seq_len} must be a multiple of 2 x {said('context', cp)} x {said('tensor', tp)} = {2 * cp * tp} "
                          "(each context-parallel rank holds two chunks, which sequence parallel splits further)")
     if tp > 1:
         for what, n in (("n_heads", model.n_heads), ("hidden_dim", model.hidden_dim), ("vocab_size", model.vocab_size)):
             if n % tp:
-                raise ValueError(f"--tp {tp} must divide the model's {what} ({n})")
+                raise ValueError(f"{said('tensor', tp)} must divide the model's {what} ({n})")
         if seq_len % tp:
-            raise ValueError(f"--seq-len {seq_len} must be divisible by --tp {tp} (sequence parallel shards the sequence)")
+            raise ValueError(f"--seq-len {seq_len} must be divisible by {said('tensor', tp)} (sequence parallel shards the sequence)")
     if pp > model.n_layers:
-        raise ValueError(f"--pp {pp} exceeds the model's {model.n_layers} transformer blocks")
+        raise ValueError(f"{said('pipeline', pp)} exceeds the model's {model.n_layers} transformer blocks")
     if pp > 1 and microbatches < pp:
         raise ValueError(
-            f"--pp {pp} needs at least {pp} micro-batches per step so every stage has work, got {microbatches} "
+            f"{said('pipeline', pp)} needs at least {pp} micro-batches per step so every stage has work, got {microbatches} "
             "(raise --pp-microbatches or the per-rank batch)"
         )
     per_step = grad_accum_steps * (microbatches if pp > 1 else 1)

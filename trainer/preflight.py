@@ -20,10 +20,12 @@ from typing import Sequence
 
 from railtrain.crds.api import TrainingJobSpec
 from railtrain.trainer.config import LaunchContext, apply_launch_context, parse_args
-from railtrain.trainer.dims import auto_microbatches, check_model_fits, resolve_dims
+from railtrain.trainer.dims import FLAG_OF_FIELD, auto_microbatches, check_model_fits, resolve_dims
 from railtrain.trainer.presets import PRESETS
 
 TRAINER_MODULE = "railtrain.trainer"
+SPEC_DEGREE_NAMES = {field: f"spec.parallelism.{field}" for field in FLAG_OF_FIELD}
+"""How a sentence names a degree that came from the manifest's ``spec.parallelism`` (no degree flag in ``spec.args``)."""
 
 
 def trainer_argv(command: Sequence[str], args: Sequence[str]) -> list[str] | None:
@@ -53,9 +55,10 @@ def problems(spec: TrainingJobSpec) -> list[str]:
         spec: a validated TrainingJob spec.
 
     Returns:
-        Sentences starting with ``spec.args:`` (e.g. ``spec.args: unrecognized
+        Sentences naming the field the user wrote: ``spec.args:`` (e.g. ``spec.args: unrecognized
         arguments: --stesp 5 ...``, ``spec.args: --tp 3 must divide the model's
-        n_heads (4)``); empty when the command is not railtrain's trainer, or
+        n_heads (4)``), or the ``spec.parallelism`` degree when the degrees came from
+        there (``spec.parallelism.tensor=3 must divide the model's hidden_dim (512)``); empty when the command is not railtrain's trainer, or
         when the trainer would accept it. The trainer stops at its first
         problem, and so does this check.
     """
@@ -86,7 +89,10 @@ def problems(spec: TrainingJobSpec) -> list[str]:
             local_batch = config.batch_size // dims.dp_degree
             per_part = local_batch // config.grad_accum_steps
             micro = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
-            check_model_fits(dims, PRESETS[config.preset], config.seq_len, local_batch, config.grad_accum_steps, micro)
+            flagged = bool(config.parallel or config.tp or config.pp or config.cp)  # the flags decide (resolve_dims)
+            names = FLAG_OF_FIELD if flagged else SPEC_DEGREE_NAMES
+            check_model_fits(dims, PRESETS[config.preset], config.seq_len, local_batch, config.grad_accum_steps, micro, names)
         except ValueError as err:
-            return [f"spec.args: {err}{where}"]
+            said = str(err)  # a sentence that starts with the manifest's own field names it; the rest are spec.args'
+            return [f"{said}{where}" if said.startswith("spec.") else f"spec.args: {said}{where}"]
     return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,6 +17,7 @@ from railtrain.operator.placement import Placement, Refusal
 from railtrain.trainer import preflight
 from tests.cli import manifests
 from tests.operator.builders import fabric, gang, job_obj, node, other_pod
+from tests.polling import wait_for
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -67,11 +69,46 @@ def test_pick_pods_current_gang_one_rank_or_all_and_previous():
         logs.pick_pods(obj, [p for p in pods if logs.pod_restart(p) == 0], None, True)
 
 
-def test_follow_prefixes_every_rank_and_ends_when_all_streams_end():
-    out: list[str] = []
-    logs.follow({0: lambda: iter(["2026-05-01T12:00:00Z a", "2026-05-01T12:00:01Z b"]), 1: lambda: iter(["2026-05-01T12:00:00Z c"])}, out.append)
-    assert sorted(out) == ["[rank 0] a", "[rank 0] b", "[rank 1] c"]
-    assert out.index("[rank 0] a") < out.index("[rank 0] b")
+def test_follow_job_prefixes_ranks_marks_each_new_attempt_and_exits_with_the_outcome():
+    """The pure driver of ``logs -f``: lines of every rank prefixed, a marker when the gang restarts, the new pods read
+    once they run, a pod whose log cannot be opened said once, and the job's end as the exit status (the real
+    control plane: tests/cli/test_job_commands_cluster.py)."""
+    obj = job_obj("tiny", nodes=2, gpus=8, procs=8, status={"phase": "Running", "restarts": 0})
+    first = gang(obj, restarts=0)
+    second = gang(obj, restarts=1)
+    for i, p in enumerate(first + second):
+        p["metadata"]["uid"] = f"u{i}"
+        p["status"] = {"phase": "Running"}
+    second[1]["status"] = {"phase": "Pending"}  # not started yet: not read until it runs
+    restarted = {**obj, "status": {"phase": "Running", "restarts": 1}}
+    failed = {**obj, "status": {"phase": "Failed", "restarts": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "rank 1 exited with code 1"}]}}
+    pods = list(first)
+    both_read = threading.Event()
+    got: list[str] = []
+
+    def watch():
+        yield obj
+        wait_for(lambda: len(got) >= 2, 10, "the first gang's lines")
+        pods[:] = second
+        yield restarted
+        second[1]["status"] = {"phase": "Running"}
+        yield None
+        wait_for(both_read.is_set, 10, "the second gang read")
+        yield failed
+
+    def open_log(pod):
+        if pod["metadata"]["uid"] == "u3":
+            both_read.set()
+            raise CliError("no log of pod tiny-1: the kubelet is away")
+        return iter([f"2026-05-01T12:00:0{logs.pod_rank(pod)}Z {pod['metadata']['name']} attempt {logs.pod_restart(pod)}"])
+
+    notes: list[str] = []
+    code = logs.follow_job("tiny", watch, lambda: list(pods), open_log, got.append, notes.append, None, "trainer")
+    assert code == 1
+    assert sorted(got[:2]) == ["[rank 0] tiny-0 attempt 0", "[rank 1] tiny-1 attempt 0"]
+    assert got[2:] == ["==> trainingjob tiny: attempt 2 (restart 1) <==", "[rank 0] tiny-0 attempt 1"]
+    assert notes == ["no log of pod tiny-1: the kubelet is away", "trainingjob tiny failed: BackoffLimitExceeded: rank 1 exited with code 1"]
 
 
 # -- describe / live ---------------------------------------------------------------------------------
@@ -201,6 +238,9 @@ def _trainer_job(args, **spec):
     (["--preset", "huge"], {}, ["spec.args: argument --preset: invalid choice: 'huge'"]),
     (["--steps", "0"], {}, ["spec.args: --steps must be >= 1, got 0"]),
     (["--tp", "3"], {"nodes": 1, "procsPerNode": 3}, ["spec.args: --tp 3 must divide the model's hidden_dim (512)"]),
+    # the degree set in spec.parallelism is named as written there, not as the trainer flag the pod never gets (issue 26)
+    ([], {"nodes": 1, "procsPerNode": 3, "parallelism": {"tensor": 3}}, ["spec.parallelism.tensor=3 must divide the model's hidden_dim (512)"]),
+    ([], {"nodes": 1, "procsPerNode": 8, "parallelism": {"pipeline": 8}}, ["spec.parallelism.pipeline=8 exceeds the model's 4 transformer blocks"]),
     (["--batch-size", "3"], {"nodes": 2}, ["spec.args: --batch-size 3 is not divisible by the data-parallel degree 2"]),
     (["--batch-size", "42"], {"nodes": 5, "procsPerNode": 8, "parallelism": {"data": 5, "fsdp": 8}},
      ["spec.args: --batch-size 42 is not divisible by the data-parallel degree 40 (data 5 × fsdp 8: the ranks that each get"]),

@@ -115,7 +115,7 @@ def test_missing_kubeconfig_names_the_flag(tmp_path):
 
 NOT_A_KUBECONFIG = "it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
 BAD_KUBECONFIGS = [
-    ("not YAML", "clusters: [\n", "not valid YAML at line 2, column 1"),
+    ("not YAML", "clusters: [\n", "not valid YAML at line 2, column 1: expected the node content, but found '<stream end>'"),
     ("a list", "- a\n", NOT_A_KUBECONFIG),
     ("a string", "hello\n", NOT_A_KUBECONFIG),
     ("clusters not a list", "current-context: x\nclusters: 5\n", NOT_A_KUBECONFIG),

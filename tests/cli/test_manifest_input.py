@@ -53,7 +53,7 @@ STDIN_PROBLEMS = [
     ("empty", b"", "error: <stdin>: empty input; pipe one TrainingJob manifest in (e.g. 'cat job.yaml | railtrain validate -'), or give a file instead of '-'"),
     ("only whitespace", b" \n\t\n", "error: <stdin>: empty input; pipe one TrainingJob manifest in (e.g. 'cat job.yaml | railtrain validate -'), or give a file instead of '-'"),
     ("only comments", b"# nothing here\n---\n", "error: <stdin>: holds no YAML document (it is empty or only comments); expected exactly one TrainingJob"),
-    ("not YAML", b"apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "error: <stdin>: not valid YAML at line 3, column 1"),
+    ("not YAML", b"apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "error: <stdin>: not valid YAML at line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence started at line 2, column 7)"),
     ("not UTF-8", b"kind: \xff\xfe\n", "error: <stdin>: not UTF-8 text (byte 0xff at offset 6); a manifest is YAML text"),
     ("not a mapping", b"- a\n- b\n", "error: <stdin>: (root): a TrainingJob manifest must be a YAML mapping with apiVersion, kind, metadata and spec"),
     (

@@ -44,7 +44,7 @@ BAD_MANIFESTS = [
         manifests.job(nodes=3, procsPerNode=4, parallelism={"data": 4, "tensor": 3}),
         "spec.parallelism.tensor must divide procsPerNode",
     ),
-    ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line"),
+    ("invalid yaml", "apiVersion: railtrain.dev/v1alpha1\nspec: [unclosed\n", "not valid YAML at line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence started at line 2, column 7)"),
     # finding 1 of the new-user trial: bad quantities
     ("cpu lots", manifests.job(resources={"cpu": "lots", "memory": "64Gi"}), 'spec.resources.cpu: "lots" is not a Kubernetes quantity; use e.g. 4, 500m or 1.5'),
     ("memory 2GB", manifests.job(resources={"memory": "2GB"}), 'spec.resources.memory: "2GB" is not a Kubernetes quantity; use e.g. 2Gi, 2G or 2000M'),
