@@ -159,6 +159,8 @@ class CachedKube(Kube):
             self.active.apply(type_, obj)
         elif kind == "jobs":
             self.jobs.apply(type_, obj)
+        elif kind == "services":  # the operator's own delete of a rendezvous Service (Kube.delete_service)
+            self.services.apply(type_, obj)
 
     def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
         """Apply a fresh LIST of one job's pods (its JSON, parsed here into dicts of the caches' own): each pod as

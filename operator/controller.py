@@ -145,7 +145,7 @@ def _reconcile_locked(
     """Read, plan and apply one job under its lock; returns the plan (None: the job is gone) and whether the job waits for admission.
 
     A new job (no status yet) that waits and whose plan only writes its first
-    status and creates its Service is not applied when ``admit``: the admission
+    status is not applied when ``admit``: the admission
     pass that follows at once writes the job's first status itself (the placement
     with the Service and the pods, or the refusal), so a gang admitted on arrival
     costs one status write, not two, and no Service create before its pods
@@ -173,7 +173,7 @@ def _reconcile_locked(
 
 
 def first_write_left_to_the_pass(job: dict[str, Any], p: reconcile.Plan) -> bool:
-    """Whether ``p`` is a new job's first plan that only writes its first status and creates its Service (pure).
+    """Whether ``p`` is a new job's first plan that only writes its first status (pure; a waiting job has no Service).
 
     Such a plan is left to the admission pass that follows (:func:`_reconcile_locked`).
 
@@ -441,6 +441,8 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         log.info("%s/%s %s", namespace, job["metadata"]["name"], line)
     for name in p.force_delete_pods:
         kube.force_delete_pod(namespace, name)
+    if p.delete_service is not None:  # a job whose gang is gone waits without its rendezvous Service (pure rule: phases/housekeeping.py)
+        kube.delete_service(namespace, contract.service_name(job["metadata"]["name"]), p.delete_service)
     for node, verdict, evidence in p.quarantine:
         quarantine_node(kube, job, node, verdict, evidence, now)
     if p.quarantine:

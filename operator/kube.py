@@ -277,6 +277,23 @@ class Kube:
             raise
         return True
 
+    def delete_service(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a job's rendezvous Service ``name`` whose uid is ``uid`` (a Service re-created meanwhile is kept), and drop it
+        from the caches at once, so the next reconcile creates it again with the next gang.
+
+        Returns:
+            False when it was already gone or is another object now (404/409).
+        """
+        try:
+            gone = self._json(self.core.delete_namespaced_service(name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False))
+        except ApiException as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        if isinstance(gone, dict) and gone.get("kind") == "Service":
+            self.observe_event("services", "DELETED", gone)
+        return True
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node, or None when it does not exist."""
         try:

@@ -9,11 +9,13 @@ performs the actions.
 
 Lifecycle of the gang (one per restart count, pods named ``<job>-<rank>``):
 
-1. create the headless Service and every pod, gated (``spec.nodes`` of them,
-   the maximum for an elastic job);
-2. when all pods exist and some are gated the job waits in the admission queue
+1. a job waits in the admission queue without any object of its own
    (:func:`gang_request`); the admission pass answers with a placement or a
    refusal (:mod:`railtrain.operator.phases.admission`);
+2. a placement records ``status.admission`` and creates every rank pinned,
+   with the headless rendezvous Service: the Service lives with the gang,
+   and a job whose gang is gone and that holds no node waits without it
+   (:mod:`railtrain.operator.phases.housekeeping`);
 3. follow pod phases: all Running → Running; all Succeeded → Succeeded;
    a Failed pod → restart the whole gang (new restart count) while
    ``runPolicy.backoffLimit`` allows and the exit code is retryable, else Failed;
@@ -70,6 +72,8 @@ def observe(
     step.foreign = in_the_way(obj, pods)
     if isinstance(service_exists, dict) and controller_uid(service_exists) != obj["metadata"].get("uid"):
         step.foreign.insert(0, {"kind": "Service", **service_exists})
+    elif isinstance(service_exists, dict):
+        step.service_uid = str(service_exists["metadata"].get("uid") or "")
     try:
         step.job = parse_job(obj)
     except ValidationError as err:

@@ -15,7 +15,7 @@ keeps its failure, success and startup policies):
 
 ==================  ==========================================================
 ``terminal``        a terminal phase stays; an unreadable spec fails the job
-``housekeeping``    stale pods, the Service, the admitted gang size
+``housekeeping``    stale pods, the rendezvous Service (with the gang), the admitted gang size
 ``suspend``         runPolicy.suspend and resuming
 ``deadline``        runPolicy.activeDeadlineSeconds
 ``node_loss``       pods on lost nodes force-deleted; a lost node restarts the gang
@@ -79,7 +79,6 @@ MACHINE: tuple[Transition, ...] = (
     housekeeping.DELETE_STALE,
     suspend.SUSPEND,
     suspend.RESUME,
-    housekeeping.CREATE_SERVICE,
     deadline.DEADLINE,
     housekeeping.ADMITTED_SIZE,
     node_loss.NODE_LOST,
@@ -97,6 +96,7 @@ MACHINE: tuple[Transition, ...] = (
     admission.PLACED,
     admission.BOUND,
     elastic.GROW,
+    housekeeping.RENDEZVOUS_SERVICE,
     admission.HEALTHY,
     admission.WAITING,
 )

@@ -27,6 +27,7 @@ class Plan:
 
     Attributes:
         create_service: Service manifest to create, or None.
+        delete_service: the uid of the job's own rendezvous Service to delete (its gang is gone and it waits), or None.
         create_pods: pod manifests to create (gated).
         create_objects: other objects of the gang to create first (the job's ComputeDomain; one that exists is kept).
         delete_pods: names of pods to delete.
@@ -47,6 +48,7 @@ class Plan:
     """
 
     create_service: dict[str, Any] | None = None
+    delete_service: str | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     create_objects: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[str] = field(default_factory=list)
@@ -73,6 +75,7 @@ class Step:
         job: the parsed job, None when the stored spec does not parse.
         pods: the job's pods (every restart count, terminating ones included).
         service_exists: whether the rendezvous Service exists.
+        service_uid: its uid when it is the job's own and was read as an object ("" otherwise).
         now: the time of this observation (UTC, timezone-aware).
         placement: the admission pass's answer, when it was asked.
         old: the observed ``status``.
@@ -110,6 +113,7 @@ class Step:
     foreign: list[dict[str, Any]] = field(default_factory=list)
     fabric: FabricProfile | None = None
     quarantine_limit: int | None = None
+    service_uid: str = ""
 
     @property
     def meta(self) -> dict[str, Any]:

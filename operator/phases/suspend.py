@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from railtrain.operator import conditions as cond
 from railtrain.operator.phases.agreement import not_running_detail
+from railtrain.operator.phases.housekeeping import service_change
 from railtrain.operator.phases.step import Step
 from railtrain.operator.phases.transition import ACTIVE, Transition
 
@@ -14,6 +15,8 @@ def _requested(step: Step) -> bool:
 
 def _suspend(step: Step) -> str:
     step.delete(step.gang)
+    if service_change(step) == "delete":  # a suspended job holds no node, so no rendezvous Service either
+        step.out.delete_service = step.service_uid
     # batch/v1 Job semantics: suspending stops the activeDeadlineSeconds timer
     # and resuming restarts it; the timer counts from startTime, which is set
     # again when the resumed gang is first healthy.
@@ -54,7 +57,7 @@ def _resume(step: Step) -> None:
             step.set_condition(cond.RUNNING, False, RESUMED, "resumed after a suspension: the job waits for admission")
 
 
-SUSPEND = Transition("suspend", ACTIVE, _requested, _suspend, "runPolicy.suspend true: every pod is deleted, startTime cleared (the deadline timer restarts on resume) and status.placement/topology cleared; phase Suspended.")
+SUSPEND = Transition("suspend", ACTIVE, _requested, _suspend, "runPolicy.suspend true: every pod (and the rendezvous Service) is deleted, startTime cleared (the deadline timer restarts on resume) and status.placement/topology cleared; phase Suspended.")
 RESUME = Transition(
     "resume", ACTIVE, _was_suspended, _resume,
     "runPolicy.suspend false after a suspension: Suspended turns False and the job waits for admission like a new job (Running False says so) until admitted again.",

@@ -286,16 +286,16 @@ def test_a_job_admitted_on_arrival_gets_one_status_write_before_its_service_and_
 def test_a_new_job_that_does_not_fit_gets_its_first_status_from_the_pass():
     kube = WriteCountingKube([node("n0")], [job_obj("wide", nodes=2)])
     controller.reconcile_job(kube, "team", "wide", NOW)
-    assert sorted(kube.writes) == [("create", "Service"), ("status", "Pending")]  # one status write: the refusal, not a bare Pending first
+    assert sorted(kube.writes) == [("status", "Pending")]  # one status write: the refusal, not a bare Pending first; no Service while it waits
     assert scheduled(kube, "team", "wide")["reason"] == "Unschedulable" and not kube.pods
     controller.reconcile_job(kube, "team", "wide", NOW, admit=False)  # a resync's reconcile (no pass) writes as before
     assert kube.jobs[("team", "wide")]["status"]["phase"] == "Pending"
 
 
-def test_a_new_job_reconciled_without_a_pass_writes_its_status_and_service_at_once():
+def test_a_new_job_reconciled_without_a_pass_writes_its_status_at_once_and_no_service():
     kube = WriteCountingKube([node("n0")], [job_obj("solo", nodes=1)])
     controller.reconcile_job(kube, "team", "solo", NOW, admit=False)
-    assert ("status", "Pending") in kube.writes and ("create", "Service") in kube.writes and not kube.pods
+    assert ("status", "Pending") in kube.writes and ("create", "Service") not in kube.writes and not kube.pods
 
 
 class MeetingKube(FakeKube):

@@ -63,7 +63,7 @@ def test_rows_that_fire_are_reported_in_order():
     step = reconcile.observe(obj, [], False, NOW)
     phase, fired = advance(step)
     assert phase == "Pending"
-    assert fired == ["delete-stale-pods", "create-service", "admitted-size", "create-missing-ranks", "waiting"]
+    assert fired == ["delete-stale-pods", "admitted-size", "create-missing-ranks", "waiting"]  # no Service while it waits
 
 
 def test_terminal_job_is_left_alone_even_with_a_spec_that_no_longer_parses():

@@ -12,12 +12,13 @@ from .builders import fail, gang, job_obj
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
-def test_new_job_creates_its_service_and_waits_then_its_placement_creates_the_pods_pinned():
+def test_new_job_waits_without_a_service_then_its_placement_creates_the_pods_pinned_with_it():
     obj = job_obj(nodes=3)
     p = reconcile.plan(obj, [], service_exists=False, now=NOW)
-    assert p.create_service["spec"]["clusterIP"] == "None"
+    assert p.create_service is None  # a waiting job holds no object (issue 26, item 8)
     assert p.create_pods == [] and p.status["phase"] == "Pending" and p.status_changed  # admit before creating
-    q = reconcile.plan(obj, [], service_exists=True, now=NOW, placement=Placement(("a", "b", "c")))
+    q = reconcile.plan(obj, [], service_exists=False, now=NOW, placement=Placement(("a", "b", "c")))
+    assert q.create_service["spec"]["clusterIP"] == "None" and q.status_first  # with the pods, after the admission record
     assert [pod["metadata"]["name"] for pod in q.create_pods] == ["llm-0", "llm-1", "llm-2"]
     assert all("schedulingGates" not in pod["spec"] for pod in q.create_pods)
     assert all(pod["metadata"]["ownerReferences"][0]["uid"] == "uid-llm" for pod in q.create_pods)
