@@ -26,7 +26,12 @@ The rules, in order (docs/operator.md, "Recovery"):
    node is quarantined for them only once verdicts named it with two different
    ranks on it (the next gang's ranks are rotated so the named rank lands
    elsewhere, :attr:`Decision.rotate`).
-4. **Bounds.** Job restarts spend ``backoffLimit`` and back off exponentially
+4. **Discrimination.** A verdict that names every node of a gang of two or more
+   nodes tells none of them apart (two data-parallel replicas whose parameters
+   differ, a finding on every rank): no node is quarantined or avoided for it,
+   whatever ``quarantineAfter`` says; the suspects are still counted. Evidence
+   must point at a node before the node is taken away (docs/health.md, "Two replicas").
+5. **Bounds.** Job restarts spend ``backoffLimit`` and back off exponentially
    from ``restartBackoffSeconds`` (batch/v1 Job's pod failure backoff: 10 s
    doubling); infrastructure restarts spend ``maxInfrastructureRestarts`` and
    back off from ``infrastructureBackoffSeconds`` (:func:`infrastructure_backoff`
@@ -337,11 +342,13 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
     claimed = sorted({n for n in f.nodes if n})
     named = [n for n in claimed if n in ours and (failures.existing is None or n in failures.existing)]
     ignored = tuple(n for n in claimed if n not in named)
+    # rule 4: a verdict naming every node of a multi-node gang tells none apart (e.g. two replicas that disagree)
+    undiscriminating = len(ours) > 1 and set(named) >= ours
     ranks_on: dict[str, set[int]] = {}
     for rank, node in failures.gang_nodes.items():
         ranks_on.setdefault(node, set()).add(rank)
     suspects, mine = _suspects(c, f.verdict, named, ranks_on)
-    due = [
+    due = [] if undiscriminating else [
         n for n in named
         if rule.quarantine_after and int(mine[n]["count"]) >= rule.quarantine_after and n not in c.tainted
         and (f.verdict not in SEPARATE_VERDICTS or len(mine[n].get("ranks") or []) >= 2)
@@ -357,7 +364,7 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
     room = len(due) if c.cluster_limit is None else max(0, c.cluster_limit - c.cluster_quarantines)
     quarantine, budget_spent = tuple(due[:room]), tuple(due[room:])
     records = c.quarantines + tuple({"node": n, "verdict": f.verdict, "time": _stamp(now)} for n in quarantine)
-    avoid = set(c.avoid) | set(quarantine) | set(budget_spent) | (set(named) if rule.avoid_nodes else set())
+    avoid = set(c.avoid) | set(quarantine) | set(budget_spent) | (set(named) if rule.avoid_nodes and not undiscriminating else set())
     shift = c.rank_shift + 1 if f.verdict in SEPARATE_VERDICTS and named else c.rank_shift
     c = replace(c, quarantines=records, avoid=tuple(sorted(avoid)), rank_shift=shift)
     more = dict(quarantine=quarantine, ignored=ignored, budget_spent=budget_spent)
@@ -375,6 +382,10 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         reason = REASON_AVOIDED
         why = (f"node(s) {', '.join(budget_spent)} not quarantined: the cluster's bound of {c.cluster_limit} quarantines per hour is reached "
                f"({c.cluster_quarantines} in the last hour); avoided by this job")
+    elif undiscriminating:
+        reason = REASON_INFRA
+        why = (f"the verdict names every node of the gang ({', '.join(named)}), which tells none of them apart: none quarantined or avoided; "
+               "restart not counted against backoffLimit")
     elif rule.avoid_nodes and named:
         reason, why = REASON_AVOIDED, f"node(s) {', '.join(named)} avoided by this job"
     else:

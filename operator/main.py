@@ -33,7 +33,8 @@ def run(settings: Settings) -> None:
 
     Raises:
         OperatorError: no usable kubeconfig, or the API server cannot be reached
-            or refuses the credentials (before anything starts); or the API
+            or refuses the credentials, or the served CRD lacks a field the operator
+            writes (before anything starts); or the API
             server stopped answering for ``settings.unreachable_seconds`` while running.
     """
     configure_logging(json_lines=settings.log_format == "json")
@@ -42,6 +43,7 @@ def run(settings: Settings) -> None:
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
         log.info("the operator stopped before it started")
         return
+    check_crd(api)
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
     cached = CachedKube(api, settings.namespace)  # watch-fed caches behind the pass-wide reads (operator/cachedkube.py)
@@ -95,6 +97,20 @@ def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS
                 raise OperatorError(f"the Kubernetes API server at {host} is still not ready after {wait_seconds:.0f} s: {kube.describe(err)}") from None
             log.warning("the API server at %s is not ready yet (%s); retrying", host, kube.describe(err))
             time.sleep(1.0)
+
+
+def check_crd(api: client.ApiClient) -> None:
+    """Refuse to start when the served TrainingJob CRD lacks a field the operator writes (:func:`railtrain.operator.crdcheck.check`).
+
+    Raises:
+        OperatorError: the CRD is missing, unreadable or stale; the sentence names the missing fields.
+    """
+    from railtrain.operator import crdcheck
+
+    try:
+        crdcheck.check(api)
+    except crdcheck.CRDError as err:
+        raise OperatorError(str(err)) from None
 
 
 class QuietKopf(logging.Filter):

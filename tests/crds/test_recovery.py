@@ -33,8 +33,22 @@ def test_the_jobs_quarantine_window_is_one_sliding_hour(age_minutes, bound, exce
 
 
 def test_already_quarantined_nodes_are_not_quarantined_again():
-    d = decide(verdict("hardware-suspect", nodes=("a", "b")), counters=recovery.Counters(tainted=frozenset({"a"})))
+    gang = recovery.GangFailure((verdict("hardware-suspect", nodes=("a", "b")),), GANG | {2: "c"})  # c: the verdict does not name every node
+    d = recovery.decide(gang, RunPolicy(), recovery.Counters(tainted=frozenset({"a"})), NOW)
     assert d.quarantine == ("b",) and d.avoid == ("a", "b")
+
+
+@pytest.mark.parametrize("kind", ["hardware-suspect", "straggler"])
+def test_a_verdict_naming_every_node_of_the_gang_quarantines_none(kind):
+    """Issue 25 item 5: two replicas disagree and nothing tells which is wrong; an old trainer names both nodes."""
+    policy = RunPolicy(failure_policy=FailurePolicy(rules=[FailurePolicyRule(verdict=kind, action="RestartIgnoringBackoff", quarantine_after=1, avoid_nodes=True)]))
+    counters = recovery.Counters(suspects=({"node": "a", "verdict": kind, "count": 5, "ranks": [0, 1]}, {"node": "b", "verdict": kind, "count": 5, "ranks": [0, 1]}))
+    d = decide(verdict(kind, nodes=("a", "b")), policy=policy, counters=counters)
+    assert d.action == recovery.RESTART_INFRASTRUCTURE and d.quarantine == () and d.avoid == () and d.counters.quarantines == ()
+    assert "names every node of the gang (a, b), which tells none of them apart: none quarantined" in d.message
+    assert {s["node"]: s["count"] for s in d.counters.suspects} == {"a": 6, "b": 6}  # still counted
+    one = decide(verdict(kind, nodes=("b",)), policy=policy, counters=counters)  # evidence pointing at one node still acts
+    assert one.quarantine == ("b",)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +76,8 @@ def test_the_cluster_bound_comes_first_and_the_node_is_only_avoided():
 
 def test_a_jobs_setting_can_only_lower_the_cluster_bound():
     job_allows = RunPolicy(failure_policy=FailurePolicy(max_quarantines_per_hour=100))
-    d = decide(verdict("hardware-suspect", nodes=("a", "b")), policy=job_allows, counters=recovery.Counters(cluster_quarantines=0, cluster_limit=1))
+    gang = recovery.GangFailure((verdict("hardware-suspect", nodes=("a", "b")),), GANG | {2: "c"})  # c: the verdict does not name every node
+    d = recovery.decide(gang, job_allows, recovery.Counters(cluster_quarantines=0, cluster_limit=1), NOW)
     assert d.quarantine == ("a",) and d.budget_spent == ("b",)
 
 

@@ -16,6 +16,7 @@ property of the data. A known-answer test then catches a device that is *consist
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from typing import Any, Callable, Mapping
@@ -174,11 +175,13 @@ class HealthMonitor(ComputeTiming, SettingsReload):
                 (gradients zeroed first) and returns the new local loss.
 
         Returns:
-            ``True`` when the batch is to be skipped (a data anomaly, within the allowed count).
+            ``True`` when the batch is to be skipped (a data anomaly, within the allowed count). A non-finite
+            loss or gradient norm is never answered ``False``: it is skipped or ends the run.
 
         Raises:
             HealthVerdict: ``hardware-suspect`` (a rank's re-execution or known-answer test differs) or
-                ``user-error`` (a reproducible anomaly with action ``stop``, or too many skipped batches).
+                ``user-error``: ``DataAnomaly`` (a reproducible anomaly with action ``stop``, or too many skipped
+                batches) or ``NonFiniteUpdate`` (a non-finite loss or gradient norm right after a skipped batch).
         """
         if not self.enabled:
             return False
@@ -216,9 +219,20 @@ class HealthMonitor(ComputeTiming, SettingsReload):
                 f"step {step}: {what}; re-executing the step gave a different result on rank(s) {rerun_bad}, known-answer test differs on {kat_suspects}",
                 evidence | {"rerun_differs": rerun_bad, "known_answer_differs": kat_suspects},
             )  # fmt: skip
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
         if self._last_skip == step - 1:
-            # two anomalous steps in a row: not one bad batch but the model itself (e.g. diverged parameters);
-            # not skipped, so a non-finite loss ends the run as before (retryable LossNotFinite)
+            # two anomalous steps in a row: not one bad batch but the model itself (e.g. diverged parameters)
+            if not finite:
+                # a non-finite update is never applied (docs/health.md, "Non-finite updates"); a rerun from the
+                # newest checkpoint would repeat it, so the run ends here, deterministically
+                raise self._verdict(
+                    contract.VERDICT_USER_ERROR, contract.REASON_NON_FINITE_UPDATE, step, [],
+                    f"step {step}: {what} right after step {step - 1}'s, reproduced by re-execution: the model diverged "
+                    "(not one bad batch, not hardware); no update was applied and no checkpoint holds it; "
+                    "lower --lr or raise --warmup-steps, then resume from the newest checkpoint",
+                    evidence | {"previous_step": step - 1},
+                )  # fmt: skip
+            # a finite spike: the update is applied (clipping bounds it)
             self.log(f"health: step {step}: {what} again right after a skipped batch: not the data; not skipping")
             return False
         self._last_skip = step
@@ -312,24 +326,48 @@ class HealthMonitor(ComputeTiming, SettingsReload):
             )  # fmt: skip
 
     def check_fingerprints(self, step: int) -> None:
-        """Compare parameter fingerprints within each replica group (no-op without replication)."""
+        """Compare parameter fingerprints within each replica group (no-op without replication).
+
+        A group with a strict majority names the ranks that differ from it. A group without one
+        (two replicas) cannot say which copy is wrong, so the step is re-examined on every rank:
+        each rank hashes its parameters again (a rank whose second hash differs from its first is
+        computing wrong now) and runs the known-answer test (a rank whose answer is wrong is
+        consistently wrong). Only a rank those re-runs single out is named; when they single out
+        none, the verdict names no rank and no node (docs/health.md, "Two replicas"): the gang
+        restarts from its last checkpoint, where the replicas agree again, and no node is
+        quarantined on evidence that does not point at it.
+
+        Raises:
+            HealthVerdict: ``hardware-suspect``/``ParameterMismatch`` when some group disagrees.
+        """
         if not self.groups:
             return
         self.metrics.checks.labels("fingerprint").inc()
-        prints = {r: row[0] for r, row in enumerate(self._gather([model_fingerprint(self.model)], torch.int64))}
+        first = model_fingerprint(self.model)
+        prints = {r: row[0] for r, row in enumerate(self._gather([first], torch.int64))}
         found = stats.compare_fingerprints(self.groups, prints)
         if not found:
             return
         self.metrics.mismatches.labels("fingerprint").inc()
-        kat = self._gather([self._known_answer_flag()], torch.int64)
-        suspects: set[int] = set()
-        for d in found:
-            decided = set(d.suspects) if d.decided else {r for r in d.group if kat[r][0]} or set(d.group)
-            suspects |= decided
-        evidence = {"groups": [{"ranks": list(d.group), "fingerprints": {str(r): f"{v:016x}" for r, v in d.values.items()}, "majority": d.decided} for d in found][:8]}
+        self.progress.mark(step, "rerun")
+        rows = self._gather([int(model_fingerprint(self.model) != first), self._known_answer_flag()], torch.int64)
+        rehash = {r for r in range(self.world) if rows[r][0]}
+        kat = {r for r in range(self.world) if rows[r][1]}
+        suspects, unattributed = stats.attribute_mismatches(found, rehash, kat)
+        evidence = {
+            "groups": [{"ranks": list(d.group), "fingerprints": {str(r): f"{v:016x}" for r, v in d.values.items()}, "majority": d.decided} for d in found][:8],
+            "rehash_differs": sorted(rehash), "known_answer_differs": sorted(kat), "unattributed": unattributed[:16],
+        }  # fmt: skip
+        if suspects:
+            raise self._verdict(
+                contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, suspects,
+                f"step {step}: parameter bytes of rank(s) {suspects} differ from their replicas'", evidence,
+            )  # fmt: skip
         raise self._verdict(
-            contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, sorted(suspects),
-            f"step {step}: parameter bytes of rank(s) {sorted(suspects)} differ from their replicas'", evidence,
+            contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, [],
+            f"step {step}: parameter bytes of ranks {unattributed} differ, and with no majority among the replicas and no rank whose "
+            f"re-hash or known-answer test is wrong, the evidence does not say which copy is wrong: no node named",
+            evidence,
         )  # fmt: skip
 
     def check_known_answer(self, step: int) -> None:

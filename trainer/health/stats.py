@@ -27,7 +27,7 @@ import math
 import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Collection, Hashable, Mapping, Sequence
 
 MAD_TO_SIGMA = 1.4826
 
@@ -79,6 +79,34 @@ def compare_fingerprints(groups: Sequence[Sequence[int]], prints: Mapping[int, H
         suspects = tuple(r for r in ranks if values[r] != top) if decided else ranks
         out.append(Disagreement(ranks, suspects, decided, values))
     return out
+
+
+def attribute_mismatches(found: Sequence[Disagreement], rehash_differs: Collection[int], known_answer_differs: Collection[int]) -> tuple[list[int], list[int]]:
+    """Which ranks a set of fingerprint disagreements names (docs/health.md, "Two replicas").
+
+    A group with a strict majority names the ranks that differ from it. A group without one
+    (two replicas, or an even split) says only that its copies differ; its ranks are named only
+    when a re-execution singles them out: their second hash of the same bytes differed from the
+    first (``rehash_differs``: computing wrong now) or their known-answer test is wrong
+    (``known_answer_differs``: consistently wrong). A group that neither singles out is unattributed:
+    naming every rank of it would name the healthy copy's node as well.
+
+    Args:
+        found: the disagreements (:func:`compare_fingerprints`).
+        rehash_differs, known_answer_differs: global ranks whose re-hash / known-answer test differs.
+
+    Returns:
+        ``(suspects, unattributed)``: the named ranks, and the ranks of groups nothing singled out; both sorted.
+    """
+    suspects: set[int] = set()
+    unattributed: set[int] = set()
+    for d in found:
+        named = set(d.suspects) if d.decided else {r for r in d.group if r in rehash_differs or r in known_answer_differs}
+        if named:
+            suspects |= named
+        else:
+            unattributed |= set(d.group)
+    return sorted(suspects), sorted(unattributed - suspects)
 
 
 def odd_ones_out(values: Mapping[int, Hashable]) -> tuple[int, ...]:

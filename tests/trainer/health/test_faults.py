@@ -43,6 +43,17 @@ def test_persistent_fault_with_two_replicas_is_decided_by_the_known_answer_test(
     assert v["evidence"]["groups"][0]["majority"] is False
 
 
+def test_two_replicas_that_nothing_tells_apart_name_no_node(tmp_path: Path) -> None:
+    """Issue 25 item 5: rank 1's parameter bit flips once; the two replicas differ, rank 1's re-hash and
+    known-answer test are right (the device is not bad now): no rank and no node named, and the verdict says why."""
+    faults = contract.Faults(bitflip=contract.BitFlipFault(rank=1, step=3, mode="once", bit=0, index=7))
+    run = run_gang(tmp_path, 2, *STEPS, faults=faults)
+    v = _one_verdict(run, contract.VERDICT_HARDWARE_SUSPECT)
+    assert (v["reason"], v["ranks"], v["nodes"], v["step"]) == (contract.REASON_PARAMETER_MISMATCH, [], [], 4), v
+    assert v["evidence"]["unattributed"] == [0, 1] and v["evidence"]["groups"][0]["majority"] is False
+    assert "does not say which copy is wrong: no node named" in v["message"]
+
+
 def test_transient_activation_flip_is_classified_hardware_by_re_execution(tmp_path: Path) -> None:
     """An exponent bit of rank 0's output flips in step 3's forward only: the loss explodes, the re-run does not."""
     faults = contract.Faults(bitflip=contract.BitFlipFault(rank=0, step=3, mode="once", bit=30, target="activation"))
