@@ -13,8 +13,8 @@ What is checked, per document (fenced code blocks are read as code, not as links
   placeholder (``<job>``, ``{a,b}``, ``$VAR``) and words whose first part is not in the repository (labels such as
   ``kubernetes.io/hostname``, paths of other projects, paths in a pod such as ``/dev/shm``) are not repository
   paths and are left alone.
-- Absolute paths of a developer's machine (``/work/...``, ``/home/...``, ``/Users/...``, or under the folder that
-  holds this checkout) are refused wherever they appear in code: a reader of the repository does not have them.
+- Absolute paths of a developer's machine (``/work/...``, ``/home/...``, ``/Users/...``) are refused wherever they
+  appear in code: a reader of the repository does not have them.
 """
 
 from __future__ import annotations
@@ -35,17 +35,13 @@ REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 PATH_WORD = re.compile(r"^(?:\./|\.\./)*[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-*]*)+$")
 MACHINE_ROOTS = ("/work/", "/home/", "/Users/")
+"""Where a developer's own files live (a checkout's neighbours, a home folder): absolute paths no reader of the repository
+has. Paths in a pod or of the system (``/dev/shm``, ``/var/run/...``, ``/tmp/x.yaml`` in a command) are not refused."""
 IGNORED_DIRS = tuple(
     line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines() if line.strip().startswith("/") and line.strip().endswith("/")
 )
 """The repository's own output folders (``.gitignore``'s root-anchored folders: ``bench/results``, ``runs``)."""
 EDGE_PUNCTUATION = "\"'(),;.:[]"
-
-
-def _machine_roots() -> tuple[str, ...]:
-    """Absolute paths no reader of the repository has: the usual home/work roots and every folder above this checkout."""
-    above = [str(p).rstrip("/") + "/" for p in REPO.parents if str(p) != "/"]
-    return (*MACHINE_ROOTS, *above)
 
 
 def _blocks(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
@@ -115,12 +111,11 @@ def repo_path(word: str) -> str | None:
 def path_problems(doc: Path, prose: list[tuple[int, str]], code: list[tuple[int, str]]) -> list[str]:
     """One sentence per repository path named in ``doc``'s code that does not exist, or machine path it names."""
     out = []
-    roots = _machine_roots()
     for fenced, lines in ((False, prose), (True, code)):
         for number, line in lines:
             where = f"{doc.relative_to(REPO)}:{number}"
             for word in _words(line, fenced):
-                if word.startswith("/") and any(word.startswith(r) or word + "/" == r for r in roots):
+                if word.startswith("/") and any(word.startswith(r) or word + "/" == r for r in MACHINE_ROOTS):
                     out.append(f"{where}: {word} is a path on a developer's machine, outside the repository")
                     continue
                 rel = repo_path(word)
