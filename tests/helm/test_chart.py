@@ -97,6 +97,25 @@ def test_the_crd_is_a_template_upgrades_apply_and_uninstall_keeps(helm):
     assert of_kind(render(helm, "railtrain-system", "crds.install=false"), "CustomResourceDefinition") == []
 
 
+def test_the_charts_version_moves_with_its_crd(tmp_path):
+    """Chart.yaml records the SHA-256 of the CRD it ships; a changed CRD without a new chart version fails here (issue 26 item 4)."""
+    from railtrain.crds.__main__ import CRD_SHA_ANNOTATION, crd_sha256, record_in_chart
+
+    text = (CHART / "files" / "trainingjob.yaml").read_text()
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["annotations"][CRD_SHA_ANNOTATION] == crd_sha256(text), "the chart's CRD changed but its version did not: run `python -m railtrain.crds`"
+    # The generator moves the version with the CRD, and only then.
+    copy = tmp_path / "Chart.yaml"
+    copy.write_text((CHART / "Chart.yaml").read_text())
+    assert record_in_chart(copy, text) is False and copy.read_text() == (CHART / "Chart.yaml").read_text()
+    changed = text + "# one more field\n"
+    assert record_in_chart(copy, changed) is True
+    moved = yaml.safe_load(copy.read_text())
+    version = [int(v) for v in chart["version"].split(".")]
+    assert moved["version"] == f"{version[0]}.{version[1]}.{version[2] + 1}" and moved["appVersion"] == chart["appVersion"]
+    assert moved["annotations"][CRD_SHA_ANNOTATION] == crd_sha256(changed)
+
+
 def test_monitors_and_dashboard(helm):
     docs = render(helm, "mon", "metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true", "metrics.serviceMonitor.labels.release=kps",
                   "dashboard.folder=Training")  # fmt: skip
