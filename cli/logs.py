@@ -284,7 +284,11 @@ def follow_job(
                     continue
                 prefix = rank is None and int((job.get("spec") or {}).get("nodes") or 1) > 1
                 attempt = attempt_of(job)
-                pods = [p for p in list_pods() if pod_restart(p) == attempt and (rank is None or pod_rank(p) == rank)]
+                try:
+                    every = list_pods()
+                except CliError:  # the API server did not answer this time: the next tick asks again (the watch has patience)
+                    continue
+                pods = [p for p in every if pod_restart(p) == attempt and (rank is None or pod_rank(p) == rank)]
                 for pod in sorted(pods, key=pod_rank):
                     uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
                     if uid in opened or not log_ready(pod, container):
