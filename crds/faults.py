@@ -28,7 +28,8 @@ ENV_FAULT_SLOW = "RAILTRAIN_FAULT_SLOW"
 """Make ``rank``'s compute ``factor`` times slower from ``from_step`` on (a straggler)."""
 ENV_FAULT_HANG = "RAILTRAIN_FAULT_HANG"
 """Hang ``rank`` at ``step``: ``kind=compute`` sleeps forever inside the step's compute,
-``kind=collective`` never enters the step's next collective (the others wait in it)."""
+``kind=collective`` never enters the step's next collective (the others wait in it),
+``kind=init`` never joins the process group (the others wait in its set-up; ``step`` is ignored, give 0)."""
 ENV_FAULT_KILL = "RAILTRAIN_FAULT_KILL"
 """``rank`` kills itself (SIGKILL) at ``step``, after the step's compute."""
 ENV_FAULT_BAD_BATCH = "RAILTRAIN_FAULT_BAD_BATCH"
@@ -110,7 +111,7 @@ _FAULT_KINDS: dict[str, tuple[str, type]] = {
     "kill": (ENV_FAULT_KILL, KillFault),
     "bad_batch": (ENV_FAULT_BAD_BATCH, BadBatchFault),
 }
-_FAULT_CHOICES = {"mode": ("once", "persistent"), "target": ("param", "activation"), "kind": ("compute", "collective")}
+_FAULT_CHOICES = {"mode": ("once", "persistent"), "target": ("param", "activation"), "kind": ("compute", "collective", "init")}
 
 
 def format_fault(fault: Any) -> str:

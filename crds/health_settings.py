@@ -52,7 +52,11 @@ class HealthSettings:
         anomaly_action: on a reproducible (data) anomaly: ``skip`` the batch or ``stop`` (user-error).
         max_skipped_batches: batches that may be skipped before the job stops with user-error.
         hang_factor: the watchdog's deadline is ``max(hang_factor x median step time, hang_floor_s)``.
-        hang_floor_s: lower bound of the watchdog's deadline, seconds.
+        hang_floor_s: lower bound of the watchdog's deadline, seconds (10: a hang on 0.5 s steps is
+            found in about 10 s, not in a minute; docs/health.md, "Hang deadlines").
+        hang_warmup_s: seconds allowed without progress while the gang initialises (process start to
+            the watchdog's start: process group, model, checkpoint load), in its first steps
+            (compile, lazy communicators) and in a checkpoint save; never less than the step deadline.
     """
 
     fingerprint_interval: int = 50
@@ -67,14 +71,15 @@ class HealthSettings:
     anomaly_action: str = "skip"
     max_skipped_batches: int = 5
     hang_factor: float = 3.0
-    hang_floor_s: float = 60.0
+    hang_floor_s: float = 10.0
+    hang_warmup_s: float = 600.0
 
     def validate(self) -> None:
         """Raises :class:`ContractError` naming the variable of a value out of range."""
         for name in ("fingerprint_interval", "kat_interval", "timing_interval", "straggler_window"):
             if getattr(self, name) < 1:
                 raise ContractError(f"{health_variable(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("straggler_threshold", "straggler_stop_share", "spike_threshold", "spike_ratio", "hang_factor", "hang_floor_s", "max_skipped_batches"):
+        for name in ("straggler_threshold", "straggler_stop_share", "spike_threshold", "spike_ratio", "hang_factor", "hang_floor_s", "hang_warmup_s", "max_skipped_batches"):
             if getattr(self, name) < 0:
                 raise ContractError(f"{health_variable(name)} must be >= 0, got {getattr(self, name)}")
         if self.straggler_action not in ("report", "stop"):

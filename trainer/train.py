@@ -24,11 +24,12 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract
-from railtrain.trainer.checkpoint import Checkpointer, TierConfig
+from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState, TierConfig
 from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
-from railtrain.trainer.health.monitor import HealthMonitor, process_group_timeout_s
+from railtrain.trainer.health.monitor import HealthMonitor, HealthVerdict, process_group_timeout_s
+from railtrain.trainer.health.watchdog import arm_start_deadline
 from railtrain.trainer.metrics import TrainerMetrics
 from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
@@ -43,7 +44,7 @@ from railtrain.trainer.parallel import (
     resolve_dims,
     shutdown_distributed,
 )
-from railtrain.trainer.dims import node_limit
+from railtrain.trainer.dims import check_float8_tokens, in_nvlink_domain
 from railtrain.trainer.pipeline import auto_microbatches, bubble_fraction, build_schedule, keep_stage
 from railtrain.trainer.reductions import clip_grad_norm_, mean_loss, mean_loss_and_sum
 from railtrain.trainer.steps import ForwardBackward
@@ -101,7 +102,7 @@ def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: b
         ValueError: ``--cpu-offload`` without FSDP2.
     """
     if config.cpu_offload and not dims.uses_fsdp:
-        raise ValueError(f"--cpu-offload needs FSDP2 (fsdp > 1), but the degrees are {dims.degrees.describe()}")
+        raise ValueError(f"--cpu-offload needs FSDP2 (fsdp > 1 or context > 1), but the degrees are {dims.degrees.describe()}")
     torch.manual_seed(config.seed)
     with torch.device(info.device):
         model = Transformer(PRESETS[config.preset])
@@ -228,11 +229,15 @@ class Trainer:
         self.config = config = apply_launch_context(config, ctx)
         self.corpus = ByteCorpus.load(config.data)
         health_settings = contract.read_health(environ)
+        # a gang stuck before its watchdog runs (process group set-up) is a hang too (docs/health.md, "Hang deadlines")
+        self.start_deadline = arm_start_deadline(health_settings, config.health and environ.get(contract.ENV_HEALTH, "1") != "0", environ,
+                                                 (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, ""))
         self.info = info = init_distributed(resolve_device(config.device), process_group_timeout_s(health_settings))
         set_threads(config, info)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
-        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, node_limit(environ, info.local_world_size), config.tp, config.pp, config.cp)
+        self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp,
+                                        in_nvlink_domain(environ))
         self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
@@ -242,6 +247,7 @@ class Trainer:
         self.precision = resolve_precision(config.mixed_precision, info.device.type)
         self.fp8 = self.precision == "fp8"
         if self.fp8:
+            check_float8_tokens(dims, config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
             float8.check_device(info.device, bool(config.fp8_emulate))
         self.bf16 = self.precision in ("bf16", "fp8")  # fp8: bf16 everywhere the float8 layers are not
         self.mesh = build_mesh(dims, info.device.type) if info.distributed else None
@@ -266,7 +272,8 @@ class Trainer:
 
         Returns:
             ``(loss averaged over ranks, global gradient norm before clipping, learning rate, whether the batch
-            was skipped as a data anomaly)``.
+            was skipped as a data anomaly)``. The optimizer steps only when the batch is not skipped and both the
+            loss and the gradient norm are finite; the gradients are zeroed either way.
 
         Raises:
             HealthVerdict: a health check's verdict.
@@ -292,12 +299,32 @@ class Trainer:
             return self.forward_backward(inputs, targets).detach()
 
         skip = self.health.check_numeric(step, loss_value, grad_norm, loss, recompute)
-        if not skip:
+        # Never an update from a non-finite gradient norm or loss, whatever the health checks said (or if they are
+        # off): the values on every rank are the all-reduced ones, so every rank takes the same branch.
+        if not skip and math.isfinite(grad_norm) and math.isfinite(loss_value):
             self.optimizer.step()
             if self.fp8:
                 float8.precompute_scales(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, grad_norm, lr, skip
+
+    def save_checkpoint(self, last_step: int) -> float:
+        """Checkpoint the current step to the due tiers (every rank calls); returns the seconds the loop was blocked.
+
+        Raises:
+            HealthVerdict: ``user-error`` ``NonFiniteUpdate`` when the state is not finite on some rank (it is
+                not saved, so retention never deletes a finite checkpoint for it; docs/checkpoints.md).
+        """
+        assert self.checkpointer is not None
+        try:
+            return self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state(), last_step)
+        except NonFiniteState as err:
+            raise HealthVerdict(
+                contract.VERDICT_USER_ERROR, contract.REASON_NON_FINITE_UPDATE,
+                f"{err}: the optimizer step of step {self.step} made them so from a finite gradient norm (an overflow in the "
+                "update, e.g. too high a learning rate); lower --lr or raise --warmup-steps, then resume from the newest checkpoint",
+                step=self.step, evidence=err.evidence,
+            ) from None  # fmt: skip
 
     def _train_state(self) -> dict[str, int]:
         return {"step": self.step, **self.sampler.state()}
@@ -348,6 +375,8 @@ class Trainer:
         if self.step >= c.steps and self.checkpointer is not None:
             self.log(f"nothing to train: {self.checkpointer.start_over_hint(self.step)}, and --steps is {c.steps}; {self._start_over()}")
         self.health.start()
+        if self.start_deadline is not None:
+            self.start_deadline.cancel()  # the watchdog's heartbeats take over
         metrics = open(c.metrics_file, "a") if c.metrics_file and info.rank == 0 else None
         tokens_per_step = c.batch_size * c.seq_len
         start = time.perf_counter()
@@ -360,8 +389,8 @@ class Trainer:
                 tokens_per_s = tokens_per_step / step_s
                 self.prometheus.observe_step(self.step, loss_value, tokens_per_s, step_s)
                 self.health.end_step(self.step, step_s)
-                if not math.isfinite(loss_value) and not skipped:
-                    raise FloatingPointError(f"loss is {loss_value} at step {self.step}")
+                if not (math.isfinite(loss_value) and math.isfinite(grad_norm)) and not skipped:  # the health checks are off
+                    raise FloatingPointError(f"loss is {loss_value}, gradient norm {grad_norm} at step {self.step}; the update was not applied")
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
@@ -374,7 +403,7 @@ class Trainer:
                     metrics.flush()
                 if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):
                     self.health.phase(self.step, "checkpoint")
-                    blocked = self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state(), c.steps)
+                    blocked = self.save_checkpoint(c.steps)
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
@@ -388,6 +417,8 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the process group and free the model and optimizer (idempotent)."""
+        if getattr(self, "start_deadline", None) is not None:
+            self.start_deadline.cancel()
         if getattr(self, "health", None) is not None:
             self.health.stop()
         if getattr(self, "checkpointer", None) is not None:

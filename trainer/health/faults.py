@@ -13,6 +13,7 @@ Each fault models a failure the detectors must catch (docs/health.md, "Fault inj
   ``factor`` times its measured time (a straggler).
 - hang: ``compute`` sleeps forever at the end of the step's forward; ``collective`` sleeps
   forever just before the step's first collective after the backward pass.
+- hang ``init``: sleeps forever before joining the process group (:func:`hang_before_init`).
 - kill: SIGKILL to itself at the end of the step's compute.
 - bad batch: the step's output is NaN on every forward, re-executions included (a data problem).
 """
@@ -50,6 +51,18 @@ def sleep_forever(what: str, log: Callable[[str], None]) -> None:
     log(what)
     while True:
         time.sleep(3600)
+
+
+def hang_before_init(faults: contract.Faults, rank: int, log: Callable[[str], None] | None = None) -> None:
+    """The ``kind=init`` hang fault: block this rank for good before it joins the process group (its peers then
+    wait in the process group's set-up). Called by the trainer before ``init_process_group``; returns at once otherwise.
+
+    Args:
+        faults: the run's faults; rank: this process's global rank (torchrun's ``RANK``).
+    """
+    hang = faults.hang
+    if hang is not None and hang.kind == "init" and hang.rank in (rank, -1):
+        sleep_forever(f"fault: rank {rank} never joins the process group", log or (lambda s: print(s, file=sys.stderr, flush=True)))
 
 
 class FaultInjector:

@@ -267,6 +267,23 @@ def hang_deadline(step_times: Sequence[float], factor: float, floor: float) -> f
     return max(factor * statistics.median(step_times), floor)
 
 
+def phase_deadline(step_times: Sequence[float], factor: float, floor: float, warmup: float, *, warming: bool, slow_phase: bool) -> float:
+    """Seconds a rank may stay in one phase before it is hung (docs/health.md, "Hang deadlines").
+
+    After warm-up: :func:`hang_deadline` (``max(factor x median step, floor)``). While the gang warms up
+    (its first steps: compile, lazy communicator set-up, allocator growth) and in a phase that may
+    legitimately outlast a step (a checkpoint save): at least ``warmup``.
+
+    Args:
+        step_times: recent step durations in seconds; factor, floor: as :func:`hang_deadline`.
+        warmup: the warm-up allowance in seconds (``hang_warmup_s``).
+        warming: the gang has not finished its first warm-up steps yet.
+        slow_phase: the rank is in a phase that may outlast a step.
+    """
+    base = hang_deadline(step_times, factor, floor)
+    return max(base, warmup) if warming or slow_phase else base
+
+
 def replica_groups(coordinates: Sequence[Mapping[str, int]]) -> list[list[int]]:
     """Groups of ranks that must hold byte-identical parameters: same coordinates but ``dp_replicate``.
 

@@ -36,13 +36,18 @@ import torch.distributed as dist
 
 from railtrain.crds import contract
 from railtrain.trainer.health import stats
+from railtrain.trainer.health.faults import hang_before_init
 
 PHASE_ORDER = {"start": 0, "forward": 1, "backward": 2, "collective": 3, "rerun": 4, "known-answer": 5, "checkpoint": 6, "done": 7}
 """The order of a step's phases: among stalled ranks, the one furthest behind (lowest step, then
 earliest phase) is the one the others wait for."""
-SLOW_PHASES = {"checkpoint": 10.0, "start": 10.0}
-"""Phases that may legitimately outlast a step (checkpoint saves, the first step's set-up):
-their deadline is this multiple of the floor at least."""
+SLOW_PHASES = frozenset({"checkpoint", "start"})
+"""Phases that may legitimately outlast a step (checkpoint saves, the set-up before the first step):
+their deadline is ``hang_warmup_s`` at least."""
+WARMUP_STEPS = 2
+"""Steps of a gang (this process's first ones, after a resume too) that get the warm-up allowance
+``hang_warmup_s``: the first step compiles, sets up lazy communicators and grows the allocator, and
+the median of one step time is that slow step."""
 
 
 @dataclass
@@ -154,12 +159,13 @@ class Watchdog(threading.Thread):
             if self._seen.get(b.rank) != state:
                 self._seen[b.rank], self._changed[b.rank] = state, now
         s = self.settings()
-        base = stats.hang_deadline(list(self.step_times), s.hang_factor, 0.9 * s.hang_floor_s)
+        times = list(self.step_times)
+        warming = len(times) < WARMUP_STEPS
         live = [b for b in beats if b.phase != "done"]
         self.age_s = max((now - self._changed[b.rank] for b in live), default=0.0)
         stalled = [
             b for b in live
-            if now - self._changed[b.rank] > max(base, SLOW_PHASES.get(b.phase, 0.0) * s.hang_floor_s)
+            if now - self._changed[b.rank] > stats.phase_deadline(times, s.hang_factor, 0.9 * s.hang_floor_s, s.hang_warmup_s, warming=warming, slow_phase=b.phase in SLOW_PHASES)
         ]  # fmt: skip
         if not stalled:
             return None
@@ -169,15 +175,16 @@ class Watchdog(threading.Thread):
         # on a busy node) changed its beat after the peers that now wait for it, so it passes the
         # deadline after them, yet it is the one they wait for.
         first = min(live, key=_behind)
+        deadline = stats.phase_deadline(times, s.hang_factor, 0.9 * s.hang_floor_s, s.hang_warmup_s, warming=warming, slow_phase=first.phase in SLOW_PHASES)
         verdict = {
             "reason": contract.REASON_NO_PROGRESS,
             "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "
-            f"(deadline {base:.1f}s) in step {first.step}, phase {first.phase}",
+            f"(deadline {deadline:.1f}s) in step {first.step}, phase {first.phase}",
             "nodes": [first.node] if first.node else [],
             "ranks": [first.rank],
             "step": first.step,
             "evidence": {
-                "phase": first.phase, "age_s": round(now - self._changed[first.rank], 3), "deadline_s": round(base, 3),
+                "phase": first.phase, "age_s": round(now - self._changed[first.rank], 3), "deadline_s": round(deadline, 3), "warming_up": warming,
                 "stalled_ranks": [b.rank for b in sorted(stalled, key=_behind)][:16],
                 "median_step_s": round(sorted(self.step_times)[len(self.step_times) // 2], 6) if self.step_times else None,
                 "detected_by": self.rank,
@@ -206,3 +213,86 @@ class Watchdog(threading.Thread):
         sys.stdout.flush()
         time.sleep(2 * self.poll_s())  # let the other ranks' watchdogs read the verdict before this rank's exit breaks their collectives
         os._exit(contract.EXIT_FAILED)
+
+
+class StartDeadline:
+    """The hang check of a gang that has not started yet: from process start until the watchdog runs.
+
+    The heartbeat watchdog needs the process group, the model and the store; a gang stuck before
+    them (a rendezvous or process-group set-up that never completes, e.g. gloo's
+    ``connectFullMesh`` waiting for a peer that is gone) would otherwise wait for whatever timeout
+    torch applies there, or forever. This timer thread, armed first thing in the trainer, ends the
+    process with verdict ``hang`` (``NoProgress``, phase ``init``) when :meth:`cancel` was not called
+    within ``seconds`` (``hang_warmup_s``). It names no rank and no node: every rank of a gang stuck in
+    set-up waits in the same place, and which peer is missing is not this rank's to know, so nothing is
+    quarantined for it.
+
+    Args:
+        seconds: the allowance (``HealthSettings.hang_warmup_s``).
+        rank: this process's global rank as torchrun set it (``RANK``; for the message).
+        node: this rank's node name.
+        on_expire: called with the verdict dict (as :class:`Watchdog`'s ``on_hang``) instead of ending the process.
+    """
+
+    def __init__(self, seconds: float, rank: int, node: str, on_expire: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.seconds, self.rank, self.node = seconds, rank, node
+        self.on_expire = on_expire or self._end_process
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"railtrain-health-start-{rank}", daemon=True)
+        self.started = time.monotonic()
+
+    def start(self) -> "StartDeadline":
+        """Arm the timer (returns ``self``)."""
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        """The gang has started (the watchdog runs now) or the process is ending: disarm (idempotent)."""
+        self._done.set()
+
+    def verdict(self) -> dict[str, Any]:
+        """The hang verdict of a gang that did not start in time (the dict :class:`Watchdog` gives ``on_hang``)."""
+        return {  # the same on every rank (no rank's own clock or name in it), like the watchdog's shared verdict
+            "reason": contract.REASON_NO_PROGRESS,
+            "message": f"the gang did not finish starting (process group, model, checkpoint load) within {self.seconds:.1f}s "
+            "(hang_warmup_s): it never reached its first step; no node is named (every rank waits in the same set-up)",
+            "nodes": [], "ranks": [], "step": 0,
+            "evidence": {"phase": "init", "deadline_s": round(self.seconds, 3)},
+        }  # fmt: skip
+
+    def _run(self) -> None:
+        if not self._done.wait(self.seconds):
+            self.on_expire(self.verdict())
+
+    def _end_process(self, verdict: dict[str, Any]) -> None:
+        print(f"health: verdict=hang rank {self.rank} on node {self.node or '?'}: {verdict['message']}", file=sys.stderr, flush=True)
+        dump_stacks(self.rank)
+        contract.write_termination_message(
+            contract.VERDICT_HANG, verdict["reason"], verdict["message"],
+            nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
+        )  # fmt: skip
+        sys.stdout.flush()
+        os._exit(contract.EXIT_FAILED)
+
+
+def arm_start_deadline(settings: contract.HealthSettings, enabled: bool, environ: Mapping[str, str], node: str) -> StartDeadline | None:
+    """Arm this process's :class:`StartDeadline`, then apply the ``kind=init`` hang fault, if any
+    (:func:`~railtrain.trainer.health.faults.hang_before_init`).
+
+    Returns ``None`` (nothing armed) when the health checks are off or the process was not launched by
+    torchrun: a process alone has no gang set-up to wait for (and an in-process caller, such as a test,
+    must not be ended by a timer it never cancels).
+
+    Args:
+        settings: the job's health settings (``hang_warmup_s``); enabled: whether the health checks run.
+        environ: the process environment (torchrun's ``RANK``, the fault variables).
+        node: this rank's node name.
+
+    Raises:
+        ContractError: a malformed fault variable (named).
+    """
+    rank = int(environ.get("RANK", "0") or 0)
+    deadline = StartDeadline(settings.hang_warmup_s, rank, node).start() if enabled and dist.is_torchelastic_launched() else None
+    hang_before_init(contract.read_faults(environ), rank)
+    return deadline

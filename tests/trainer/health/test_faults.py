@@ -100,6 +100,20 @@ def test_hang_ends_the_gang_within_the_bound_naming_the_rank(tmp_path: Path, kin
     assert f"fault: rank 1 {'hangs in compute' if kind == 'compute' else 'never enters the next collective'} at step 5" in run.logs[1]
 
 
+def test_a_gang_stuck_in_process_group_set_up_is_a_hang(tmp_path: Path) -> None:
+    """Issue 25 item 6 / issue 26 item 5: rank 1 never joins the process group; within hang_warmup_s both ranks
+    end with a hang verdict (phase init) that names no node, instead of waiting for torch's own timeouts."""
+    faults = contract.Faults(hang=contract.HangFault(rank=1, step=0, kind="init"))
+    run = run_gang(tmp_path, 2, *STEPS, faults=faults, health={"hang_warmup_s": 4.0})
+    v = _one_verdict(run, contract.VERDICT_HANG)
+    assert (v["reason"], v["nodes"], v["evidence"]) == (contract.REASON_NO_PROGRESS, [], {"phase": "init", "deadline_s": 4.0}), v
+    assert "never reached its first step" in v["message"]
+    assert all(rc != 0 for rc in run.rcs)
+    assert "fault: rank 1 never joins the process group" in run.logs[1]
+    for log in run.logs:  # each rank says where it waited
+        assert "Python stacks of every thread follow" in log
+
+
 def test_killed_rank_ends_the_gang(tmp_path: Path) -> None:
     """The kill fault: rank 1 SIGKILLs itself after step 3's compute; the gang ends (no health verdict: the crash speaks)."""
     faults = contract.Faults(kill=contract.KillFault(rank=1, step=3))
