@@ -50,6 +50,11 @@ REASON_RERUN_MISMATCH = "RerunMismatch"
 """hardware-suspect: re-executing an anomalous step gave a different result on the named rank."""
 REASON_DATA_ANOMALY = "DataAnomaly"
 """user-error: a step's loss/gradient is not finite or spikes, and re-execution reproduces it."""
+REASON_NON_FINITE_UPDATE = "NonFiniteUpdate"
+"""user-error: the run diverged: a non-finite gradient norm or loss on two steps in a row (reproduced by
+re-execution), or parameters/optimizer state that turned non-finite, so no update or checkpoint of it was
+made. ``step`` names the step; re-running it from the newest checkpoint (which is finite) repeats it, so
+the settings (learning rate, warmup, clipping, data) must change."""
 REASON_SLOW_RANK = "SlowRank"
 """straggler: the named rank's robust slowness score stayed over the threshold."""
 REASON_NO_PROGRESS = "NoProgress"

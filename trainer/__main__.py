@@ -7,7 +7,9 @@ On failure the process also leaves its verdict in the termination message
 turns every failed worker's exit code into 1: a health check's verdict
 (``hardware-suspect``, ``straggler``, ``user-error`` for a data anomaly; ``hang`` is
 written by the watchdog thread itself) with its suspects; ``user-error`` for bad input,
-for a checkpoint written by another model (``CheckpointMismatch``, naming the tensor)
+for a checkpoint written by another model (``CheckpointMismatch``, naming the tensor),
+for a run whose updates or state turned non-finite (``NonFiniteUpdate``: a health verdict during
+training, or no finite checkpoint to resume from)
 and for running out of device memory, which a retry with the same settings
 would repeat; ``retryable`` for anything else, with the exception's class as
 the reason. Every exception that ends the trainer gets one, ``BaseException``
@@ -28,11 +30,12 @@ from railtrain.crds.contract import (
     EXIT_OK,
     EXIT_USER_ERROR,
     REASON_CHECKPOINT_MISMATCH,
+    REASON_NON_FINITE_UPDATE,
     VERDICT_RETRYABLE,
     VERDICT_USER_ERROR,
     write_termination_message,
 )
-from railtrain.trainer.checkpoint_state import CheckpointMismatch
+from railtrain.trainer.checkpoint_state import CheckpointMismatch, NonFiniteState
 from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed
@@ -68,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = err if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
         if verdict is None:
             write_termination_message(*failure_verdict(err))
-            if isinstance(err, CheckpointMismatch):  # bad input, not a bug: one line, no traceback
+            if isinstance(err, (CheckpointMismatch, NonFiniteState)):  # bad input, not a bug: one line, no traceback
                 print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
                 return EXIT_USER_ERROR
             raise
@@ -87,6 +90,8 @@ def verdict_of(err: BaseException) -> tuple[str, str]:
         return VERDICT_USER_ERROR, "OutOfMemory"
     if isinstance(err, CheckpointMismatch):
         return VERDICT_USER_ERROR, REASON_CHECKPOINT_MISMATCH
+    if isinstance(err, NonFiniteState):
+        return VERDICT_USER_ERROR, REASON_NON_FINITE_UPDATE
     if isinstance(err, FloatingPointError):
         return VERDICT_RETRYABLE, "LossNotFinite"
     name = type(err).__name__
@@ -104,7 +109,7 @@ def failure_verdict(err: BaseException) -> tuple[str, str, str]:
         text = str(err).strip() or f"{type(err).__name__} with no message"
     except Exception:  # noqa: BLE001 - a library's __str__ that fails must not cost the verdict
         text = repr(err)
-    return kind, reason, text if reason == type(err).__name__ or isinstance(err, CheckpointMismatch) else f"{type(err).__name__}: {text}"
+    return kind, reason, text if reason == type(err).__name__ or isinstance(err, (CheckpointMismatch, NonFiniteState)) else f"{type(err).__name__}: {text}"
 
 
 if __name__ == "__main__":

@@ -42,12 +42,12 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from railtrain.crds import contract
-from railtrain.trainer.checkpoint_files import MANIFEST, CheckpointStorage, LocalStorage
-from railtrain.trainer.checkpoint_state import Stager, plain_tensors, to_local
+from railtrain.trainer.checkpoint_files import GOOD_KEY, MANIFEST, CheckpointStorage, LocalStorage, is_good, prune_plan
+from railtrain.trainer.checkpoint_state import NonFiniteState, Stager, nonfinite_tensors, plain_tensors, to_local
 from railtrain.trainer.checkpoint_shards import ShardTier, write_shards
 from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, TierResult
 
-__all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
+__all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "NonFiniteState", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
 
 TIERS = ("memory", "local", "persistent")
 """Tier names, fastest first."""
@@ -73,16 +73,14 @@ def steps_to_prune(storage: CheckpointStorage, keep: int) -> list[int]:
     Returns:
         Complete checkpoints beyond the ``keep`` newest (none if ``keep == 0``),
         plus incomplete ones older than the newest complete one (leftovers of
-        an interrupted save). Incomplete ones newer than it are left alone.
+        an interrupted save). Incomplete ones newer than it are left alone, and
+        so is the newest checkpoint known good (:func:`prune_plan`), when the
+        storage reads manifests.
     """
-    steps = storage.list_steps()
-    complete = [s for s in steps if storage.is_complete(s)]
-    if not complete:
-        return []
-    newest = complete[-1]
-    old_complete = complete[:-keep] if keep else []
-    stale = [s for s in steps if s < newest and s not in complete]
-    return sorted(old_complete + stale)
+    series = {s: storage.is_complete(s) for s in storage.list_steps()}
+    read = getattr(storage, "read_manifest", None)
+    good = [s for s, ok in series.items() if ok and read is not None and is_good(read(s))]
+    return prune_plan(series, keep, good)
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,9 @@ class Checkpointer:
             return 0.0
         start = time.perf_counter()
         self.wait()
-        staged = self.stager.stage(self._state(model, optimizer, train))
+        state = self._state(model, optimizer, train)
+        self._refuse_nonfinite(step, state, "saving")
+        staged = self.stager.stage(state)
         job = (step, staged, dict(train), tiers)
         if self.async_save:
             self._thread = threading.Thread(target=self._run, args=job, name=f"checkpoint-{step}", daemon=True)
@@ -208,6 +208,24 @@ class Checkpointer:
         blocked = time.perf_counter() - start
         self.observe("blocked", "", blocked, 0)
         return blocked
+
+    def _refuse_nonfinite(self, step: int, state: dict[str, Any], doing: str) -> None:
+        """Raise :class:`NonFiniteState` on every rank when any rank's part of ``state`` holds a NaN or an infinity.
+
+        Each rank checks the local shards it writes (:func:`nonfinite_tensors`); the ranks agree with one
+        all-reduce on the checkpoint group, which no background save is using (:meth:`save` waited for it).
+        """
+        bad = nonfinite_tensors({"model": state["model"], "optim": state["optim"]})
+        ranks = self.comm.ranks_where(bool(bad))
+        if not ranks:
+            return
+        names = self.comm.all_gather(bad) if self.comm.distributed else [bad]
+        tensors = {str(r): names[r] for r in ranks}
+        first = names[ranks[0]][0]
+        raise NonFiniteState(
+            f"step {step}: the parameters or optimizer state hold NaN or infinite values on rank(s) {ranks} (e.g. {first}); "
+            f"not {doing} them", step, {"ranks": ranks, "tensors": tensors},
+        )  # fmt: skip
 
     def wait(self) -> SaveReport | None:
         """Wait for the save in flight, if any; returns its report.
@@ -238,7 +256,8 @@ class Checkpointer:
         results: list[TierResult] = []
         shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
         if shard_tiers:
-            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time()}
+            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time(),
+                        GOOD_KEY: True}  # save() checked the state finite on every rank before staging it
             results.extend(write_shards(shard_tiers, step, to_local(staged), manifest, self.comm))
         for tier in tiers:
             if isinstance(tier, PersistentTier):
@@ -287,7 +306,7 @@ class Checkpointer:
                 for note in notes:
                     self.log(f"checkpoint: ignored {note}")
             else:
-                steps = sorted(views[0], reverse=True)
+                steps = sorted((s for s, m in views[0].items() if is_good(m) is not False), reverse=True)
             found.append(f"{tier.name}={steps}")
             candidates += [(step, index) for step in steps]
         if not candidates:
@@ -296,6 +315,7 @@ class Checkpointer:
         # Built only now: get_state_dict gives the optimizer its state (a zero step), which a fresh run must not have.
         template = self._state(model, optimizer, train)
         rejected: list[str] = []
+        poisoned: NonFiniteState | None = None
         for step, index in sorted(candidates, key=lambda c: (-c[0], c[1])):
             tier = self.tiers[index]
             with self._quiet():
@@ -307,6 +327,13 @@ class Checkpointer:
                 self.log(f"checkpoint: rejected {result.error}; falling back")
                 rejected.append(f"{tier.name} step {step}")
                 continue
+            try:
+                self._refuse_nonfinite(step, state, "resuming from")
+            except NonFiniteState as err:  # written before saves were checked: never resumed
+                self.log(f"checkpoint: rejected {tier.name} {err}; falling back")
+                rejected.append(f"{tier.name} step {step} (not finite)")
+                poisoned = poisoned or err
+                continue
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
             self.loaded_tier = tier
             self.observe("load", tier.name, result.seconds, result.bytes)
@@ -314,6 +341,12 @@ class Checkpointer:
             self.loaded_from = f"tier {tier.name}, {why}" + "".join(f"; {n}" for n in result.notes)
             self.log(f"checkpoint: loaded step {step} from {tier.name} ({why}) seconds={result.seconds:.3f} bytes={result.bytes}")
             return {k: int(v.item()) for k, v in state["train"].items()}
+        if poisoned is not None:
+            # A rejected persistent step was loaded in place into the live tensors: there is no fresh state to start from.
+            raise NonFiniteState(
+                f"no checkpoint to resume from holds a finite state ({', '.join(rejected)}); they were saved before saves were "
+                "checked for NaN and infinity: delete them to start over", poisoned.step, poisoned.evidence,
+            )  # fmt: skip
         self.log(f"checkpoint: no valid copy of any step ({', '.join(rejected)}); starting from scratch")
         optimizer.state.clear()  # as fresh as a run that found nothing
         return None

@@ -26,7 +26,7 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Collection, Iterator, Protocol
 
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, StorageReader, StorageWriter
 
@@ -36,6 +36,10 @@ MANIFEST = "railtrain-manifest.json"
 """The global manifest in ``step-<N>/``; written last, its presence makes the checkpoint complete."""
 GLOBAL_FORMAT = "railtrain-dcp/1"
 SHARD_FORMAT = "railtrain-shard/1"
+GOOD_KEY = "good"
+"""Manifest key: ``true`` when every rank checked its part of the state finite before the save
+(:func:`railtrain.trainer.checkpoint_state.nonfinite_tensors`); retention keeps the newest such step
+(:func:`prune_plan`). Manifests without it predate the check."""
 _STEP_DIR = re.compile(r"step-(\d+)\Z")
 _SHARD_FILE = re.compile(r"(rank|peer)-(\d+)\.(pt|json)\Z")
 
@@ -362,22 +366,45 @@ class ShardDir:
     def prune(self, kind: str, rank: int, keep: int) -> list[int]:
         """Apply retention to one shard series (see :func:`prune_plan`); returns the steps removed."""
         series = self.entries().get((kind, rank), {})
-        doomed = prune_plan(series, keep)
+        good = newest_good([s for s, ok in series.items() if ok], lambda s: self.read_manifest(s, kind, rank))
+        doomed = prune_plan(series, keep, good)
         for step in doomed:
             self.remove(step, kind, rank)
         return doomed
 
 
-def prune_plan(series: dict[int, bool], keep: int) -> list[int]:
+def prune_plan(series: dict[int, bool], keep: int, good: Collection[int] = ()) -> list[int]:
     """Steps of one series to delete: complete ones beyond the ``keep`` newest, and
     incomplete ones older than the newest complete one (``keep == 0`` keeps every complete one).
+    The newest complete step in ``good`` is never deleted, even beyond ``keep``.
 
     Args:
         series: ``{step: complete}``.
+        good: steps whose manifest says ``"good": true`` (:data:`GOOD_KEY`: their state was checked
+            finite on every rank when saved); it is enough to give the newest such step.
     """
     complete = sorted(s for s, ok in series.items() if ok)
     if not complete:
         return []
     old = complete[:-keep] if keep else []
+    known_good = [s for s in complete if s in good]
+    if known_good:
+        old = [s for s in old if s != known_good[-1]]
     stale = [s for s, ok in series.items() if not ok and s < complete[-1]]
     return sorted(old + stale)
+
+
+def is_good(manifest: dict[str, Any] | None) -> bool | None:
+    """What a manifest says of its state: ``True`` (checked finite when saved), ``False`` (marked not good),
+    ``None`` (no mark: written before the check existed, so unknown)."""
+    mark = manifest.get(GOOD_KEY) if manifest else None
+    return mark if isinstance(mark, bool) else None
+
+
+def newest_good(complete: list[int], read: Callable[[int], dict[str, Any] | None]) -> list[int]:
+    """``[newest step of complete whose manifest read(step) is good]`` or ``[]``; manifests are read newest first
+    and only until one is good (the ``good`` argument of :func:`prune_plan`)."""
+    for step in sorted(complete, reverse=True):
+        if is_good(read(step)):
+            return [step]
+    return []

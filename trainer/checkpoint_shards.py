@@ -22,7 +22,7 @@ import torch
 import torch.utils.serialization as torch_serialization
 
 from railtrain.trainer import checkpoint_checksum as checksum
-from railtrain.trainer.checkpoint_files import SHARD_FORMAT, ShardDir
+from railtrain.trainer.checkpoint_files import SHARD_FORMAT, ShardDir, is_good
 from railtrain.trainer.checkpoint_io import ShardBuffer, write_hashed
 from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, load_file, rebuild
 from railtrain.trainer.checkpoint_tiers import Comm, Peers, TierResult, _describe
@@ -148,6 +148,9 @@ class ShardTier:
             metas = [m for c in gathered for m in [c["own"].get(step), *(h.get(step) for h in c["held"].values())] if m]
             if run_id and (others := sorted({str(m.get("run") or "none") for m in metas} - {run_id})):
                 notes.append(f"{self.name} step {step}: saved by run {others[0]}, this run is {run_id} (spec.checkpoint.runId, else the job's uid)")
+                continue
+            if any(is_good(m) is False for m in metas):
+                notes.append(f"{self.name} step {step}: marked not good (its state was not finite)")
                 continue
             foreign = {(m.get("world_size"), m.get("layout")) for m in metas} - {(self.world_size, layout)}
             if foreign:

@@ -33,6 +33,66 @@ class CheckpointMismatch(ValueError):
     """
 
 
+class NonFiniteState(ValueError):
+    """The state to save, or the one just loaded, holds a NaN or an infinity on some rank.
+
+    Saving it would let retention delete the last finite checkpoints, and every restart would
+    resume a poisoned state (docs/checkpoints.md, "Only finite states are saved"); the trainer
+    reports it as a ``user-error`` verdict with reason ``NonFiniteUpdate``
+    (:data:`railtrain.crds.contract.REASON_NON_FINITE_UPDATE`).
+
+    Attributes:
+        step: the step of the state (the one saved, or the newest one rejected on load).
+        evidence: ``{"ranks": [...], "tensors": {rank: [names]}}``, JSON values only.
+    """
+
+    def __init__(self, message: str, step: int, evidence: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.step, self.evidence = step, evidence
+
+
+def nonfinite_tensors(state: Any, limit: int = 3) -> list[str]:
+    """Names of the floating-point tensors of ``state`` (this rank's local shards) that hold a NaN or an infinity.
+
+    The check is cheap and local: one ``isfinite().all()`` per tensor on its own device and one
+    synchronisation for all of them (a DTensor is checked as this rank's local shard, so there is
+    no collective; every rank checks what it writes). Names are only looked up when some tensor fails.
+
+    Args:
+        state: nested dicts/lists of tensors (the live, staged or loaded checkpoint state).
+        limit: at most this many names are returned.
+
+    Returns:
+        ``[]`` when every tensor is finite, else up to ``limit`` dotted paths such as
+        ``"model.layers.0.attention.wq.weight"``.
+    """
+    found: list[tuple[str, torch.Tensor]] = []
+
+    def walk(obj: Any, path: str) -> None:
+        if isinstance(obj, DTensor):
+            obj = obj._local_tensor
+        if isinstance(obj, torch.Tensor):
+            if obj.is_floating_point() and obj.numel():
+                found.append((path, _unwrap(obj)))
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}[{i}]")
+
+    walk(state, "")
+    if not found:
+        return []
+    flags = [torch.isfinite(t).all() for _, t in found]
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for f in flags:
+        by_device.setdefault(f.device, []).append(f)
+    if all(bool(torch.stack(fs).all()) for fs in by_device.values()):
+        return []
+    return [name for (name, _), ok in zip(found, flags) if not bool(ok)][:limit]
+
+
 def model_mismatch(model: dict[str, tuple[int, ...]], saved: dict[str, tuple[int, ...]]) -> str:
     """How a checkpoint's model tensors differ from this model's, or ``""`` when they fit.
 

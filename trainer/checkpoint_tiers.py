@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from railtrain.trainer import checkpoint_checksum as checksum
-from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, open_storage, prune_plan
+from railtrain.trainer.checkpoint_files import GLOBAL_FORMAT, GOOD_KEY, is_good, newest_good, open_storage, prune_plan
 from railtrain.trainer.checkpoint_io import ShardBuffer
 from railtrain.trainer.checkpoint_state import CheckpointMismatch, model_mismatch
 
@@ -64,6 +64,15 @@ class Comm:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def ranks_where(self, flag: bool) -> list[int]:
+        """The ranks whose ``flag`` is true, agreed by every rank with one all-reduce of a world-size vector."""
+        if not self.distributed:
+            return [0] if flag else []
+        v = torch.zeros(self.world_size, dtype=torch.int64)
+        v[self.rank] = int(flag)
+        dist.all_reduce(v, group=self.group)
+        return [r for r, x in enumerate(v.tolist()) if x]
 
     def barrier(self) -> None:
         """Wait for every rank."""
@@ -204,7 +213,8 @@ class PersistentTier:
         if self.rank == 0 and self._files:
             self.storage.mark_complete(
                 step,
-                {"format": GLOBAL_FORMAT, "step": step, "world_size": self.world_size, "layout": layout, "train": train, "files": self._files, "saved_at": time.time()},
+                {"format": GLOBAL_FORMAT, "step": step, "world_size": self.world_size, "layout": layout, "train": train, "files": self._files, "saved_at": time.time(),
+                 GOOD_KEY: True},  # Checkpointer.save checked the state finite on every rank before staging it
             )
         self._files = {}
 
@@ -213,7 +223,8 @@ class PersistentTier:
         if self.rank != 0:
             return []
         series = {s: self.storage.is_complete(s) for s in self.storage.list_steps()}
-        doomed = prune_plan(series, self.keep)
+        good = newest_good([s for s, ok in series.items() if ok], self.storage.read_manifest)
+        doomed = prune_plan(series, self.keep, good)
         for step in doomed:
             self.storage.remove(step)
         return doomed

@@ -258,9 +258,13 @@ def test_failures_leave_a_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     verdict = contract.parse_termination_message(log.read_text())
     assert verdict is not None
     assert {k: verdict[k] for k in ("verdict", "reason", "message")} == {"verdict": "user-error", "reason": "InvalidConfiguration", "message": "--steps must be >= 1, got 0"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main([*COMMON, "--steps", "5", "--lr", "1e30", "--warmup-steps", "0", "--grad-clip", "0"]) == contract.EXIT_USER_ERROR
+    verdict = contract.parse_termination_message(log.read_text())  # a diverged run: deterministic (tests/trainer/test_nonfinite.py)
+    assert verdict is not None and (verdict["verdict"], verdict["reason"]) == ("user-error", contract.REASON_NON_FINITE_UPDATE)
     with pytest.raises(FloatingPointError), contextlib.redirect_stdout(io.StringIO()):
-        main([*COMMON, "--steps", "5", "--lr", "1e30", "--warmup-steps", "0", "--grad-clip", "0"])
-    verdict = contract.parse_termination_message(log.read_text())
+        main([*COMMON, "--steps", "5", "--lr", "1e30", "--warmup-steps", "0", "--grad-clip", "0", "--no-health"])
+    verdict = contract.parse_termination_message(log.read_text())  # no re-execution to tell hardware from the run
     assert verdict is not None and (verdict["verdict"], verdict["reason"]) == ("retryable", "LossNotFinite")
     assert verdict_of(torch.OutOfMemoryError("CUDA out of memory")) == ("user-error", "OutOfMemory")
     assert verdict_of(RuntimeError("boom")) == ("retryable", "RuntimeError")
