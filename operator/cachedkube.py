@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client
 
@@ -57,6 +57,7 @@ class CachedKube(Kube):
     Args:
         api_client: a configured ``kubernetes.client.ApiClient``.
         namespace: the operator's ``--namespace`` (its TrainingJobs are cached), or None for all namespaces.
+        fence, lease_timeout: as for :class:`~railtrain.operator.kube.Kube` (the leadership check before every write).
 
     Attributes:
         jobs, pods, active, nodes, namespaces, services: the stores (TrainingJobs; pods labelled
@@ -69,8 +70,8 @@ class CachedKube(Kube):
         informers: their LIST+WATCH threads, by store name.
     """
 
-    def __init__(self, api_client: client.ApiClient, namespace: str | None = None):
-        super().__init__(api_client)
+    def __init__(self, api_client: client.ApiClient, namespace: str | None = None, fence: Callable[[], None] | None = None, lease_timeout: float | None = None):
+        super().__init__(api_client, fence=fence, lease_timeout=lease_timeout)
         self.namespace = namespace
         self.jobs = Store(keep=(lambda o: (o.get("metadata") or {}).get("namespace") == namespace) if namespace else None)
         self.pods = Store(keep=lambda o: contract.LABEL_JOB_NAME in _labels(o), index=job_of)

@@ -15,6 +15,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from railtrain.operator.fence import Leadership
 from railtrain.operator.kube import Kube
 from railtrain.operator.progress import Reader
 from railtrain.operator.serve import Health
@@ -38,6 +39,8 @@ class RuntimeState:
         lease: the leader-election task, while it runs.
         wake: set to start a resync pass now (a new leader's first pass).
         progress: reads rank 0's metrics of Running jobs into status.progress (the leader's resync polls it).
+        leadership: whether this operator may write now, by its own clock (:mod:`railtrain.operator.fence`;
+            the same object fences every write of ``kube``); None: ``leader`` alone decides (tests).
     """
 
     fatal: str | None = None
@@ -46,6 +49,11 @@ class RuntimeState:
     lease: asyncio.Task | None = None
     wake: asyncio.Event | None = None
     progress: Reader | None = None
+    leadership: Leadership | None = None
+
+    def leading(self) -> bool:
+        """Whether this operator may act now: it holds the Lease (``leader``) and its last renewal is within the renew deadline (``leadership``)."""
+        return self.leader and (self.leadership is None or self.leadership.held())
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from railtrain.crds import contract
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator import admission, kubeclient, ledger, metrics, quarantine, reconcile, resize
 from railtrain.operator import cluster as cluster_model
+from railtrain.operator.fence import NotLeader
 from railtrain.operator.kube import Kube, Rejected, describe
 from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
 from railtrain.operator.placement import with_node_values as placement_values
@@ -249,10 +250,17 @@ def _admission_pass(
     by_name = {n["metadata"]["name"]: n for n in nodes}
     todo = [d for d in admission.apply_order(decisions) if waiting[d.job][1] and not already_refused(waiting[d.job][0], d.result)]
 
+    fenced: list[str] = []
+
     def apply(decision: admission.Decision) -> None:
         job, _, request = waiting[decision.job]
+        if fenced:
+            fenced.append(decision.job)
+            return
         try:
             _decide(kube, job, request, with_node_values(decision.result, fabric, by_name), at, fabric)
+        except NotLeader:  # this operator may no longer write: drop the rest of the pass (docs/operator.md, "Leader fencing")
+            fenced.append(decision.job)
         except Exception as err:  # isolated: the next pass decides this job again
             log.warning("%s: admission not applied, retried next pass: %s", decision.job, describe(err))
 
@@ -261,6 +269,8 @@ def _admission_pass(
     # decision is written, so the next pass reads them all (the ledger rule above is unchanged).
     for _, group in groupby(todo, key=lambda d: isinstance(d.result, Refusal)):  # the two runs of apply_order
         _each([lambda d=d: apply(d) for d in group], _DECISIONS)
+    if fenced:
+        log.info("admission pass dropped: this operator no longer leads; %d decision(s) not written (%s)", len(fenced), ", ".join(sorted(fenced)[:5]))
     return decisions
 
 
@@ -336,18 +346,29 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
     """Apply a plan; when the API server refuses one of its objects as invalid, fail the job instead (status, Warning Event).
 
     Returns:
-        False when the job was failed here.
+        False when the job was failed here, or when the plan's status was not written (the job was deleted or
+        changed since it was read: :func:`_write_status`), so nothing after it was done.
+
+    Raises:
+        railtrain.operator.fence.NotLeader: this operator may no longer write; the rest of the plan is dropped.
     """
     try:
-        _apply(kube, job, p, now)
-        return True
+        return _apply(kube, job, p, now)
     except Rejected as err:
         meta = job["metadata"]
         message = f"the API server refused {err.kind} {err.name} ({err.status}): {err.message}; fix the spec and submit the job again"
         log.warning("%s/%s failed: %s", meta["namespace"], meta["name"], message)
-        status = reconcile.rejected_status(job, message, now)
-        if kube.patch_status(meta["namespace"], meta["name"], reconcile.status_patch(job.get("status") or {}, status)):
-            kube.emit_event(job, "Warning", reconcile.REJECTED, message)
+        # Read again: the plan may have written the job's status before the refused create (an admission record).
+        current = kube.get_job(meta["namespace"], meta["name"])
+        if current is None:
+            return False
+        status = reconcile.rejected_status(current, message, now)
+        written = kube.patch_status(
+            meta["namespace"], meta["name"], reconcile.status_patch(current.get("status") or {}, status), resource_version=current["metadata"].get("resourceVersion")
+        )
+        if written:
+            kube.emit_event(current, "Warning", reconcile.REJECTED, message)
+        return False
         return False
 
 
@@ -435,7 +456,16 @@ def _each(calls: list[Callable[[], Any]], pool: ThreadPoolExecutor | None = None
         raise first
 
 
-def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> None:
+def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> bool:
+    """Apply a plan: its creates, deletes, releases and quarantines, and its one status write (:func:`_write_status`).
+
+    Every write goes through the fenced verbs of :class:`~railtrain.operator.kube.Kube`, and the status is written
+    with the resourceVersion of ``job`` as read, the object the plan was decided on.
+
+    Returns:
+        False when the status was not written (the job was deleted or changed since it was read); when the
+        status comes first (an admission record, a restart's hold), nothing else is done then.
+    """
     namespace = job["metadata"]["namespace"]
     for line in p.log:  # one line per recovery decision (Events expire; the operator's log stays)
         log.info("%s/%s %s", namespace, job["metadata"]["name"], line)
@@ -454,12 +484,12 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
     if p.status_first and (p.create_pods or p.delete_pods):
         # An admitted placement is recorded before any of its pods exists; a restart's hold before any old pod is deleted.
         if not _write_status(kube, job, p, announce=not p.create_pods):  # a restart's Events come with its status, as before the hold
-            return  # the job is gone: create nothing
+            return False  # the job is gone or changed since it was read: create and delete nothing
         kube.create_many(p.create_pods + with_pods)  # ranks first
         _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
         if p.create_pods:
             _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path
-        return
+        return True
     kube.create_many(p.create_pods)
     _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
     _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])
@@ -467,20 +497,25 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
         if kube.delete_job(namespace, job["metadata"]["name"], job["metadata"].get("uid", "")):
             for type_, reason, message in p.events:
                 kube.emit_event(job, type_, reason, message)
-        return
-    _write_status(kube, job, p)
+        return True
+    return _write_status(kube, job, p)
 
 
 def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan, announce: bool = True) -> bool:
     """Write the plan's status when it changed, then (``announce``) its Events and metrics (:func:`_announce`).
 
+    The patch carries ``job``'s resourceVersion, the version the plan was decided on: when anyone wrote the
+    job since (another leader, a user, a newer event this pass did not see), the API server answers 409
+    and the decision is dropped, one INFO line; the next reconcile plans again on the newer job.
+
     Returns:
-        False when the job was deleted meanwhile (nothing written).
+        False when the job was deleted or changed since it was read (nothing written).
     """
     if not p.status_changed:
         return True
     namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-    if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status)):
+    if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status), resource_version=job["metadata"].get("resourceVersion")):
+        log.info("%s/%s: status not written: the job was deleted or changed since this pass read it; the next reconcile plans again", namespace, name)
         return False
     if announce:
         _announce(kube, job, p)

@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 from railtrain.crds import contract
 from railtrain.operator import controller, kube, leader, metrics, peers, progress
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.fence import NotLeader
 
 log = logging.getLogger("railtrain.operator")
 
@@ -58,13 +59,25 @@ def login(memo: OperatorContext, **kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_via_client(**kwargs)
 
 
+WATCH_SECONDS = 60
+"""How long one of kopf's WATCH requests lasts (the server's ``timeoutSeconds``); kopf then resumes it."""
+
+
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Adjust kopf once: no kopf Events, annotations-based storage under our group."""
+def configure(settings: kopf.OperatorSettings, memo: OperatorContext, **_: Any) -> None:
+    """Adjust kopf once: no kopf Events, annotations-based storage under our group, a deadline on every request.
+
+    kopf's own calls get the operator's ``--request-seconds`` (kopf's default is
+    5 minutes), and its watches a client timeout :data:`WATCH_SECONDS` + 15 s next to
+    the server-side one, so a frozen API server ends them too.
+    """
     settings.posting.enabled = False
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"kopf.{contract.API_GROUP}")
     settings.persistence.diffbase_storage = NoDiffBase(prefix=f"kopf.{contract.API_GROUP}")
-    settings.watching.server_timeout = 60
+    settings.watching.server_timeout = WATCH_SECONDS
+    settings.watching.client_timeout = WATCH_SECONDS + 15
+    settings.networking.request_timeout = memo.settings.request_seconds
+    settings.networking.connect_timeout = min(10.0, memo.settings.request_seconds)
     settings.execution.max_workers = 8
 
 
@@ -98,6 +111,8 @@ async def stop_resync(memo: OperatorContext, **_: Any) -> None:
             task.cancel()
     if memo.state.leader and not memo.state.fatal:
         memo.state.leader = False
+        if memo.state.leadership is not None:
+            memo.state.leadership.lost()  # a reconcile still in flight writes nothing more
         await asyncio.get_running_loop().run_in_executor(None, leader.release, memo)
         where = f"{memo.settings.lease_namespace}/{peers.LEASE_NAME}"
         log.info("the operator stopped: the Lease %s is given up; a standby (or the next operator) picks up the jobs in flight", where)
@@ -144,6 +159,8 @@ async def _resync_loop(ctx: OperatorContext) -> None:
             failures, down_since = 0, None
         except asyncio.CancelledError:
             raise
+        except NotLeader:  # the Lease lapsed mid-pass: the fence said so once; the Lease loop steps down at its next poll
+            continue
         except Exception as err:  # the next pass retries; never let the loop die
             failures = min(failures + 1, 16)
             if not kube.unreachable(err):
@@ -191,7 +208,7 @@ def _resync_pass(ctx: OperatorContext) -> None:
     watch-fed caches; a standby does nothing else.
     """
     ctx.kube.get_lease(ctx.settings.lease_namespace, peers.LEASE_NAME)
-    if not ctx.state.leader:
+    if not ctx.state.leading():
         return
     try:
         jobs = ctx.kube.list_jobs(ctx.settings.namespace)
@@ -206,6 +223,8 @@ def _resync_pass(ctx: OperatorContext) -> None:
         meta = job["metadata"]
         try:
             _reconcile(ctx, meta["namespace"], meta["name"], False)
+        except NotLeader:
+            raise  # the rest of the pass would be refused too
         except Exception as err:
             if kube.transient(err):
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
@@ -230,7 +249,7 @@ def on_job_event(
         metrics.forget_job(namespace, name)
     if event and isinstance(event.get("object"), dict):
         memo.kube.observe_event("jobs", type or "MODIFIED", event["object"])
-    if type == "DELETED" or not memo.state.leader:
+    if type == "DELETED" or not memo.state.leading():
         return
     _reconcile_quietly(memo, namespace, name)
 
@@ -242,7 +261,7 @@ def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, 
     The event's pod goes into the operator's caches first, so the reconcile, which reads the job's pods from them
     (:meth:`railtrain.operator.cachedkube.CachedKube.list_job_pods`), sees at least this change.
     """
-    if not memo.state.leader:
+    if not memo.state.leading():
         return
     if event and isinstance(event.get("object"), dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
         memo.kube.observe_event("pods", event["type"], event["object"])
@@ -253,7 +272,7 @@ def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, 
 def on_node_event(type: str | None, name: str, status: dict[str, Any], memo: OperatorContext, **_: Any) -> None:
     """A Node deleted or not Ready → reconcile every job with a pod on it at once (node loss, not after the next resync)."""
     ready = next((c for c in (status or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-    if not memo.state.leader or (type != "DELETED" and ready is not None and ready.get("status") == "True"):
+    if not memo.state.leading() or (type != "DELETED" and ready is not None and ready.get("status") == "True"):
         return
     try:
         jobs = controller.jobs_on_node(memo.kube, name)
@@ -278,6 +297,8 @@ def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:
     (:mod:`railtrain.operator.workqueue`): an error is one line (the resync retries the job), never a kopf traceback."""
     try:
         _reconcile(ctx, namespace, name, coalesce=True)
+    except NotLeader:
+        return  # the Lease lapsed: the fence said so once
     except Exception as err:
         log.warning("%s/%s: reconcile failed, the resync retries: %s", namespace, name, kube.describe(err), exc_info=_trace(err))
 

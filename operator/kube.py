@@ -14,13 +14,14 @@ import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.operator import nvlink
+from railtrain.operator.fence import NotLeader
 from railtrain.operator.kubeclient import describe, patch_node, server_message, transient, unreachable
 
 __all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable"]
@@ -48,14 +49,36 @@ class Rejected(Exception):
 class Kube:
     """Verbs over the API server used by the operator.
 
+    Every write verb (creates, deletes, patches, the status write, Events) first
+    calls ``fence``: the operator's leadership check
+    (:meth:`railtrain.operator.fence.Leadership.check`), which raises
+    :class:`~railtrain.operator.fence.NotLeader` once this process may no longer
+    act, so a stepped-down or frozen-and-resumed leader writes nothing (the
+    operator's client checks again right before a request is sent:
+    :class:`railtrain.operator.kubeclient.GuardedApiClient`). The Lease verbs are
+    not fenced (they are how leadership is won) and wait at most ``lease_timeout``
+    for an answer.
+
     Args:
-        api_client: a configured ``kubernetes.client.ApiClient``; see :func:`connect`.
+        api_client: a configured ``kubernetes.client.ApiClient``; see
+            :func:`railtrain.operator.kubeclient.connect` (its ``request_timeout``
+            bounds every other call).
+        fence: called before every write; None writes unchecked (the command line, tests).
+        lease_timeout: seconds one Lease read or write may take
+            (:func:`railtrain.operator.fence.lease_call_seconds`); None: the client's default.
     """
 
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, fence: Callable[[], None] | None = None, lease_timeout: float | None = None):
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.fence = fence
+        self.lease_timeout = lease_timeout
+
+    def _fenced(self) -> None:
+        """Raise :class:`~railtrain.operator.fence.NotLeader` when this process may not write now (``fence``)."""
+        if self.fence is not None:
+            self.fence()
 
     # --- reads ---------------------------------------------------------------
     def _json(self, response: Any) -> Any:
@@ -163,6 +186,7 @@ class Kube:
                 quantity it cannot parse ("cannot be handled as a Pod").
             kubernetes.client.rest.ApiException: any other refusal (429, 5xx, 403 ...).
         """
+        self._fenced()
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
@@ -200,6 +224,7 @@ class Kube:
         """
         if len(manifests) <= 1:
             return [self.create(m) for m in manifests]
+        self._fenced()  # and again before each create
         futures = [_CREATES.submit(self.create, m) for m in manifests]
         errors = [f.exception() for f in futures]
         first = next((e for e in errors if e is not None), None)
@@ -221,6 +246,7 @@ class Kube:
             preconditions=client.V1Preconditions(uid=uid) if uid else None,
             grace_period_seconds=0 if force else None,
         )
+        self._fenced()
         try:
             self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
         except ApiException as err:
@@ -242,6 +268,7 @@ class Kube:
         if node:
             spec["nodeSelector"] = {"kubernetes.io/hostname": node}
         body = {"metadata": {"annotations": dict(annotations or {})}, "spec": spec}
+        self._fenced()
         try:
             res = self.core.patch_namespaced_pod(
                 name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False
@@ -254,6 +281,7 @@ class Kube:
     def force_delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod with grace period 0: the API server removes the object at once, without waiting for
         its kubelet (used only for pods on a lost node, whose kubelet will never confirm); gone is fine."""
+        self._fenced()
         try:
             self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
         except ApiException as err:
@@ -269,6 +297,7 @@ class Kube:
             False when it was already gone or is another object now (404/409).
         """
         body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        self._fenced()
         try:
             self.custom.delete_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body=body)
         except ApiException as err:
@@ -284,6 +313,7 @@ class Kube:
         Returns:
             False when it was already gone or is another object now (404/409).
         """
+        self._fenced()
         try:
             gone = self._json(self.core.delete_namespaced_service(name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False))
         except ApiException as err:
@@ -312,31 +342,49 @@ class Kube:
         Returns:
             False on a conflict or when the node is gone (read it again and retry).
         """
+        self._fenced()
         return patch_node(self.core, node, taints, annotations=annotations, field_manager=FIELD_MANAGER)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None) -> bool:
         """Apply a JSON merge patch to the job's status through the status subresource (null deletes a key).
 
+        Args:
+            resource_version: the job's resourceVersion as read when the new status was decided; the patch
+                carries it, so the API server refuses it (409 Conflict) when anyone changed the job since
+                (optimistic concurrency, Kubernetes API conventions): a decision taken on a stale read, e.g.
+                by a leader that stepped down, is dropped instead of written over a newer status. None: unguarded.
+
         Returns:
-            False when the job was deleted meanwhile (404), True when the write succeeded.
+            False when the job was deleted meanwhile (404) or, with ``resource_version``, changed since it
+            was read (409): nothing was written. True when the write succeeded.
+
+        Raises:
+            railtrain.operator.fence.NotLeader: this process may not write now (``fence``).
         """
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        self._fenced()
         try:
             job = self.custom.patch_namespaced_custom_object_status(
-                contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, {"status": status},
+                contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body,
                 field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
             )
         except ApiException as err:
-            if err.status == 404:
+            if err.status == 404 or (err.status == 409 and resource_version):
                 return False
             raise
         if isinstance(job, dict):
             self.observe("jobs", job, mine=True)
         return True
 
+    def _lease_timeout(self) -> dict[str, Any]:
+        return {"_request_timeout": self.lease_timeout} if self.lease_timeout else {}
+
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A coordination.k8s.io/v1 Lease as a dict, or None when it does not exist."""
         try:
-            return self._json(client.CoordinationV1Api(self.api).read_namespaced_lease(name, namespace, _preload_content=False))
+            return self._json(client.CoordinationV1Api(self.api).read_namespaced_lease(name, namespace, _preload_content=False, **self._lease_timeout()))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -352,10 +400,10 @@ class Kube:
         body: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
         try:
             if seen is None:
-                api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, _preload_content=False)
+                api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
             else:
                 body["metadata"]["resourceVersion"] = seen["metadata"]["resourceVersion"]
-                api.replace_namespaced_lease(name, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False)
+                api.replace_namespaced_lease(name, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
         except ApiException as err:
             if err.status == 409:
                 return False
@@ -364,7 +412,14 @@ class Kube:
 
     def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (shown by ``kubectl describe tj``), or on any object given as a dict
-        with apiVersion, kind and metadata (a Node's Events go to namespace ``default``, as the kubelet's do)."""
+        with apiVersion, kind and metadata (a Node's Events go to namespace ``default``, as the kubelet's do).
+
+        Best effort, as Events are by Kubernetes convention: a refusal is dropped, and so is the Event of an
+        operator that may not write now (``fence``; the write it would announce was refused too)."""
+        try:
+            self._fenced()
+        except NotLeader:  # say nothing: the fence logged the lapse once
+            return
         meta = job["metadata"]
         namespace = meta.get("namespace") or "default"
         now = datetime.now(timezone.utc)
@@ -389,5 +444,5 @@ class Kube:
         }
         try:
             self.core.create_namespaced_event(namespace, body, _preload_content=False)
-        except ApiException:
-            pass  # Events are best-effort by Kubernetes convention.
+        except (ApiException, NotLeader):
+            pass  # Events are best-effort by Kubernetes convention (NotLeader: the client's own last-moment fence).

@@ -39,6 +39,46 @@ on the default pool found TLS handshakes in most pod creates."""
 NOT_A_KUBECONFIG = "it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
 
 
+LEASES_PATH = "/apis/coordination.k8s.io/"
+"""Requests under this path (the Lease) are never fenced: they are how leadership is won and kept."""
+
+
+class GuardedApiClient(client.ApiClient):
+    """An ``ApiClient`` whose every call without its own ``_request_timeout`` gets ``request_timeout``, and whose
+    every write (any method but GET/HEAD, the Lease excepted) first passes ``fence``.
+
+    The official client waits forever by default: a call to an API server that
+    accepted the connection and then stopped answering (frozen, overloaded, a
+    half-open connection) never returns, and the thread that made it never
+    notices anything. Every generated API method goes through :meth:`call_api`,
+    so this is the one place a deadline applies to all of them: the operator's
+    reads and writes, its Lease calls (which pass a shorter one), and its
+    informers' LISTs (their WATCHes pass their own, longer than the server-side
+    ``timeoutSeconds``). It is also the last moment before a write is sent, where
+    the operator's leadership check runs once more (docs/operator.md, "Leader
+    fencing"): a process frozen after its write verb checked the fence but before
+    the request left is stopped here when it resumes.
+
+    Args:
+        configuration: the client configuration.
+        request_timeout: seconds, or ``(connect, read)`` seconds, as ``_request_timeout`` takes them.
+        fence: called before every write; raises to refuse it (None: none).
+    """
+
+    def __init__(self, configuration: client.Configuration, request_timeout: float | tuple[float, float], fence: Callable[[], None] | None = None):
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
+        self.fence = fence
+
+    def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):  # noqa: D102 (the client's own)
+        if self.fence is not None and method not in ("GET", "HEAD") and LEASES_PATH not in url:
+            self.fence()
+        return super().call_api(
+            method, url, header_params=header_params, body=body, post_params=post_params,
+            _request_timeout=self.request_timeout if _request_timeout is None else _request_timeout,
+        )
+
+
 class ConnectError(Exception):
     """No usable kubeconfig or in-cluster credentials; ``str()`` is one sentence naming where the kubeconfig came from."""
 
@@ -77,7 +117,10 @@ def missing_kubeconfig(kubeconfig: str | None, path: str, environ: Mapping[str, 
     return f"--kubeconfig: no kubeconfig file at {path}; pass --kubeconfig PATH or set KUBECONFIG ({START_HINT})"
 
 
-def connect(kubeconfig: str | None = None, environ: Mapping[str, str] | None = None) -> Connection:
+def connect(
+    kubeconfig: str | None = None, environ: Mapping[str, str] | None = None, request_timeout: float | tuple[float, float] | None = None,
+    fence: Callable[[], None] | None = None,
+) -> Connection:
     """Load credentials from a kubeconfig, else the in-cluster service account.
 
     Args:
@@ -85,6 +128,11 @@ def connect(kubeconfig: str | None = None, environ: Mapping[str, str] | None = N
             ``KUBECONFIG``; None means ``$KUBECONFIG``, then ``~/.kube/config``,
             then in-cluster credentials.
         environ: the environment (default ``os.environ``).
+        request_timeout: when given, every call that names no ``_request_timeout`` of its own waits at most this
+            long (seconds, or ``(connect, read)`` seconds; :class:`GuardedApiClient`), and a call that got no
+            answer in time is not sent again by urllib3 (its caller's loop retries), so no call waits longer.
+            None: the client's defaults (no timeout; the command line passes one per call).
+        fence: with ``request_timeout``: called right before every write is sent (:class:`GuardedApiClient`).
 
     Returns:
         A :class:`Connection`.
@@ -118,7 +166,11 @@ def connect(kubeconfig: str | None = None, environ: Mapping[str, str] | None = N
     else:
         raise ConnectError(missing_kubeconfig(kubeconfig, path, env))
     cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, POOL_CONNECTIONS)
-    return Connection(client.ApiClient(cfg), namespace, cfg.host)
+    if request_timeout is None:
+        return Connection(client.ApiClient(cfg), namespace, cfg.host)
+    # urllib3's default retries a read timeout of a GET/PUT/DELETE 3 more times: 4 x the timeout per call.
+    cfg.retries = urllib3.Retry(total=3, read=0, redirect=3)
+    return Connection(GuardedApiClient(cfg, request_timeout, fence), namespace, cfg.host)
 
 
 def status_body(err: ApiException) -> dict[str, Any]:

@@ -5,23 +5,31 @@ Every operator process runs :func:`keep_lease` next to its resync loop. While
 moment this process takes the Lease it says so in one line and wakes the
 resync, whose first pass reconciles every unfinished job and runs an admission
 pass, so a standby admits a waiting job at once. A leader steps down (one line)
-when it cannot renew for a whole lease duration (the API server is away: a
-standby may already have taken over) or when its own resync loop is stale
-(``/healthz`` would fail): the Lease then expires and a healthy standby takes it.
-Without RBAC for the Lease (401/403) the operator leads alone, as before leader
-election existed, with one WARNING line.
+when it has not renewed within the renew deadline (two thirds of the lease
+duration: the API server is away or this process was frozen, and a standby may
+take over once the whole duration has passed) or when its own resync loop is
+stale (``/healthz`` would fail): the Lease then expires and a healthy standby
+takes it. Each Lease call waits at most a quarter of the lease duration
+(:func:`railtrain.operator.fence.lease_call_seconds`), so a frozen API server
+is noticed as one. What may be written is not decided by this loop's flag but by
+``ctx.state.leadership`` (:mod:`railtrain.operator.fence`), from when the last
+successful renewal was sent: a leader whose loop has not run yet (a process
+resumed after SIGSTOP) writes nothing either. Without RBAC for the Lease
+(401/403) the operator leads alone, as before leader election existed, with one
+WARNING line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Callable
 
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import kube, metrics, peers
+from railtrain.operator import fence, kube, metrics, peers
 from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
@@ -59,15 +67,18 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
     """
     loop, s = asyncio.get_running_loop(), ctx.settings
     where = f"{s.lease_namespace}/{peers.LEASE_NAME}"
-    renewed = loop.time()
+    deadline = fence.renew_deadline(s.lease_seconds)
+    renewed = time.monotonic()  # when the last successful take or renewal was sent
     said_holder: str | None = None
     failing = False  # the last Lease read/write got no answer or an error (said once, not per poll)
     while True:
-        now = datetime.now(timezone.utc)
+        now, sent = datetime.now(timezone.utc), time.monotonic()  # the renewTime written, and when, by this clock
         try:
             leading, other = await loop.run_in_executor(None, _try_lead, ctx, now)
             if leading:
-                renewed = loop.time()
+                renewed = sent
+                if ctx.state.leadership is not None:
+                    ctx.state.leadership.renewed(sent)
             if failing:
                 log.info("the API server answers again: the Lease %s is read and renewed", where)
             failing = False
@@ -76,12 +87,14 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
         except ApiException as err:
             if err.status in (401, 403):
                 log.warning("cannot keep the Lease %s (%s): this operator leads alone; a second operator on this cluster would admit too", where, kube.describe(err))
+                if ctx.state.leadership is not None:
+                    ctx.state.leadership.alone()
                 _set(ctx, True, wake, where)
                 return
-            leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
+            leading, other = ctx.state.leader and time.monotonic() - renewed < deadline, None
             failing = _say_failing(failing, where, err)
-        except Exception as err:  # no answer: keep leading only while the Lease we wrote is still ours
-            leading, other = ctx.state.leader and loop.time() - renewed < s.lease_seconds, None
+        except Exception as err:  # no answer: keep leading only while the last renewal is within the renew deadline
+            leading, other = ctx.state.leader and time.monotonic() - renewed < deadline, None
             failing = _say_failing(failing, where, err)
         if other is not None and other != said_holder:
             log.info("standing by: the Lease %s is held by %s (polled every %.1f s)", where, other, poll_seconds(s.lease_seconds))
@@ -110,6 +123,8 @@ def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: s
     elif not leading and ctx.state.leader:
         log.warning("no longer leading: the Lease %s was not renewed; this operator stands by", where)
         ctx.state.leader = False
+    if not leading and ctx.state.leadership is not None:
+        ctx.state.leadership.lost()
     metrics.LEADER.set(1 if ctx.state.leader else 0)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Callable
 
 import kopf
 from kubernetes import client
 
-from railtrain.operator import handlers, kube, kubeclient, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator import fence, handlers, kube, kubeclient, metrics, peers, serve  # noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.cachedkube import CachedKube
-from railtrain.operator.context import OperatorContext
+from railtrain.operator.context import OperatorContext, RuntimeState
 from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
 
@@ -19,6 +20,13 @@ log = logging.getLogger("railtrain.operator")
 
 STARTUP_WAIT_SECONDS = 60.0
 """How long the first request may keep getting 429/5xx (an API server still starting) before the operator gives up."""
+CONNECT_SECONDS = 10.0
+"""Longest wait for a connection to the API server (TCP and TLS), within ``--request-seconds``."""
+
+
+def request_timeout(settings: Settings) -> tuple[float, float]:
+    """``(connect, read)`` seconds every API call of the operator waits at most unless it names its own (``--request-seconds``)."""
+    return min(CONNECT_SECONDS, settings.request_seconds), settings.request_seconds
 
 
 class OperatorError(Exception):
@@ -38,17 +46,20 @@ def run(settings: Settings) -> None:
             server stopped answering for ``settings.unreachable_seconds`` while running.
     """
     configure_logging(json_lines=settings.log_format == "json")
+    # Every write is fenced by the Lease, as this process's own clock sees it: by each write verb, and by the client
+    # right before the request is sent (operator/fence.py, docs/operator.md "Leader fencing").
+    leadership = fence.Leadership(fence.renew_deadline(settings.lease_seconds), f"{settings.lease_namespace}/{peers.LEASE_NAME}")
     try:
-        api = preflight(settings.kubeconfig)
+        api = preflight(settings.kubeconfig, request_timeout=request_timeout(settings), fence=leadership.check)
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
         log.info("the operator stopped before it started")
         return
     check_crd(api)
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
-    cached = CachedKube(api, settings.namespace)  # watch-fed caches behind the pass-wide reads (operator/cachedkube.py)
+    cached = CachedKube(api, settings.namespace, fence=leadership.check, lease_timeout=fence.lease_call_seconds(settings.lease_seconds))
     cached.start()  # leader and standby alike: a standby that takes over plans on a warm cache
-    ctx = OperatorContext(settings=settings, kube=cached, health=serve.Health(stale_seconds=settings.stale_seconds))
+    ctx = OperatorContext(settings=settings, kube=cached, health=serve.Health(stale_seconds=settings.stale_seconds), state=RuntimeState(leadership=leadership))
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")
@@ -64,11 +75,20 @@ def run(settings: Settings) -> None:
         raise OperatorError(ctx.state.fatal)
 
 
-def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS) -> client.ApiClient:
+def preflight(
+    kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS, request_timeout: tuple[float, float] | None = None,
+    fence: Callable[[], None] | None = None,
+) -> client.ApiClient:
     """Connect and make one request, so that a bad kubeconfig or a dead server is one sentence before kopf starts.
 
     An API server that answers 429 ("storage is (re)initializing", right after
     it starts) or 5xx is waited for, one line per try, up to ``wait_seconds``.
+
+    Args:
+        kubeconfig: as ``--kubeconfig`` (None: $KUBECONFIG, ~/.kube/config, in-cluster).
+        wait_seconds: how long 429/5xx answers are waited for.
+        request_timeout, fence: the client's default timeout of every call and its leadership check before every
+            write (:func:`railtrain.operator.kubeclient.connect`).
 
     Returns:
         The connected client.
@@ -79,7 +99,7 @@ def preflight(kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS
             still not ready after ``wait_seconds``.
     """
     try:
-        api = kubeclient.connect(kubeconfig).api  # the command line's kubeconfig rules and sentences
+        api = kubeclient.connect(kubeconfig, request_timeout=request_timeout, fence=fence).api  # the command line's kubeconfig rules and sentences
     except kubeclient.ConnectError as err:
         raise OperatorError(str(err)) from None
     host = api.configuration.host

@@ -186,7 +186,7 @@ class Reader:
                 recorded = attempts.with_progress(status, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now)
                 if recorded is not None:
                     patch["goodput"] = recorded
-                written = bool(kube.patch_status(namespace, name, patch))
+                written = bool(kube.patch_status(namespace, name, patch, resource_version=job["metadata"].get("resourceVersion")))  # 409: changed since read, next interval
             if written and recorded is not None:
                 metrics.observe_goodput(namespace, name, recorded)
             return written

@@ -25,6 +25,8 @@ DEFAULT_MAX_QUARANTINES_PER_HOUR = 8
 """How many nodes the operator may quarantine per hour across the whole cluster unless the platform team says otherwise."""
 DEFAULT_STOP_SECONDS = 10.0
 """How long SIGTERM/SIGINT may take to stop the operator (the Helm pod's grace period is 30 s)."""
+DEFAULT_REQUEST_SECONDS = 30.0
+"""How long one API call may wait for its answer unless told otherwise (the API server's own limit for a request is 60 s)."""
 
 
 DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -58,6 +60,9 @@ class Settings:
             exits anyway (seconds, > 0).
         fabric: the fabric profile whose NCCL/libfabric variables every rank gets
             (:mod:`railtrain.crds.fabric`, docs/fabric.md).
+        request_seconds: how long one API call (connect and answer) may take before it is given up
+            (seconds, > 0); Lease calls wait at most a quarter of ``lease_seconds``, watches their
+            own server-side timeout plus 15 s (docs/operator.md, "Leader fencing").
     """
 
     kubeconfig: str | None = None
@@ -72,6 +77,7 @@ class Settings:
     stale_seconds: float = 120.0
     stop_seconds: float = DEFAULT_STOP_SECONDS
     fabric: FabricProfile = PROFILES[DEFAULT_PROFILE]
+    request_seconds: float = DEFAULT_REQUEST_SECONDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,6 +136,10 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
         "--lease-seconds", type=float, default=float(LEASE_SECONDS), metavar="SECONDS",
         help=f"Lease duration: a standby takes over once the leader has not renewed for this long (default {LEASE_SECONDS}).",
     )
+    p.add_argument(
+        "--request-seconds", type=float, default=DEFAULT_REQUEST_SECONDS, metavar="SECONDS",
+        help=f"Give up one API call that has not been answered in this many seconds; Lease calls wait at most a quarter of --lease-seconds (default {DEFAULT_REQUEST_SECONDS:g}).",
+    )
     p.add_argument("--log-format", default="text", metavar="FORMAT", help="text (one line per record) or json (one JSON object per line, for log pipelines).")
     p.add_argument(
         "--stale-seconds", type=float, default=120.0, metavar="SECONDS",
@@ -166,7 +176,7 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
     for flag, value in (("--resync-seconds", args.resync_seconds), ("--unreachable-seconds", args.unreachable_seconds)):
         if not value > 0:
             raise SettingsError(f"{flag}: must be more than 0 seconds, got {value:g}")
-    for flag, value in (("--stale-seconds", args.stale_seconds),):
+    for flag, value in (("--stale-seconds", args.stale_seconds), ("--request-seconds", args.request_seconds)):
         if not value > 0:
             raise SettingsError(f"{flag}: must be more than 0 seconds, got {value:g}")
     if not 1 <= args.lease_seconds <= 60:
@@ -190,4 +200,5 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
         lease_seconds=args.lease_seconds,
         log_format=args.log_format,
         stale_seconds=args.stale_seconds,
+        request_seconds=args.request_seconds,
     )

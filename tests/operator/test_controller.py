@@ -85,9 +85,14 @@ class FakeKube:
         pod["metadata"]["annotations"].update(annotations or {})
         pod["spec"].pop("schedulingGates", None)
 
-    def patch_status(self, ns, name, patch):
+    def patch_status(self, ns, name, patch, resource_version=None):
         if (ns, name) not in self.jobs:
             return False
+        meta = self.jobs[(ns, name)]["metadata"]
+        if resource_version and meta.get("resourceVersion") and resource_version != meta["resourceVersion"]:
+            return False  # 409: changed since it was read (a job given a resourceVersion bumps it on every write)
+        if meta.get("resourceVersion"):
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
         status = self.jobs[(ns, name)].setdefault("status", {})
         for key, value in patch.items():
             if value is None:
@@ -265,9 +270,9 @@ class WriteCountingKube(FakeKube):
         super().__init__(*args, **kwargs)
         self.writes: list[tuple[str, str]] = []
 
-    def patch_status(self, ns, name, patch):
+    def patch_status(self, ns, name, patch, resource_version=None):
         self.writes.append(("status", str(patch.get("phase"))))
-        return super().patch_status(ns, name, patch)
+        return super().patch_status(ns, name, patch, resource_version)
 
     def create(self, manifest):
         self.writes.append(("create", manifest["kind"]))
@@ -305,10 +310,10 @@ class MeetingKube(FakeKube):
         super().__init__(*args, **kwargs)
         self.meeting = threading.Barrier(parties, timeout=10)
 
-    def patch_status(self, ns, name, patch):
+    def patch_status(self, ns, name, patch, resource_version=None):
         if isinstance(patch.get("admission"), dict):
             self.meeting.wait()  # BrokenBarrierError when the pass writes one admission after the other
-        return super().patch_status(ns, name, patch)
+        return super().patch_status(ns, name, patch, resource_version)
 
 
 def test_a_pass_applies_the_admissions_it_decided_for_several_jobs_at_once():
