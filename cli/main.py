@@ -190,7 +190,7 @@ def run(
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping nodes.")] = 10.0,
     fault_bitflip: Annotated[Optional[str], typer.Option("--fault-bitflip", help="Inject: flip a bit, e.g. 'rank=1,step=20,bit=0' (more keys: mode=once|persistent, index=0, target=param|activation; docs/health.md).")] = None,
     fault_slow: Annotated[Optional[str], typer.Option("--fault-slow", help="Inject: slow a rank, e.g. 'rank=1,factor=1.2,from_step=10'.")] = None,
-    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5' (more keys: kind=compute|collective).")] = None,
+    fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5' (more keys: kind=compute|collective|init; init: never joins the process group, step 0).")] = None,
     fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
     fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
 ) -> None:
@@ -232,6 +232,8 @@ def run(
     say(f"the image {spec.image} is ignored locally: '{' '.join(nodes[0].argv)}' runs with this machine's Python")
     if spec.checkpoint.location:
         say(f"checkpoints: {local_run.resolve_location(spec.checkpoint.location, base_dir)}")
+    logs = local_run.local_log_dir(job.metadata.name, uid)
+    say(f"logs: {logs} (every line of every node; the screen shows rank 0, the others' warnings and a failed node's last lines)")
     for warning in (local_checks.size_warning(spec.world_size, os.cpu_count()), local_checks.memory_warning(job, _memory_bytes())):
         if warning:
             say(warning, style="yellow")
@@ -250,7 +252,7 @@ def run(
     notify = lambda s: say(s, style="yellow")  # noqa: E731
     recorder = GoodputRecorder()
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
-        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=recorder.line)  # noqa: E731
+        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=recorder.line, log_dir=logs)  # noqa: E731
         runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started

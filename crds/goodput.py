@@ -17,6 +17,14 @@ so the parts add up to the wall time by construction:
   older checkpoint (steps lost × that attempt's mean step time);
   ``checkpoint``: seconds the step loop was blocked by checkpoint saves.
 
+A hang is never training. An attempt's training window ends at the last step
+seen in it (an ended attempt's time after that is lost to its restart); the
+running attempt's time since its last step seen counts as training only while it
+is shorter than :func:`stall_seconds` (60 s, or 3 of its mean step times when
+longer): past that, all of it is lost as ``no_progress`` until a new step is seen
+(a gang hung in a collective, or stuck starting after an in-pod restart, whose
+rank 0 still answers). The operator moves ``lastStepAt`` only when the step moves.
+
 ``ratio`` = training / wall: the "effective training time ratio" the field
 reports (e.g. Llama 3's > 90 %, ByteRobust's 97 %).
 """
@@ -125,6 +133,25 @@ class Attempt:
     blocked_seconds: float = 0.0
 
 
+STALL_FLOOR_SECONDS = 60.0
+"""The shortest time without a new step after which the running attempt counts as not training (:func:`stall_seconds`)."""
+STALL_STEPS = 3
+"""Mean step times without a new step after which the running attempt counts as not training (the hang watchdog's factor)."""
+
+
+def stall_seconds(a: Attempt) -> float:
+    """How long the running attempt may go without a new step seen and still count as training: ``max(60 s, 3 x its mean step time)``.
+
+    The mean step time is ``(last_step_at - first_step_at) / (last_step - first_step)`` (0 before two steps were seen).
+    The floor covers how rarely progress is seen (the operator reads rank 0 every few seconds, ``run --local`` sees
+    every ``--log-every``-th step) and the first steps' warm-up.
+    """
+    steps = (a.last_step or 0) - (a.first_step or 0)
+    if steps <= 0 or a.first_step_at is None or a.last_step_at is None:
+        return STALL_FLOOR_SECONDS
+    return max(STALL_FLOOR_SECONDS, STALL_STEPS * _seconds(a.first_step_at, a.last_step_at) / steps)
+
+
 def _seconds(a: datetime, b: datetime) -> float:
     return max(0.0, (b - a).total_seconds())
 
@@ -167,7 +194,14 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
             cause = restart_cause(a.end_reason)
             bucket = {"suspended": "queued", "starting": "starting"}.get(cause, f"restart_{cause}")
     if bucket == "active":
-        active[-1] = _seconds(t, now)
+        a = attempts[-1]
+        last = max(a.last_step_at or t, t)
+        tail = _seconds(last, now)
+        if tail > stall_seconds(a):  # no step for longer than any healthy gap: not training (module docstring)
+            active[-1] = _seconds(t, last)
+            add("no_progress", tail)
+        else:
+            active[-1] = _seconds(t, now)
     else:
         add(bucket, _seconds(t, now))
     recompute = 0.0
@@ -181,7 +215,7 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
     recompute = min(recompute, total_active)
     blocked = min(blocked, total_active - recompute)
     training = total_active - recompute - blocked
-    lost = {k: v for k, v in parts.items() if k.startswith("restart_")}
+    lost = {k: v for k, v in parts.items() if k.startswith("restart_") or k == "no_progress"}
     if recompute:
         lost["recompute"] = recompute
     if blocked:

@@ -102,7 +102,9 @@ def with_progress(status: Mapping[str, Any], progress: Mapping[str, Any], resume
     a, at = attempts[-1], progress.get("lastUpdateTime") or _time(now)
     if a.get("firstStep") is None:
         a.update(firstStep=int(progress["step"]), firstStepAt=at)
-    a.update(lastStep=int(progress["step"]), lastStepAt=at)
+    if a.get("lastStep") != int(progress["step"]) or a.get("lastStepAt") is None:
+        # the step moved: a rank 0 that still answers while its gang hangs does not extend training (crds/goodput.py)
+        a.update(lastStep=int(progress["step"]), lastStepAt=at)
     if resumed_from is not None:
         a["resumedFrom"] = int(resumed_from)
     if blocked_seconds is not None:

@@ -56,6 +56,14 @@ def test_breakdown(attempts, now, parts, ratio):
     assert g.last_update_time == at(now)
 
 
+def test_a_running_attempt_without_a_new_step_is_not_training_past_its_stall_bound():
+    """Issue 25 item 6: a gang hung for 14 minutes after step 40 (its last step seen at 120 s, 1 s steps)."""
+    hung = breakdown(T0, [Attempt(at(10), 1, at(30), 40, at(120))], at(120 + 14 * 60))
+    assert hung.training_seconds == 90 and hung.lost_seconds == {"no_progress": 14 * 60} and total(hung) == pytest.approx(120 + 14 * 60)
+    slow = Attempt(at(10), 1, at(30), 4, at(120))  # 30 s steps: 89 s without a new step is within 3 steps, still training
+    assert breakdown(T0, [slow], at(209)).training_seconds == 179
+
+
 def test_a_timestamp_out_of_order_makes_its_window_zero_not_negative():
     g = breakdown(T0, [Attempt(at(10), 1, at(5))], at(20))  # first step "before" the release: skewed clocks
     assert min([g.queued_seconds, g.starting_seconds, g.training_seconds]) >= 0 and total(g) == pytest.approx(20)

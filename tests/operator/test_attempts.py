@@ -62,6 +62,18 @@ def test_rank_0s_progress_fills_the_running_attempt():
     assert attempts.with_progress({"phase": "Running"}, {"step": 3}, None, None, CREATED, NOW) is None  # no attempt recorded: nothing to fill
 
 
+def test_a_hung_gang_whose_rank_0_still_answers_is_not_training():
+    """Issue 25 item 6: rank 0 keeps reporting step 31 for 15 minutes (its gang hangs): lastStepAt stays where the step
+    was first seen, and the time since is lost as no_progress, not training."""
+    g = attempts.track({}, {"phase": "Pending", "conditions": [sched("True")]}, NOW, CREATED)
+    status = {"phase": "Running", "goodput": g}
+    g = attempts.with_progress(status, {"step": 11, "lastUpdateTime": t(20)}, 0, 0.0, CREATED, NOW + timedelta(seconds=20))
+    g = attempts.with_progress(status | {"goodput": g}, {"step": 31, "lastUpdateTime": t(40)}, 0, 0.0, CREATED, NOW + timedelta(seconds=40))
+    g = attempts.with_progress(status | {"goodput": g}, {"step": 31, "lastUpdateTime": t(940)}, 0, 0.0, CREATED, NOW + timedelta(seconds=940))
+    assert g["attempts"][-1]["lastStepAt"] == t(40)
+    assert g["trainingSeconds"] == 20 and g["lostSeconds"] == {"no_progress": 900}
+
+
 def test_the_planner_records_the_release_of_a_gang():
     job = job_obj("gp", nodes=1)
     job["metadata"]["creationTimestamp"] = CREATED
