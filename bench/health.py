@@ -20,7 +20,15 @@ gloo, the ``tiny`` preset on ``pkg://email/*.py``), configured only by the pod c
   changed between them, so each "on" run also times its own health work per step (rank 0's
   wall time inside the checks, ``health_s`` in the metrics file) as a share of its step time.
 
+* **hangs**: hang detection time against step time: for each ``--hang-shapes`` shape
+  (sequence length x batch, each a different step time) one run whose rank 1 never enters
+  step ``--onset``'s collective, with ``hang_floor_s`` = ``--hang-floor``; the seconds from
+  the hang to the verdict (the stalled rank's age when the watchdog fired), the median step
+  time, and the bound ``max(3 x median step, floor)``; then one gang whose rank 1 never joins
+  the process group (``hang_warmup_s`` = ``--init-deadline``): seconds from launch to the verdict.
+
     python bench/health.py                       # everything (about 15 minutes on 2 busy cores)
+    python bench/health.py --only hangs          # detection time vs step time (docs/bench-health.md)
     python bench/health.py --only overhead --pairs 5
     python bench/health.py --clean-steps 40 --overhead-steps 30 --pairs 1 --only latency,clean,overhead   # smoke size
 """
@@ -54,7 +62,7 @@ def _free_port() -> int:
 
 
 def run_gang(workdir: Path, nnodes: int, steps: int, *, health: dict | None = None, faults: contract.Faults | None = None,
-             extra_env: dict | None = None, batch: int = 8, timeout: float = 3600) -> dict[str, Any]:
+             extra_env: dict | None = None, batch: int = 8, timeout: float = 3600, extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """One gang; returns exit codes, rank 0's metrics records, every node's log and termination verdict, wall seconds."""
     workdir.mkdir(parents=True, exist_ok=True)
     pod = contract.PodEnvironment(job_name="bench", namespace="default", nnodes=nnodes, node_rank=0, procs_per_node=1, rdzv_addr="127.0.0.1", rdzv_port=_free_port())
@@ -69,7 +77,7 @@ def run_gang(workdir: Path, nnodes: int, steps: int, *, health: dict | None = No
         env = base | contract.pod_env(replace(pod, node_rank=rank, node_name=f"node-{rank}"))
         env |= contract.health_env(contract.health_from_mapping(health or {})) | contract.fault_env(faults or contract.Faults()) | (extra_env or {})
         env[contract.ENV_TERMINATION_MESSAGE_PATH] = str(term)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "-m", "railtrain.trainer", *COMMON, "--batch-size", str(batch), "--steps", str(steps), "--metrics-file", str(metrics)]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "-m", "railtrain.trainer", *COMMON, "--batch-size", str(batch), "--steps", str(steps), "--metrics-file", str(metrics), *extra_args]
         log = (workdir / f"node{rank}.log").open("w")
         procs.append((subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, text=True), log))
         terms.append(term)
@@ -123,6 +131,30 @@ def latency(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     return out
 
 
+def hangs(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    """Hang detection time vs step time: one hung gang per shape, then one gang stuck before its process group."""
+    out = []
+    for shape in args.hang_shapes:
+        seq, batch = (int(x) for x in shape.split("x"))
+        faults = contract.Faults(hang=contract.HangFault(rank=1, step=args.onset, kind="collective"))
+        run = run_gang(tmp / f"hang-{shape}", 2, args.onset + 20, health={"hang_floor_s": args.hang_floor}, faults=faults, batch=batch, extra_args=("--seq-len", str(seq)))
+        v = _verdict(run)
+        row: dict[str, Any] = {"shape": f"seq {seq} x batch {batch}", "rcs": run["rcs"], "verdict": v}
+        if v is not None and v["verdict"] == contract.VERDICT_HANG:
+            e = v["evidence"]
+            med = e["median_step_s"] or 0.0
+            row |= {"median_step_s": med, "detected_s": e["age_s"], "deadline_s": e["deadline_s"], "bound_s": max(3 * med, args.hang_floor),
+                    "detected_over_step": ratio(e["age_s"], med), "named": f"rank {v['ranks']} node {v['nodes']}"}  # fmt: skip
+        out.append(row)
+        print(f"  hang, {row['shape']}: {row.get('detected_s')} s at median step {row.get('median_step_s')} s", file=sys.stderr, flush=True)
+    faults = contract.Faults(hang=contract.HangFault(rank=1, step=0, kind="init"))
+    run = run_gang(tmp / "hang-init", 2, 5, health={"hang_warmup_s": args.init_deadline}, faults=faults)
+    v = _verdict(run)
+    out.append({"shape": "stuck joining the process group", "rcs": run["rcs"], "verdict": v, "deadline_s": args.init_deadline, "gang_wall_s": run["wall_s"],
+                "named": f"rank {v['ranks']} node {v['nodes']}" if v else "-"})  # fmt: skip
+    return out
+
+
 def clean(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """A long clean run with frequent checks: verdicts and straggler windows flagged."""
     health = {"fingerprint_interval": 5, "kat_interval": 50, "timing_interval": 1}
@@ -165,18 +197,23 @@ def overhead(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="health.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="latency,clean,overhead", help="Comma-separated parts: latency, clean, overhead.")
+    parser.add_argument("--only", default="latency,clean,overhead,hangs", help="Comma-separated parts: latency, clean, overhead, hangs.")
+    parser.add_argument("--hang-shapes", default="64x8,256x8,512x16", help="hangs: comma-separated seq_len x batch shapes, one step time each (default 64x8,256x8,512x16).")
+    parser.add_argument("--init-deadline", type=float, default=10.0, help="hangs: hang_warmup_s of the gang stuck joining the process group (default 10; the product default is 600).")
     parser.add_argument("--onset", type=int, default=20, help="Step at which each fault starts (default 20).")
-    parser.add_argument("--hang-floor", type=float, default=5.0, help="hang_floor_s of the hang runs (default 5; the product default is 60).")
+    parser.add_argument("--hang-floor", type=float, default=5.0, help="hang_floor_s of the hang runs (default 5; the product default is 10).")
     parser.add_argument("--clean-steps", type=int, default=2000, help="Steps of the clean run (default 2000).")
     parser.add_argument("--overhead-steps", type=int, default=300, help="Steps per overhead run (default 300).")
     parser.add_argument("--pairs", type=int, default=3, help="On/off pairs (default 3).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/health-<time>.json).")
     args = parser.parse_args(argv)
     args.parts = [p.strip() for p in args.only.split(",") if p.strip()]
-    bad = [p for p in args.parts if p not in ("latency", "clean", "overhead")]
+    bad = [p for p in args.parts if p not in ("latency", "clean", "overhead", "hangs")]
     if bad:
-        parser.error(f"--only: unknown part(s) {', '.join(bad)}; allowed: latency, clean, overhead")
+        parser.error(f"--only: unknown part(s) {', '.join(bad)}; allowed: latency, clean, overhead, hangs")
+    args.hang_shapes = [x.strip() for x in args.hang_shapes.split(",") if x.strip()]
+    if not args.hang_shapes or any(len(x.split("x")) != 2 or not all(p.isdigit() and int(p) > 0 for p in x.split("x")) for x in args.hang_shapes):
+        parser.error(f"--hang-shapes must be comma-separated SEQxBATCH pairs of positive integers, e.g. 64x8, got {','.join(args.hang_shapes)!r}")
     if args.onset < 3 or args.clean_steps < 10 or args.overhead_steps < 2 or args.pairs < 1:
         parser.error("--onset must be >= 3, --clean-steps >= 10, --overhead-steps >= 2, --pairs >= 1")
     return args
@@ -194,6 +231,22 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows:
                 hang = f"{r['seconds']:.2f} / {r['bound_s']:.2f}" if "seconds" in r else "-"
                 table.add(r["fault"], r["caught_by"], r["named"], r["onset"], r["detected_step"], r["latency_steps"], hang)
+            table.print()
+        if "hangs" in args.parts:
+            rows = record["hangs"] = hangs(args, tmp)
+            table = Table(
+                f"health: hang detection time vs step time (2 ranks, rank 1 never enters step {args.onset}'s collective; hang_floor_s {args.hang_floor:g})",
+                ["gang", "median step (s)", "detected after (s)", "bound max(3 x step, floor) (s)", "detected / step", "named"],
+                note=f"last row: rank 1 never joins the process group, hang_warmup_s {args.init_deadline:g}; 'detected after' is the gang's wall time from launch (Python and torch start included)",
+            )
+            for r in rows:
+                if "gang_wall_s" in r:
+                    caught = f"{r['verdict']['verdict']} ({r['verdict']['evidence'].get('phase')})" if r["verdict"] else "MISSED"
+                    table.add(r["shape"], "-", f"{r['gang_wall_s']:.1f} ({caught})", f"{r['deadline_s']:g} + start", "-", r["named"])
+                elif "detected_s" in r:
+                    table.add(r["shape"], f"{r['median_step_s']:.3f}", f"{r['detected_s']:.2f}", f"{r['bound_s']:.2f}", fmt_x(r["detected_over_step"]), r["named"])
+                else:
+                    table.add(r["shape"], "-", "MISSED", "-", "-", "-")
             table.print()
         if "clean" in args.parts:
             c = record["clean"] = clean(args, tmp)

@@ -23,4 +23,16 @@ def test_health_bench_smoke(tmp_path: Path) -> None:
 
 def test_health_bench_refuses_an_unknown_part() -> None:
     proc = subprocess.run([sys.executable, "bench/health.py", "--only", "speed"], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--only: unknown part(s) speed; allowed: latency, clean, overhead" in proc.stderr
+    assert proc.returncode == 2 and "--only: unknown part(s) speed; allowed: latency, clean, overhead, hangs" in proc.stderr
+
+
+def test_health_bench_hangs_smoke(tmp_path: Path) -> None:
+    """The hangs part at its smallest: one shape (detection time vs step time) and the gang stuck joining its process group."""
+    out = tmp_path / "hangs.json"
+    args = ["--only", "hangs", "--hang-shapes", "64x8", "--hang-floor", "1", "--onset", "4", "--init-deadline", "3", "--json", str(out)]
+    proc = subprocess.run([sys.executable, "bench/health.py", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hang detection time vs step time" in proc.stdout
+    hung, init = json.loads(out.read_text())["hangs"]
+    assert hung["verdict"]["verdict"] == "hang" and hung["detected_s"] <= hung["bound_s"] + 1.0, hung  # + two polls and a busy machine's slack
+    assert init["verdict"]["verdict"] == "hang" and init["verdict"]["evidence"]["phase"] == "init"
