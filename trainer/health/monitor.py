@@ -121,7 +121,7 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         s = self.settings
         self.log(
             f"health: on fingerprint_interval={s.fingerprint_interval} kat_interval={s.kat_interval} timing_interval={s.timing_interval} "
-            f"replica_groups={len(self.groups)} straggler_threshold={s.straggler_threshold} hang_deadline=max({s.hang_factor}x median step, {s.hang_floor_s}s)"
+            f"replica_groups={len(self.groups)} straggler_threshold={s.straggler_threshold} hang_deadline=max({s.hang_factor}x median step, {s.hang_floor_s}s) hang_warmup={s.hang_warmup_s}s"
         )
 
     def stop(self, failed: bool = False) -> None:
