@@ -132,3 +132,20 @@ def test_relative_excess_is_against_the_median_of_the_others(n):
     expected = [t / statistics.median(times[:r] + times[r + 1 :]) - 1 for r, t in enumerate(times)]
     assert stats.relative_excess(times) == pytest.approx(expected)
     assert stats.relative_excess([1.0]) == [0.0]
+
+
+def test_two_replicas_name_only_the_rank_a_re_execution_singles_out():
+    """Issue 25 item 5: no majority, so only a re-hash or known-answer test that differs names a rank; else nobody."""
+    two = stats.compare_fingerprints([[0, 1]], {0: 5, 1: 6})
+    assert stats.attribute_mismatches(two, set(), set()) == ([], [0, 1])
+    assert stats.attribute_mismatches(two, set(), {1}) == ([1], [])
+    assert stats.attribute_mismatches(two, {0}, set()) == ([0], [])
+    three = stats.compare_fingerprints([[0, 1, 2], [3, 4]], {0: 5, 1: 6, 2: 5, 3: 7, 4: 8})
+    assert stats.attribute_mismatches(three, set(), set()) == ([1], [3, 4])  # the majority decides its group only
+
+
+def test_phase_deadline_gives_warm_up_and_slow_phases_the_allowance():
+    assert stats.phase_deadline([2.0, 2.0, 2.0], 3.0, 1.0, 600.0, warming=False, slow_phase=False) == 6.0
+    assert stats.phase_deadline([0.1], 3.0, 1.0, 600.0, warming=True, slow_phase=False) == 600.0
+    assert stats.phase_deadline([0.1, 0.1], 3.0, 1.0, 600.0, warming=False, slow_phase=True) == 600.0
+    assert stats.phase_deadline([300.0, 300.0], 3.0, 1.0, 600.0, warming=True, slow_phase=False) == 900.0  # never below the step deadline
