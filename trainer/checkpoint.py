@@ -219,7 +219,7 @@ class Checkpointer:
         ranks = self.comm.ranks_where(bool(bad))
         if not ranks:
             return
-        names = self.comm.all_gather(bad) if self.comm.distributed else [bad]
+        names = self.comm.all_gather(bad)  # a second collective only on this path, which every rank takes
         tensors = {str(r): names[r] for r in ranks}
         first = names[ranks[0]][0]
         raise NonFiniteState(

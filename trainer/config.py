@@ -26,6 +26,10 @@ FP8_RECIPES = tuple(r.value for r in Float8Recipe)
 PP_SCHEDULES = ("gpipe", "1f1b")
 DEFAULT_CHECKPOINT_INTERVAL = 100
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: AdamW multiplies by the learning rate in the parameters' dtype and refuses a larger one
+(``RuntimeError: value cannot be converted to type float without overflow``, which a restart would repeat)."""
+
 
 @dataclass
 class TrainConfig:
@@ -134,8 +138,8 @@ class TrainConfig:
         for name in ("warmup_steps", "lr_decay_steps", "threads", "weight_decay", "grad_clip", "peak_tflops"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"--lr must be > 0, got {self.lr}")
+        if not 0 < self.lr <= FLOAT32_MAX:
+            raise ValueError(f"--lr must be > 0 and at most {FLOAT32_MAX:.4g} (the optimizer applies it in float32), got {self.lr}")
         max_len = PRESETS[self.preset].max_seq_len
         if self.seq_len > max_len:
             raise ValueError(f"--seq-len {self.seq_len} exceeds preset {self.preset!r}'s max_seq_len {max_len}")

@@ -25,6 +25,7 @@ from railtrain.trainer.__main__ import main
 from railtrain.trainer import checkpoint_state
 from railtrain.trainer.checkpoint import Checkpointer, LocalStorage, TierConfig, steps_to_prune
 from railtrain.trainer.checkpoint_files import MANIFEST, ShardDir
+from railtrain.trainer.config import parse_args
 from railtrain.trainer.model import ModelConfig, Transformer
 from tests.trainer.health.gang import run_gang
 from tests.trainer.health.test_monitor import make_monitor
@@ -113,7 +114,6 @@ def test_a_non_finite_state_is_never_saved_and_the_good_checkpoints_stay(tmp_pat
     saver = Checkpointer(tiers, rank=0, world_size=1, local_world_size=1, distributed=False, layout="single", log=lines.append, async_save=False)
     model, optimizer = _model_and_optimizer()
     saver.save(1, model, optimizer, {"step": 1}, last_step=9)
-    assert json.loads((tmp_path / "persistent" / "step-1" / MANIFEST).read_text())["good"] is True
     with torch.no_grad():
         model.layers["0"].attention.wq.weight[0, 0] = math.nan
     with pytest.raises(ValueError) as info:
@@ -122,6 +122,7 @@ def test_a_non_finite_state_is_never_saved_and_the_good_checkpoints_stay(tmp_pat
     saver.wait()
     assert sorted(p.name for p in (tmp_path / "persistent").iterdir()) == ["step-1"]
     assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["step-1"]
+    assert json.loads((tmp_path / "persistent" / "step-1" / MANIFEST).read_text())["good"] is True
     saver.close()
 
 
@@ -189,6 +190,12 @@ def test_without_health_checks_a_non_finite_gradient_norm_is_never_applied(tmp_p
     assert _checkpoint_is_finite(ckpt / "step-1", tmp_path)
     verdict = contract.parse_termination_message(term.read_text())
     assert verdict is not None and (verdict["verdict"], verdict["reason"]) == (contract.VERDICT_RETRYABLE, "LossNotFinite")
+
+
+def test_a_learning_rate_beyond_float32_is_refused_up_front() -> None:
+    """``--lr 1e39`` made AdamW raise a RuntimeError at step 1, a ``retryable`` crash every restart repeated."""
+    with pytest.raises(ValueError, match=r"--lr must be > 0 and at most 3\.403e\+38"):
+        parse_args(["--data", "pkg://email/*.py", "--lr", "1e39"])
 
 
 # --- the issue's input: two FSDP ranks --------------------------------------------------------------------------
