@@ -371,7 +371,7 @@ def get(
     elif not items:
         say("no trainingjobs in " + ("any namespace" if all_namespaces else f"namespace {ns}"))
     else:
-        out.print(views.jobs_table(items, now, all_namespaces=all_namespaces))
+        views.print_table(out, views.jobs_table(items, now, all_namespaces=all_namespaces))
 
 
 from railtrain.cli import jobcmds  # noqa: E402

@@ -6,6 +6,7 @@ the cluster, so every view is tested on hand-written objects.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from railtrain.crds import fabric
+from railtrain.crds import contract, fabric
 
 PROBLEM_TYPES = ("Failed", "Suspended")
 """Condition types that explain a job's state when True; False is their healthy state (others explain it when False/Unknown)."""
@@ -129,8 +130,72 @@ def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
     return max(candidates, key=lambda c: (c.get("type") in explains, parse_time(c.get("lastTransitionTime")) or epoch))
 
 
+_HOLDERS = (re.compile(r"held by:? ([^;()]+?)\s*(?:[;)]|\.\s|\.?$)"), re.compile(r"ahead in the queue: ([^;]+);"), re.compile(r"admitted again: (.+)$"))
+"""Where the operator's waiting refusals name who holds the capacity (operator/placement.py ``_held_by``, operator/admission.py)."""
+
+
+def permanent_fix(message: str) -> str | None:
+    """The fix a permanent Scheduled=False message names (pure), or None when the message is not permanent.
+
+    A permanent message carries one of :data:`~railtrain.crds.contract.PERMANENT_MARKERS` ("It can never fit ... :
+    why; fix"); the fix is its last clause.
+    """
+    marker = next((m for m in contract.PERMANENT_MARKERS if m in message), None)
+    if marker is None:
+        return None
+    tail = message.split(marker, 1)[1].split(": ", 1)[-1]
+    return tail.rsplit("; ", 1)[-1].strip().rstrip(".")
+
+
+def holders_named(message: str) -> str | None:
+    """Who holds the capacity a waiting job needs, as the operator's refusal names them (pure); None when it names none."""
+    for pattern in _HOLDERS:
+        found = pattern.search(message)
+        if found:
+            return found.group(1).strip()
+    return None
+
+
+def reason_cell(condition: dict[str, Any] | None) -> str:
+    """The REASON of ``railtrain get``'s table: the condition's reason, and for a refused gang whether it can never
+    fit (with the fix) or waits (for whom, as ``railtrain plan`` names them).
+
+    Examples: ``Unschedulable (never fits: ask for fewer nodes or less per pod, or add nodes)``,
+    ``Unschedulable (waiting for team/a, team/b)``, ``TopologyUnsatisfiable (waiting)``.
+    """
+    if not condition:
+        return ""
+    reason, message = condition.get("reason", ""), condition.get("message") or ""
+    if condition.get("type") != "Scheduled" or condition.get("status") != "False":
+        return reason
+    fix = permanent_fix(message)
+    if fix is not None:
+        what = "never starts" if contract.NEVER_STARTS in message else "never fits"
+        return f"{reason} ({what}: {fix})"
+    if reason in ("GangPlaced", "Suspended", "Restarting") or not message:
+        return reason
+    holders = holders_named(message)
+    return f"{reason} (waiting for {holders})" if holders else reason
+
+
+def print_table(console: Any, table: Table) -> None:
+    """Print ``table`` whole: on a terminal at its width (long cells wrap inside their column); elsewhere (a pipe, a
+    file) as wide as the table needs, so no cell is cut at the 80 columns rich assumes there."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    needed = console.measure(table, options=console.options.update_width(100_000)).maximum
+    saved = console.width
+    console.width = max(saved, needed)  # Console.print caps its own width argument at the console's
+    try:
+        console.print(table)
+    finally:
+        console.width = saved
+
+
 def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool = False) -> Table:
-    """A table with one row per job: name, phase, nodes, restarts, step, goodput ratio, age, and the reason of :func:`explaining_condition`.
+    """A table with one row per job: name, phase, nodes, restarts, step, goodput ratio, age, and the reason of
+    :func:`explaining_condition` (:func:`reason_cell`: a refused gang says whether it never fits or waits, and for whom).
 
     Args:
         items: TrainingJob objects.
@@ -141,7 +206,7 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
     if all_namespaces:
         table.add_column("NAMESPACE")
     for column in ("NAME", "PHASE", "NODES", "RESTARTS", "STEP", "GOODPUT", "AGE", "REASON"):
-        table.add_column(column, no_wrap=column != "REASON")
+        table.add_column(column, no_wrap=column != "REASON", overflow="fold")
     for obj in items:
         meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
         cond = explaining_condition(obj)
@@ -153,7 +218,7 @@ def jobs_table(items: list[dict[str, Any]], now: datetime, all_namespaces: bool 
             step_cell(status),
             goodput_cell(status),
             age(meta.get("creationTimestamp"), now),
-            (cond or {}).get("reason", ""),
+            reason_cell(cond),
         ]
         table.add_row(*([meta.get("namespace", "")] if all_namespaces else []), *row)
     return table

@@ -115,12 +115,15 @@ def never_fits(job: dict[str, Any]) -> str | None:
         job: the TrainingJob as the server returns it.
 
     Returns:
-        The message of its Scheduled=False condition when that message says :data:`~railtrain.crds.contract.NEVER_FITS`
-        (operator/placement.py writes it when too few nodes, or no required domain, are big enough even when empty);
+        The message of its Scheduled=False condition when that message says it is permanent
+        (:data:`~railtrain.crds.contract.PERMANENT_MARKERS`: operator/placement.py writes ``NEVER_FITS`` when too few
+        nodes, or no required domain, are big enough even when empty, or a topology level or NVLink domain the
+        operator does not know is asked for; operator/phases/gang_timeout.py writes ``NEVER_STARTS`` when the pods'
+        image reference cannot start anywhere);
         None while it waits for capacity, or once it is scheduled.
     """
     for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Scheduled" and c.get("status") == "False" and contract.NEVER_FITS in (c.get("message") or ""):
+        if c.get("type") == "Scheduled" and c.get("status") == "False" and any(m in (c.get("message") or "") for m in contract.PERMANENT_MARKERS):
             return str(c["message"])
     return None
 

@@ -93,6 +93,11 @@ SHORT_NAMES = ("tj",)
 NEVER_FITS = "It can never fit"
 """How the operator's Scheduled=False message says the gang cannot fit the cluster's nodes as they are (as opposed to
 waiting for capacity); ``railtrain submit --wait`` stops following on it."""
+NEVER_STARTS = "It can never start"
+"""How the operator's Scheduled=False message says the gang's pods cannot start as the job is written (an image
+reference the kubelet refuses), so every re-queue times out again; ``railtrain submit --wait`` stops following on it."""
+PERMANENT_MARKERS = (NEVER_FITS, NEVER_STARTS)
+"""The sentences that make a Scheduled=False message permanent (``railtrain get`` and ``submit --wait`` read them)."""
 
 # --- labels and annotations (Kubernetes recommended-label style) -----------
 LABEL_JOB_NAME = f"{API_GROUP}/job-name"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from railtrain.crds.contract import LABEL_JOB_NAME as JOB_LABEL
 from railtrain.crds.quantity import parse_quantity  # noqa: F401  (re-exported: the one quantity parser)
 from railtrain.operator import quarantine
 from railtrain.operator.topology import DEFAULT_LEVELS, level_value
@@ -60,6 +61,8 @@ class NodeInfo:
             quarantined, NotReady), "" otherwise.
         short: set by :func:`~railtrain.operator.nodefit.restrict`: which of a
             gang's requests the node lacks free right now ("" when they fit).
+        holders: who holds the node's GPUs now, sorted: ``namespace/job`` of each TrainingJob with a
+            bound or pinned pod there, ``pod namespace/name`` of any other pod requesting GPUs.
     """
 
     name: str
@@ -75,6 +78,7 @@ class NodeInfo:
     free: Mapping[str, float] = field(default_factory=dict)
     blocked: str = ""
     short: str = ""
+    holders: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,13 @@ def _rails(labels: Mapping[str, str], gpus: int) -> int:
     return rails if rails > 0 else gpus
 
 
+def _holder(pod: Mapping[str, Any]) -> str:
+    """Who a pod holds capacity for: ``namespace/job`` for a TrainingJob's rank, else ``pod namespace/name``."""
+    meta = pod.get("metadata", {}) or {}
+    job = (meta.get("labels") or {}).get(JOB_LABEL)
+    return f"{meta.get('namespace', '')}/{job}" if job else f"pod {meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def snapshot(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -244,14 +255,18 @@ def snapshot(
         deleted still holds its GPUs until its phase says it is terminal.
     """
     used: dict[str, dict[str, float]] = {}
+    holders: dict[str, set[str]] = {}
     for pod in pods:
         if (pod.get("status", {}) or {}).get("phase") in _TERMINAL:
             continue
         node = pod_node(pod)
         if node:
             held = used.setdefault(node, {})
-            for k, v in pod_requests(pod).items():
+            requests = pod_requests(pod)
+            for k, v in requests.items():
                 held[k] = held.get(k, 0.0) + v
+            if requests.get(gpu_resource):
+                holders.setdefault(node, set()).add(_holder(pod))
     out = {}
     for node in nodes:
         meta = node.get("metadata", {}) or {}
@@ -277,5 +292,6 @@ def snapshot(
             free={k: v - held.get(k, 0.0) for k, v in alloc.items()},
             # Taints are matched per gang (nodefit.restrict); the quarantine taint blocks every gang.
             blocked=_node_ineligibility({**node, "spec": {**spec, "taints": [t for t in spec.get("taints", []) or [] if t.get("key") == QUARANTINE_TAINT]}}),
+            holders=tuple(sorted(holders.get(name, ()))),
         )
     return ClusterSnapshot(out, tuple(levels))

@@ -36,18 +36,31 @@ CLUSTER = -1
 """Depth of the root domain (the whole cluster)."""
 
 
-def node_path(node: NodeInfo, depth: int | None = None) -> Path:
-    """The node's domain path: its value at every level, widest first.
+UNKNOWN = "\0?"
+"""The value of a wider level a node lacks while it carries a narrower one (:func:`node_path`)."""
 
-    A node without the label of a level is a domain of its own at that level
-    (its value becomes ``"\\0<node name>"``), so it never groups with others.
+
+def node_path(node: NodeInfo, depth: int | None = None) -> Path:
+    """The node's domain path down to level index ``depth``: its value at every level, widest first.
+
+    A node without the label of level ``depth`` itself is a domain of its own at that level (its value
+    becomes ``"\\0<node name>"``), so it never groups with others there: a gang that must share a rack
+    never counts unlabelled nodes as one rack. A node without the label of a *wider* level gets
+    :data:`UNKNOWN` there, so nodes that share the narrower value group by it: the ``nvidia`` preset on
+    nodes with the GPU operator's ``nvidia.com/gpu.clique`` but no Topograph labels (no core, spine or
+    leaf) still finds two nodes of one clique together (issue 26, item 6: they were each a domain of
+    their own at the core level, and so at every level under it, and a job that needed one clique waited
+    forever). Grouping by the whole path still keeps apart two racks of the same name in two known blocks.
 
     Args:
         node: a node of a snapshot; ``node.domains`` follows the snapshot's levels.
-        depth: cut the path after this level index (``CLUSTER`` gives ``()``).
+        depth: cut the path after this level index (``CLUSTER`` gives ``()``; None: the deepest level).
     """
-    full = tuple(v if v is not None else f"\0{node.name}" for v in node.domains)
-    return full if depth is None else full[: depth + 1]
+    last = len(node.domains) - 1 if depth is None else depth
+    return tuple(
+        v if v is not None else (f"\0{node.name}" if i == last else UNKNOWN)
+        for i, v in enumerate(node.domains[: last + 1])
+    )
 
 
 @dataclass(frozen=True)
@@ -125,17 +138,14 @@ def fill(nodes: Sequence[NodeInfo], k: int, depth: int, levels: int, need: int) 
 
 
 def common_depth(nodes: Sequence[NodeInfo]) -> tuple[int, Path]:
-    """The deepest level index at which all ``nodes`` share one domain, and that domain's path."""
+    """The deepest level index at which all ``nodes`` share one domain (:func:`node_path` at that level), and that domain's path."""
     if not nodes:
         return CLUSTER, ()
-    paths = [node_path(n) for n in nodes]
-    depth = CLUSTER
-    for d in range(len(paths[0])):
-        if all(p[d] == paths[0][d] for p in paths):
-            depth = d
-        else:
-            break
-    return depth, paths[0][: depth + 1]
+    for d in range(len(nodes[0].domains) - 1, -1, -1):
+        paths = {node_path(n, d) for n in nodes}
+        if len(paths) == 1:
+            return d, next(iter(paths))
+    return CLUSTER, ()
 
 
 def search(

@@ -130,11 +130,17 @@ class Refusal:
     """Why a gang cannot be placed now: ``reason`` is CamelCase, ``message`` a sentence.
 
     ``warning`` selects the Event type: a job waiting its turn is Normal.
+    ``permanent`` says the gang can never be placed on this cluster as it is, even empty (too few nodes big
+    enough, no domain of a required level big enough, a level or NVLink domain the operator does not know):
+    only a change of the job or of the cluster helps, and the message says :data:`~railtrain.crds.contract.NEVER_FITS`
+    and names the fix (``railtrain submit --wait`` stops on it, ``railtrain get`` shows it). Otherwise the
+    gang waits for capacity others hold, and the message names them where it can (:func:`_held_by`).
     """
 
     reason: str
     message: str
     warning: bool = True
+    permanent: bool = False
 
 
 def node_annotations(fabric: FabricProfile | None, node: Mapping[str, Any] | None) -> dict[str, str]:
@@ -165,6 +171,21 @@ def with_node_values(result: "Placement | Refusal", fabric: FabricProfile | None
         return result
     warnings = tuple(dict.fromkeys(w for n in result.nodes for w in node_value_problems(fabric, nodes.get(n))))
     return replace(result, annotations=tuple(node_annotations(fabric, nodes.get(n)) for n in result.nodes), warnings=warnings)
+
+
+def cands_busy(request: GangRequest, cluster: ClusterSnapshot) -> list[NodeInfo]:
+    """Eligible nodes big enough for one pod of the gang that lack free GPUs now (what other jobs hold)."""
+    need = request.gpus_per_node
+    return [n for n in cluster.eligible() if n.gpus >= need and n.free_gpus < max(need, 1) and n.name not in request.fixed.values()]
+
+
+def _held_by(nodes: Sequence[NodeInfo], shown: int = 3) -> str:
+    """``"; the capacity is held by team/a, team/b and 2 more"`` from the holders of ``nodes`` ("" when none is known)."""
+    holders = sorted({h for n in nodes for h in n.holders})
+    if not holders:
+        return ""
+    more = f" and {len(holders) - shown} more" if len(holders) > shown else ""
+    return f"; the capacity is held by {', '.join(holders[:shown])}{more}"
 
 
 def _plural(n: int, word: str) -> str:
@@ -210,8 +231,8 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
             f". {contract.NEVER_FITS} as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
             "ask for fewer nodes or less per pod, or add nodes"
         )
-    else:
-        text += ". It waits until enough nodes free up"
+        return Refusal("Unschedulable", text, permanent=True)
+    text += ". It waits until enough nodes free up" + _held_by(cands_busy(request, cluster))
     return Refusal("Unschedulable", text)
 
 
@@ -219,10 +240,10 @@ def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int
     """The TopologyUnsatisfiable refusal of a required level: what each domain offers."""
     levels, need = cluster.levels, request.gpus_per_node
     name = level_name(levels[level])
-    free = Counter(dom.node_path(n, level)[-1] for n in cands)
+    free = Counter(dom.node_path(n, level) for n in cands)  # by the whole path: what search() groups by
     ranked = sorted(free.items(), key=lambda kv: (-kv[1], kv[0]))
-    offer = ", ".join(f"{k.lstrip(chr(0))}: {v}" for k, v in ranked[:4]) or "none"
-    size = Counter(dom.node_path(n, level)[-1] for n in cluster.eligible() if n.gpus >= need)
+    offer = ", ".join(f"{k[-1].lstrip(chr(0))}: {v}" for k, v in ranked[:4]) or "none"
+    size = Counter(dom.node_path(n, level) for n in cluster.eligible() if n.gpus >= need)
     most = max(size.values(), default=0)
     nvl = request.nvlink and levels[level] == nvlink_level(levels)
     text = (
@@ -231,9 +252,12 @@ def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int
     )
     if most < request.sizes[0] - len(request.fixed):
         advice = "ask for fewer nodes" if nvl else "use policy preferred or ask for fewer nodes"
+        unlabelled = sum(1 for n in cluster.eligible() if n.gpus >= need and n.domains[level] is None)
+        if unlabelled:
+            advice += f" or label the {unlabelled} eligible nodes that carry no {levels[level]} label (each is a {name} of its own)"
         text += f". {contract.NEVER_FITS}: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
-    else:
-        text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s")
+        return Refusal("TopologyUnsatisfiable", text, permanent=True)
+    text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s") + _held_by(cands_busy(request, cluster))
     return Refusal("TopologyUnsatisfiable", text)
 
 
@@ -385,7 +409,12 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
     if request.policy != "none" and request.level and request.level not in levels:
         known = ", ".join(levels)
         if request.policy == "required":
-            return Refusal("UnknownTopologyLevel", f"spec.topology.level {request.level} is not one of the operator's topology levels ({known}); use one of them or ask the operator's administrator to configure it (docs/topology.md)")
+            return Refusal(
+                "UnknownTopologyLevel",
+                f"spec.topology.level {request.level} is not one of the operator's topology levels ({known}). {contract.NEVER_FITS} as it is: "
+                "use one of them, policy preferred, or ask the operator's administrator to configure it (docs/topology.md)",
+                permanent=True,
+            )
         notes.append(f"spec.topology.level {request.level} is not a configured level ({known}) and was ignored")
     elif request.policy == "required" and request.level:
         floor = levels.index(request.level)
@@ -395,8 +424,9 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
             return Refusal(
                 NO_NVLINK_LEVEL,
                 f"spec.topology.nvlinkDomain needs the gang inside one NVLink domain, and none of the operator's topology levels "
-                f"({', '.join(levels)}) names one ({' or '.join(NVLINK_DOMAIN_KEYS)}); run the operator with --topology-preset nvidia "
-                "or a level naming nvidia.com/gpu.clique (docs/fabric.md)",
+                f"({', '.join(levels)}) names one ({' or '.join(NVLINK_DOMAIN_KEYS)}). {contract.NEVER_FITS} as it is: run the operator with "
+                "--topology-preset nvidia or a level naming nvidia.com/gpu.clique (docs/fabric.md), or drop spec.topology.nvlinkDomain",
+                permanent=True,
             )
         floor = max(floor, levels.index(domain))
     taken = set(request.fixed.values())

@@ -4,12 +4,20 @@ Holding some nodes while waiting for the others is what deadlocks two gangs
 (all-or-nothing admission, as in Volcano's and Kueue's gang scheduling); the
 timeout bounds it, and the exponential backoff (:func:`~railtrain.operator.gang.requeue_delay`)
 keeps a gang that cannot start from churning.
+
+The Scheduled condition names the cause where the pods say it: kube-scheduler's refusal, or a container that
+waits for a reason other than being created (``ImagePullBackOff``, ``CreateContainerConfigError`` ...). A cause
+no re-queue can cure (:data:`NEVER_STARTING`: the image reference itself) is said to be permanent, with
+:data:`~railtrain.crds.contract.NEVER_STARTS` and the fix, so ``railtrain submit --wait`` stops and
+``railtrain get`` shows it (issue 26, item 6: such a gang looped gang timeout → re-queue, naming nothing).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
+from railtrain.crds import contract
 from railtrain.operator import conditions as cond
 from railtrain.operator.gang import parse_time, requeue_delay
 from railtrain.operator.phases.step import Step, healthy
@@ -57,13 +65,48 @@ def _requeue(step: Step) -> str:
     step.set_condition(cond.RUNNING, False, "GangTimeout", f"{running} of {n} ranks were Running")
     said = next(((p, w) for p in step.gang if (w := scheduler_refusal(p))), None)
     quoted = f"; pod {said[0]['metadata']['name']}: kube-scheduler: {said[1]}" if said else ""
-    step.set_condition(
-        cond.SCHEDULED, False, "GangTimeout",
+    blocked = [(p, why, permanent) for p in step.gang if (found := not_started(p)) for why, permanent in [found]]
+    if blocked:
+        pod, why, _ = blocked[0]
+        quoted += f"; pod {pod['metadata']['name']}: {why}" + (f" (and {len(blocked) - 1} more pods)" if len(blocked) > 1 else "")
+    message = (
         f"the gang was not fully Running within runPolicy.gangTimeoutSeconds={timeout} after release ({running} of {n} ranks Running{quoted}); "
-        f"released all {n} nodes and re-queued, next admission attempt after {step.status['requeueAfter']} (requeue {requeues})",
-        "Warning",
+        f"released all {n} nodes and re-queued, next admission attempt after {step.status['requeueAfter']} (requeue {requeues})"
     )
+    never = next((why for _, why, permanent in blocked if permanent), None)
+    if never:
+        message += f". {contract.NEVER_STARTS} as the job is written: {never}; fix spec.image (or the template's image) and submit the job again"
+    step.set_condition(cond.SCHEDULED, False, "GangTimeout", message, "Warning")
     return cond.PENDING
+
+
+NEVER_STARTING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+"""Container waiting reasons the kubelet gives a container that cannot start as the pod is written, on any node: a
+malformed image reference, an image absent under ``imagePullPolicy: Never``. Re-queuing cannot cure them."""
+STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+"""Container waiting reasons of a container on its way to start (not a cause)."""
+
+
+def not_started(pod: dict[str, Any]) -> tuple[str, bool] | None:
+    """Why a released pod's containers have not started, from its container statuses (pure).
+
+    Args:
+        pod: a v1 Pod as read.
+
+    Returns:
+        ``(clause, permanent)``: e.g. ``container trainer ImagePullBackOff: Back-off pulling image "x"``, and whether the
+        reason is one that no re-queue cures (:data:`NEVER_STARTING`); None when no container waits for a reason
+        other than being created.
+    """
+    status = pod.get("status") or {}
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(group) or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason") or ""
+            if reason and reason not in STARTING:
+                words = " ".join(str(waiting.get("message") or "").split())
+                return f"container {cs.get('name')} {reason}" + (f": {words}" if words else ""), reason in NEVER_STARTING
+    return None
 
 
 GANG_TIMEOUT = Transition(

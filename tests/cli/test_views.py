@@ -186,3 +186,51 @@ def test_reason_after_resume_is_why_the_job_waits_then_empty_once_running():
         cond("Scheduled", "False", "Suspended", 5), cond("Running", "False", "Suspended", 5), cond("Suspended", "True", "Suspended", 5),
     ])
     assert views.explaining_condition(suspended)["type"] == "Suspended"
+
+
+def refused_jobs():
+    """A job that can never fit and one that waits for two jobs, with the operator's own refusal sentences."""
+    from railtrain.crds import contract
+    from railtrain.operator.cluster import snapshot
+    from railtrain.operator.placement import GangRequest, place_gang
+    from tests.operator.builders import node, other_pod
+
+    held = [other_pod("a", 8), other_pod("b", 8)]
+    for pod, (ns, job) in zip(held, (("team", "first"), ("lab", "second"))):
+        pod["metadata"] |= {"namespace": ns, "labels": {contract.LABEL_JOB_NAME: job}}
+    snap = snapshot([node("a"), node("b")], held)
+    never, waits = place_gang(GangRequest("team-a/huge", 3, 8), snap), place_gang(GangRequest("team-a/queued", 2, 8), snap)
+    return [
+        obj("huge", conditions=[cond("Scheduled", "False", never.reason, 100, never.message)], nodes=3),
+        obj("queued", conditions=[cond("Scheduled", "False", waits.reason, 100, waits.message)]),
+    ]
+
+
+def test_get_tells_never_fit_from_waiting_and_names_who_holds_the_capacity():
+    """Issue 26, item 6: REASON said Unschedulable for both."""
+    text = render(views.jobs_table(refused_jobs(), NOW))
+    assert "Unschedulable (never fits: ask for fewer nodes or less per pod, or add nodes)" in text
+    assert "Unschedulable (waiting for lab/second, team/first)" in text
+
+
+def test_get_piped_does_not_cut_reason_at_80_columns():
+    import io
+
+    out = io.StringIO()
+    views.print_table(Console(file=out, width=80, highlight=False), views.jobs_table(refused_jobs(), NOW))
+    lines = out.getvalue().splitlines()
+    assert any(line.rstrip().endswith("Unschedulable (never fits: ask for fewer nodes or less per pod, or add nodes)") for line in lines), lines
+    assert len(lines) == 3  # one line per job: a pipe or a file gets whole rows
+
+
+@pytest.mark.parametrize(
+    "message,expected",
+    [
+        ("the gang fits the free capacity, but it is promised to jobs ahead in the queue: a/x (priority 0), a/y (priority 0); it is admitted once", "a/x (priority 0), a/y (priority 0)"),
+        ("the gang fits the free capacity, but part of it is held for restarting gangs until they are admitted again: ns/big", "ns/big"),
+        ("... It waits for a rack to free up; policy preferred would let it span racks; the capacity is held by t/a and 2 more", "t/a and 2 more"),
+        ("gang needs 2 nodes; 0 of 2 nodes fit now. It waits until enough nodes free up", None),
+    ],
+)
+def test_holders_named_reads_each_waiting_refusal(message, expected):
+    assert views.holders_named(message) == expected

@@ -1,0 +1,105 @@
+"""Waiting for what can never happen (issue 26, item 6; pure): the admission and placement code tells a refusal that
+can never be cured on this cluster as it is (permanent: it says so, with the fix) from one that waits for capacity
+others hold (it names them), and the nvidia preset places an NVLink gang on nodes without Topograph labels."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from railtrain.crds import contract
+from railtrain.operator import reconcile
+from railtrain.operator.cluster import snapshot
+from railtrain.operator.conditions import find
+from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.topology import PRESETS
+
+from .builders import gang, job_obj, node, other_pod
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def nvidia(nodes, pods=()):
+    return snapshot(nodes, list(pods), levels=PRESETS["nvidia"])
+
+
+def test_the_nvidia_preset_places_an_nvlink_gang_on_nodes_with_only_the_clique_label():
+    """The report: two free nodes share the clique, and the job waited forever with "the most any gpu.clique offers now is 2"."""
+    snap = nvidia([node("a", labels={CLIQUE: "uuid.1"}), node("b", labels={CLIQUE: "uuid.1"}), node("c", labels={CLIQUE: "uuid.2"})])
+    result = place_gang(GangRequest("team/j", 2, 8, nvlink=True), snap)
+    assert isinstance(result, Placement), result
+    assert sorted(result.nodes) == ["a", "b"] and result.summary["domain"] == "uuid.1"
+    assert result.summary["domainLevel"] == PRESETS["nvidia"][3]
+
+
+def test_policy_required_clique_level_groups_the_same_nodes():
+    snap = nvidia([node("a", labels={CLIQUE: "uuid.1"}), node("b", labels={CLIQUE: "uuid.1"})])
+    result = place_gang(GangRequest("team/j", 2, 8, policy="required", level=PRESETS["nvidia"][3]), snap)
+    assert isinstance(result, Placement), result
+
+
+def test_nodes_without_any_clique_label_never_group_and_the_refusal_says_it_is_permanent():
+    snap = nvidia([node("a"), node("b")])
+    result = place_gang(GangRequest("team/j", 2, 8, nvlink=True), snap)
+    assert isinstance(result, Refusal) and result.permanent and contract.NEVER_FITS in result.message
+    assert "label the 2 eligible nodes that carry no nvidia.com/gpu.clique" in result.message
+
+
+def test_a_required_rack_across_two_known_blocks_stays_apart():
+    """The path still keeps two racks of the same name in two different blocks apart."""
+    levels = PRESETS["railtrain"]
+    snap = snapshot([node("a", labels={levels[0]: "b1", levels[1]: "r1"}), node("b", labels={levels[0]: "b2", levels[1]: "r1"})], [], levels=levels)
+    result = place_gang(GangRequest("team/j", 2, 8, policy="required", level=levels[1]), snap)
+    assert isinstance(result, Refusal) and result.reason == "TopologyUnsatisfiable" and result.permanent
+
+
+@pytest.mark.parametrize(
+    "request_,reason",
+    [
+        (GangRequest("team/j", 1, 8, policy="required", level="example.com/pod"), "UnknownTopologyLevel"),
+        (GangRequest("team/j", 1, 8, nvlink=True), "NoNVLinkDomainLevel"),
+        (GangRequest("team/j", 3, 8), "Unschedulable"),
+        (GangRequest("team/j", 1, 16), "Unschedulable"),
+    ],
+)
+def test_every_permanent_refusal_says_so_and_names_the_fix(request_, reason):
+    result = place_gang(request_, snapshot([node("a"), node("b")], []))
+    assert isinstance(result, Refusal) and result.reason == reason
+    assert result.permanent and contract.NEVER_FITS in result.message, result.message
+    fix = result.message.split(contract.NEVER_FITS, 1)[1]
+    assert any(word in fix for word in ("use one of them", "--topology-preset nvidia", "ask for fewer nodes")), fix
+
+
+def test_a_waiting_refusal_is_not_permanent_and_names_the_jobs_that_hold_the_capacity():
+    held = [other_pod("a", 8), other_pod("b", 8)]
+    for pod, job in zip(held, ("team/first", "lab/second")):
+        pod["metadata"] |= {"namespace": job.split("/")[0], "labels": {contract.LABEL_JOB_NAME: job.split("/")[1]}}
+    result = place_gang(GangRequest("team/j", 2, 8), snapshot([node("a"), node("b")], held))
+    assert isinstance(result, Refusal) and not result.permanent and contract.NEVER_FITS not in result.message
+    assert result.message.endswith("It waits until enough nodes free up; the capacity is held by lab/second, team/first")
+
+
+def test_a_gang_whose_image_can_never_start_says_so_at_its_gang_timeout():
+    released = "2026-11-29T11:00:00Z"
+    obj = job_obj(nodes=2, status={"phase": "Pending", "admittedNodes": 2, "conditions": [
+        {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": released}]})
+    pods = gang(obj, phase="Pending", gated=False, nodes=["a", "b"])
+    for pod in pods:
+        pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {
+            "reason": "InvalidImageName", "message": 'Failed to apply default image tag "Trainer:latest": invalid reference format'}}}]
+    p = reconcile.plan(obj, pods, True, NOW)
+    scheduled = find(p.status["conditions"], "Scheduled")
+    assert scheduled["reason"] == "GangTimeout" and "pod llm-0: container trainer InvalidImageName: Failed to apply default image tag" in scheduled["message"]
+    assert "It can never start as the job is written" in scheduled["message"] and "fix spec.image" in scheduled["message"]
+
+
+def test_a_gang_timeout_names_a_cause_that_may_pass_without_calling_it_permanent():
+    released = "2026-11-29T11:00:00Z"
+    obj = job_obj(nodes=1, status={"phase": "Pending", "admittedNodes": 1, "conditions": [
+        {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": released}]})
+    (pod,) = gang(obj, phase="Pending", gated=False, nodes=["a"])
+    pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}}}]
+    scheduled = find(reconcile.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")
+    assert 'container trainer ImagePullBackOff: Back-off pulling image "x"' in scheduled["message"] and "never" not in scheduled["message"]
