@@ -54,3 +54,36 @@ def test_wait_keeps_following_a_job_that_waits_for_capacity_and_ctrl_c_says_pend
 def test_ctrl_c_on_a_running_job_says_it_keeps_running():
     code, text = _follow(_job("Pending", WAITS), _job("Running"))
     assert code == 130 and "stopped following; trainingjob big keeps running" in text
+
+
+def _operator_refusals() -> list[str]:
+    """The operator's own permanent sentences (issue 26, item 6): a level it does not know, no NVLink-domain level,
+    an NVLink job on nodes without clique labels, and a gang whose image can never start."""
+    from datetime import timedelta
+
+    from railtrain.operator import reconcile
+    from railtrain.operator.cluster import snapshot
+    from railtrain.operator.conditions import find
+    from railtrain.operator.placement import GangRequest, place_gang
+    from railtrain.operator.topology import PRESETS
+    from tests.operator.builders import gang, job_obj, node
+
+    plain = snapshot([node("a"), node("b")], [])
+    said = [
+        place_gang(GangRequest("t/j", 1, 8, policy="required", level="example.com/pod"), plain).message,
+        place_gang(GangRequest("t/j", 1, 8, nvlink=True), plain).message,
+        place_gang(GangRequest("t/j", 2, 8, nvlink=True), snapshot([node("a"), node("b")], [], levels=PRESETS["nvidia"])).message,
+    ]
+    released = (NOW - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj = job_obj(nodes=1, status={"phase": "Pending", "admittedNodes": 1, "conditions": [
+        {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": released}]})
+    (pod,) = gang(obj, gated=False, nodes=["a"])
+    pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "InvalidImageName", "message": "invalid reference format"}}}]
+    said.append(find(reconcile.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")["message"])
+    return said
+
+
+def test_wait_exits_1_on_every_permanent_sentence_of_the_operator():
+    for message in _operator_refusals():
+        code, text = _follow(_job("Pending"), _job("Pending", message))
+        assert code == 1 and "stopped following; trainingjob big stays Pending" in text, message
