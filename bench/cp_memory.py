@@ -3,9 +3,10 @@
 For each context degree ``N`` of ``--contexts`` one torchrun launch of ``N``
 processes (CPU, gloo, one thread each) builds the ``tiny`` preset's shape with
 ``max_seq_len = --seq-len``, sets it to this rank's chunks
-(``apply_context_parallel``) and wraps it as the trainer does (DDP over the
-``cp`` ranks when ``N > 1``: ``apply_data_parallel``), runs one warm-up
-forward and backward (gradients, DDP buckets, thread pools exist from then on),
+(``apply_context_parallel``) and wraps it as the trainer does (``apply_data_parallel``:
+FSDP2 sharded over the ``cp`` ranks when ``N > 1``; DDP over them before issue 25,
+when docs/bench-cp-memory.json was recorded), runs one warm-up
+forward and backward (gradients, buckets, thread pools exist from then on),
 then ``--repeats`` measured forward-and-backward passes of ``--batch-size``
 random sequences of ``--seq-len`` tokens. Each measurement:
 
@@ -111,7 +112,7 @@ def worker(args: argparse.Namespace) -> None:
     def step() -> None:
         lm_loss(model(inputs), targets).backward()
 
-    step()  # warm-up: gradients and DDP buckets exist from here on
+    step()  # warm-up: gradients and communication buffers exist from here on
     peaks = []
     for _ in range(args.repeats):
         release_free_memory()
@@ -123,15 +124,17 @@ def worker(args: argparse.Namespace) -> None:
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
+        # The weights themselves (or a view of one, e.g. a transposed matrix) are not activations. Told apart here,
+        # while they exist: under FSDP2 a block's gathered weights are freed again after its backward.
+        if not isinstance(t._base if t._base is not None else t, torch.nn.Parameter):
+            s = t.untyped_storage()
+            storages[s.data_ptr()] = s.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = lm_loss(model(inputs), targets)
     loss.backward()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved_acts = sum(b for ptr, b in storages.items() if ptr not in params)  # the weights themselves are not activations
+    saved_acts = sum(storages.values())
     mine = {"rank": info.rank, "local_tokens": int(inputs.numel()), "peak_rss_bytes": peaks, "saved_bytes": saved_acts}
     everyone: list[Any] = [None] * n
     dist.all_gather_object(everyone, mine)

@@ -118,9 +118,9 @@ class Parallelism(_Model):
 
     data: int = Field(1, ge=1, description="Data-parallel replicas (gradients all-reduced, DDP or the replicate dimension of HSDP).")
     fsdp: int = Field(1, ge=1, description="Fully sharded data-parallel degree (FSDP2 / ZeRO-3 shard dimension).")
-    tensor: int = Field(1, ge=1, description="Tensor-parallel degree; must divide procsPerNode so a TP group never crosses a node.")
+    tensor: int = Field(1, ge=1, description="Tensor-parallel degree; must divide procsPerNode so a TP group never crosses a node, or, with topology.nvlinkDomain, be a multiple of it (a group of whole nodes of one NVLink domain).")
     pipeline: int = Field(1, ge=1, description="Pipeline-parallel stages.")
-    context: int = Field(1, ge=1, description="Context-parallel degree: ranks that split every sequence and run ring attention over it; context × tensor must divide procsPerNode so a CP group never crosses a node, and the trainer's --seq-len must be a multiple of 2 × context × tensor.")
+    context: int = Field(1, ge=1, description="Context-parallel degree: ranks that split every sequence and run ring attention over it; context × tensor must divide procsPerNode so a CP group never crosses a node (or, with topology.nvlinkDomain, be a multiple of it), and the trainer's --seq-len must be a multiple of 2 × context × tensor.")
 
     @property
     def product(self) -> int:
@@ -289,8 +289,7 @@ SPEC_RULES: tuple[Rule, ...] = (
             "(has(self.topology) && has(self.topology.nvlinkDomain) && self.topology.nvlinkDomain && (self.parallelism.context * self.parallelism.tensor) % self.procsPerNode == 0)"
         ),
         check=lambda s: (s.parallelism is None or not parallel.tensor_fits_node(s.parallelism.tensor, s.procs_per_node)
-                         or parallel.context_fits_node(s.parallelism.context, s.parallelism.tensor, s.procs_per_node)
-                         or (s.topology.nvlink_domain and (s.parallelism.context * s.parallelism.tensor) % s.procs_per_node == 0)),
+                         or parallel.context_fits(s.parallelism.context, s.parallelism.tensor, s.procs_per_node, s.topology.nvlink_domain)),
         message=(
             "spec.parallelism.context × tensor must divide procsPerNode: a context-parallel group and its tensor-parallel ranks must fit inside one node, "
             "unless spec.topology.nvlinkDomain is true and context × tensor is a multiple of procsPerNode (the group then spans whole nodes of one NVLink domain)"

@@ -15,12 +15,16 @@ all-reduces activations in every layer and needs the node's NVLink bandwidth
 attention) passes key/value blocks between the ranks of a ``cp`` group at every
 attention layer, so it comes next: one ``cp`` group with its ``tp`` ranks is
 ``context × tensor`` consecutive ranks, and the rule keeps it inside one node
-(``context × tensor`` must divide the processes per node). The data-parallel
-dimensions sit outside, where only gradients cross nodes.
+(``context × tensor`` must divide the processes per node). The one exception is a
+gang inside one NVLink domain (``spec.topology.nvlinkDomain``, e.g. GB200 NVL72), whose
+NVLink reaches across nodes: there either group may instead span whole nodes (a
+multiple of the processes per node). The data-parallel dimensions sit outside, where
+only gradients cross nodes.
 
 Pure arithmetic, importing neither torch nor kopf: the API's ``SPEC_RULES``
-(:mod:`railtrain.crds.api`) and the trainer's ``ParallelDims``
-(:mod:`railtrain.trainer.parallel`) both call :func:`problems`.
+(:mod:`railtrain.crds.api`) use its predicates, and the trainer's ``ParallelDims``
+(:mod:`railtrain.trainer.dims`, at start and in ``railtrain validate``'s check of
+the trainer's arguments) calls :func:`problems`.
 """
 
 from __future__ import annotations
@@ -133,14 +137,37 @@ def context_fits_node(context: int, tensor: int, procs_per_node: int) -> bool:
     return procs_per_node % (context * tensor) == 0
 
 
-def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) -> list[tuple[str, str]]:
+def context_fits(context: int, tensor: int, procs_per_node: int, nvlink_domain: bool = False) -> bool:
+    """Whether a context-parallel group with its tensor ranks may have ``context × tensor`` ranks: inside one node, or,
+    inside one NVLink domain (``spec.topology.nvlinkDomain``), spanning whole nodes (a multiple of ``procs_per_node``);
+    the same rule as :func:`tensor_fits`, for the ``cp × tp`` block of consecutive ranks."""
+    return context_fits_node(context, tensor, procs_per_node) or (nvlink_domain and (context * tensor) % procs_per_node == 0)
+
+
+def _node_rule(group: str, nvlink_domain: bool) -> str:
+    """The end of a node-rule sentence: why, and the NVLink-domain way out (taken or not)."""
+    if nvlink_domain:
+        return f" or be a multiple of it: {group} must fit inside one node or span whole nodes of the NVLink domain"
+    return f": {group} must fit inside one node (or span whole nodes of one NVLink domain, spec.topology.nvlinkDomain)"
+
+
+def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None, nvlink_domain: bool = False) -> list[tuple[str, str]]:
     """Every way the degrees break the rule, as ``(field, sentence)`` pairs.
+
+    The one rule of the API (``SPEC_RULES``, whose CEL twins say the same),
+    ``railtrain validate``'s check of the trainer's flags
+    (:mod:`railtrain.trainer.preflight`) and the trainer at start
+    (:class:`railtrain.trainer.dims.ParallelDims`).
 
     Args:
         d: the degrees.
         world_size: processes in the job (nodes × procs per node).
-        procs_per_node: processes per node; ``None`` skips the node check
+        procs_per_node: processes per node; ``None`` skips the node checks
             (a caller that does not know it).
+        nvlink_domain: the gang sits inside one NVLink domain
+            (``spec.topology.nvlinkDomain``; in a pod, ``RAILTRAIN_NVLINK_DOMAIN=1``):
+            a tensor- or context-parallel group may then also span whole nodes
+            (:func:`tensor_fits`, :func:`context_fits`; docs/fabric.md).
 
     Returns:
         ``[]`` when valid; else one pair per problem, ``field`` being one of
@@ -155,11 +182,11 @@ def problems(d: HasDegrees, world_size: int, procs_per_node: int | None = None) 
         out.append(("", f"data × fsdp × tensor × pipeline × context = {product(d)} ({Degrees.of(d).describe()}) must equal the world size {world_size}"))
     if not context_without_pipeline(d.context, d.pipeline):
         out.append(("context", f"context={d.context} with pipeline={d.pipeline} is not supported: context parallelism runs without pipeline stages"))
-    if procs_per_node is not None and not tensor_fits_node(d.tensor, procs_per_node):
-        out.append(("tensor", f"tensor={d.tensor} must divide the processes per node ({procs_per_node}): a tensor-parallel group must fit inside one node"))
-    elif procs_per_node is not None and not context_fits_node(d.context, d.tensor, procs_per_node):
-        out.append(("context", f"context × tensor = {d.context * d.tensor} must divide the processes per node ({procs_per_node}): "
-                               "a context-parallel group and its tensor-parallel ranks must fit inside one node"))
+    if procs_per_node is not None and not tensor_fits(d.tensor, procs_per_node, nvlink_domain):
+        out.append(("tensor", f"tensor={d.tensor} must divide the processes per node ({procs_per_node}){_node_rule('a tensor-parallel group', nvlink_domain)}"))
+    elif procs_per_node is not None and not context_fits(d.context, d.tensor, procs_per_node, nvlink_domain):
+        out.append(("context", f"context × tensor = {d.context * d.tensor} must divide the processes per node ({procs_per_node})"
+                               f"{_node_rule('a context-parallel group and its tensor-parallel ranks', nvlink_domain)}"))
     return out
 
 

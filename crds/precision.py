@@ -33,6 +33,13 @@ from railtrain.crds.base import Model
 FP8_MIN_CAPABILITY = (8, 9)
 """The oldest CUDA compute capability with FP8 tensor cores (Ada Lovelace; Hopper is 9.0)."""
 
+SCALED_MM_MULTIPLE = 16
+"""``torch._scaled_mm`` (the FP8 matrix product on CUDA) needs its operands ``(M, K) @ (K, N)`` with ``K`` and ``N``
+multiples of this (torch's checks: "Expected trailing dimension of mat1 to be divisible by 16", "mat2 shape ... must be
+divisible by 16"). Of a float8 linear layer's three products, the output and the input gradient contract over its
+widths, the weight gradient over the tokens: so both widths of a converted layer and the tokens of every micro-batch
+on every rank must be multiples of it (``railtrain.trainer.float8``, ``railtrain.trainer.dims.check_float8_tokens``)."""
+
 
 class Compute(str, Enum):
     """The number format of the matrix products."""

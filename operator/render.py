@@ -101,8 +101,15 @@ _FROM_ANNOTATION = {
 
 
 def container_env(spec: TrainingJobSpec, env: contract.PodEnvironment) -> list[dict[str, str]]:
-    """Container ``env`` list: the contract first, then the user's variables (which may override)."""
+    """Container ``env`` list: the contract first, then the user's variables (which may override).
+
+    A job placed inside one NVLink domain (``spec.topology.nvlinkDomain``) also gets
+    :data:`~railtrain.crds.contract.ENV_NVLINK_DOMAIN` ``=1``, so the trainer applies the domain's node rule
+    (:func:`railtrain.crds.parallel.problems`) in a pod and in ``railtrain run --local`` alike.
+    """
     merged = contract.pod_env(env)
+    if spec.topology.nvlink_domain and contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
+        merged[contract.ENV_NVLINK_DOMAIN] = "1"
     for var in spec.env:
         merged[var.name] = var.value
     return [{"name": k, "value": v} for k, v in merged.items()]
@@ -353,8 +360,6 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     resources = _resources(spec)
     if nvlink.wants(job):
         resources["claims"] = nvlink.container_claims()
-        if contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
-            container["env"].append({"name": contract.ENV_NVLINK_DOMAIN, "value": "1"})
     if resources:
         container["resources"] = resources
     volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)

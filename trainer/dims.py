@@ -14,6 +14,7 @@ from typing import Mapping
 from railtrain.crds import contract
 from railtrain.crds import parallel as rule
 from railtrain.crds.parallel import Degrees
+from railtrain.crds.precision import SCALED_MM_MULTIPLE
 from railtrain.trainer.presets import ModelConfig
 
 FLAG_OF_FIELD = {"data": "--parallel", "fsdp": "--parallel", "tensor": "--tp", "pipeline": "--pp", "context": "--cp"}
@@ -29,6 +30,8 @@ class ParallelDims:
         world_size: processes in the job.
         procs_per_node: processes per node (torchrun's ``LOCAL_WORLD_SIZE``),
             for the "tensor inside a node" check; ``None`` skips it.
+        nvlink_domain: the job sits inside one NVLink domain, so tensor- and
+            context-parallel groups may span whole nodes (:func:`railtrain.crds.parallel.problems`).
 
     Raises:
         ValueError: the degrees break the rule; one sentence per problem, each
@@ -38,22 +41,34 @@ class ParallelDims:
     degrees: Degrees
     world_size: int
     procs_per_node: int | None = None
+    nvlink_domain: bool = False
 
     def __post_init__(self) -> None:
-        errors = rule.problems(self.degrees, self.world_size, self.procs_per_node)
+        errors = rule.problems(self.degrees, self.world_size, self.procs_per_node, self.nvlink_domain)
         if errors:
             raise ValueError("; ".join(f"parallel degrees: {msg}" for _, msg in errors))
 
     @property
     def mode(self) -> str:
-        """``"fsdp"`` when parameters are sharded (``fsdp > 1``, HSDP included), else ``"ddp"``."""
-        return "fsdp" if self.degrees.fsdp > 1 else "ddp"
+        """What wraps the model for data parallelism: ``"fsdp"`` when FSDP2 does (:attr:`uses_fsdp`), else ``"ddp"``
+        (``DistributedDataParallel`` when ``data > 1``; nothing to wrap with a single data-parallel rank).
+
+        The log's start line and the checkpoint layout (:meth:`describe`) carry it, so a per-rank shard of an
+        FSDP2-sharded model is never offered to a replicated one, nor the other way round.
+        """
+        return "fsdp" if self.uses_fsdp else "ddp"
 
     @property
     def uses_fsdp(self) -> bool:
-        """Whether FSDP2 wraps the model: sharding, or replication under tensor parallel (see the module docstring)."""
+        """Whether FSDP2 wraps the model (:func:`railtrain.trainer.parallel.apply_data_parallel`).
+
+        Whenever ``fsdp > 1``; whenever ``context > 1``, sharding over the ``dp_shard × cp`` ranks (the ``cp`` ranks
+        are data parallel for the weights; torchtitan does the same), so context parallel never replicates the whole
+        model and optimizer state on every rank of a ring; and for replication under tensor parallel
+        (``data > 1``, ``tensor > 1``), which DDP cannot do (it takes no DTensor parameters).
+        """
         d = self.degrees
-        return d.fsdp > 1 or (d.data * d.context > 1 and d.tensor > 1)
+        return d.fsdp > 1 or d.context > 1 or (d.data > 1 and d.tensor > 1)
 
     @property
     def cp(self) -> int:
@@ -97,15 +112,11 @@ class ParallelDims:
         return f"{self.mode} {self.degrees.describe()} world={self.world_size}"
 
 
-def node_limit(environ: Mapping[str, str], local_world_size: int) -> int | None:
-    """The processes per node the tensor- and context-in-a-node checks use.
-
-    Returns:
-        ``local_world_size``; None (no node check) in a pod of a job placed inside one
-        NVLink domain (:data:`~railtrain.crds.contract.ENV_NVLINK_DOMAIN` is ``1``), whose
-        groups may span whole nodes: the API checked that they do (docs/fabric.md).
-    """
-    return None if environ.get(contract.ENV_NVLINK_DOMAIN) == "1" else local_world_size
+def in_nvlink_domain(environ: Mapping[str, str]) -> bool:
+    """Whether this process runs in a pod of a job placed inside one NVLink domain
+    (:data:`~railtrain.crds.contract.ENV_NVLINK_DOMAIN` is ``1``), whose tensor- and context-parallel groups may
+    span whole nodes (the ``nvlink_domain`` of :func:`railtrain.crds.parallel.problems`; docs/fabric.md)."""
+    return environ.get(contract.ENV_NVLINK_DOMAIN) == "1"
 
 
 def resolve_dims(
@@ -116,6 +127,7 @@ def resolve_dims(
     flag_tp: int | None = None,
     flag_pp: int | None = None,
     flag_cp: int | None = None,
+    nvlink_domain: bool = False,
 ) -> ParallelDims:
     """Decide the degrees from the flags, else the pod's parallelism, else DDP over every rank.
 
@@ -132,6 +144,8 @@ def resolve_dims(
         flag_tp: ``--tp`` or ``None``.
         flag_pp: ``--pp`` or ``None``.
         flag_cp: ``--cp`` or ``None``.
+        nvlink_domain: the job sits inside one NVLink domain (``spec.topology.nvlinkDomain``;
+            :func:`in_nvlink_domain` in a pod): groups may span whole nodes.
 
     Raises:
         ValueError: the degrees break the rule of
@@ -145,21 +159,21 @@ def resolve_dims(
             raise ValueError(f"--tp {tp} x --pp {pp}{cp_part} does not divide the world size {world_size}")
         dp = world_size // (tp * pp * cp)
         degrees = Degrees(1, dp, tp, pp, cp) if flag_mode == "fsdp" else Degrees(dp, 1, tp, pp, cp)
-        errors = rule.problems(degrees, world_size, procs_per_node)
+        errors = rule.problems(degrees, world_size, procs_per_node, nvlink_domain)
         if errors:
             raise ValueError("; ".join(f"{FLAG_OF_FIELD.get(field, 'parallel flags')}: {msg}" for field, msg in errors))
-        return ParallelDims(degrees, world_size, procs_per_node)
+        return ParallelDims(degrees, world_size, procs_per_node, nvlink_domain)
     if not pod_degrees:
-        return ParallelDims(Degrees(data=world_size), world_size, procs_per_node)
+        return ParallelDims(Degrees(data=world_size), world_size, procs_per_node, nvlink_domain)
     env = contract.ENV_PARALLELISM
     unknown = sorted(set(pod_degrees) - set(rule.FIELDS))
     if unknown:
         raise ValueError(f"{env} names unknown degrees {', '.join(unknown)}; allowed: {', '.join(rule.FIELDS)}")
     degrees = Degrees(**pod_degrees)
-    errors = rule.problems(degrees, world_size, procs_per_node)
+    errors = rule.problems(degrees, world_size, procs_per_node, nvlink_domain)
     if errors:
         raise ValueError("; ".join(f"{env} {msg}" for _, msg in errors))
-    return ParallelDims(degrees, world_size, procs_per_node)
+    return ParallelDims(degrees, world_size, procs_per_node, nvlink_domain)
 
 
 def check_model_fits(
@@ -224,6 +238,47 @@ def check_pod_world_size(pod: contract.PodEnvironment | None, world_size: int) -
             f"{contract.ENV_NNODES}={pod.nnodes} x {contract.ENV_PROCS_PER_NODE}={pod.procs_per_node} "
             f"promises {pod.world_size} processes but torch.distributed has {world_size}; launch with torchrun"
         )
+
+
+def float8_tokens(dims: ParallelDims, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int) -> int:
+    """Tokens one forward and backward of a rank carries through each linear layer: the ``M`` of its matrix products.
+
+    ``local_batch / grad_accum_steps`` sequences per forward (``/ microbatches`` more under pipeline parallel), each
+    of ``seq_len / context`` tokens on this rank. Tensor parallel does not change it: sequence parallel all-gathers
+    the sequence before the column-parallel layers, and the row-parallel ones see it whole.
+    """
+    sequences = local_batch // grad_accum_steps // (microbatches if dims.pp > 1 else 1)
+    return sequences * (seq_len // dims.cp)
+
+
+def check_float8_tokens(
+    dims: ParallelDims, seq_len: int, local_batch: int, grad_accum_steps: int, microbatches: int, precision_source: str = "--mixed-precision fp8"
+) -> None:
+    """Refuse fp8 training whose micro-batches ``torch._scaled_mm`` cannot multiply.
+
+    A float8 layer's weight gradient is ``grad_out.T @ input``, contracted over the micro-batch's tokens, and
+    ``torch._scaled_mm`` on CUDA requires that dimension to be a multiple of
+    :data:`~railtrain.crds.precision.SCALED_MM_MULTIPLE` (16): otherwise the first backward fails on the GPU, a crash
+    the operator would retry. Emulated runs are held to the same rule, so a job tested on a CPU runs on the GPU
+    unchanged. Refused rather than padded: torchao's ``pad_inner_dim`` would copy the operands of every float8 product
+    of every step, a cost paid silently for a shape the user can choose (docs/parallelism.md, "FP8 training").
+
+    Args:
+        precision_source: what asked for fp8, for the sentence (``--mixed-precision fp8``, ``spec.precision.compute fp8``).
+
+    Raises:
+        ValueError: one sentence naming the flags that make the token count and the rule.
+    """
+    tokens = float8_tokens(dims, seq_len, local_batch, grad_accum_steps, microbatches)
+    if tokens % SCALED_MM_MULTIPLE == 0:
+        return
+    sequences = local_batch // grad_accum_steps // (microbatches if dims.pp > 1 else 1)
+    split = " / --grad-accum-steps" + (" / --pp-microbatches" if dims.pp > 1 else "")
+    raise ValueError(
+        f"{precision_source} needs the tokens per micro-batch per rank, --seq-len {seq_len} / --cp {dims.cp} x {sequences} "
+        f"sequence(s) (--batch-size / the data-parallel degree{split}) = {tokens}, to be a multiple of {SCALED_MM_MULTIPLE}: "
+        "torch._scaled_mm contracts over them in every float8 layer's weight gradient; change --seq-len or --batch-size"
+    )
 
 
 def auto_microbatches(batch: int, pp: int) -> int:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 from torch import nn
 
-from railtrain.crds.precision import FP8_MIN_CAPABILITY, Float8Recipe
+from railtrain.crds.precision import FP8_MIN_CAPABILITY, SCALED_MM_MULTIPLE, Float8Recipe
 
 if TYPE_CHECKING:
     from railtrain.trainer.config import TrainConfig
@@ -52,8 +52,9 @@ if TYPE_CHECKING:
 RECIPES = tuple(r.value for r in Float8Recipe)
 """The ``--fp8-recipe`` values (torchao's recipe names)."""
 
-ALIGNMENT = 16
-"""Both widths of a converted layer's (per-shard) weight must be multiples of this (``torch._scaled_mm``)."""
+ALIGNMENT = SCALED_MM_MULTIPLE
+"""Both widths of a converted layer's (per-shard) weight must be multiples of this (``torch._scaled_mm``); the tokens of
+a micro-batch too, which the trainer checks before it builds anything (:func:`railtrain.trainer.dims.check_float8_tokens`)."""
 
 NOT_CONVERTED = ("output",)
 """Linear layers left in bf16 by name: the output head (see the module docstring)."""

@@ -11,15 +11,17 @@ nccl on CUDA. What runs on it (torchtitan's layout):
   ranks are data parallel (they see different tokens), so gradients are
   averaged over them too;
 * ``pp``: pipeline stages (:mod:`railtrain.trainer.pipeline`);
-* ``dp_shard`` (with ``cp`` folded in: ``dp_shard_cp``): FSDP2
-  (``fully_shard``) on each transformer block, then on the root; with
-  ``dp_replicate`` too, HSDP over the 2-D slice ``("dp_replicate", "dp_shard_cp")``;
-* ``dp_replicate`` (with ``cp`` folded in: ``dp_replicate_cp``) alone:
+* ``dp_shard`` with ``cp`` folded in (``dp_shard_cp``): FSDP2 (``fully_shard``)
+  on each transformer block, then on the root; with ``dp_replicate`` too,
+  HSDP over ``(dp_replicate, dp_shard_cp)``. FSDP2 wraps the model whenever
+  ``fsdp > 1`` or ``context > 1`` (:attr:`ParallelDims.uses_fsdp`): the
+  ``cp`` ranks are data parallel for the weights, so with ``fsdp = 1`` the
+  parameters, gradients and optimizer state are sharded over the ``cp``
+  ranks, as torchtitan does, instead of replicated on each of them;
+* ``dp_replicate`` alone (``fsdp = 1``, ``context = 1``):
   ``DistributedDataParallel``, except when tensor parallel is on: DDP does
-  not take DTensor parameters, so replication is then FSDP2 over
-  ``dp_shard_cp`` (HSDP when ``data > 1``): with ``fsdp = 1`` that shards
-  the parameters over the ``cp`` ranks, as torchtitan does, or over nothing
-  (a shard dimension of 1: the same arithmetic as DDP) when ``context = 1``.
+  not take DTensor parameters, so replication is then FSDP2 over a shard
+  dimension of 1 (HSDP: the same arithmetic as DDP).
 
 Without torchrun the trainer runs as one plain process and nothing is wrapped.
 """
@@ -27,6 +29,7 @@ Without torchrun the trainer runs as one plain process and nothing is wrapped.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -100,22 +103,23 @@ def shutdown_distributed() -> None:
 
 
 def build_mesh(dims: ParallelDims, device_type: str) -> DeviceMesh:
-    """The job's ``DeviceMesh``: shape ``(pipeline, data, fsdp, context, tensor)``, named :data:`railtrain.crds.parallel.MESH_DIMS`.
-
-    Also flattens ``("dp_shard", "cp")`` into ``dp_shard_cp`` (FSDP2's shard
-    dimension) and ``("dp_replicate", "cp")`` into ``dp_replicate_cp`` (DDP's
-    group): the ``cp`` ranks hold different tokens, so for the gradients they
-    are data parallel.
-    """
-    mesh = init_device_mesh(device_type, dims.degrees.mesh_shape, mesh_dim_names=MESH_DIMS)
-    mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-    mesh["dp_replicate", "cp"]._flatten("dp_replicate_cp")
-    return mesh
+    """The job's ``DeviceMesh``: shape ``(pipeline, data, fsdp, context, tensor)``, named :data:`railtrain.crds.parallel.MESH_DIMS`."""
+    return init_device_mesh(device_type, dims.degrees.mesh_shape, mesh_dim_names=MESH_DIMS)
 
 
 def dp_mesh(dims: ParallelDims, mesh: DeviceMesh) -> DeviceMesh:
-    """The data-parallel slice FSDP2 runs on: ``("dp_replicate", "dp_shard_cp")`` for HSDP, else ``("dp_shard_cp",)``."""
-    return mesh["dp_replicate", "dp_shard_cp"] if dims.degrees.data > 1 else mesh["dp_shard_cp"]
+    """The data-parallel mesh FSDP2 runs on: ``("dp_replicate", "dp_shard_cp")`` for HSDP (``data > 1``), else ``("dp_shard_cp",)``.
+
+    ``dp_shard_cp`` is ``dp_shard × cp`` in one dimension (the ``cp`` ranks hold different tokens, so for the
+    gradients they are data parallel). It is built by flattening ``(dp_replicate, dp_shard, cp)`` and unflattening
+    that into ``(data, fsdp × context)``, a mesh of its own: torch deprecates slicing a flattened dimension out of
+    the root mesh ("Slicing a flattened dim from root mesh will be deprecated", torch 2.11 and later). Every rank
+    must call it, in the same order (it creates process groups).
+    """
+    d = dims.degrees
+    dp = mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_shard_cp_all")
+    view = dp._unflatten(0, (d.data, d.fsdp * d.context), ("dp_replicate", "dp_shard_cp"))
+    return view if d.data > 1 else view["dp_shard_cp"]
 
 
 def apply_context_parallel(model: nn.Module, dims: ParallelDims, mesh: DeviceMesh, seq_len: int) -> None:
@@ -123,6 +127,14 @@ def apply_context_parallel(model: nn.Module, dims: ParallelDims, mesh: DeviceMes
     of every ``seq_len``-token sequence, with ring attention over the ``cp`` group. Nothing happens when ``cp = 1``."""
     if dims.cp > 1:
         model.use_context_parallel(Ring.of(mesh["cp"].get_group()), seq_len)
+
+
+# The one buffer, the rotary table, is derived from the config and equal on every rank: no broadcast before each
+# forward. torch 2.13 renamed the switch (``broadcast_buffers`` warns as deprecated); older torch knows only the old name.
+_NO_FORWARD_BUFFER_SYNC = (
+    {"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def apply_data_parallel(
@@ -139,19 +151,17 @@ def apply_data_parallel(
             et al. 2021), copying each block to the device for its compute.
 
     Returns:
-        The module to call in the train step: a ``DistributedDataParallel``
-        (over ``dp_replicate_cp``), ``model`` itself turned into an
-        ``FSDPModule`` in place, or ``model`` unchanged when there is a single
-        data-parallel rank and no context parallelism.
+        The module to call in the train step: ``model`` itself turned into an
+        ``FSDPModule`` in place when :attr:`ParallelDims.uses_fsdp`; else a
+        ``DistributedDataParallel`` (over ``dp_replicate``), or ``model``
+        unchanged when there is a single data-parallel rank.
     """
     if not dims.uses_fsdp:
-        if dims.degrees.data * dims.cp == 1:
+        if dims.degrees.data == 1:
             return model
-        # broadcast_buffers=False: the one buffer, the rotary table, is derived from the config and, under
-        # context parallelism, differs by rank (its tokens' positions); rank 0's must not overwrite it.
         return DistributedDataParallel(
-            model, process_group=mesh["dp_replicate_cp"].get_group(), device_ids=[device.index] if device.type == "cuda" else None,
-            broadcast_buffers=False,
+            model, process_group=mesh["dp_replicate"].get_group(), device_ids=[device.index] if device.type == "cuda" else None,
+            **_NO_FORWARD_BUFFER_SYNC,
         )
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()

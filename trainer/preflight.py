@@ -4,8 +4,10 @@
 when ``spec.command``/``spec.args`` start ``-m railtrain.trainer``. It parses
 the arguments with the trainer's own parser (:func:`railtrain.trainer.config.parse_args`),
 fills what the pod contract would (the parallel degrees the operator renders
-from ``spec.parallelism``) and applies the trainer's own checks on the degrees
-against the preset and the batch (:mod:`railtrain.trainer.dims`): the same
+from ``spec.parallelism``, the NVLink domain of ``spec.topology``, the precision of
+``spec.precision``) and applies the trainer's own checks on the degrees
+against the preset and the batch, and under fp8 on the tokens per micro-batch
+(:mod:`railtrain.trainer.dims`): the same
 code the trainer runs at start, so a typo in a flag fails in a second on the
 submitting machine instead of after the gang was placed and its pods pulled
 their images.
@@ -19,8 +21,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from railtrain.crds.api import TrainingJobSpec
+from railtrain.crds.precision import contract_values
 from railtrain.trainer.config import LaunchContext, apply_launch_context, parse_args
-from railtrain.trainer.dims import FLAG_OF_FIELD, auto_microbatches, check_model_fits, resolve_dims
+from railtrain.trainer.dims import FLAG_OF_FIELD, auto_microbatches, check_float8_tokens, check_model_fits, resolve_dims
 from railtrain.trainer.presets import PRESETS
 
 TRAINER_MODULE = "railtrain.trainer"
@@ -79,7 +82,7 @@ def problems(spec: TrainingJobSpec) -> list[str]:
         where = f" (with {nodes} of the elastic gang's nodes)" if len(sizes) > 1 else ""
         try:
             config = apply_launch_context(flags, LaunchContext(parallelism=degrees))
-            dims = resolve_dims(config.parallel, degrees, world, spec.procs_per_node, config.tp, config.pp, config.cp)
+            dims = resolve_dims(config.parallel, degrees, world, spec.procs_per_node, config.tp, config.pp, config.cp, spec.topology.nvlink_domain)
             if config.batch_size % dims.dp_degree:
                 d = dims.degrees
                 raise ValueError(
@@ -92,6 +95,9 @@ def problems(spec: TrainingJobSpec) -> list[str]:
             flagged = bool(config.parallel or config.tp or config.pp or config.cp)  # the flags decide (resolve_dims)
             names = FLAG_OF_FIELD if flagged else SPEC_DEGREE_NAMES
             check_model_fits(dims, PRESETS[config.preset], config.seq_len, local_batch, config.grad_accum_steps, micro, names)
+            if (flags.mixed_precision or contract_values(spec.precision)["precision"]) == "fp8":
+                source = "--mixed-precision fp8" if flags.mixed_precision else "spec.precision.compute fp8"
+                check_float8_tokens(dims, config.seq_len, local_batch, config.grad_accum_steps, micro, source)
         except ValueError as err:
             said = str(err)  # a sentence that starts with the manifest's own field names it; the rest are spec.args'
             return [f"{said}{where}" if said.startswith("spec.") else f"spec.args: {said}{where}"]

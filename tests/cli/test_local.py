@@ -234,11 +234,27 @@ def test_long_context_example_runs_context_parallel_locally(tmp_path):
     example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "long-context", "trainingjob.yaml")
     proc = _run_cli(["run", os.path.abspath(example), "--local", "--steps", "3", "--workdir", str(tmp_path)], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "parallel=ddp data=1 fsdp=1 tensor=1 pipeline=1 context=2 world=2" in proc.stdout
+    assert "parallel=fsdp data=1 fsdp=1 tensor=1 pipeline=1 context=2 world=2" in proc.stdout  # FSDP2 shards over the ring's ranks
     assert "seq_len=1024" in proc.stdout
     steps = {int(s): float(loss) for s, loss in STEP_LINE.findall(proc.stdout)}
     assert sorted(steps) == [1, 3] and abs(steps[1] - 5.545) < 0.3 and steps[3] < steps[1], steps  # from ~ln(256), falling
     assert (tmp_path / "runs" / "long-context" / "checkpoints" / "step-3").is_dir()
+
+
+def test_an_nvlink_domain_job_runs_its_tensor_groups_across_local_nodes(tmp_path):
+    """spec.topology.nvlinkDomain lets a tensor-parallel group span whole nodes (docs/fabric.md): run --local
+    checks the trainer's arguments and starts the trainer with the same rule (2 nodes x 1 process, tensor 2)."""
+    doc = manifests.job(
+        name="nvl", command=["torchrun", "-m", "railtrain.trainer"], parallelism={"tensor": 2}, topology={"nvlinkDomain": True},
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "2", "--seq-len", "64", "--threads", "1"],
+    )
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = _run_cli(["run", str(path), "--local", "--workdir", str(tmp_path)], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "parallel=ddp data=1 fsdp=1 tensor=2 pipeline=1 world=2" in proc.stdout
+    doc["spec"]["topology"] = {}  # without the domain the same job is refused before anything starts, in one sentence
+    proc = _run_cli(["run", str(manifests.write(tmp_path / "off.yaml", doc)), "--local", "--workdir", str(tmp_path)], cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0 and "spec.parallelism.tensor must divide procsPerNode" in " ".join(proc.stderr.split()), proc.stderr
 
 
 def test_spec_precision_reaches_the_local_trainer(tmp_path):

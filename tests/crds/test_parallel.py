@@ -122,3 +122,24 @@ def test_api_parallelism_uses_the_shared_arithmetic() -> None:
     assert Degrees.of(p).mesh_shape == (3, 2, 4, 1, 2)
     q = Parallelism(data=2, fsdp=2, tensor=2, context=2)
     assert q.product == 16 and q.inner == 8 and Degrees.of(q).mesh_shape == (1, 2, 2, 2, 2)
+
+
+@pytest.mark.parametrize("nvlink", [False, True])
+def test_the_trainer_rule_is_the_api_rule_inside_an_nvlink_domain_too(nvlink: bool) -> None:
+    """One rule: for every tensor × context × procs-per-node, the shared rule with ``nvlink_domain`` (what
+    ``railtrain validate`` applies to the trainer's arguments and the trainer at start) refuses exactly what the API's
+    rules refuse (docs/fabric.md's job: tensor 8, procsPerNode 4, nvlinkDomain true, is accepted by both)."""
+    rules = [r for r in SPEC_RULES if r.field_path in (".parallelism.tensor", ".parallelism.context")]
+    for ppn in (1, 2, 4, 8):
+        for tensor in (1, 2, 3, 4, 6, 8, 16):
+            for context in (1, 2, 4, 8):
+                nodes = 2 * tensor * context  # enough nodes for a whole number of groups at every ppn
+                world = nodes * ppn
+                degrees = Degrees(data=world // (tensor * context), tensor=tensor, context=context)
+                spec = SimpleNamespace(parallelism=Parallelism(**vars(degrees)), nodes=nodes, procs_per_node=ppn, topology=Topology(nvlink_domain=nvlink))
+                api = {r.field_path.removeprefix(".parallelism.") for r in rules if not r.check(spec)}
+                trainer = {field for field, _ in parallel.problems(degrees, world, ppn, nvlink_domain=nvlink)}
+                assert trainer == api, (tensor, context, ppn, nvlink)
+    nvl72 = Degrees(data=2, tensor=8)
+    assert parallel.problems(nvl72, 16, 4, nvlink_domain=True) == []
+    assert [f for f, _ in parallel.problems(nvl72, 16, 4)] == ["tensor"]

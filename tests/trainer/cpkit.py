@@ -7,7 +7,8 @@ group, and trains :data:`STEPS` steps of the ``tiny`` preset in float32 on
 real text; rank 0 also trains the same steps alone, with no parallelism at all
 (the reference). Rank 0 writes, per layout, the loss of every step and the
 largest absolute difference of every gradient (gathered whole) from the
-reference's at steps 1 and :data:`STEPS`. The test
+reference's at steps 1 and :data:`STEPS`, and the elements of parameters and
+optimizer state each rank holds (its local shards) against the model's. The test
 (``test_context_parallel.py``) compares; this file asserts nothing.
 
     torchrun --standalone --nproc-per-node 4 tests/trainer/cpkit.py OUT.json
@@ -35,7 +36,7 @@ WORLD = 4
 LAYOUTS = {
     # name: (data, fsdp, tensor, pipeline, context)
     "cp4": (1, 1, 1, 1, 4),
-    "ddp2-x-cp2": (2, 1, 1, 1, 2),
+    "data2-x-cp2": (2, 1, 1, 1, 2),
     "fsdp2-x-cp2": (1, 2, 1, 1, 2),
     "cp2-x-tp2": (1, 1, 2, 1, 2),
 }
@@ -54,8 +55,14 @@ def full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def train(dims: ParallelDims | None, rank: int, info, corpus: ByteCorpus) -> tuple[list[float], dict[int, dict[str, torch.Tensor]]]:
-    """``STEPS`` steps of one layout (``dims=None``: one process alone); the mean loss of each step and the gradients at steps 1 and ``STEPS``."""
+def local_elements(tensors) -> int:
+    """Elements this rank stores of ``tensors`` (a DTensor counts its local shard)."""
+    return sum((t.to_local() if isinstance(t, DTensor) else t).numel() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def train(dims: ParallelDims | None, rank: int, info, corpus: ByteCorpus) -> tuple[list[float], dict[int, dict[str, torch.Tensor]], dict[str, int]]:
+    """``STEPS`` steps of one layout (``dims=None``: one process alone); the mean loss of each step, the gradients at steps 1
+    and ``STEPS``, and the elements this rank holds: ``{"params": local, "optimizer": local AdamW state, "full": the model's}``."""
     config = TrainConfig(**CONFIG)
     if dims is None:
         dims, mesh = ParallelDims(Degrees(), 1), None
@@ -78,22 +85,29 @@ def train(dims: ParallelDims | None, rank: int, info, corpus: ByteCorpus) -> tup
             grads[step] = full_grads(model)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return losses, grads
+    held = {
+        "params": local_elements(model.parameters()),
+        "optimizer": local_elements(v for state in optimizer.state.values() for k, v in state.items() if k != "step"),
+        "full": sum(p.numel() for p in model.parameters()),
+    }
+    return losses, grads, held
 
 
 def main(out_path: str) -> None:
     torch.set_num_threads(1)
     info = init_distributed("cpu")
     corpus = ByteCorpus.load(CONFIG["data"])
-    ref_losses, ref_grads = train(None, info.rank, info, corpus) if info.rank == 0 else ([], {})
+    ref_losses, ref_grads, _ = train(None, info.rank, info, corpus) if info.rank == 0 else ([], {}, {})
     results = {}
     for name, degrees in LAYOUTS.items():
         dims = ParallelDims(Degrees(*degrees), WORLD, WORLD)
-        losses, grads = train(dims, info.rank, info, corpus)
+        losses, grads, held = train(dims, info.rank, info, corpus)
+        every = [None] * WORLD
+        dist.all_gather_object(every, held)
         if info.rank == 0:
             diffs = {str(step): max((grads[step][k] - ref_grads[step][k]).abs().max().item() for k in ref_grads[step] if k in grads[step]) for step in grads}
             names = sorted(set(grads[1]) ^ set(ref_grads[1]))  # parameters only one side has (none expected)
-            results[name] = {"layout": dims.describe(), "losses": losses, "grad_max_abs_diff": diffs, "unmatched_parameters": names}
+            results[name] = {"layout": dims.describe(), "losses": losses, "grad_max_abs_diff": diffs, "unmatched_parameters": names, "held": every}
         dist.barrier()
     if info.rank == 0:
         results["reference"] = {"losses": ref_losses, "grad_max_abs": {str(s): max(g.abs().max().item() for g in ref_grads[s].values()) for s in ref_grads}}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from railtrain.crds import contract
 from railtrain.trainer import float8
@@ -65,6 +65,103 @@ def test_the_trainer_refuses_fp8_at_start_in_one_sentence(tmp_path: Path, capsys
     err = capsys.readouterr().err.strip()
     assert run.rc == contract.EXIT_USER_ERROR and not run.losses
     assert err.startswith("railtrain.trainer: error: --mixed-precision fp8 needs a GPU") and "CPU" in err and "\n" not in err
+
+
+# --- the tokens of a micro-batch (issue 25 item 2) ---------------------------------
+
+
+def scaled_mm_accepts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether CUDA's ``torch._scaled_mm`` takes ``(M, K) @ (K, N)`` operands of these shapes: torch's own checks,
+    "Expected trailing dimension of mat1 to be divisible by 16" and "mat2 shape (K x N) must be divisible by 16".
+    (The CPU kernel does not check, so the test holds the shapes to the GPU's rule itself.)"""
+    return a[1] % 16 == 0 and b[0] % 16 == 0 and b[1] % 16 == 0
+
+
+class Float8Products(TorchDispatchMode):
+    """Records the operand shapes of every matrix product on float8 tensors (what ``torch._scaled_mm`` gets on a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        from torchao.float8.float8_training_tensor import Float8TrainingTensor
+
+        operands = args[1:3] if func is torch.ops.aten.addmm.default else args[:2]
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default) and all(isinstance(t, Float8TrainingTensor) for t in operands):
+            self.shapes.append((tuple(operands[0].shape), tuple(operands[1].shape)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("recipe", float8.RECIPES)
+def test_the_token_rule_is_the_scaled_mm_rule_of_a_float8_backward(recipe: str) -> None:
+    """For every token count, the trainer's rule accepts exactly the micro-batches whose three float8 products
+    (output, input gradient, weight gradient) all have shapes ``torch._scaled_mm`` takes on a GPU."""
+    from railtrain.crds.parallel import Degrees
+    from railtrain.trainer.dims import ParallelDims, check_float8_tokens
+
+    torch.manual_seed(0)
+    layer = nn.Sequential(nn.Linear(32, 48, bias=False))
+    float8.convert(layer, recipe, emulate=True, fsdp=False)
+    verdicts = {}
+    for tokens in range(4, 132, 4):
+        x = torch.randn(1, tokens, 32, requires_grad=True)  # (sequences, tokens, width), as the blocks see it
+        with Float8Products() as seen:
+            layer(x).sum().backward()
+        assert len(seen.shapes) == 3, seen.shapes  # output, grad input, grad weight: all float8
+        gpu_takes = all(scaled_mm_accepts(a, b) for a, b in seen.shapes)
+        try:
+            check_float8_tokens(ParallelDims(Degrees(), 1), seq_len=tokens, local_batch=1, grad_accum_steps=1, microbatches=1)
+            verdicts[tokens] = (gpu_takes, True)
+        except ValueError:
+            verdicts[tokens] = (gpu_takes, False)
+    assert all(gpu == rule for gpu, rule in verdicts.values()), {t: v for t, v in verdicts.items() if v[0] != v[1]}
+    assert verdicts[100] == (False, False) and verdicts[96] == (True, True)  # the issue's input, and the nearest that runs
+
+
+@pytest.mark.parametrize(
+    "degrees, world, seq_len, local_batch, accum, micro, tokens",
+    [
+        ({}, 1, 100, 1, 1, 1, 100),  # the issue's input
+        ({"context": 2}, 2, 200, 1, 1, 1, 100),  # context parallel halves each sequence on a rank
+        ({"data": 2}, 2, 64, 8, 2, 1, 256),  # 4 sequences per forward after accumulation
+        ({"data": 1, "pipeline": 2}, 2, 40, 8, 1, 4, 80),  # pipeline micro-batches split the batch further
+        ({"tensor": 2}, 2, 72, 2, 1, 1, 144),  # sequence parallel gathers the sequence back before each layer
+    ],
+)
+def test_the_tokens_per_micro_batch_per_rank(degrees: dict, world: int, seq_len: int, local_batch: int, accum: int, micro: int, tokens: int) -> None:
+    from railtrain.crds.parallel import Degrees
+    from railtrain.trainer.dims import ParallelDims, check_float8_tokens, float8_tokens
+
+    dims = ParallelDims(Degrees(**degrees), world)
+    assert float8_tokens(dims, seq_len, local_batch, accum, micro) == tokens
+    if tokens % 16:
+        with pytest.raises(ValueError, match=rf"^--mixed-precision fp8 needs the tokens per micro-batch per rank, --seq-len {seq_len} / --cp .* = {tokens}, "
+                                             r"to be a multiple of 16: torch\._scaled_mm .*; change --seq-len or --batch-size$"):
+            check_float8_tokens(dims, seq_len, local_batch, accum, micro)
+    else:
+        check_float8_tokens(dims, seq_len, local_batch, accum, micro)
+
+
+def test_validate_and_the_trainer_refuse_fp8_micro_batches_the_gpu_cannot_multiply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.testing import CliRunner
+
+    from railtrain.cli.main import app
+    from tests.cli import manifests
+
+    args = ["-m", "railtrain.trainer", "--data", "x", "--seq-len", "100", "--batch-size", "2"]
+    job = manifests.job(command=["torchrun", *args], nodes=2, procsPerNode=1, precision={"compute": "fp8", "float8": {"emulate": True}})
+    result = CliRunner().invoke(app, ["validate", str(manifests.write(tmp_path / "job.yaml", job))])
+    assert result.exit_code != 0
+    assert "spec.precision.compute fp8 needs the tokens per micro-batch per rank, --seq-len 100 / --cp 1 x 1 sequence(s)" in result.output
+    assert "= 100, to be a multiple of 16" in result.output and "Traceback" not in result.output
+    job["spec"]["args"] = ["--seq-len", "96"]  # a later --seq-len wins: 96 tokens run
+    assert CliRunner().invoke(app, ["validate", str(manifests.write(tmp_path / "ok.yaml", job))]).exit_code == 0
+
+    run = run_in_process(tmp_path / "run", "--steps", "1", "--mixed-precision", "fp8", "--fp8-emulate", "--seq-len", "100", "--batch-size", "1")
+    err = capsys.readouterr().err.strip()
+    assert run.rc == contract.EXIT_USER_ERROR and not run.losses
+    assert err.startswith("railtrain.trainer: error: --mixed-precision fp8 needs the tokens per micro-batch per rank") and "\n" not in err
 
 
 def test_precision_comes_from_the_pod_contract_and_flags_win() -> None:

@@ -31,11 +31,11 @@ TINY = PRESETS["tiny"]
         (None, None, None, {"data": 2, "fsdp": 2}, 4, ("fsdp", (2, 2, 1, 1))),  # HSDP
         (None, None, None, {"data": 4, "fsdp": 1}, 4, ("ddp", (4, 1, 1, 1))),
         (None, None, None, {"data": 1, "fsdp": 2, "tensor": 2, "pipeline": 2}, 8, ("fsdp", (1, 2, 2, 2))),
-        (None, 2, None, {}, 4, ("ddp", (2, 1, 2, 1))),
+        (None, 2, None, {}, 4, ("fsdp", (2, 1, 2, 1))),  # replication under TP is FSDP2's (HSDP, shard 1): the log says so
         ("fsdp", 2, None, {}, 8, ("fsdp", (1, 4, 2, 1))),
         (None, None, 2, {}, 4, ("ddp", (2, 1, 1, 2))),
         ("fsdp", 2, 2, {}, 8, ("fsdp", (1, 2, 2, 2))),
-        (None, 2, None, {"data": 1, "fsdp": 4}, 4, ("ddp", (2, 1, 2, 1))),  # --tp alone also replaces the pod's degrees
+        (None, 2, None, {"data": 1, "fsdp": 4}, 4, ("fsdp", (2, 1, 2, 1))),  # --tp alone also replaces the pod's degrees
     ],
 )
 def test_resolve_dims(flag: str | None, tp: int | None, pp: int | None, pod: dict[str, int], world: int, expected: tuple[str, tuple[int, ...]]) -> None:
@@ -68,7 +68,7 @@ def test_parallel_dims_validate_themselves() -> None:
     with pytest.raises(ValueError, match="tensor=4 must divide the processes per node"):
         ParallelDims(Degrees(tensor=4), 4, procs_per_node=2)
     dims = ParallelDims(Degrees(data=2, fsdp=1, tensor=2, pipeline=2), 8, 4)
-    assert dims.describe() == "ddp data=2 fsdp=1 tensor=2 pipeline=2 world=8"
+    assert dims.describe() == "fsdp data=2 fsdp=1 tensor=2 pipeline=2 world=8"
     assert dims.uses_fsdp  # replication under tensor parallel goes through FSDP2's HSDP (DDP takes no DTensors)
     assert not ParallelDims(Degrees(data=2, pipeline=2), 4).uses_fsdp
     assert [dims.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
@@ -207,11 +207,34 @@ def test_flops_per_token() -> None:
 
 def test_a_pod_inside_one_nvlink_domain_lets_tensor_span_whole_nodes():
     from railtrain.crds import contract
-    from railtrain.trainer.dims import node_limit, resolve_dims
+    from railtrain.trainer.dims import in_nvlink_domain, resolve_dims
 
     inside = {contract.ENV_NVLINK_DOMAIN: "1"}
-    assert node_limit(inside, 4) is None and node_limit({}, 4) == 4
-    dims = resolve_dims(None, {"tensor": 8, "data": 2}, 16, node_limit(inside, 4), None, None)
+    assert in_nvlink_domain(inside) and not in_nvlink_domain({})
+    dims = resolve_dims(None, {"tensor": 8, "data": 2}, 16, 4, None, None, nvlink_domain=in_nvlink_domain(inside))
     assert dims.degrees.tensor == 8
     with pytest.raises(ValueError, match="tensor=8 must divide the processes per node"):
-        resolve_dims(None, {"tensor": 8, "data": 2}, 16, node_limit({}, 4), None, None)
+        resolve_dims(None, {"tensor": 8, "data": 2}, 16, 4, None, None, nvlink_domain=in_nvlink_domain({}))
+    # The domain lets a group span whole nodes, not part of one: the API's rule, not "no node check at all".
+    with pytest.raises(ValueError, match=r"tensor=6 must divide the processes per node \(4\) or be a multiple of it"):
+        resolve_dims(None, {"tensor": 6, "data": 2}, 12, 4, None, None, nvlink_domain=True)
+    with pytest.raises(ValueError, match=r"--cp: context × tensor = 6 must divide the processes per node \(4\) or be a multiple of it"):
+        resolve_dims(None, {}, 12, 4, flag_cp=6, nvlink_domain=True)
+    assert resolve_dims(None, {}, 16, 4, flag_cp=8, nvlink_domain=True).cp == 8
+
+
+@pytest.mark.parametrize(
+    "degrees, mode",
+    [
+        (Degrees(data=4), "ddp"),
+        (Degrees(tensor=2, data=2), "fsdp"),  # replication under TP: FSDP2 with a shard dimension of 1
+        (Degrees(context=4), "fsdp"),  # context parallel shards over the cp ranks (torchtitan), never replicates
+        (Degrees(data=2, context=2), "fsdp"),  # HSDP: replicate over data, shard over cp
+        (Degrees(fsdp=2, context=2), "fsdp"),
+        (Degrees(tensor=4), "ddp"),  # one data-parallel rank: nothing wraps the model
+    ],
+)
+def test_the_start_line_names_the_wrapping_the_model_gets(degrees: Degrees, mode: str) -> None:
+    dims = ParallelDims(degrees, 4)
+    assert dims.uses_fsdp == (mode == "fsdp")
+    assert dims.describe().startswith(f"{mode} ")
