@@ -38,10 +38,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from railtrain.cli.errors import CliError
-from railtrain.crds import contract
+from railtrain.crds import contract, fabric, threads
 from railtrain.crds.api import TrainingJob
 from railtrain.operator import render
 
@@ -56,15 +56,27 @@ def new_local_uid() -> str:
 LOCAL_ADDR = "127.0.0.1"
 GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping a node, like a pod's terminationGracePeriodSeconds."""
-TAIL_LINES = 30
-"""Lines of a failed node's output looked at again: those of them that were filtered out are shown after it failed."""
+TAIL_LINES = 12
+"""Lines of the failing node's own output shown after a failed gang's summary (its worker's, not torchrun's report)."""
+KEPT_LINES = 200
+"""Lines of each node's output kept in memory as evidence (torchrun's report of how its worker ended); the log files hold all."""
+SETTLE_SECONDS = 5.0
+"""After the first node fails, how long the others are given to end on their own (and say how their worker ended)
+before they are stopped: the node seen failing first is often a survivor whose peer died a moment earlier."""
 NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|signal", re.IGNORECASE)
 """Lines of ranks other than 0 that are shown without --verbose."""
 SHUTDOWN_NOISE = re.compile(r"DistNetworkError: .*(Failed to recv, got 0 bytes|Connection reset by peer|Broken pipe)")
-"""The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended;
-held back, and shown only if the run fails (a successful run says how many were not shown)."""
+"""The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended."""
 LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 """The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
+LAUNCHER_LOG = re.compile(r"^\[?[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+( +\d+)? \S+:\d+\] ")
+"""A log line of torch's launcher or C++ runtime (``E1203 08:30:15.094000 1239 torch/distributed/...:1002] ...``)."""
+WORKER_PREFIX = re.compile(r"^\[rank\d+\]: ")
+"""The prefix torch puts on each line of a worker's uncaught traceback (``[rank0]: Traceback ...``)."""
+TRACEBACK_MORE = re.compile(r"^(\s|$|During handling of the above exception|The above exception was the direct cause|Exception raised from .*most recent call first|frame #\d+: )")
+"""Lines that continue a traceback: indented frames, blank lines, chained exceptions, a C++ exception's stack."""
+CPP_STACK = re.compile(r"^(Exception raised from .*most recent call first|frame #\d+: )")
+"""Lines of a C++ exception's stack that follow its Python traceback's last line (torch's c10 errors)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,12 @@ def local_run_roots(pod_env: contract.PodEnvironment, job_name: str) -> dict[str
     if pod_env.checkpoint_local_dir:
         out["local"] = os.path.join(tempfile.gettempdir(), "railtrain", LOCAL_NAMESPACE, job_name, pod_env.run_id)
     return out
+
+
+def local_log_dir(job_name: str, uid: str) -> Path:
+    """Where ``railtrain run --local`` writes every node's full output: ``<tmp>/railtrain/logs/<job>/<uid>``
+    (one file per node and gang, ``restart-<n>-node-<rank>.log``; kept after the run)."""
+    return Path(tempfile.gettempdir()) / "railtrain" / "logs" / job_name / uid
 
 
 def job_run_roots(job: TrainingJob, uid: str) -> dict[str, str]:
@@ -268,7 +286,7 @@ def fault_environment(values: dict[str, str | None]) -> dict[str, str]:
 
 def plan_local(
     job: TrainingJob, rdzv_port: int, metrics_ports: list[int], base_dir: Path, python: str = sys.executable, restarts: int = 0,
-    extra_env: dict[str, str] | None = None, *, uid: str,
+    extra_env: dict[str, str] | None = None, *, uid: str, environ: Mapping[str, str] | None = None,
 ) -> list[LocalNode]:  # fmt: skip
     """Render the gang as the operator would and adapt each pod to this host.
 
@@ -282,6 +300,8 @@ def plan_local(
         extra_env: variables added to every node under ``spec.env`` (the ``--fault-*`` flags' variables).
         uid: this run's stand-in for the job's uid (:func:`new_local_uid`), the same for every restart
             of one invocation, so the restarted gang finds the node-local tiers.
+        environ: the shell's environment the processes inherit (default ``os.environ``): its
+            ``OMP_NUM_THREADS``/``OMP_WAIT_POLICY`` win over railtrain's choice (:func:`local_thread_env`).
 
     Returns:
         One :class:`LocalNode` per node rank, in rank order.
@@ -307,9 +327,27 @@ def plan_local(
             **local_tier_dirs(pod_env, name, rank),
         )
         env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
+        env = local_thread_env(job, env, os.environ if environ is None else environ)
         argv = local_argv(container.get("command", []), container.get("args", []), python)
         nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
     return nodes
+
+
+def local_thread_env(job: TrainingJob, env: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """A local node's environment ``env`` with the CPU threads' variables of one machine (:mod:`railtrain.crds.threads`).
+
+    Every process of the gang runs on this machine, so they share its CPUs: the
+    sharers are the world size, not ``procsPerNode`` as in a pod. A variable the
+    user sets in the shell (``environ``) is the user's as much as one of
+    ``spec.env``: ``OMP_NUM_THREADS`` there marks the count as the user's, and
+    railtrain's ``OMP_WAIT_POLICY`` is left out so the shell's reaches the process.
+    """
+    spec_names = fabric.user_names(job.spec)
+    local = threads.thread_env(job.spec.world_size, spec_names | set(environ))
+    out = dict(env)
+    if threads.ENV_OMP_WAIT_POLICY not in local and threads.ENV_OMP_WAIT_POLICY not in spec_names:
+        out.pop(threads.ENV_OMP_WAIT_POLICY, None)
+    return out | local
 
 
 def exit_status(returncode: int) -> int:
@@ -320,45 +358,59 @@ def exit_status(returncode: int) -> int:
 class LocalGang:
     """Starts the nodes of a gang, streams their output, and stops them together.
 
+    Every line each node prints goes to its log file (``restart-<n>-node-<rank>.log``
+    in ``log_dir``). The screen, without ``verbose``, gets rank 0's lines and the
+    other ranks' errors and warnings, but no tracebacks and none of torchrun's
+    own reports and log lines: after a failure the summary says what happened
+    and :meth:`show_tail` shows the failing node's last lines; the tracebacks
+    of the ranks a failure took down are in the log files (issue 25, item 8).
+
     Args:
         nodes: the planned nodes.
         workdir: working directory of every process (``None``: the current one).
         verbose: show every line of every rank; otherwise ranks other than 0
-            show only lines that look like errors or warnings.
+            show only lines that look like errors or warnings, and no tracebacks.
         notify: prints one status sentence of the runner (not process output).
         out: where process output goes (``None``: ``sys.stdout`` at the time of writing).
         grace: seconds between SIGTERM and SIGKILL when stopping nodes.
         on_line: called with ``(node rank, line)`` for every line a node prints (shown or not), e.g. the goodput recorder.
+        log_dir: folder of the nodes' log files (``None``: no files).
+        settle: seconds the other nodes get to end on their own after the first failure (:data:`SETTLE_SECONDS`).
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
                  notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS,
-                 on_line: Callable[[int, str], None] | None = None):
+                 on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS):
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
         self.notify = notify
         self.grace = grace
         self.on_line = on_line
+        self.log_dir = log_dir
+        self.settle = settle
         self._out = out
         self._lock = threading.Lock()
         self._procs: dict[int, subprocess.Popen[str]] = {}
         self._pumps: list[threading.Thread] = []
-        self._tails: dict[int, collections.deque[tuple[str, bool]]] = {n.rank: collections.deque(maxlen=TAIL_LINES) for n in nodes}
-        self._hidden = {n.rank: 0 for n in nodes}
-        self._unfiltered: set[int] = set()
+        self._kept: dict[int, collections.deque[tuple[str, bool, bool]]] = {n.rank: collections.deque(maxlen=KEPT_LINES) for n in nodes}
         self._muted: set[int] = set()
         self._muted_lines = 0
-        self._deferred: list[tuple[int, list[str]]] = []
+        self._tracebacks: dict[int, int] = {}
+        self.log_files: dict[int, Path] = {}
+        """Node rank → its log file (when ``log_dir`` is set)."""
         self.failed: tuple[int, int] | None = None
         """``(node rank, exit status)`` of the first node seen failing, once :meth:`run` returned."""
+        self.ended: dict[int, tuple[float, int]] = {}
+        """Node rank → ``(time.time(), exit status)`` of each node that ended on its own (not stopped by the runner)."""
 
     def run(self) -> int:
         """Run every node to completion.
 
         Returns:
             0 when every node exited 0; otherwise the exit status of the first
-            node seen failing (the others are stopped); 130 after Ctrl-C or SIGTERM.
+            node seen failing (the others, after :data:`SETTLE_SECONDS` to end on
+            their own, are stopped); 130 after Ctrl-C or SIGTERM.
 
         Raises:
             CliError: a command cannot be started (the nodes already started are stopped).
@@ -368,6 +420,8 @@ class LocalGang:
                 for node in self.nodes:
                     self._start(node)
                 failed = self._wait()
+                if failed is not None:
+                    self._settle()
             except KeyboardInterrupt:
                 self.notify(f"interrupted: stopping {len(self._procs)} node(s)")
                 self._stop_all(mute=set(self._procs))
@@ -377,9 +431,10 @@ class LocalGang:
                 raise
             if failed is None:
                 self._drain()
-                if self._deferred:
-                    ranks = ", ".join(str(r) for r in sorted({r for r, _ in self._deferred}))
-                    self.notify(f"the run succeeded; not shown: {len(self._deferred)} shutdown traceback(s) of node rank {ranks} (DistNetworkError: a peer closed its connection as the gang ended; --verbose shows them)")
+                if self._tracebacks:
+                    ranks = ", ".join(str(r) for r in sorted(self._tracebacks))
+                    self.notify(f"the run succeeded; not shown: {sum(self._tracebacks.values())} shutdown traceback(s) of node rank {ranks} "
+                                f"(a peer closed its connection as the gang ended){self._where()}")  # fmt: skip
                 return 0
             rank, returncode = failed
             self.failed = (rank, exit_status(returncode))
@@ -387,17 +442,20 @@ class LocalGang:
             stopping = f"; stopping the other {others} running node(s)" if others else ""
             self.notify(f"node rank {rank} exited with status {exit_status(returncode)}{stopping}")
             self._stop_all(mute=set(self._procs) - {rank})
-            for held_rank, lines in self._deferred:  # the run failed: they may matter
-                for line in lines:
-                    self._write(f"[rank {held_rank}] {line}\n")
-            self._show_tail(rank)
-            if self._muted_lines:
-                self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
             return exit_status(returncode)
+
+    def _where(self) -> str:
+        return f"; the full output is in {self.log_dir}" if self.log_dir else "; --verbose shows them"
 
     # -- processes ----------------------------------------------------------
     def _start(self, node: LocalNode) -> None:
         env = {**os.environ, **node.env, "PYTHONUNBUFFERED": "1"}  # Python's own switch: stream output live
+        log = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            path = self.log_dir / f"restart-{node.env.get(contract.ENV_RESTART_COUNT, '0')}-node-{node.rank}.log"
+            self.log_files[node.rank] = path
+            log = open(path, "a", encoding="utf-8")
         try:
             proc = subprocess.Popen(
                 list(node.argv), env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
@@ -409,29 +467,46 @@ class LocalGang:
         except PermissionError:
             raise CliError(f"spec.command[0]: {node.argv[0]!r} is not executable") from None
         self._procs[node.rank] = proc
-        pump = threading.Thread(target=self._pump, args=(node.rank, proc.stdout), name=f"rank-{node.rank}-output", daemon=True)
+        pump = threading.Thread(target=self._pump, args=(node.rank, proc.stdout, log), name=f"rank-{node.rank}-output", daemon=True)
         pump.start()
         self._pumps.append(pump)
 
+    def _poll(self) -> tuple[int, int] | None:
+        """Note every node that ended since the last poll; return the first failed one found (lowest rank), if any."""
+        failed = None
+        for rank, proc in sorted(self._procs.items()):
+            returncode = proc.poll()
+            if returncode is not None and rank not in self.ended:
+                self.ended[rank] = (time.time(), exit_status(returncode))
+            if returncode not in (None, 0) and failed is None:
+                failed = (rank, returncode)
+        return failed
+
     def _wait(self) -> tuple[int, int] | None:
         while True:
-            running = False
-            for rank, proc in sorted(self._procs.items()):
-                returncode = proc.poll()
-                if returncode is None:
-                    running = True
-                elif returncode != 0:
-                    return rank, returncode
-            if not running:
+            failed = self._poll()
+            if failed is not None:
+                return failed
+            if all(p.poll() is not None for p in self._procs.values()):
+                self._poll()
                 return None
             time.sleep(0.1)
+
+    def _settle(self) -> None:
+        """Give the other nodes :attr:`settle` seconds to end on their own, noting when each does."""
+        deadline = time.monotonic() + self.settle
+        while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
+            time.sleep(0.05)
+            self._poll()
+        self._poll()
 
     def _stop_all(self, mute: Iterable[int] = ()) -> None:
         """SIGTERM every running node's process group, then SIGKILL what is left after the grace period.
 
         Args:
-            mute: ranks whose further output is dropped (unless verbose): the
-                tracebacks of nodes we stop on purpose only hide the real failure.
+            mute: ranks whose further output is not shown (unless verbose): the
+                tracebacks of nodes we stop on purpose only hide the real failure
+                (it is still kept, and written to the log files).
         """
         if not self.verbose:
             self._muted.update(mute)
@@ -458,67 +533,91 @@ class LocalGang:
             pump.join(timeout=5)
 
     # -- output -------------------------------------------------------------
-    def _pump(self, rank: int, stream: TextIO) -> None:
-        """Emit a node's lines; a traceback is held until its last line says whose it is.
+    def _pump(self, rank: int, stream: TextIO, log: TextIO | None) -> None:
+        """Log every line of a node; show the ones :meth:`_emit` shows, never a traceback or torchrun's report.
 
-        torchrun's own traceback when its worker failed (ending in
-        :data:`LAUNCHER_FAILED`) only says where in torchrun the report was
-        raised; it becomes one line (unless verbose), and torchrun's report of
-        the worker, which follows, is shown in full.
+        A traceback (a worker's, prefixed ``[rankN]: `` by torch, or torchrun's
+        own) is held until its last line, and a C++ stack after it, say whose it
+        is; torchrun's report of a failed worker (the box after
+        :data:`LAUNCHER_FAILED`) and torchrun's log lines are launcher lines.
+        Neither is shown live unless verbose: the runner's summary says how the
+        worker ended, and the failing node's tail shows its worker's last lines.
         """
         held: list[str] = []
-        with stream:
+        after_traceback = report = report_root = False
+        try:
             for raw in stream:
                 line = raw.rstrip("\r\n")
-                if not self.verbose and not held and line.startswith("Traceback (most recent call last):"):
-                    held.append(line)
-                    continue
+                if log is not None:
+                    log.write(line + "\n")
+                    log.flush()
+                bare = WORKER_PREFIX.sub("", line)
                 if held:
-                    if line.startswith((" ", "\t")):
+                    if TRACEBACK_MORE.match(bare):
                         held.append(line)
                         continue
-                    if SHUTDOWN_NOISE.search(line):
-                        self._deferred.append((rank, [*held, line]))
-                        held = []
-                        continue
-                    if line.startswith(LAUNCHER_FAILED):
-                        self._unfiltered.add(rank)
-                        self._emit(rank, f"torchrun: its worker failed (torchrun's own {len(held)}-line traceback is not shown; --verbose shows it)")
+                    launcher = bare.startswith(LAUNCHER_FAILED)
+                    for kept in [*held, line]:
+                        self._emit(rank, kept, hidden=True, worker=not launcher)
+                    if launcher:
+                        report, report_root = True, False
                     else:
-                        for kept in held:
-                            self._emit(rank, kept)
-                    held = []
-                self._emit(rank, line)
+                        self._tracebacks[rank] = self._tracebacks.get(rank, 0) + 1
+                    held, after_traceback = [], not launcher
+                    continue
+                if after_traceback and CPP_STACK.match(bare):
+                    self._emit(rank, line, hidden=True, worker=True)
+                    continue
+                after_traceback = False
+                if report:  # torchrun's box: ends with the ==== line after its Root Cause
+                    self._emit(rank, line, hidden=True, worker=False)
+                    report_root = report_root or bare.startswith("Root Cause")
+                    report = not (report_root and bare.startswith("===="))
+                    continue
+                if bare.startswith("Traceback (most recent call last):"):
+                    held.append(line)
+                    continue
+                self._emit(rank, line, hidden=bool(LAUNCHER_LOG.match(line)), worker=not LAUNCHER_LOG.match(line))
             for kept in held:
-                self._emit(rank, kept)
+                self._emit(rank, kept, hidden=True, worker=True)
+        finally:
+            stream.close()
+            if log is not None:
+                log.close()
 
     def tail(self, rank: int) -> list[str]:
-        """The last :data:`TAIL_LINES` lines node ``rank`` printed (before it was muted)."""
-        return [line for line, _ in self._tails[rank]]
+        """The last :data:`KEPT_LINES` lines node ``rank`` printed (shown or not), e.g. torchrun's report of its worker."""
+        return [line for line, _, _ in self._kept[rank]]
 
-    def _emit(self, rank: int, line: str) -> None:
+    def _emit(self, rank: int, line: str, hidden: bool = False, worker: bool = True) -> None:
         if self.on_line is not None:
             self.on_line(rank, line)
-        if rank in self._muted:
+        shown = self.verbose or (not hidden and (rank == 0 or bool(NOTEWORTHY.search(line))))
+        if rank in self._muted and not self.verbose:
             self._muted_lines += 1
-            return
-        if line.lstrip().startswith("Traceback"):
-            self._unfiltered.add(rank)  # show the whole traceback, not just its last line
-        shown = rank == 0 or self.verbose or rank in self._unfiltered or bool(NOTEWORTHY.search(line))
-        self._tails[rank].append((line, shown))
+            shown = False
+        with self._lock:
+            self._kept[rank].append((line, shown, worker))
         if shown:
             self._write(f"[rank {rank}] {line}\n")
-        else:
-            self._hidden[rank] += 1
 
-    def _show_tail(self, rank: int) -> None:
-        """Show the failed node's last lines that were filtered out (never a second copy of what was shown)."""
-        hidden = [line for line, shown in list(self._tails[rank]) if not shown]
-        if not hidden:
+    def show_tail(self, rank: int, lines: int = TAIL_LINES) -> None:
+        """Show node ``rank``'s last ``lines`` lines of its own output (not torchrun's report), naming its log file.
+
+        Lines already shown live are shown again: together they are the failure's context.
+        """
+        with self._lock:
+            own = [line for line, _, worker in self._kept.get(rank, ()) if worker][-lines:]
+        where = f" (all of it: {self.log_files[rank]})" if rank in self.log_files else ""
+        if not own:
+            if where:
+                self.notify(f"node rank {rank} printed nothing of its own{where}")
             return
-        self._write(f"[rank {rank}] --- {len(hidden)} of its last {TAIL_LINES} lines, not shown above (rerun with --verbose for all) ---\n")
-        for line in hidden:
+        self.notify(f"node rank {rank}'s last {len(own)} line(s){where}:")
+        for line in own:
             self._write(f"[rank {rank}] {line}\n")
+        if self._muted_lines and not self.log_files:
+            self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
 
     def _write(self, text: str) -> None:
         with self._lock:

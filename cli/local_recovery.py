@@ -84,31 +84,50 @@ def torchrun_cause(lines: list[str]) -> str | None:
     return f"{who} exited with code {code}"
 
 
-def local_failures(messages: list[str | None], code: int, first: int | None = None, causes: dict[int, str | None] | None = None) -> recovery.GangFailure:
+def local_failures(
+    messages: list[str | None], code: int, first: int | None = None, causes: dict[int, str | None] | None = None,
+    ended: dict[int, tuple[float, int]] | None = None, written: dict[int, float] | None = None,
+) -> recovery.GangFailure:  # fmt: skip
     """The evidence of a failed local gang, as the operator reads it from pod status.
 
-    A node that wrote a verdict, the node seen failing first, and a node whose
-    worker a signal killed (:func:`torchrun_cause`) are failed ranks; the others
-    were stopped by the runner. The first node carries the exit status ``code``
-    and sorts first in time; the others' exit status is 1 (torchrun's for any
-    failed worker). Node rank ``r`` ran on ``local-<r>``
-    (:func:`~railtrain.cli.local.local_node_name`).
+    A node that wrote a verdict, the node seen failing first, a node whose
+    worker a signal killed (:func:`torchrun_cause`) and every node that ended
+    on its own with a non-zero status are failed ranks; the others were
+    stopped by the runner. The first death is the cause, not the first exit
+    the runner happened to see: a rank whose worker (or node process) a
+    signal killed sorts first (:func:`~railtrain.crds.recovery.blame_order`),
+    then the order in which the failures began: the earlier of each node's
+    exit and its termination message's writing. Survivors of a killed peer
+    ("Connection reset by peer") write their message after it died, and the
+    killed rank's own launcher may exit later than they do. Node rank ``r``
+    ran on ``local-<r>`` (:func:`~railtrain.cli.local.local_node_name`).
 
     Args:
         messages: each node rank's termination message (``None``: none written).
         code: the exit status of the first failing node.
         first: that node's rank, when known.
         causes: node rank to how its worker ended (:func:`torchrun_cause`), where known.
+        ended: node rank to ``(time.time(), exit status)`` of each node that ended on its own
+            (:attr:`~railtrain.cli.local.LocalGang.ended`); without it the first node carries ``code``
+            and sorts first, the others' status is 1 (torchrun's for any failed worker).
+        written: node rank to when its termination message was written (``time.time()`` scale, the file's mtime).
     """
-    causes = causes or {}
+    causes, ended, written = causes or {}, ended or {}, written or {}
     failures = []
     for rank, text in enumerate(messages):
         v, cause = contract.parse_termination_message(text), causes.get(rank) or ""
-        signalled, status = " killed by " in cause, code if rank == first else contract.EXIT_FAILED
-        base = dict(rank=rank, code=status, node=local_node_name(rank), signalled=signalled, finished="0" if rank == first else "1")
+        own = ended.get(rank)
+        signalled = " killed by " in cause or (own is not None and own[1] > 128)
+        status = own[1] if own is not None else (code if rank == first else contract.EXIT_FAILED)
+        if ended:
+            times = [t for t in (own[0] if own else None, written.get(rank) if v else None) if t is not None]
+            finished = f"{min(times):017.6f}" if times else ""
+        else:
+            finished = "0" if rank == first else "1"
+        base = dict(rank=rank, code=status, node=local_node_name(rank), signalled=signalled, finished=finished)
         if v:
             failures.append(recovery.Failure(verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), reported=True, **base))
-        elif rank == first or signalled:
+        elif rank == first or signalled or (own is not None and own[1] != 0):
             failures.append(recovery.unreported(message=cause, **base))
     if not failures:  # the first failing node is unknown and none wrote anything
         failures.append(recovery.unreported(rank=0, code=code, node=local_node_name(0)))
@@ -198,6 +217,12 @@ class RecoveringRun:
             files.append(path)
         return nodes, files
 
+    def _show_tail(self, rank: int) -> None:
+        """After the decision's sentence: the blamed node's last lines (:meth:`~railtrain.cli.local.LocalGang.show_tail`)."""
+        show = getattr(self.current, "show_tail", None)
+        if show is not None:
+            show(rank)
+
     def run(self) -> int:
         """Run to the end; returns 0, 130 (interrupted) or the failing node's exit status."""
         while True:
@@ -213,16 +238,21 @@ class RecoveringRun:
             self.spent |= set().union(*(spent_faults(n.env, messages) for n in nodes))
             first, _ = getattr(self.current, "failed", None) or (None, None)
             causes = {n.rank: torchrun_cause(self.current.tail(n.rank)) for n in nodes} if hasattr(self.current, "tail") else {}
-            d = recovery.decide(local_failures(messages, code, first, causes), self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
+            ended = getattr(self.current, "ended", None) or {}
+            written = {n.rank: p.stat().st_mtime for n, p in zip(nodes, files) if messages[nodes.index(n)]}
+            evidence = local_failures(messages, code, first, causes, ended, written)
+            d = recovery.decide(evidence, self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
             self.history.append(d)
             self.counters = d.counters
             if self.recorder is not None:
                 self.recorder.gang_ended(d.action)
             if d.action == recovery.FAIL:
                 self.notify(f"gang failed: {d.message}; not restarting")
+                self._show_tail(d.blamed.rank)
                 return code
             self.restarts += 1
             self.notify(f"gang failed: {d.message} (restart {self.restarts})")
+            self._show_tail(d.blamed.rank)
             if d.backoff_seconds:
                 try:
                     self.sleep(d.backoff_seconds)

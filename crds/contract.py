@@ -59,6 +59,7 @@ from railtrain.crds.health_settings import (
     parse_heartbeat,
     read_health,
 )
+from railtrain.crds.threads import ENV_CPU_SHARERS, ENV_THREADS  # noqa: F401  (the CPU threads' variables, crds/threads.py)
 from railtrain.crds.verdicts import (
     ENV_TERMINATION_MESSAGE_PATH,
     HEALTH_VERDICTS,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railtrain.crds import contract, fabric
+from railtrain.crds import contract, fabric, threads
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
 from railtrain.crds.precision import contract_values
@@ -110,6 +110,7 @@ def container_env(spec: TrainingJobSpec, env: contract.PodEnvironment) -> list[d
     merged = contract.pod_env(env)
     if spec.topology.nvlink_domain and contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
         merged[contract.ENV_NVLINK_DOMAIN] = "1"
+    merged |= threads.thread_env(env.procs_per_node, fabric.user_names(spec))  # the CPU threads' contract (crds/threads.py)
     for var in spec.env:
         merged[var.name] = var.value
     return [{"name": k, "value": v} for k, v in merged.items()]

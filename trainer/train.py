@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from railtrain.crds import contract
+from railtrain.crds import contract, threads
 from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState, TierConfig
 from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
@@ -204,12 +204,20 @@ def build_health(config: TrainConfig, info: DistInfo, dims: ParallelDims, model:
     )  # fmt: skip
 
 
-def set_threads(config: TrainConfig, info: DistInfo) -> None:
-    """``--threads`` if given; else 1 intra-op thread per process when several share a CPU job (no oversubscription)."""
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    elif info.world_size > 1 and info.device.type == "cpu":
-        torch.set_num_threads(1)
+def set_threads(config: TrainConfig, info: DistInfo, environ: Mapping[str, str] = os.environ) -> threads.ThreadChoice:
+    """Set this process's intra-op threads from the CPUs it gets (:func:`railtrain.crds.threads.choose_threads`).
+
+    ``--threads`` if given, else the user's ``OMP_NUM_THREADS``, else the CPUs of
+    this process (affinity capped by its cgroup quota) ÷ the training processes
+    sharing them (``RAILTRAIN_CPU_SHARERS``, else torchrun's ``LOCAL_WORLD_SIZE``).
+    Rank 0 prints the choice. Returns it.
+    """
+    choice = threads.choose_threads(threads.process_cpus(), environ, info.local_world_size, config.threads)
+    torch.set_num_threads(choice.threads)
+    if info.rank == 0:
+        policy = environ.get(threads.ENV_OMP_WAIT_POLICY) or "the OpenMP default"
+        print(f"threads: {choice.threads} per process ({choice.reason}; wait policy {policy})", flush=True)
+    return choice
 
 
 class Trainer:
@@ -233,7 +241,7 @@ class Trainer:
         self.start_deadline = arm_start_deadline(health_settings, config.health and environ.get(contract.ENV_HEALTH, "1") != "0", environ,
                                                  (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, ""))
         self.info = info = init_distributed(resolve_device(config.device), process_group_timeout_s(health_settings))
-        set_threads(config, info)
+        set_threads(config, info, environ)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
         self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp,

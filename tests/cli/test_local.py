@@ -56,7 +56,7 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
         checkpoint={"location": "runs/x", "interval": 7}, env=[{"name": "EXTRA", "value": "1"}],
         command=["torchrun", "-m", "railtrain.trainer"], args=["--steps", "3"],
     )
-    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002, 24003], base_dir=tmp_path, python="PY", uid="run-1")
+    nodes = local.plan_local(job, rdzv_port=23456, metrics_ports=[24001, 24002, 24003], base_dir=tmp_path, python="PY", uid="run-1", environ={})
     assert [n.rank for n in nodes] == [0, 1, 2]
     for node in nodes:
         pod = contract.read_env(node.env)
@@ -67,7 +67,9 @@ def test_plan_gives_each_node_the_pod_contract_with_a_local_rendezvous(tmp_path)
             node_name=f"local-{node.rank}", run_id="run-1",
         )
         # torchrun's own variables agree with the contract
-        assert node.env == contract.pod_env(pod) | {"EXTRA": "1"}
+        # the CPU threads' variables: the whole gang's 6 processes share this machine (crds/threads.py)
+        threads = {"OMP_WAIT_POLICY": "PASSIVE", contract.ENV_CPU_SHARERS: "6", contract.ENV_THREADS: "auto"}
+        assert node.env == contract.pod_env(pod) | {"EXTRA": "1"} | threads
         assert node.argv == ("PY", "-m", "torch.distributed.run", "-m", "railtrain.trainer", "--steps", "3")
 
 
