@@ -14,10 +14,12 @@ new submission gets), and the container image is ignored.
 ``torchrun`` and ``python`` run from this interpreter, so the local run uses
 the same torch as the command line.
 
-:func:`plan_local` is pure; :class:`LocalGang` owns the processes: it streams
-their output with a ``[rank N]`` prefix, and when one node fails it stops the
-others (SIGTERM to each node's process group, SIGKILL after a grace period),
-the way the operator replaces a whole gang.
+:func:`plan_local` is pure; :class:`LocalGang` owns the processes: it writes
+every line to the run's log files and streams the lines worth a person's
+screen with a ``[rank N]`` prefix (no tracebacks, none of torchrun's reports),
+and when one node fails it gives the others a moment to end on their own, then
+stops them (SIGTERM to each node's process group, SIGKILL after a grace
+period), the way the operator replaces a whole gang (docs/local.md).
 """
 
 from __future__ import annotations
