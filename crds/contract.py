@@ -16,7 +16,7 @@ This module is the facade every caller imports (``from railtrain.crds import con
 cohesive parts live in sibling modules and are re-exported here under the same names:
 :mod:`railtrain.crds.verdicts` (termination-message verdicts),
 :mod:`railtrain.crds.health_settings` (health settings and the heartbeat format),
-:mod:`railtrain.crds.faults` (fault-injection variables) and
+:mod:`railtrain.crds.faults` (fault-injection variables), :mod:`railtrain.crds.threads` (CPU threads) and
 :mod:`railtrain.crds.contract_errors` (:class:`ContractError`).
 """
 
