@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -187,8 +188,7 @@ def test_logs_of_a_kwok_pod_is_one_sentence(cluster, kube, namespace, gpu_nodes,
     gpu_nodes(2)
     assert _cli(cluster, "submit", str(_manifest(tmp_path, "talk")), "-n", namespace).returncode == 0
     wait_for(lambda: all_running(kube.core, namespace, "talk", 2), 90, "both pods Running")
-    # -f goes through the client's own argument validation (kubernetes 37 refused a (10, None) timeout before any request).
-    for args in (["--all"], ["-f"], ["--all", "-f"]):
+    for args in (["--all"], []):  # -f follows the job to its end: test_logs_follow_goes_on_across_a_restart_...
         one = _cli(cluster, "logs", "talk", "-n", namespace, *args)
         said = one.stdout + one.stderr
         assert "Traceback" not in said and "unexpected" not in said and "validation error" not in said, (args, said)
@@ -201,6 +201,97 @@ def test_logs_of_a_kwok_pod_is_one_sentence(cluster, kube, namespace, gpu_nodes,
     assert both.returncode == 2 and "--rank and --all exclude each other" in both.stderr
     wrong = _cli(cluster, "logs", "talk", "-n", namespace, "--rank", "7")
     assert wrong.returncode == 1 and "--rank 7: trainingjob talk has node ranks 0..1" in wrong.stderr
+
+
+class _Lines:
+    """A running CLI process whose stdout and stderr are collected line by line as they come (for polling)."""
+
+    def __init__(self, cluster, *args):
+        self.proc = subprocess.Popen([*CLI, *args], env=_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                        for stream, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into):
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def said(self) -> str:
+        return "\n".join(self.out) + "\n" + "\n".join(self.err)
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout=timeout)
+        for reader in self.readers:
+            reader.join(10)
+        return code
+
+
+def test_logs_follow_goes_on_across_a_restart_and_exits_with_the_jobs_outcome(cluster, kube, namespace, gpu_nodes, operator, tmp_path):
+    """Issue 26 item 9: `logs -f` picked the pods once, so it stopped with the first gang and exited 0 whatever the job
+    did next. Now it follows the job: a retryable failure restarts the gang, -f prints the attempt marker and reads the
+    new gang's pods; the next failure (a user error) fails the job, and -f ends with exit status 1 and the job's cause.
+    KWOK pods have no container logs: each pod's log is one sentence on stderr, and following goes on."""
+    gpu_nodes(2)
+    path = _manifest(tmp_path, "again", runPolicy={"backoffLimit": 3, "restartBackoffSeconds": 0})
+    assert _cli(cluster, "submit", str(path), "-n", namespace).returncode == 0
+    first = wait_for(lambda: all_running(kube.core, namespace, "again", 2), 90, "gang 1 Running")
+    follow = _Lines(cluster, "logs", "again", "-n", namespace, "--all", "-f")
+    try:
+        # -f has picked up both pods of the first gang (on KWOK: one sentence each, that its log cannot be read)
+        wait_for(lambda: sum("no log of pod again-" in line for line in follow.err) >= 2 or follow.proc.poll() is not None, 90, "both pods of gang 1 read")
+        assert follow.proc.poll() is None, follow.said()  # still following the job
+        retryable = contract.format_termination_message(contract.VERDICT_RETRYABLE, "Crash", "segfault")
+        end_pod(kube.core, namespace, "again-1", code=1, message=retryable)
+        wait_for(lambda: all_running(kube.core, namespace, "again", 2, {p.metadata.uid for p in first}), 90, "gang 2 Running")
+        marker = "==> trainingjob again: attempt 2 (restart 1) <=="
+        wait_for(lambda: marker in follow.out or follow.proc.poll() is not None, 60, "the attempt marker")
+        assert follow.proc.poll() is None and marker in follow.out, follow.said()
+        wait_for(lambda: sum("no log of pod again-" in line for line in follow.err) >= 4, 90, "both pods of gang 2 read")
+        user_error = contract.format_termination_message(contract.VERDICT_USER_ERROR, "BadFlag", "--lr must be > 0")
+        end_pod(kube.core, namespace, "again-0", code=2, message=user_error)
+        code = follow.wait(120)
+    finally:
+        follow.proc.kill()
+    assert code == 1, follow.said()
+    assert follow.err[-1].startswith("trainingjob again failed: UserError: rank 0 exited with code 2: BadFlag: --lr must be > 0"), follow.said()
+    assert "Traceback" not in follow.said()
+
+
+def test_validate_server_asks_the_api_server_about_the_job_and_one_rendered_pod(cluster, kube, namespace, tmp_path):
+    """Issue 26 item 10: a volume named Scratch_Vol passes every check of the CRD (a template's volumes are the API
+    server's pod rules) and the job then fails when the operator creates its pods. validate --server dry-runs the job
+    and its rank-0 pod as the operator renders it, and says the server's sentence; offline validate says that
+    pod-level rules are the server's. Nothing is created (no operator runs here either)."""
+    body = job_body("scratch", nodes=1, command=["python", "-c", "print('hi')"])
+    body["spec"]["template"] = {"spec": {
+        "volumes": [{"name": "Scratch_Vol", "emptyDir": {}}],
+        "containers": [{"name": "trainer", "volumeMounts": [{"name": "Scratch_Vol", "mountPath": "/scratch"}]}],
+    }}
+    path = tmp_path / "scratch.yaml"
+    path.write_text(yaml.safe_dump(body))
+
+    offline = _cli(cluster, "validate", str(path))
+    assert offline.returncode == 0, offline.stderr
+    assert "pod-level rules" in offline.stderr and "'railtrain validate --server'" in offline.stderr, offline.stderr
+    assert len(offline.stderr.strip().splitlines()) == 1
+
+    checked = _cli(cluster, "validate", str(path), "--server", "-n", namespace)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    said = " ".join(checked.stderr.split())
+    assert said.startswith(f"error: {path}: the API server would refuse the pods of trainingjob scratch"), said
+    assert "spec.volumes[" in said and "Scratch_Vol" in said and "RFC 1123" in said and "Traceback" not in said, said
+    assert not kube.custom.list_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL)["items"]
+    assert not kube.core.list_namespaced_pod(namespace).items
+
+    body["spec"]["template"]["spec"]["volumes"][0]["name"] = "scratch"
+    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["name"] = "scratch"
+    path.write_text(yaml.safe_dump(body))
+    fine = _cli(cluster, "validate", str(path), "--server", "-n", namespace)
+    assert fine.returncode == 0 and fine.stdout.strip() == f"{path}: valid TrainingJob scratch (1 node × 8 processes, world size 8)", fine.stdout + fine.stderr
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux for a pseudo-terminal")
