@@ -27,6 +27,7 @@ from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified
 from railtrain.crds.goodput import Goodput, Progress
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
+from railtrain.crds import launcher
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
 from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
 from railtrain.crds.quantity import cel_rule as _quantity_cel
@@ -341,7 +342,17 @@ SPEC_RULES: tuple[Rule, ...] = (
     ),
     Rule(cel=FLOAT8_ONLY_WITH_FP8[0], check=float8_only_with_fp8, message=FLOAT8_ONLY_WITH_FP8[1], field_path=FLOAT8_ONLY_WITH_FP8[2]),
     Rule(cel=FP8_NEEDS_GPUS[0], check=fp8_has_gpus, message=FP8_NEEDS_GPUS[1], field_path=FP8_NEEDS_GPUS[2]),
+    # torchrun's own restarts hang a gang; restarts are the operator's (crds/launcher.py)
+    Rule(cel=launcher.ENV_CEL, check=launcher.no_restart_env, message=launcher.ENV_MESSAGE, field_path=".env", detail=launcher.env_detail),
 )
+
+
+MODEL_RULES: tuple[Rule, ...] = (
+    Rule(cel="", check=launcher.no_torchrun_restarts, message=launcher.FLAG_MESSAGE, field_path=".command", detail=launcher.flag_detail),
+)
+"""Rules the models check (``railtrain validate``, ``submit`` and the operator: a stored job breaking one is Failed with
+InvalidSpec) but the CRD does not: a CEL regular expression over every word of command and args exceeds the CRD's
+estimated cost budget unless both are bounded far below what pods accept (crds/launcher.py)."""
 
 
 LIST_MAP_KEYS: dict[str, str] = {"env": "name"}
@@ -352,9 +363,9 @@ class TrainingJobSpec(_Model):
     """Desired state of a TrainingJob: what to run and how to place it."""
 
     image: str = Field(min_length=1, description="Container image of every training pod.")
-    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment. Omitted or empty: the image's ENTRYPOINT, as for any Kubernetes container (run --local needs a command, since it does not run the image).")
+    command: list[str] = Field(default_factory=list, description="Container entrypoint, e.g. [torchrun, -m, railtrain.trainer]; torchrun reads the gang layout from the pod environment (its own restarts, --max-restarts, are refused: restarts are the operator's). Omitted or empty: the image's ENTRYPOINT, as for any Kubernetes container (run --local needs a command, since it does not run the image).")
     args: list[str] = Field(default_factory=list, description="Arguments to the entrypoint.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the training container.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=launcher.MAX_ENV_ITEMS, description="Extra environment variables for the training container (at most 256).")
     resources: Resources = Field(default_factory=Resources, description="Resources of each node's pod.")
     nodes: int = Field(1, ge=1, le=4096, description="Number of pods (torchrun nodes) in the gang; each lands on its own Kubernetes node. Omitted (or null): 1, as Kubeflow's and JobSet's replicas default to 1.")
     procs_per_node: int = Field(1, ge=1, le=64, description="Training processes per pod, usually one per GPU. Omitted (or null): 1.")
@@ -379,7 +390,7 @@ class TrainingJobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "TrainingJobSpec":
-        failed = [r.sentence(self) for r in SPEC_RULES if not r.check(self)] + template_problems(self)
+        failed = [r.sentence(self) for r in (*SPEC_RULES, *MODEL_RULES) if not r.check(self)] + template_problems(self)
         if failed:
             raise ValueError("; ".join(failed))
         return self

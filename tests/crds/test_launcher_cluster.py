@@ -1,0 +1,30 @@
+"""Issue 26 item 5 on the real control plane: torchrun's restart flag in a job created past ``railtrain validate``
+(kubectl) is Failed by the operator with validate's sentence; ``PET_MAX_RESTARTS`` is refused by the API server (CEL)."""
+
+from __future__ import annotations
+
+from railtrain.crds import contract, launcher
+from tests.crds.dryrun import dry_run
+from tests.crds.test_launcher import manifest
+from tests.polling import wait_for
+
+
+def test_the_api_server_refuses_the_restart_count_by_environment_variable(kube):
+    refused = dry_run(kube, manifest(env=[{"name": "PET_MAX_RESTARTS", "value": "3"}]))
+    assert refused is not None and launcher.ENV_MESSAGE in refused, refused
+    assert dry_run(kube, manifest(env=[{"name": "PET_MAX_RESTARTS", "value": "0"}])) is None
+
+
+def test_the_operator_fails_a_job_that_gives_torchrun_restarts_with_the_reason(kube, namespace, operator):
+    body = manifest(command=["torchrun", "--max-restarts=2", "-m", "railtrain.trainer"])
+    body["metadata"] = {"name": "torchrun-restarts", "namespace": namespace}
+    kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, body)
+
+    def failed():
+        status = kube.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, "torchrun-restarts").get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == "Failed" and c["status"] == "True"), None) if status.get("phase") == "Failed" else None
+
+    condition = wait_for(failed, 60, "the job to be Failed")
+    assert condition["reason"] == "InvalidSpec" and launcher.FLAG_MESSAGE in condition["message"], condition
+    assert "found '--max-restarts=2'" in condition["message"], condition
+    assert kube.core.list_namespaced_pod(namespace).items == []  # never admitted: no pod ever ran torchrun
