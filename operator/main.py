@@ -72,6 +72,10 @@ def run(settings: Settings) -> None:
     namespace = settings.namespace
     kopf.run(clusterwide=namespace is None, namespaces=[namespace] if namespace else [], standalone=True, stop_flag=ctx.stop, memo=ctx)
     if ctx.state.fatal:
+        cached.stop()
+        # The caches' daemon threads still wake when their calls time out (a frozen API server) and would log while the
+        # interpreter shuts down, which aborts it (SIGABRT, "could not acquire lock for <stderr>"): they log nothing more.
+        logging.disable(logging.CRITICAL)
         raise OperatorError(ctx.state.fatal)
 
 
