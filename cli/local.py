@@ -539,14 +539,14 @@ class LocalGang:
         """Log every line of a node; show the ones :meth:`_emit` shows, never a traceback or torchrun's report.
 
         A traceback (a worker's, prefixed ``[rankN]: `` by torch, or torchrun's
-        own) is held until its last line, and a C++ stack after it, say whose it
-        is; torchrun's report of a failed worker (the box after
+        own) is held until its last line says whose it is; a C++ stack is the
+        runtime's (log file only, never in the failing node's tail); torchrun's report of a failed worker (the box after
         :data:`LAUNCHER_FAILED`) and torchrun's log lines are launcher lines.
         Neither is shown live unless verbose: the runner's summary says how the
         worker ended, and the failing node's tail shows its worker's last lines.
         """
         held: list[str] = []
-        after_traceback = report = report_root = False
+        report = report_root = False
         try:
             for raw in stream:
                 line = raw.rstrip("\r\n")
@@ -560,17 +560,16 @@ class LocalGang:
                         continue
                     launcher = bare.startswith(LAUNCHER_FAILED)
                     for kept in [*held, line]:
-                        self._emit(rank, kept, hidden=True, worker=not launcher)
+                        self._emit(rank, kept, hidden=True, worker=not launcher and not CPP_STACK.match(WORKER_PREFIX.sub("", kept)))
                     if launcher:
                         report, report_root = True, False
                     else:
                         self._tracebacks[rank] = self._tracebacks.get(rank, 0) + 1
-                    held, after_traceback = [], not launcher
+                    held = []
                     continue
-                if after_traceback and CPP_STACK.match(bare):
-                    self._emit(rank, line, hidden=True, worker=True)
+                if CPP_STACK.match(bare):  # a C++ stack is the runtime's, never the worker's own lines: log file only
+                    self._emit(rank, line, hidden=True, worker=False)
                     continue
-                after_traceback = False
                 if report:  # torchrun's box: ends with the ==== line after its Root Cause
                     self._emit(rank, line, hidden=True, worker=False)
                     report_root = report_root or bare.startswith("Root Cause")
@@ -581,7 +580,7 @@ class LocalGang:
                     continue
                 self._emit(rank, line, hidden=bool(LAUNCHER_LOG.match(line)), worker=not LAUNCHER_LOG.match(line))
             for kept in held:
-                self._emit(rank, kept, hidden=True, worker=True)
+                self._emit(rank, kept, hidden=True, worker=not CPP_STACK.match(WORKER_PREFIX.sub("", kept)))
         finally:
             stream.close()
             if log is not None:

@@ -210,14 +210,22 @@ def set_threads(config: TrainConfig, info: DistInfo, environ: Mapping[str, str] 
     ``--threads`` if given, else the user's ``OMP_NUM_THREADS``, else the CPUs of
     this process (affinity capped by its cgroup quota) ÷ the training processes
     sharing them (``RAILTRAIN_CPU_SHARERS``, else torchrun's ``LOCAL_WORLD_SIZE``).
-    Rank 0 prints the choice. Returns it.
+    Returns it; :func:`threads_line` says it (printed when training starts).
     """
     choice = threads.choose_threads(threads.process_cpus(), environ, info.local_world_size, config.threads)
     torch.set_num_threads(choice.threads)
-    if info.rank == 0:
-        policy = environ.get(threads.ENV_OMP_WAIT_POLICY) or "the OpenMP default"
-        print(f"threads: {choice.threads} per process ({choice.reason}; wait policy {policy})", flush=True)
     return choice
+
+
+def threads_line(choice: threads.ThreadChoice, environ: Mapping[str, str] = os.environ) -> str:
+    """The start line naming this process's threads and OpenMP wait policy, e.g. ``threads: 1 per process (1 CPU ÷ 1 process; wait policy PASSIVE)``.
+
+    Each node's first process prints it when training starts (the CPUs a
+    process gets are a fact of its node, so every node says its own), not
+    before the configuration is checked: a refused run prints nothing on stdout.
+    """
+    policy = environ.get(threads.ENV_OMP_WAIT_POLICY) or "the OpenMP default"
+    return f"threads: {choice.threads} per process ({choice.reason}; wait policy {policy})"
 
 
 class Trainer:
@@ -241,7 +249,7 @@ class Trainer:
         self.start_deadline = arm_start_deadline(health_settings, config.health and environ.get(contract.ENV_HEALTH, "1") != "0", environ,
                                                  (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, ""))
         self.info = info = init_distributed(resolve_device(config.device), process_group_timeout_s(health_settings))
-        set_threads(config, info, environ)
+        self.threads_line = threads_line(set_threads(config, info, environ), environ)
         check_pod_world_size(ctx.pod, info.world_size)
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
         self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp,
@@ -369,6 +377,8 @@ class Trainer:
         """Resume if possible, then train until ``config.steps``, logging and checkpointing."""
         c, info = self.config, self.info
         n_params = PRESETS[c.preset].num_params()  # of the whole model, whatever this rank holds
+        if info.local_rank == 0:  # every node says its own threads (its CPUs), rank 0 the rest
+            print(self.threads_line, flush=True)
         self.log(
             f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} parallel={self.dims.describe()} "
             f"device={info.device.type} bf16={self.bf16} precision={float8.describe(self.model, c) if self.fp8 else self.precision} data_files={len(self.corpus.names)} data_bytes={len(self.corpus)} "

@@ -70,7 +70,7 @@ def test_killed_rank_is_named_in_the_summary_once(tmp_path):
     said = " ".join(proc.stderr.split())
     assert "gang failed: rank 1 exited with code 1: worker rank 1 was killed by SIGKILL (exit code -9); restarting the whole gang" in said, proc.stderr
     assert "RuntimeError: RuntimeError" not in proc.stdout + proc.stderr
-    assert "[rank 1] torchrun: its worker failed (torchrun's own" in proc.stdout
+    assert "libc10.so" not in proc.stdout and "frame #" not in proc.stdout  # C++ stacks stay in the log files (issue 25 item 8)
     assert "torch/distributed/run.py" not in proc.stdout  # torchrun's own frames are one line, not 16
     assert "[rank 1] fault: rank 1 kills itself at step 3" in proc.stdout  # filtered while running, shown once it failed
     for rank in (0, 1):  # each node's torchrun report is shown at most once (it used to be repeated as the "last lines")

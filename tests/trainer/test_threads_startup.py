@@ -16,7 +16,7 @@ import torch
 from railtrain.crds import threads
 from railtrain.trainer.config import parse_args
 from railtrain.trainer.parallel import DistInfo
-from railtrain.trainer.train import set_threads
+from railtrain.trainer.train import set_threads, threads_line
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +30,12 @@ def _info(world: int, local_world: int, rank: int = 0) -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=0, device=torch.device("cpu"), distributed=world > 1, local_world_size=local_world)
 
 
-def test_a_local_gang_shares_the_machine_and_torchruns_one_thread_is_not_the_users(capsys):
+def test_a_local_gang_shares_the_machine_and_torchruns_one_thread_is_not_the_users():
     cpus = threads.process_cpus()
     environ = {threads.ENV_THREADS: "auto", threads.ENV_CPU_SHARERS: "1", "OMP_NUM_THREADS": "1", threads.ENV_OMP_WAIT_POLICY: "PASSIVE"}
     choice = set_threads(parse_args(["--data", "x"]), _info(2, 1), environ)
     assert torch.get_num_threads() == choice.threads == max(1, math.floor(cpus))
-    assert "wait policy PASSIVE" in capsys.readouterr().out
+    assert "wait policy PASSIVE" in threads_line(choice, environ)
 
 
 def test_the_users_omp_num_threads_wins_over_several_processes_per_node():
