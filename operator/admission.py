@@ -100,17 +100,17 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot, holds: M
     """
     holds = holds or {}
     free = cluster
-    for hold in holds.values():
-        free = free.reserve(hold.nodes, hold.gpus_per_node, hold.requests)
+    for job, hold in holds.items():
+        free = free.reserve(hold.nodes, hold.gpus_per_node, hold.requests, holder=job)
     ahead: list[GangRequest] = []
     out: list[Decision] = []
     for request in sorted(requests, key=queue_key):
         own = holds.get(request.job)
-        view = free.release(own.nodes, own.gpus_per_node, own.requests) if own else free
+        view = free.release(own.nodes, own.gpus_per_node, own.requests, holder=request.job) if own else free
         result = place_gang(request, view.excluding(request.avoid, AVOIDED))
         if isinstance(result, Placement):
             new = [node for rank, node in enumerate(result.nodes) if rank not in request.fixed]
-            free = view.reserve(new, request.gpus_per_node, request.needs.requests)
+            free = view.reserve(new, request.gpus_per_node, request.needs.requests, holder=request.job)
             ahead.append(request)
         elif ahead and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
             names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")

@@ -62,7 +62,8 @@ class NodeInfo:
         short: set by :func:`~railtrain.operator.nodefit.restrict`: which of a
             gang's requests the node lacks free right now ("" when they fit).
         holders: who holds the node's GPUs now, sorted: ``namespace/job`` of each TrainingJob with a
-            bound or pinned pod there, ``pod namespace/name`` of any other pod requesting GPUs.
+            bound or pinned pod there, or with GPUs promised or held there in an admission pass
+            (:meth:`ClusterSnapshot.reserve`), ``pod namespace/name`` of any other pod requesting GPUs.
     """
 
     name: str
@@ -106,29 +107,47 @@ class ClusterSnapshot:
         hit = {n: replace(self.nodes[n], eligible=False, why_ineligible=why, blocked=why) for n in names if n in self.nodes and self.nodes[n].eligible}
         return ClusterSnapshot({**self.nodes, **hit}, self.levels) if hit else self
 
-    def reserve(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
+    def reserve(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None, holder: str = "") -> "ClusterSnapshot":
         """A copy with ``gpus_per_node`` fewer free GPUs, and ``requests`` less of each other resource, on each of ``nodes`` (may go below 0).
 
         Used by the admission pass to hand capacity promised to one job to no
-        other job of the same pass. Unknown node names are ignored.
+        other job of the same pass. ``holder`` (``namespace/job``, as
+        :func:`snapshot` names a job's pods) joins each node's ``holders`` when
+        GPUs are taken, so capacity promised in the pass or held for a restart
+        is named exactly as the same capacity is once the job's pods exist, and
+        a waiting refusal's message does not change when they are created.
+        Unknown node names are ignored.
         """
         taken = {name: self.nodes[name] for name in nodes if name in self.nodes}
         extra = dict(requests or {})
         updated = {
-            name: replace(n, free_gpus=n.free_gpus - gpus_per_node, free={**n.free, **{k: n.free.get(k, 0.0) - v for k, v in extra.items()}})
+            name: replace(
+                n,
+                free_gpus=n.free_gpus - gpus_per_node,
+                free={**n.free, **{k: n.free.get(k, 0.0) - v for k, v in extra.items()}},
+                holders=_named(n.holders, holder, gpus_per_node),
+            )
             for name, n in taken.items()
         }
         return ClusterSnapshot({**self.nodes, **updated}, self.levels)
 
-    def release(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None) -> "ClusterSnapshot":
-        """The exact inverse of :meth:`reserve`: a copy with ``gpus_per_node`` and ``requests`` given back on each of ``nodes``.
+    def release(self, nodes: Iterable[str], gpus_per_node: int, requests: Mapping[str, float] | None = None, holder: str = "") -> "ClusterSnapshot":
+        """The inverse of :meth:`reserve`: a copy with ``gpus_per_node`` and ``requests`` given back on each of ``nodes``.
 
         :meth:`reserve` does not clamp at zero (an over-committed node goes
         negative), so a hold released here never shows more free than there is.
         Used by the admission pass to give a restarting gang back the nodes it
-        holds (``status.hold``) in its own view. Unknown node names are ignored.
+        holds (``status.hold``) in its own view; ``holder`` leaves those nodes'
+        ``holders`` (a job never waits for itself). Unknown node names are ignored.
         """
-        return self.reserve(nodes, -gpus_per_node, {k: -v for k, v in (requests or {}).items()})
+        return self.reserve(nodes, -gpus_per_node, {k: -v for k, v in (requests or {}).items()}, holder)
+
+
+def _named(holders: tuple[str, ...], holder: str, gpus: int) -> tuple[str, ...]:
+    """``holders`` with ``holder`` added (``gpus`` > 0) or removed (``gpus`` < 0), sorted and without repeats."""
+    if not holder or not gpus:
+        return holders
+    return tuple(sorted(set(holders) | {holder})) if gpus > 0 else tuple(h for h in holders if h != holder)
 
 
 def _node_ineligibility(node: Mapping[str, Any], tolerated: str = "") -> str:

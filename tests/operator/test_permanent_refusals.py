@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from railtrain.crds import contract
-from railtrain.operator import reconcile
+from railtrain.operator import admission, reconcile
 from railtrain.operator.cluster import snapshot
 from railtrain.operator.conditions import find
 from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
@@ -79,6 +79,44 @@ def test_a_waiting_refusal_is_not_permanent_and_names_the_jobs_that_hold_the_cap
     result = place_gang(GangRequest("team/j", 2, 8), snapshot([node("a"), node("b")], held))
     assert isinstance(result, Refusal) and not result.permanent and contract.NEVER_FITS not in result.message
     assert result.message.endswith("It waits until enough nodes free up; the capacity is held by lab/second, team/first")
+
+
+def _job_pod(node_name, gpus, job, pinned=False):
+    """A pod of TrainingJob ``job`` (``namespace/name``) taking ``gpus`` GPUs on ``node_name``."""
+    pod = other_pod(node_name, gpus, pinned=pinned)
+    ns, name = job.split("/")
+    pod["metadata"] = {"name": f"{name}-{node_name}", "namespace": ns, "labels": {contract.LABEL_JOB_NAME: name}}
+    return pod
+
+
+def test_capacity_promised_earlier_in_the_pass_is_named_as_the_pods_that_later_hold_it():
+    """The churn seen on the control plane: "small" (same creation second as "wide", so ahead of it by name) is
+    placed in the pass that refuses "wide"; the pass after, small's pods exist. The refusal must read the same in
+    both, or each new message is a new status write and Event with nothing changed."""
+    halves = [_job_pod(n, 4, "team/halves") for n in ("a", "b", "c")]
+    nodes = [node("a"), node("b"), node("c")]
+    small = GangRequest("team/small", 1, 4, created="2026-11-29T12:00:00Z")
+    wide = GangRequest("team/wide", 1, 8, created="2026-11-29T12:00:00Z")
+    promised = admission.schedule([small, wide], snapshot(nodes, halves))
+    placed = promised[0].result
+    assert promised[0].job == "team/small" and isinstance(placed, Placement), promised
+    (created,) = admission.schedule([wide], snapshot(nodes, halves + [_job_pod(placed.nodes[0], 4, "team/small", pinned=True)]))
+    assert isinstance(promised[1].result, Refusal) and isinstance(created.result, Refusal)
+    assert promised[1].result.message == created.result.message
+    assert created.result.message.endswith("the capacity is held by team/halves, team/small"), created.result.message
+
+
+def test_capacity_held_for_a_restart_is_named_as_the_pods_that_later_hold_it():
+    """A restarting gang's ``status.hold`` and the pods it is admitted with name the same holder; a job never sees
+    itself named in its own view of its hold."""
+    nodes, foreign = [node("a"), node("b")], other_pod("b", 8) | {"metadata": {"name": "x-b", "namespace": "lab"}}
+    wide = GangRequest("team/wide", 2, 8)
+    (held,) = admission.schedule([wide], snapshot(nodes, [foreign]), {"team/r": admission.Hold(("a",), 8, {})})
+    (created,) = admission.schedule([wide], snapshot(nodes, [foreign, _job_pod("a", 8, "team/r")]))
+    assert isinstance(held.result, Refusal) and held.result.message == created.result.message
+    assert held.result.message.endswith("the capacity is held by pod lab/x-b, team/r"), held.result.message
+    own = admission.schedule([GangRequest("team/r", 2, 8)], snapshot(nodes, [foreign]), {"team/r": admission.Hold(("a",), 8, {})})
+    assert own[0].result.message.endswith("the capacity is held by pod lab/x-b"), own[0].result.message
 
 
 def test_a_gang_whose_image_can_never_start_says_so_at_its_gang_timeout():
