@@ -20,7 +20,7 @@ keeps its failure, success and startup policies):
 ``deadline``        runPolicy.activeDeadlineSeconds
 ``node_loss``       pods on lost nodes force-deleted; a lost node restarts the gang
 ``finished``        a finished job's pods (cleanPodPolicy) and its TTL
-``vanished``        a released rank's pod deleted/evicted/preempted: gang restart
+``vanished``        a released rank's pod deleted/evicted/preempted: gang restart; an admitted gang gone: re-admitted
 ``verdict``         a failed rank: runPolicy.failurePolicy by verdict, quarantine
 ``elastic``         an elastic gang grows back when capacity returns
 ``success``         every rank exited 0
@@ -80,6 +80,7 @@ MACHINE: tuple[Transition, ...] = (
     suspend.SUSPEND,
     suspend.RESUME,
     deadline.DEADLINE,
+    vanished.GANG_GONE,
     housekeeping.ADMITTED_SIZE,
     node_loss.NODE_LOST,
     vanished.RANK_VANISHED,

@@ -71,7 +71,50 @@ def _restart(step: Step) -> str:
     return restart_infrastructure(step, REASON, f"{gone} while the gang ran")
 
 
+GANG_GONE_REASON = "GangGone"
+"""Reason of Scheduled False when an admitted gang has no released pod left and nothing recorded why."""
+
+
+def _gang_gone(step: Step) -> bool:
+    """Whether an admission record is in force and already created, but the gang has no released pod left (pure).
+
+    An admitted gang's pods are created pinned and ungated from ``status.admission``, so a gang under a created
+    record with no released pod left is gone: its ranks' pods were removed, and the status that should have said why
+    was not written (the operator's own suspend, gang timeout or restart whose status write was refused with 409
+    after its deletions: the write is dropped, the deletions are not), or someone removed every pod at once. Ranks
+    that exited 0 do not count as gone: a gang all of whose ranks exited 0 is the success row's.
+    """
+    record = admission_record(step.status)
+    if record is None or not record.get("created") or any(not is_gated(p) for p in step.gang):
+        return False
+    size = len(record["nodes"])
+    return not all(r in step.done for r in range(size))
+
+
+def _void_admission(step: Step) -> None:
+    """Void the record: the job waits for admission again, and no pass creates gated pods under a record.
+
+    No admission pass releases a job whose record is in force (:func:`railtrain.operator.gang.admission_request`),
+    so a missing rank created under it (gated, by ``create-missing-ranks``) was never released: the job stayed
+    Pending behind a scheduling gate forever. With Scheduled False the job takes its turn in the queue like a new
+    one, and a gated pod left over from such a pass is released by that admission.
+    """
+    step.status["admission"] = None
+    step.status["placement"] = None
+    step.status["topology"] = None
+    step.set_condition(
+        cond.SCHEDULED, False, GANG_GONE_REASON,
+        "every pod of the admitted gang is gone without a recorded reason; the job waits for admission again", "Normal",
+    )
+
+
 RANK_VANISHED = Transition(
     "rank-vanished", ACTIVE, _any_vanished, _restart,
     "A released rank's pod was deleted, evicted or preempted: the whole gang restarts, reason RankVanished naming the pod and what removed it.",
+)
+GANG_GONE = Transition(
+    "admitted-gang-gone", ACTIVE, _gang_gone, _void_admission,
+    "status.admission is in force and created but the gang has no released pod left (a status write refused after its "
+    "deletions, or every pod removed at once): the record is voided and Scheduled False (GangGone), so the job waits for "
+    "admission again instead of getting gated pods no pass releases.",
 )
