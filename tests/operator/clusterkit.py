@@ -101,3 +101,13 @@ def observe(sample: Callable[[], Any], seconds: float, interval: float = 0.25) -
         if time.monotonic() >= deadline:
             return seen
         time.sleep(interval)
+
+
+def start_running(core, custom, ns, name, count, **spec):
+    """Create job ``name`` (``job_body(name, nodes=count, **spec)``) and wait until its ``count`` pods and its phase are Running; returns the pods."""
+    from tests.polling import wait_for
+
+    custom.create_namespaced_custom_object(G, V, ns, P, job_body(name, nodes=count, **spec))
+    pods = wait_for(lambda: all_running(core, ns, name, count), 90, f"{name} Running")
+    wait_for(lambda: phase_is(custom, ns, name, "Running"), 30, "phase Running")
+    return pods

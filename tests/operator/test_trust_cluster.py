@@ -13,16 +13,12 @@ from railtrain.crds import contract
 from railtrain.operator.quarantine import TAINT_KEY
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
+from .clusterkit import G, P, V, start_running, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 
 
-def start(core, custom, ns, name, count, **spec):
-    custom.create_namespaced_custom_object(G, V, ns, P, job_body(name, nodes=count, **spec))
-    pods = wait_for(lambda: all_running(core, ns, name, count), 90, f"{name} Running")
-    wait_for(lambda: phase_is(custom, ns, name, "Running"), 30, "phase Running")
-    return pods
+start = start_running
 
 
 def verdict(core, ns, pod, kind, why, nodes, ranks):

@@ -204,15 +204,8 @@ class Watchdog(threading.Thread):
         return None
 
     def _end_process(self, verdict: dict[str, Any]) -> None:
-        print(f"health: verdict=hang {verdict['message']}", file=sys.stderr, flush=True)
-        dump_stacks(self.rank)
-        contract.write_termination_message(
-            contract.VERDICT_HANG, verdict["reason"], verdict["message"],
-            nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
-        )  # fmt: skip
-        sys.stdout.flush()
-        time.sleep(2 * self.poll_s())  # let the other ranks' watchdogs read the verdict before this rank's exit breaks their collectives
-        os._exit(contract.EXIT_FAILED)
+        # linger: let the other ranks' watchdogs read the verdict before this rank's exit breaks their collectives
+        end_with_hang_verdict(verdict, self.rank, f"health: verdict=hang {verdict['message']}", linger_s=2 * self.poll_s())
 
 
 class StartDeadline:
@@ -266,14 +259,26 @@ class StartDeadline:
             self.on_expire(self.verdict())
 
     def _end_process(self, verdict: dict[str, Any]) -> None:
-        print(f"health: verdict=hang rank {self.rank} on node {self.node or '?'}: {verdict['message']}", file=sys.stderr, flush=True)
-        dump_stacks(self.rank)
-        contract.write_termination_message(
-            contract.VERDICT_HANG, verdict["reason"], verdict["message"],
-            nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
-        )  # fmt: skip
-        sys.stdout.flush()
-        os._exit(contract.EXIT_FAILED)
+        end_with_hang_verdict(verdict, self.rank, f"health: verdict=hang rank {self.rank} on node {self.node or '?'}: {verdict['message']}")
+
+
+def end_with_hang_verdict(verdict: dict[str, Any], rank: int, line: str, linger_s: float = 0.0) -> None:
+    """End this process with verdict ``hang``: ``line`` on stderr, every thread's stack, the termination message, exit 1.
+
+    ``verdict`` is the dict :class:`Watchdog` and :class:`StartDeadline` build (reason, message, nodes, ranks,
+    step, evidence); ``linger_s`` seconds pass before the exit. Never returns (``os._exit``: a hung
+    collective would block a normal interpreter exit).
+    """
+    print(line, file=sys.stderr, flush=True)
+    dump_stacks(rank)
+    contract.write_termination_message(
+        contract.VERDICT_HANG, verdict["reason"], verdict["message"],
+        nodes=verdict["nodes"], ranks=verdict["ranks"], step=verdict["step"], evidence=verdict["evidence"],
+    )  # fmt: skip
+    sys.stdout.flush()
+    if linger_s > 0:
+        time.sleep(linger_s)
+    os._exit(contract.EXIT_FAILED)
 
 
 def arm_start_deadline(settings: contract.HealthSettings, enabled: bool, environ: Mapping[str, str], node: str) -> StartDeadline | None:
