@@ -35,7 +35,7 @@ from railtrain.crds.contract import (
     VERDICT_USER_ERROR,
     write_termination_message,
 )
-from railtrain.trainer.checkpoint_state import CheckpointMismatch, NonFiniteState
+from railtrain.trainer.checkpoint import CheckpointMismatch, NonFiniteState
 from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.parallel import shutdown_distributed

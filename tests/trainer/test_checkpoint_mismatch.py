@@ -24,7 +24,7 @@ from railtrain.crds import contract, recovery
 from railtrain.crds.api import TrainingJob
 from railtrain.operator.phases.verdict import rank_failure
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
-from railtrain.trainer.checkpoint_state import CheckpointMismatch, model_mismatch
+from railtrain.trainer.checkpoint.state import CheckpointMismatch, model_mismatch
 from railtrain.trainer.model import PRESETS, Transformer
 from tests.trainer.tierkit import COMMON, RUN_TIMEOUT_S, clean_env
 

@@ -25,8 +25,8 @@ import torch
 
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main
-from railtrain.trainer import checkpoint_checksum as checksum
-from railtrain.trainer.checkpoint_files import MANIFEST
+from railtrain.trainer.checkpoint import checksum
+from railtrain.trainer.checkpoint import MANIFEST
 from tests.trainer.tierkit import COMMON, Gang, Layout, Run, Tiers, free_port, max_diff, pod_template, read_losses, run_gang, scrape
 
 BASE_TIERS = Tiers(memory=(4, 2), local=(4, 3), persistent=(6, 2))

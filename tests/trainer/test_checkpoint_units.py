@@ -16,11 +16,12 @@ import torch
 
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main, verdict_of
-from railtrain.trainer import checkpoint_checksum as checksum
+from railtrain.trainer.checkpoint import checksum
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
-from railtrain.trainer.checkpoint_files import MANIFEST, FsspecStorage, LocalStorage, ShardDir, open_storage, prune_plan
-from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, rebuild, serialize
-from railtrain.trainer.checkpoint_tiers import Peers
+from railtrain.trainer.checkpoint.files import MANIFEST, FsspecStorage, LocalStorage, ShardDir, open_storage
+from railtrain.trainer.checkpoint.retention import prune_plan
+from railtrain.trainer.checkpoint.state import ShardMismatch, deserialize, rebuild, serialize
+from railtrain.trainer.checkpoint.comm import Peers
 from railtrain.trainer.config import parse_args
 from railtrain.trainer.metrics import mfu
 from railtrain.trainer.model import ModelConfig, Transformer

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 
 from railtrain.crds import contract
 from railtrain.trainer import float8
-from railtrain.trainer.checkpoint_state import plain_tensors
+from railtrain.trainer.checkpoint.state import plain_tensors
 from railtrain.trainer.config import apply_launch_context, parse_args, read_launch_context
 from railtrain.trainer.model import Transformer
 from railtrain.trainer.presets import PRESETS, ModelConfig

@@ -22,9 +22,9 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from railtrain.crds import contract
 from railtrain.trainer.__main__ import main
-from railtrain.trainer import checkpoint_state
+from railtrain.trainer.checkpoint import state as checkpoint_state
 from railtrain.trainer.checkpoint import Checkpointer, LocalStorage, TierConfig, steps_to_prune
-from railtrain.trainer.checkpoint_files import MANIFEST, ShardDir
+from railtrain.trainer.checkpoint.files import MANIFEST, ShardDir
 from railtrain.trainer.config import parse_args
 from railtrain.trainer.model import ModelConfig, Transformer
 from tests.trainer.health.gang import run_gang

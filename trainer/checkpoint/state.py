@@ -7,6 +7,11 @@
 * **local**: the staged state with every DTensor replaced by this rank's local
   tensor (:func:`to_local`), serialized with ``torch.save`` as one rank's
   shard of the per-rank tiers, and put back with :func:`rebuild`.
+
+It also holds the errors a checkpoint's state can raise (:class:`ShardMismatch`,
+:class:`CheckpointMismatch`, :class:`NonFiniteState`) and the checks behind them.
+
+Imports: the standard library and torch; nothing of the package.
 """
 
 from __future__ import annotations

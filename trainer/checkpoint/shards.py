@@ -1,31 +1,56 @@
 """The per-rank checkpoint tiers (``memory`` and ``local``): each rank's shard in a node-local directory.
 
-Each rank writes its own shard (:mod:`~railtrain.trainer.checkpoint_state`)
-into a node-local :class:`~railtrain.trainer.checkpoint_files.ShardDir`; the
+Each rank writes its own shard (:mod:`~railtrain.trainer.checkpoint.state`)
+into a node-local :class:`~railtrain.trainer.checkpoint.files.ShardDir`; the
 memory tier also sends it to the rank with the same local rank on the next
 node, which keeps it as a ``peer`` copy, so the shards of a lost node survive
-on its neighbour. :func:`write_shards` serializes once and writes every due
-tier, hashing while it writes (:mod:`~railtrain.trainer.checkpoint_io`).
+on its neighbour. A :class:`ShardWriter` serializes once and writes every due
+tier, hashing while it writes (:mod:`~railtrain.trainer.checkpoint.io`).
 Such a checkpoint loads only at the world size and layout it was saved with;
-the persistent tier (:mod:`~railtrain.trainer.checkpoint_tiers`) reshards.
-Every method that takes a :class:`~railtrain.trainer.checkpoint_tiers.Comm`
+the persistent tier (:mod:`~railtrain.trainer.checkpoint.persistent`) reshards.
+Every method that takes a :class:`~railtrain.trainer.checkpoint.comm.Comm`
 must be called by all ranks.
+
+Imports: torch and the package's lower modules: :mod:`.checksum`, :mod:`.comm`,
+:mod:`.files`, :mod:`.io`, :mod:`.report`, :mod:`.retention`, :mod:`.state`.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils.serialization as torch_serialization
 
-from railtrain.trainer import checkpoint_checksum as checksum
-from railtrain.trainer.checkpoint_files import SHARD_FORMAT, ShardDir, is_good
-from railtrain.trainer.checkpoint_io import ShardBuffer, write_hashed
-from railtrain.trainer.checkpoint_state import ShardMismatch, deserialize, load_file, rebuild
-from railtrain.trainer.checkpoint_tiers import Comm, Peers, TierResult, _describe
+from railtrain.trainer.checkpoint import checksum
+from railtrain.trainer.checkpoint.comm import Comm, Peers
+from railtrain.trainer.checkpoint.files import SHARD_FORMAT, ShardDir, parse_manifest
+from railtrain.trainer.checkpoint.io import CopySink, ShardBuffer, write_hashed
+from railtrain.trainer.checkpoint.report import TierResult, describe_error
+from railtrain.trainer.checkpoint.retention import is_good
+from railtrain.trainer.checkpoint.state import ShardMismatch, deserialize, load_file, rebuild
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """Who serves the shards of a step that some ranks lack (:meth:`ShardTier._choose_sources`).
+
+    Attributes:
+        needy: ranks whose own shard is missing or corrupt.
+        offers: ``{rank: kind}`` of the verified copies this rank holds of the needy ranks' shards.
+        all_offers: every rank's ``offers``, in rank order.
+        source: ``{needy rank: the rank that serves its shard}``.
+        lost: ``""``, or why some needy rank has no copy anywhere (up to 4 of them).
+    """
+
+    needy: list[int]
+    offers: dict[int, str]
+    all_offers: list[dict[int, str]]
+    source: dict[int, int]
+    lost: str
 
 
 class ShardTier:
@@ -56,7 +81,7 @@ class ShardTier:
 
         Args:
             payload: the shard's bytes (a mapping of the file another tier holds, or memory).
-            written: ``""`` when the shard was already written here (by :func:`write_shards`),
+            written: ``""`` when the shard was already written here (by :class:`ShardWriter`),
                 an error message when that attempt failed, ``None`` to write ``payload`` now.
         """
         result, start = TierResult(self.name, bytes=payload.nbytes), time.perf_counter()
@@ -68,11 +93,11 @@ class ShardTier:
                 raise OSError(written)
             self._pending.append(("rank", self.rank, manifest))
         except OSError as err:
-            result.error = _describe(err) if written is None else str(err)
+            result.error = describe_error(err) if written is None else str(err)
         if self.peers:
             dst, src = self.peers.dst(self.rank), self.peers.src(self.rank)
-            theirs = _unjson(comm.exchange({dst: _json(manifest)}, [src])[src])
-            sink = _CopySink(self.dir, step, src)
+            theirs = parse_manifest(bytes(comm.exchange({dst: json.dumps(manifest, sort_keys=True).encode()}, [src])[src]), SHARD_FORMAT) or {}
+            sink = CopySink(lambda: self.dir.begin(step, "peer", src), self.dir.fsync)
             size = comm.swap(dst, payload, src, self._received, sink.write)
             try:
                 sink.close()
@@ -80,7 +105,7 @@ class ShardTier:
                     raise OSError(f"copy of rank {src} arrived with another checksum")
                 self._pending.append(("peer", src, theirs))
             except OSError as exc:
-                result.error = result.error or _describe(exc)
+                result.error = result.error or describe_error(exc)
         result.seconds = time.perf_counter() - start
         return result
 
@@ -177,16 +202,54 @@ class ShardTier:
         neighbour that kept it, or any node that has it (a restarted gang's
         ranks may have landed on other nodes than the ones that saved).
 
+        Args:
+            template: the live state the shard is rebuilt into (not modified).
+            gathered: every rank's :meth:`claims`.
+
         Returns:
             ``(state, result)``; ``state`` is ``None`` when some rank's shard and
             every copy of it are missing or corrupt or do not fit, with the
             reason in ``result.error`` (the same on every rank).
         """
         result, start = TierResult(self.name), time.perf_counter()
+        sources = self._choose_sources(step, gathered, comm)
+        if sources.lost:
+            result.error = f"{self.name} step {step}: {sources.lost}"
+            return None, result
+        payload, err = self._fetch(step, sources, comm)
+        if self.rank in sources.needy:
+            where = "its own node" if sources.source[self.rank] == self.rank else f"rank {sources.source[self.rank]}"
+            result.notes.append(f"rank {self.rank}'s shard came from the copy on {where}")
+        state = None
+        try:
+            if err:
+                raise OSError(err)
+            # The own shard is read straight from its (verified) file into tensors: no intermediate bytes.
+            loaded = deserialize(payload) if payload is not None else load_file(self.dir.data_path(step, "rank", self.rank))
+            state = rebuild(template, loaded)
+        except (ShardMismatch, RuntimeError, ValueError, OSError) as exc:
+            err = describe_error(exc)
+        errs = comm.all_gather(err)
+        if any(errs):
+            result.error = f"{self.name} step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in enumerate(errs) if e)
+            return None, result
+        if payload is not None:  # put this node's own shard back, so the next failure finds two copies again
+            self._restore_own(step, gathered, sources, payload)
+        result.bytes = len(payload) if payload is not None else int(gathered[self.rank]["own"][step]["bytes"])
+        result.seconds = time.perf_counter() - start
+        restored_from = comm.all_gather(result.notes)
+        result.notes = [n for notes in restored_from for n in notes]
+        return state, result
+
+    def _choose_sources(self, step: int, gathered: list[dict[str, Any]], comm: Comm) -> _Sources:
+        """Which rank serves each rank whose own shard of ``step`` is missing or corrupt (collective).
+
+        Each rank verifies its own shard, then what it holds of the needy ranks' shards, and offers
+        the copies that verify; each needy rank takes the best holder (:meth:`_holder_order`) that offers one.
+        """
         own_err = self._verify_file(step, "rank", self.rank, gathered[self.rank]["own"].get(step))
         own_errs = comm.all_gather(own_err)
         needy = [r for r, e in enumerate(own_errs) if e]
-        # Each rank verifies what it holds of the needy ranks' shards and offers it.
         offers: dict[int, str] = {}
         copy_errs: dict[int, str] = {}
         for r in needy:
@@ -203,10 +266,17 @@ class ShardTier:
         all_copy_errs = {r: e for errs in comm.all_gather(copy_errs) for r, e in errs.items()}
         source = {r: h for r in needy if (h := next((h for h in self._holder_order(r) if r in all_offers[h]), -1)) >= 0}
         lost = [r for r in needy if r not in source]
-        if lost:
-            detail = "; ".join(f"rank {r}: {own_errs[r]}, copy: {all_copy_errs.get(r, 'none')}" for r in lost[:4])
-            result.error = f"{self.name} step {step}: {detail}"
-            return None, result
+        detail = "; ".join(f"rank {r}: {own_errs[r]}, copy: {all_copy_errs.get(r, 'none')}" for r in lost[:4])
+        return _Sources(needy, offers, all_offers, source, detail)
+
+    def _fetch(self, step: int, sources: _Sources, comm: Comm) -> tuple[bytes | bytearray | None, str]:
+        """Send the copies this rank serves and receive this rank's own shard if another rank serves it (collective).
+
+        Returns:
+            ``(payload, error)``: the bytes of this rank's shard when it came from a copy (``None``: read its own
+            file), and ``""`` or why a verified copy could not be read (the transfer happens anyway).
+        """
+        needy, source, offers = sources.needy, sources.source, sources.offers
         payload: bytes | bytearray | None = None
         err = ""
         try:
@@ -214,40 +284,22 @@ class ShardTier:
             if source.get(self.rank) == self.rank:
                 payload = self.dir.read_data(step, offers[self.rank], self.rank)
         except OSError as exc:  # verified a moment ago; the transfer must still happen, so send nothing usable
-            err, sends = _describe(exc), {r: b"" for r in needy if source[r] == self.rank and r != self.rank}
+            err, sends = describe_error(exc), {r: b"" for r in needy if source[r] == self.rank and r != self.rank}
         needs_transfer = self.rank in needy and source[self.rank] != self.rank
         received = comm.exchange(sends, [source[self.rank]] if needs_transfer else [])
         if needs_transfer:
             payload = received.get(source[self.rank])
-        if self.rank in needy:
-            where = "its own node" if source[self.rank] == self.rank else f"rank {source[self.rank]}"
-            result.notes.append(f"rank {self.rank}'s shard came from the copy on {where}")
-        state = None
+        return payload, err
+
+    def _restore_own(self, step: int, gathered: list[dict[str, Any]], sources: _Sources, payload: bytes | bytearray) -> None:
+        """Write the shard that came from a copy back as this rank's own, with the copy's manifest (best effort)."""
+        holder = sources.source[self.rank]
+        manifest = gathered[holder]["held"][f"{sources.all_offers[holder][self.rank]}-{self.rank}"][step]
         try:
-            if err:
-                raise OSError(err)
-            # The own shard is read straight from its (verified) file into tensors: no intermediate bytes.
-            loaded = deserialize(payload) if payload is not None else load_file(self.dir.data_path(step, "rank", self.rank))
-            state = rebuild(template, loaded)
-        except (ShardMismatch, RuntimeError, ValueError, OSError) as exc:
-            err = _describe(exc)
-        errs = comm.all_gather(err)
-        if any(errs):
-            result.error = f"{self.name} step {step}: " + "; ".join(f"rank {r}: {e}" for r, e in enumerate(errs) if e)
-            return None, result
-        if payload is not None:  # put this node's own shard back, so the next failure finds two copies again
-            holder = source[self.rank]
-            manifest = gathered[holder]["held"][f"{all_offers[holder][self.rank]}-{self.rank}"][step]
-            try:
-                self.dir.write_data(step, "rank", self.rank, payload)
-                self.dir.write_manifest(step, "rank", self.rank, manifest)
-            except OSError:
-                pass
-        result.bytes = len(payload) if payload is not None else int(gathered[self.rank]["own"][step]["bytes"])
-        result.seconds = time.perf_counter() - start
-        restored_from = comm.all_gather(result.notes)
-        result.notes = [n for notes in restored_from for n in notes]
-        return state, result
+            self.dir.write_data(step, "rank", self.rank, payload)
+            self.dir.write_manifest(step, "rank", self.rank, manifest)
+        except OSError:
+            pass
 
     def _verify_file(self, step: int, kind: str, rank: int, manifest: dict[str, Any] | None) -> str:
         """``""`` if the shard's file matches its manifest (hashed as it is read, not kept), else the reason."""
@@ -261,82 +313,55 @@ class ShardTier:
         return f"{kind}-{rank}.pt {problem}" if problem else ""
 
 
-class _CopySink:
-    """Writes a neighbour's copy to its ``peer-<R>.pt`` chunk by chunk as it arrives, hashing each chunk right
-    after writing it; a write error is kept (the transfer must still complete) and raised by :meth:`close`."""
+class ShardWriter:
+    """Serializes this rank's shard once per save and writes it to every due per-rank tier.
 
-    def __init__(self, shards: ShardDir, step: int, src: int) -> None:
-        self.digest, self.error, self.fh, self.fsync = checksum.new(), "", None, shards.fsync
-        try:
-            self.fh = open(shards.begin(step, "peer", src), "wb")
-        except OSError as err:
-            self.error = _describe(err)
-
-    def write(self, piece: memoryview) -> None:
-        try:
-            if self.fh is not None and not self.error:
-                self.fh.write(piece)
-        except OSError as err:
-            self.error = _describe(err)
-        self.digest.update(piece)
-
-    def close(self) -> None:
-        """Close (and fsync) the file; raises ``OSError`` with the first error."""
-        try:
-            if self.fh is not None:
-                if self.fsync and not self.error:
-                    self.fh.flush()
-                    os.fsync(self.fh.fileno())
-                self.fh.close()
-        except OSError as err:
-            self.error = self.error or _describe(err)
-        if self.error:
-            raise OSError(self.error)
-
-
-_SERIALIZED = ShardBuffer()
-"""This process's shard serialized by the last save (one save runs at a time); kept so its pages stay faulted in."""
-
-
-def write_shards(tiers: list[ShardTier], step: int, state: Any, manifest: dict[str, Any], comm: Comm) -> list[TierResult]:
-    """Serialize this rank's shard once and write it to every due per-rank tier (collective when a tier has peers).
-
-    The shard is ``torch.save``-d into a buffer kept across saves, written to the
-    first tier with its checksum computed while it is written
-    (:func:`~railtrain.trainer.checkpoint_io.write_hashed`), then to the other
-    tiers and (memory tier) to the neighbour from the same buffer. A tier that
-    cannot write reports it in its result; the neighbour's copy is still sent.
-
-    Args:
-        state: this rank's local tensors (:func:`~railtrain.trainer.checkpoint_state.to_local`).
-        manifest: the shard manifest without ``bytes`` and the checksum (added here).
-
-    Returns:
-        One :class:`TierResult` per tier, in order; each one's seconds include the shared serialization.
+    It owns the buffer the shard is serialized into, kept across saves so its pages stay
+    faulted in (one save runs at a time, so one buffer serves them all).
     """
-    start = time.perf_counter()
-    # The zip records' CRC-32 (torch computes it by default) would be a second checksum over every byte, next to
-    # the manifest's, which is the one verified before loading; without it serialization is a copy (~2.5x faster).
-    with torch_serialization.config.patch({"save.compute_crc32": False}):
-        torch.save(state, _SERIALIZED.reset())
-    payload = _SERIALIZED.view()
-    written: dict[int, str] = {}
-    digest = ""
-    for i, tier in enumerate(tiers):
-        try:
-            digest = write_hashed(tier.dir.begin(step, "rank", tier.rank), payload, tier.dir.fsync)
-            written[i] = ""
-            break
-        except OSError as err:
-            written[i] = _describe(err)
-    full = {**manifest, **checksum.entry(digest or checksum.of_bytes(payload), payload.nbytes)}
-    serialize_s = time.perf_counter() - start
-    results = []
-    for i, tier in enumerate(tiers):
-        result = tier.write_data(step, payload, full, comm, written.get(i))
-        result.seconds += serialize_s
-        results.append(result)
-    return results
+
+    def __init__(self) -> None:
+        self.buffer = ShardBuffer()
+
+    def write(self, tiers: list[ShardTier], step: int, state: Any, manifest: dict[str, Any], comm: Comm) -> list[TierResult]:
+        """Serialize ``state`` and write it to each of ``tiers`` (collective when a tier has peers).
+
+        The shard is ``torch.save``-d into :attr:`buffer`, written to the first tier with its
+        checksum computed while it is written (:func:`~railtrain.trainer.checkpoint.io.write_hashed`),
+        then to the other tiers and (memory tier) to the neighbour from the same buffer. A tier that
+        cannot write reports it in its result; the neighbour's copy is still sent.
+
+        Args:
+            state: this rank's local tensors (:func:`~railtrain.trainer.checkpoint.state.to_local`).
+            manifest: the shard manifest without ``bytes`` and the checksum (added here).
+
+        Returns:
+            One :class:`~railtrain.trainer.checkpoint.report.TierResult` per tier, in order; each
+            one's seconds include the shared serialization.
+        """
+        start = time.perf_counter()
+        # The zip records' CRC-32 (torch computes it by default) would be a second checksum over every byte, next to
+        # the manifest's, which is the one verified before loading; without it serialization is a copy (~2.5x faster).
+        with torch_serialization.config.patch({"save.compute_crc32": False}):
+            torch.save(state, self.buffer.reset())
+        payload = self.buffer.view()
+        written: dict[int, str] = {}
+        digest = ""
+        for i, tier in enumerate(tiers):
+            try:
+                digest = write_hashed(tier.dir.begin(step, "rank", tier.rank), payload, tier.dir.fsync)
+                written[i] = ""
+                break
+            except OSError as err:
+                written[i] = describe_error(err)
+        full = {**manifest, **checksum.entry(digest or checksum.of_bytes(payload), payload.nbytes)}
+        serialize_s = time.perf_counter() - start
+        results = []
+        for i, tier in enumerate(tiers):
+            result = tier.write_data(step, payload, full, comm, written.get(i))
+            result.seconds += serialize_s
+            results.append(result)
+        return results
 
 
 def _holders(gathered: list[dict[str, Any]], rank: int, step: int) -> list[int]:
@@ -346,19 +371,3 @@ def _holders(gathered: list[dict[str, Any]], rank: int, step: int) -> list[int]:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (f" (+{len(ranks) - 8})" if len(ranks) > 8 else "")
-
-
-def _json(obj: dict[str, Any]) -> bytes:
-    import json
-
-    return json.dumps(obj, sort_keys=True).encode()
-
-
-def _unjson(data: bytes | bytearray) -> dict[str, Any]:
-    import json
-
-    try:
-        out = json.loads(bytes(data))
-    except ValueError:
-        return {}
-    return out if isinstance(out, dict) and out.get("format") == SHARD_FORMAT else {}

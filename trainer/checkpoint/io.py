@@ -1,7 +1,7 @@
 """Shard I/O from buffers kept across saves, checksummed as it is written.
 
-The per-rank tiers (:class:`~railtrain.trainer.checkpoint_shards.ShardTier`)
-checksum every shard (:mod:`~railtrain.trainer.checkpoint_checksum`). Done one
+The per-rank tiers (:class:`~railtrain.trainer.checkpoint.shards.ShardTier`)
+checksum every shard (:mod:`~railtrain.trainer.checkpoint.checksum`). Done one
 after the other (serialize into a fresh buffer, hash, write; for the memory
 tier's copy: receive into a fresh buffer, hash it, write it), each pass over
 the shard cost about as much as the write itself, and the memory tier wrote at
@@ -15,16 +15,19 @@ the shard cost about as much as the write itself, and the memory tier wrote at
   a core) that adds a few per cent to the write, where sha256 on a helper
   thread (about 2 GB/s) competed with the writes for the same cores;
 * the neighbour's copy is received in chunks
-  (:meth:`~railtrain.trainer.checkpoint_tiers.Comm.swap`), each written and
+  (:meth:`~railtrain.trainer.checkpoint.comm.Comm.swap`), each written and
   hashed while the next one arrives.
+
+Imports: the standard library, :mod:`.checksum` and :mod:`.report`.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import IO, Any, Callable
 
-from railtrain.trainer import checkpoint_checksum as checksum
+from railtrain.trainer.checkpoint import checksum
+from railtrain.trainer.checkpoint.report import describe_error
 
 
 class ShardBuffer:
@@ -69,7 +72,7 @@ def write_hashed(path: str, data: memoryview, fsync: bool, chunk: int = 4 << 20)
     """Write ``data`` to ``path`` in ``chunk``-byte pieces, hashing each piece right after writing it.
 
     Returns:
-        The hex digest of ``data`` with :data:`~railtrain.trainer.checkpoint_checksum.ALGORITHM`.
+        The hex digest of ``data`` with :data:`~railtrain.trainer.checkpoint.checksum.ALGORITHM`.
 
     Raises:
         OSError: the file cannot be written.
@@ -84,3 +87,47 @@ def write_hashed(path: str, data: memoryview, fsync: bool, chunk: int = 4 << 20)
             fh.flush()
             os.fsync(fh.fileno())
     return hasher.hexdigest()
+
+
+class CopySink:
+    """Writes a neighbour's copy to its file chunk by chunk as it arrives, hashing each chunk right
+    after writing it; a write error is kept (the transfer must still complete) and raised by :meth:`close`.
+
+    Args:
+        begin: prepares the file and returns its path (an ``OSError`` it raises is kept, like a write error).
+        fsync: sync the file to its device on :meth:`close`.
+    """
+
+    def __init__(self, begin: Callable[[], str], fsync: bool) -> None:
+        self.digest, self.error, self.fsync = checksum.new(), "", fsync
+        self.fh: IO[bytes] | None = None
+        try:
+            self.fh = open(begin(), "wb")
+        except OSError as err:
+            self.error = describe_error(err)
+
+    def write(self, piece: memoryview) -> None:
+        """Write ``piece`` (unless an earlier write failed) and add it to :attr:`digest`."""
+        try:
+            if self.fh is not None and not self.error:
+                self.fh.write(piece)
+        except OSError as err:
+            self.error = describe_error(err)
+        self.digest.update(piece)
+
+    def close(self) -> None:
+        """Close (and fsync) the file.
+
+        Raises:
+            OSError: with the first error of the file's preparation, a write, or the close.
+        """
+        try:
+            if self.fh is not None:
+                if self.fsync and not self.error:
+                    self.fh.flush()
+                    os.fsync(self.fh.fileno())
+                self.fh.close()
+        except OSError as err:
+            self.error = self.error or describe_error(err)
+        if self.error:
+            raise OSError(self.error)

@@ -1,12 +1,4 @@
-"""Checkpoints in up to three tiers, written in the background, restored from the fastest valid copy.
-
-Tiers (:mod:`railtrain.trainer.checkpoint_tiers`), fastest first:
-
-* ``memory``: each rank's shard in RAM that outlives the trainer (tmpfs), plus
-  a copy on the next node, so losing one node loses nothing;
-* ``local``: each rank's shard on its node's own disk;
-* ``persistent``: one DCP checkpoint in shared storage (a path or an fsspec
-  URI), the only tier that loads at another world size (DCP reshards).
+"""The checkpoint manager the training loop uses: :class:`Checkpointer` saves in the background and resumes from the fastest valid copy.
 
 Saving step N (every rank calls :meth:`Checkpointer.save` when a tier is due):
 wait for the previous save (one in flight at a time), copy the state into CPU
@@ -24,8 +16,8 @@ restored; a missing or corrupt shard makes it fall back to a copy on the
 neighbouring node, the same step in a slower tier, or an older step, and rank
 0 logs each decision.
 
-"Should I save now" and retention are pure functions of step numbers, tested
-with a fake :class:`~railtrain.trainer.checkpoint_files.CheckpointStorage`.
+Imports: torch, :mod:`railtrain.crds.contract` (a variable's name in a log line) and
+every lower module of the package; nothing imports it but the package's ``__init__``.
 """
 
 from __future__ import annotations
@@ -34,7 +26,6 @@ import contextlib
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
@@ -42,72 +33,23 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from railtrain.crds import contract
-from railtrain.trainer.checkpoint_files import GOOD_KEY, MANIFEST, CheckpointStorage, LocalStorage, is_good, prune_plan
-from railtrain.trainer.checkpoint_state import NonFiniteState, Stager, nonfinite_tensors, plain_tensors, to_local
-from railtrain.trainer.checkpoint_shards import ShardTier, write_shards
-from railtrain.trainer.checkpoint_tiers import Comm, PersistentTier, Peers, TierResult
-
-__all__ = ["MANIFEST", "CheckpointStorage", "Checkpointer", "LocalStorage", "NonFiniteState", "TierConfig", "latest_complete", "should_save", "steps_to_prune"]
-
-TIERS = ("memory", "local", "persistent")
-"""Tier names, fastest first."""
+from railtrain.trainer.checkpoint.comm import Comm
+from railtrain.trainer.checkpoint.persistent import PersistentTier
+from railtrain.trainer.checkpoint.report import SaveReport, TierResult
+from railtrain.trainer.checkpoint.retention import GOOD_KEY, is_good, should_save
+from railtrain.trainer.checkpoint.shards import ShardTier, ShardWriter
+from railtrain.trainer.checkpoint.state import NonFiniteState, Stager, nonfinite_tensors, plain_tensors, to_local
+from railtrain.trainer.checkpoint.tiers import Tier, TierConfig, build_tiers, node_size
 
 Observer = Callable[[str, str, float, int], None]
 """``observe(event, tier, seconds, bytes)`` with event ``"save"``, ``"load"`` or ``"blocked"``."""
-
-
-def should_save(step: int, interval: int, last_step: int) -> bool:
-    """Save after ``step`` if it is a multiple of ``interval`` or the last step of the run."""
-    return step % interval == 0 or step == last_step
-
-
-def latest_complete(storage: CheckpointStorage) -> int | None:
-    """The newest step with a complete checkpoint, or ``None``."""
-    complete = [s for s in storage.list_steps() if storage.is_complete(s)]
-    return complete[-1] if complete else None
-
-
-def steps_to_prune(storage: CheckpointStorage, keep: int) -> list[int]:
-    """Checkpoints to delete once the newest complete one exists.
-
-    Returns:
-        Complete checkpoints beyond the ``keep`` newest (none if ``keep == 0``),
-        plus incomplete ones older than the newest complete one (leftovers of
-        an interrupted save). Incomplete ones newer than it are left alone, and
-        so is the newest checkpoint known good (:func:`prune_plan`), when the
-        storage reads manifests.
-    """
-    series = {s: storage.is_complete(s) for s in storage.list_steps()}
-    read = getattr(storage, "read_manifest", None)
-    good = [s for s, ok in series.items() if ok and read is not None and is_good(read(s))]
-    return prune_plan(series, keep, good)
-
-
-@dataclass(frozen=True)
-class TierConfig:
-    """One tier of a job: ``name`` in :data:`TIERS`, a directory or URI, steps between saves, checkpoints kept."""
-
-    name: str
-    location: str
-    interval: int
-    keep: int
-
-
-@dataclass
-class SaveReport:
-    """What one save did: per-tier results on this rank, and errors seen on any rank."""
-
-    step: int
-    results: list[TierResult]
-    errors: list[str]
-    seconds: float
 
 
 class Checkpointer:
     """Saves and restores a run's state across its tiers.
 
     Args:
-        tiers: the job's tiers (any order, each name at most once).
+        tiers: the job's tiers (any order, each name at most once; :func:`~railtrain.trainer.checkpoint.tiers.build_tiers`).
         rank, world_size: this process's place in the job.
         local_world_size: processes per node (ranks are node-major), for the memory tier's peers.
         distributed: whether a process group is up; the constructor is then a
@@ -121,6 +63,10 @@ class Checkpointer:
         hold_step: fault injection: the writer of this step stops before its manifests.
         run_id: the run that owns the node-local tiers (``RAILTRAIN_RUN_ID``): written into their
             manifests, and their shards of another run are never loaded (``""``: no identity, any).
+
+    Raises:
+        ValueError: tier names outside ``memory``, ``local``, ``persistent`` or repeated; a persistent
+            location fsspec cannot open.
     """
 
     def __init__(
@@ -128,28 +74,19 @@ class Checkpointer:
         async_save: bool = True, cuda: bool = False, log: Callable[[str], None] = lambda line: None,
         observe: Observer | None = None, hold_step: int | None = None, run_id: str = "",
     ) -> None:  # fmt: skip
-        names = [t.name for t in tiers]
-        if len(set(names)) != len(names) or not set(names) <= set(TIERS):
-            raise ValueError(f"checkpoint tiers must be distinct names among {', '.join(TIERS)}, got {names}")
+        self.tiers: list[Tier] = build_tiers(tiers, rank, world_size, local_world_size)
         self.rank, self.world_size, self.layout = rank, world_size, layout
         self.async_save, self.log, self.hold_step, self.run_id = async_save, log, hold_step, run_id
         self.observe = observe or (lambda *a: None)
-        lws = local_world_size if 0 < local_world_size <= world_size and world_size % local_world_size == 0 else world_size
-        peers = Peers(world_size, lws) if world_size > lws else None
-        self.local_world_size = lws
-        self.tiers: list[ShardTier | PersistentTier] = []
-        for t in sorted(tiers, key=lambda t: TIERS.index(t.name)):
-            if t.name == "persistent":
-                self.tiers.append(PersistentTier(t.location, t.interval, t.keep, rank, world_size))
-            else:
-                self.tiers.append(ShardTier(t.name, t.location, t.interval, t.keep, rank, world_size, peers if t.name == "memory" else None, fsync=t.name != "memory"))
+        self.local_world_size = node_size(world_size, local_world_size)
         self.comm = Comm.start(distributed)
         self.stager = Stager(cuda)
+        self.shard_writer = ShardWriter()
         self._thread: threading.Thread | None = None
         self._outcome: SaveReport | BaseException | None = None
         self.loaded_from: str = ""
         """After a resume: ``"tier <name>"`` plus what had to be skipped."""
-        self.loaded_tier: ShardTier | PersistentTier | None = None
+        self.loaded_tier: Tier | None = None
         """After a resume: the tier the state came from."""
 
     @property
@@ -244,21 +181,21 @@ class Checkpointer:
             raise RuntimeError(f"checkpoint save failed: {type(outcome).__name__}: {outcome}") from outcome
         return outcome
 
-    def _run(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[ShardTier | PersistentTier]) -> None:
+    def _run(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[Tier]) -> None:
         try:
             with self._quiet():
                 self._outcome = self._write(step, staged, train, tiers)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
             self._outcome = exc
 
-    def _write(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[ShardTier | PersistentTier]) -> SaveReport:
+    def _write(self, step: int, staged: dict[str, Any], train: dict[str, int], tiers: list[Tier]) -> SaveReport:
         start = time.perf_counter()
         results: list[TierResult] = []
         shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
         if shard_tiers:
             manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time(),
                         GOOD_KEY: True}  # save() checked the state finite on every rank before staging it
-            results.extend(write_shards(shard_tiers, step, to_local(staged), manifest, self.comm))
+            results.extend(self.shard_writer.write(shard_tiers, step, to_local(staged), manifest, self.comm))
         for tier in tiers:
             if isinstance(tier, PersistentTier):
                 results.append(tier.write_data(step, staged, self.comm))
@@ -297,21 +234,9 @@ class Checkpointer:
         """
         self.log(f"checkpoint: tiers {self.describe()}")
         gathered = self.comm.all_gather({t.name: t.claims() for t in self.tiers})
-        candidates: list[tuple[int, int]] = []
-        found = []
-        for index, tier in enumerate(self.tiers):
-            views = [g[tier.name] for g in gathered]
-            if isinstance(tier, ShardTier):
-                steps, notes = tier.candidates(views, self.layout, self.run_id)
-                for note in notes:
-                    self.log(f"checkpoint: ignored {note}")
-            else:
-                steps = sorted((s for s, m in views[0].items() if is_good(m) is not False), reverse=True)
-            found.append(f"{tier.name}={steps}")
-            candidates += [(step, index) for step in steps]
+        candidates = self._candidates(gathered)
         if not candidates:
             return None
-        self.log(f"checkpoint: complete steps {' '.join(found)}")
         # Built only now: get_state_dict gives the optimizer its state (a zero step), which a fresh run must not have.
         template = self._state(model, optimizer, train)
         rejected: list[str] = []
@@ -350,6 +275,28 @@ class Checkpointer:
         self.log(f"checkpoint: no valid copy of any step ({', '.join(rejected)}); starting from scratch")
         optimizer.state.clear()  # as fresh as a run that found nothing
         return None
+
+    def _candidates(self, gathered: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        """The steps to try, as ``(step, tier index)``, from every rank's claims; logs what each tier has and what it ignores.
+
+        A per-rank tier offers the steps whose shards every rank can reach (:meth:`ShardTier.candidates`); the
+        persistent tier the steps of rank 0's manifests not marked bad.
+        """
+        candidates: list[tuple[int, int]] = []
+        found = []
+        for index, tier in enumerate(self.tiers):
+            views = [g[tier.name] for g in gathered]
+            if isinstance(tier, ShardTier):
+                steps, notes = tier.candidates(views, self.layout, self.run_id)
+                for note in notes:
+                    self.log(f"checkpoint: ignored {note}")
+            else:
+                steps = sorted((s for s, m in views[0].items() if is_good(m) is not False), reverse=True)
+            found.append(f"{tier.name}={steps}")
+            candidates += [(step, index) for step in steps]
+        if candidates:
+            self.log(f"checkpoint: complete steps {' '.join(found)}")
+        return candidates
 
     def start_over_hint(self, step: int) -> str:
         """Where the resumed step lives and how to start over: names the tier's own place, never another's.

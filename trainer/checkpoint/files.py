@@ -7,7 +7,7 @@ Two layouts, both ``<root>/step-<N>/``:
   checkpoint written by all ranks together (``__<rank>_<i>.distcp`` and
   ``.metadata``), then :data:`MANIFEST`, written last by rank 0: the step, the
   training integers, the world size, and the size and checksum of every file
-  (:mod:`~railtrain.trainer.checkpoint_checksum`).
+  (:mod:`~railtrain.trainer.checkpoint.checksum`).
   DCP can load it at any world size (it reshards).
 * **per rank** (the memory and local tiers, :class:`ShardDir`):
   ``rank-<R>.pt`` is rank R's own shard (its local tensors, ``torch.save``)
@@ -17,7 +17,11 @@ Two layouts, both ``<root>/step-<N>/``:
 
 Writers write the data first and the manifest last (a temporary file, then a
 rename), so a step whose manifest is missing or unreadable is a save that was
-cut short and is never loaded. Nothing here uses ``torch.distributed``.
+cut short and is never loaded. Nothing here uses ``torch.distributed``'s
+collectives.
+
+Imports: the standard library, DCP's storage classes (fsspec lazily), :mod:`.checksum`
+and :mod:`.retention`.
 """
 
 from __future__ import annotations
@@ -26,20 +30,17 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Callable, Collection, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, StorageReader, StorageWriter
 
-from railtrain.trainer import checkpoint_checksum as checksum
+from railtrain.trainer.checkpoint import checksum
+from railtrain.trainer.checkpoint.retention import newest_good, prune_plan
 
 MANIFEST = "railtrain-manifest.json"
 """The global manifest in ``step-<N>/``; written last, its presence makes the checkpoint complete."""
 GLOBAL_FORMAT = "railtrain-dcp/1"
 SHARD_FORMAT = "railtrain-shard/1"
-GOOD_KEY = "good"
-"""Manifest key: ``true`` when every rank checked its part of the state finite before the save
-(:func:`railtrain.trainer.checkpoint_state.nonfinite_tensors`); retention keeps the newest such step
-(:func:`prune_plan`). Manifests without it predate the check."""
 _STEP_DIR = re.compile(r"step-(\d+)\Z")
 _SHARD_FILE = re.compile(r"(rank|peer)-(\d+)\.(pt|json)\Z")
 
@@ -103,7 +104,9 @@ def _recording(base: type) -> type:
     """A DCP writer class that remembers the files this rank wrote (``.written``), for their checksums."""
 
     class Recording(base):  # type: ignore[misc, valid-type]
-        written: list[str] = []
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.written: list[str] = []
 
         def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
             fut = super().write_data(plan, planner)
@@ -364,47 +367,10 @@ class ShardDir:
         return out
 
     def prune(self, kind: str, rank: int, keep: int) -> list[int]:
-        """Apply retention to one shard series (see :func:`prune_plan`); returns the steps removed."""
+        """Apply retention to one shard series (:func:`~railtrain.trainer.checkpoint.retention.prune_plan`); returns the steps removed."""
         series = self.entries().get((kind, rank), {})
         good = newest_good([s for s, ok in series.items() if ok], lambda s: self.read_manifest(s, kind, rank))
         doomed = prune_plan(series, keep, good)
         for step in doomed:
             self.remove(step, kind, rank)
         return doomed
-
-
-def prune_plan(series: dict[int, bool], keep: int, good: Collection[int] = ()) -> list[int]:
-    """Steps of one series to delete: complete ones beyond the ``keep`` newest, and
-    incomplete ones older than the newest complete one (``keep == 0`` keeps every complete one).
-    The newest complete step in ``good`` is never deleted, even beyond ``keep``.
-
-    Args:
-        series: ``{step: complete}``.
-        good: steps whose manifest says ``"good": true`` (:data:`GOOD_KEY`: their state was checked
-            finite on every rank when saved); it is enough to give the newest such step.
-    """
-    complete = sorted(s for s, ok in series.items() if ok)
-    if not complete:
-        return []
-    old = complete[:-keep] if keep else []
-    known_good = [s for s in complete if s in good]
-    if known_good:
-        old = [s for s in old if s != known_good[-1]]
-    stale = [s for s, ok in series.items() if not ok and s < complete[-1]]
-    return sorted(old + stale)
-
-
-def is_good(manifest: dict[str, Any] | None) -> bool | None:
-    """What a manifest says of its state: ``True`` (checked finite when saved), ``False`` (marked not good),
-    ``None`` (no mark: written before the check existed, so unknown)."""
-    mark = manifest.get(GOOD_KEY) if manifest else None
-    return mark if isinstance(mark, bool) else None
-
-
-def newest_good(complete: list[int], read: Callable[[int], dict[str, Any] | None]) -> list[int]:
-    """``[newest step of complete whose manifest read(step) is good]`` or ``[]``; manifests are read newest first
-    and only until one is good (the ``good`` argument of :func:`prune_plan`)."""
-    for step in sorted(complete, reverse=True):
-        if is_good(read(step)):
-            return [step]
-    return []

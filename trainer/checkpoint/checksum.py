@@ -17,6 +17,8 @@ collision far below any hardware error rate. New manifests record
 ``"xxh3_128": <hex>``; a manifest written by an older railtrain records
 ``"sha256": <hex>`` and is verified with sha256, so existing checkpoints still
 load.
+
+Imports: the standard library and ``xxhash``; nothing else of railtrain.
 """
 
 from __future__ import annotations
