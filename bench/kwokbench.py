@@ -41,7 +41,7 @@ from railtrain.cli.controlplane import LocalCluster, wait_until
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 MODES = ("floor", "scheduler", "operator")
 G, V, P = contract.API_GROUP, contract.API_VERSION, contract.PLURAL

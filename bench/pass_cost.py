@@ -32,8 +32,8 @@ from kwokbench import BenchCluster, in_parallel, trainingjob, G, V, P
 
 from railtrain.cli.controlplane import wait_until
 from railtrain.operator import controller
-from railtrain.operator.cachedkube import CachedKube
-from railtrain.operator.kube import Kube
+from railtrain.operator.kube.cached import CachedKube
+from railtrain.operator.kube.verbs import Kube
 
 CLUSTER_WIDE = ("/api/v1/pods", "/api/v1/nodes", "/api/v1/namespaces", f"/apis/{G}/{V}/{P}")
 

@@ -1,12 +1,12 @@
 """What honouring the pod template costs an admission pass: node filters and the all-resource ledger.
 
 A pure measurement (no cluster): one admission pass
-(:func:`railtrain.operator.admission.schedule`) of ``--jobs`` waiting gangs of
+(:func:`railtrain.operator.scheduling.queue.schedule`) of ``--jobs`` waiting gangs of
 ``--pods`` nodes × 8 GPUs on ``--nodes`` nodes (8 GPUs, 64 CPUs, 1 TiB, one
 ``rdma/ib`` each; half labelled ``gpu.product=H100``, a quarter tainted),
 timed three ways, interleaved in every repeat:
 
-* ``no filter``: :func:`railtrain.operator.nodefit.restrict` replaced by the
+* ``no filter``: :func:`railtrain.operator.scheduling.nodefit.restrict` replaced by the
   identity, i.e. placement by GPUs alone, as before ``spec.template`` (the baseline);
 * ``gpus only``: the gangs' pods carry only the accelerator toleration every
   rendered pod has (no template);
@@ -27,10 +27,11 @@ from typing import Any, Callable
 
 from harness import Table, fmt_x, machine, median, ratio, write_json
 
-from railtrain.operator import admission, placement
-from railtrain.operator.cluster import ClusterSnapshot, snapshot
-from railtrain.operator.nodefit import PodNeeds
-from railtrain.operator.placement import GangRequest, Placement
+from railtrain.operator.scheduling import queue
+from railtrain.operator.scheduling import placement
+from railtrain.operator.scheduling.snapshot import ClusterSnapshot, snapshot
+from railtrain.operator.scheduling.nodefit import PodNeeds
+from railtrain.operator.scheduling.placement import GangRequest, Placement
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
@@ -56,7 +57,7 @@ def requests(jobs: int, pods: int, needs: PodNeeds) -> list[GangRequest]:
     return [GangRequest(f"ns/j{j:03d}", pods, 8, procs_per_node=8, created=f"2026-01-01T00:00:{j % 60:02d}Z", needs=needs) for j in range(jobs)]
 
 
-def timed(run: Callable[[], list[admission.Decision]]) -> tuple[float, int]:
+def timed(run: Callable[[], list[queue.Decision]]) -> tuple[float, int]:
     """Seconds one pass took and how many gangs it placed."""
     start = time.perf_counter()
     decisions = run()
@@ -78,10 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     implicit = ({"key": GPU, "operator": "Exists", "effect": "NoSchedule"},)
     template = PodNeeds({"cpu": 16.0, "memory": 128.0 * 2**30, "rdma/ib": 1.0}, {"gpu.product": "H100"}, (), (*implicit, {**TAINT, "operator": "Equal"}))
     real_restrict = placement.restrict
-    modes: dict[str, Callable[[], list[admission.Decision]]] = {
-        "no filter": lambda: admission.schedule(requests(args.jobs, args.pods, PodNeeds()), snap),
-        "gpus only": lambda: admission.schedule(requests(args.jobs, args.pods, PodNeeds(tolerations=implicit)), snap),
-        "template": lambda: admission.schedule(requests(args.jobs, args.pods, template), snap),
+    modes: dict[str, Callable[[], list[queue.Decision]]] = {
+        "no filter": lambda: queue.schedule(requests(args.jobs, args.pods, PodNeeds()), snap),
+        "gpus only": lambda: queue.schedule(requests(args.jobs, args.pods, PodNeeds(tolerations=implicit)), snap),
+        "template": lambda: queue.schedule(requests(args.jobs, args.pods, template), snap),
     }
     before = machine()
     samples: dict[str, list[float]] = {m: [] for m in modes}

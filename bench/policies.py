@@ -1,7 +1,7 @@
 """The two schedulers the placement-quality simulation compares (see ``placesim``).
 
 :class:`Railtrain` calls railtrain's own pure placement code
-(:mod:`railtrain.operator.placement` over :func:`railtrain.operator.cluster.snapshot`)
+(:mod:`railtrain.operator.scheduling.placement` over :func:`railtrain.operator.scheduling.snapshot.snapshot`)
 exactly as the operator does, on API-shaped Node dicts.
 
 :class:`KubeScheduler` is a model of kube-scheduler's default profile acting
@@ -37,8 +37,8 @@ from typing import Any, Sequence
 
 from placesim import JobState, SimNode, Simulator, node_manifest
 
-from railtrain.operator import cluster as cluster_model
-from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling import snapshot as cluster_model
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
 
 
 class Railtrain:
@@ -46,7 +46,7 @@ class Railtrain:
 
     One pass is what the operator does on every resync: build a snapshot from
     the API objects and hand every waiting gang to
-    :func:`railtrain.operator.admission.schedule` (queue order, one ledger of
+    :func:`railtrain.operator.scheduling.queue.schedule` (queue order, one ledger of
     promised capacity). Where that module does not exist (an older tree), each
     pending job is tried with ``place_gang`` in submission order instead. Jobs
     use the TrainingJob defaults (topology policy ``preferred``, no level).
@@ -59,7 +59,7 @@ class Railtrain:
         self.node_dicts = [node_manifest(n, gpus_per_node) for n in nodes]
         self.fields = {f.name for f in dataclasses.fields(GangRequest)}
         try:
-            from railtrain.operator.admission import schedule
+            from railtrain.operator.scheduling.queue import schedule
         except ImportError:
             schedule = None
         self.admission = schedule

@@ -45,7 +45,7 @@ from harness import RESULTS_DIR, Table, fmt_s, machine, median, write_json
 from kwokbench import BenchCluster, Operator, trainingjob
 
 from railtrain.crds import contract
-from railtrain.operator.quarantine import TAINT_KEY
+from railtrain.operator.scheduling.quarantine import TAINT_KEY
 
 G, V, P = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 FAULTS = ("rank-killed", "node-lost", "hardware-suspect", "hang", "rank-deleted")

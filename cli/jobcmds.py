@@ -180,7 +180,7 @@ def plan(
     import yaml
 
     from railtrain.cli import plan as planner
-    from railtrain.operator import topology
+    from railtrain.operator.scheduling import topology
 
     doc = manifest.read(file)
     doc.checked_job()

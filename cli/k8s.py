@@ -2,7 +2,7 @@
 
 Everything here talks to kube-apiserver through the official ``kubernetes``
 client (``CustomObjectsApi``); connecting, error sentences and taint updates
-are the client edge the operator uses too (:mod:`railtrain.operator.kubeclient`,
+are the client edge the operator uses too (:mod:`railtrain.operator.kube.connection`,
 which imports neither kopf nor typer). Client failures are translated at this boundary
 into :class:`~railtrain.cli.errors.CliError` sentences that say what happened and
 what to do (install the CRD, start a cluster, pick another name), because only
@@ -23,7 +23,7 @@ from urllib3.exceptions import HTTPError
 
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
-from railtrain.operator import kubeclient
+from railtrain.operator.kube import connection as kubeclient
 
 REQUEST_TIMEOUT = (10, 60)
 """Connect and read timeouts of every request, in seconds."""
@@ -60,7 +60,7 @@ def connect(kubeconfig: str | None) -> Cluster:
     Raises:
         CliError: no kubeconfig exists, or it is unreadable, not YAML, not
             shaped like a kubeconfig, or otherwise cannot be used
-            (:func:`railtrain.operator.kubeclient.connect`'s sentence).
+            (:func:`railtrain.operator.kube.connection.connect`'s sentence).
     """
     try:
         conn = kubeclient.connect(kubeconfig)
@@ -120,7 +120,7 @@ def dry_run_pod(cluster: Cluster, namespace: str, pod: dict[str, Any], job: str)
     Args:
         cluster: the connection.
         namespace: where the pod would be created.
-        pod: a pod as the operator renders it (:func:`railtrain.operator.render.render_pod`).
+        pod: a pod as the operator renders it (:func:`railtrain.operator.job.render.render_pod`).
         job: the job's name, for the sentences.
 
     Returns:
@@ -236,7 +236,7 @@ def refusal_sentences(name: str, status: dict[str, Any], err: ApiException | Non
 
 
 def describe_client_error(err: BaseException, host: str | None = None) -> CliError:
-    """Translate any Kubernetes client or urllib3 exception into one sentence (:func:`railtrain.operator.kubeclient.sentence`).
+    """Translate any Kubernetes client or urllib3 exception into one sentence (:func:`railtrain.operator.kube.connection.sentence`).
 
     Args:
         err: an ``ApiException``, ``ConfigException`` or urllib3 ``HTTPError``.
@@ -256,8 +256,8 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
     """Remove the quarantine (the ``railtrain.dev/quarantined`` taint, label and ``-at`` annotation) from ``node``.
 
     Whether the node is quarantined is the same test placement uses
-    (:func:`railtrain.operator.quarantine.quarantined_by`). The operator's guarded
-    read-modify-write (:func:`railtrain.operator.kubeclient.update_node`) removes
+    (:func:`railtrain.operator.scheduling.quarantine.quarantined_by`). The operator's guarded
+    read-modify-write (:func:`railtrain.operator.kube.connection.update_node`) removes
     the taint, label and annotation in one merge patch carrying the node's
     resourceVersion, so a concurrent change is never overwritten (retried on conflict).
 
@@ -267,7 +267,7 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
     Raises:
         CliError: the node does not exist, or kept changing.
     """
-    from railtrain.operator.quarantine import ANNOTATION_AT, LABEL_KEY, quarantined_by, taints_without
+    from railtrain.operator.scheduling.quarantine import ANNOTATION_AT, LABEL_KEY, quarantined_by, taints_without
 
     core = client.CoreV1Api(cluster.api.api_client)
 
@@ -294,9 +294,9 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
 
 
 def quarantined_nodes(cluster: Cluster) -> list[tuple[str, str]]:
-    """``(node, verdict)`` of every quarantined node (:func:`railtrain.operator.quarantine.quarantined_by`: the taint,
+    """``(node, verdict)`` of every quarantined node (:func:`railtrain.operator.scheduling.quarantine.quarantined_by`: the taint,
     whose value is the verdict, or the label), sorted by name."""
-    from railtrain.operator.quarantine import quarantined_by
+    from railtrain.operator.scheduling.quarantine import quarantined_by
 
     core = client.CoreV1Api(cluster.api.api_client)
     items = json.loads(core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)["items"]

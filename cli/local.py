@@ -1,7 +1,7 @@
 """``railtrain run --local``: a TrainingJob's gang as processes on this machine.
 
 The gang is rendered exactly as the operator renders it
-(:func:`railtrain.operator.render.render_gang`), so the processes see the same
+(:func:`railtrain.operator.job.render.render_gang`), so the processes see the same
 pod-environment contract a cluster pod sees; only what cannot hold on one host
 is changed: node rank 0 is ``127.0.0.1`` on a free port, every node gets its own
 metrics port, a relative checkpoint location becomes absolute (against
@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract, fabric, threads
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 LOCAL_NAMESPACE = "local"
 

@@ -166,7 +166,7 @@ def _validate_on_server(doc: manifest.Manifest, job: Any, namespace: str | None,
         CliError: the server would refuse the job or the pod (its sentences, each naming the field), or cannot be reached.
     """
     from railtrain.cli import k8s
-    from railtrain.operator.render import render_pod
+    from railtrain.operator.job.render import render_pod
 
     meta = doc.data.get("metadata") or {}
     if namespace and meta.get("namespace") and namespace != meta["namespace"]:

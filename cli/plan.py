@@ -3,15 +3,15 @@
 :func:`plan` takes a validated manifest and the cluster's objects (nodes, every
 pod, every TrainingJob: live from the API server, or a file written by
 ``railtrain snapshot``) and runs what the operator's admission pass runs
-(:func:`railtrain.operator.ledger.read` for the queue and the capacity promised
-to admitted and restarting gangs, :func:`railtrain.operator.cluster.snapshot`,
-:func:`railtrain.operator.admission.schedule`, which calls
-:func:`railtrain.operator.placement.place_gang`), with the new job last in
+(:func:`railtrain.operator.job.ledger.read` for the queue and the capacity promised
+to admitted and restarting gangs, :func:`railtrain.operator.scheduling.snapshot.snapshot`,
+:func:`railtrain.operator.scheduling.queue.schedule`, which calls
+:func:`railtrain.operator.scheduling.placement.place_gang`), with the new job last in
 its priority (it would be created now). Nothing is written anywhere.
 
 The answer is a :class:`PlanResult`: the operator's decision for the job
 (a Placement with nodes and domains, or a Refusal with its sentence), why
-each node is or is not a candidate (:func:`railtrain.operator.nodefit.restrict`'s
+each node is or is not a candidate (:func:`railtrain.operator.scheduling.nodefit.restrict`'s
 filters), and the jobs ahead of it in the queue.
 """
 
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from railtrain.operator import admission, ledger
-from railtrain.operator import cluster as cluster_model
-from railtrain.operator.nodefit import restrict
-from railtrain.operator.placement import GangRequest, Placement, Refusal
+from railtrain.operator.scheduling import queue as admission
+from railtrain.operator.job import ledger
+from railtrain.operator.scheduling import snapshot as cluster_model
+from railtrain.operator.scheduling.nodefit import restrict
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal
 
 SNAPSHOT_KIND = "RailtrainClusterSnapshot"
 """``kind`` of a file written by ``railtrain snapshot``."""

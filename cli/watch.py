@@ -116,9 +116,9 @@ def never_fits(job: dict[str, Any]) -> str | None:
 
     Returns:
         The message of its Scheduled=False condition when that message says it is permanent
-        (:data:`~railtrain.crds.contract.PERMANENT_MARKERS`: operator/placement.py writes ``NEVER_FITS`` when too few
+        (:data:`~railtrain.crds.contract.PERMANENT_MARKERS`: operator/scheduling/placement.py writes ``NEVER_FITS`` when too few
         nodes, or no required domain, are big enough even when empty, or a topology level or NVLink domain the
-        operator does not know is asked for; operator/phases/gang_timeout.py writes ``NEVER_STARTS`` when the pods'
+        operator does not know is asked for; operator/job/phases/gang_timeout.py writes ``NEVER_STARTS`` when the pods'
         image reference cannot start anywhere);
         None while it waits for capacity, or once it is scheduled.
     """

@@ -46,7 +46,7 @@ REASON_CAUSE = {
     "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine", "InfrastructureRestart": "quarantine",
     "ElasticGrow": "elastic",
 }  # fmt: skip
-"""Condition reasons of a gang restart (operator/phases, docs/operator.md "Condition reasons added by recovery") → cause; a verdict's infrastructure restart counts as ``quarantine`` (the verdict named a node), any other reason is the job's own (``job``)."""
+"""Condition reasons of a gang restart (operator/job/phases, docs/operator.md "Condition reasons added by recovery") → cause; a verdict's infrastructure restart counts as ``quarantine`` (the verdict named a node), any other reason is the job's own (``job``)."""
 
 
 def restart_cause(reason: str | None) -> str:

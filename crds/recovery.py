@@ -2,7 +2,7 @@
 
 Both sides that restart gangs call :func:`decide`, each feeding it from its
 own evidence: the operator from pod status
-(:func:`railtrain.operator.phases.verdict.rank_failure`), ``railtrain run
+(:func:`railtrain.operator.job.phases.verdict.rank_failure`), ``railtrain run
 --local`` from each node's termination-message file
 (:func:`railtrain.cli.local_recovery.local_failures`). So the verdict that
 wins, the rank that is blamed, what ``spec.runPolicy.failurePolicy`` does with

@@ -15,8 +15,8 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from railtrain.operator.fence import Leadership
-from railtrain.operator.kube import Kube
+from railtrain.operator.kube.fence import Leadership
+from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.progress import Reader
 from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings
@@ -39,7 +39,7 @@ class RuntimeState:
         lease: the leader-election task, while it runs.
         wake: set to start a resync pass now (a new leader's first pass).
         progress: reads rank 0's metrics of Running jobs into status.progress (the leader's resync polls it).
-        leadership: whether this operator may write now, by its own clock (:mod:`railtrain.operator.fence`;
+        leadership: whether this operator may write now, by its own clock (:mod:`railtrain.operator.kube.fence`;
             the same object fences every write of ``kube``); None: ``leader`` alone decides (tests).
     """
 

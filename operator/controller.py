@@ -6,7 +6,7 @@ Two entry points:
   (creates its gated gang, follows pod phases, restarts, times out); when the
   job waits for nodes it asks for an admission pass;
 * :func:`admission_pass` lists every job, pod and node once, runs the pure
-  :func:`railtrain.operator.admission.schedule` over all waiting jobs, and
+  :func:`railtrain.operator.scheduling.queue.schedule` over all waiting jobs, and
   releases each ready gang it admitted (pin, annotate, ungate) and records each
   refusal, job by job.
 
@@ -37,14 +37,20 @@ from typing import Any, Callable
 
 from railtrain.crds import contract
 from railtrain.crds.fabric import FabricProfile
-from railtrain.operator import admission, kubeclient, ledger, metrics, quarantine, reconcile, resize
-from railtrain.operator import cluster as cluster_model
-from railtrain.operator.fence import NotLeader
-from railtrain.operator.kube import Kube, Rejected, describe
-from railtrain.operator.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
-from railtrain.operator.placement import with_node_values as placement_values
-from railtrain.operator.topology import DEFAULT_LEVELS
-from railtrain.operator.workqueue import Coalescer
+from railtrain.operator import metrics
+from railtrain.operator.scheduling import queue as admission
+from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator.job import ledger
+from railtrain.operator.scheduling import quarantine
+from railtrain.operator.job import planner
+from railtrain.operator.job import resize
+from railtrain.operator.scheduling import snapshot as cluster_model
+from railtrain.operator.kube.fence import NotLeader
+from railtrain.operator.kube.verbs import Kube, Rejected, describe
+from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
+from railtrain.operator.scheduling.placement import with_node_values as placement_values
+from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
+from railtrain.operator.coalescer import Coalescer
 
 log = logging.getLogger("railtrain.operator")
 
@@ -60,7 +66,7 @@ def _lock_for(namespace: str, name: str) -> threading.Lock:
 
 
 RECONCILES = Coalescer()
-"""The event handlers' reconcile requests, coalesced per job (:mod:`railtrain.operator.workqueue`)."""
+"""The event handlers' reconcile requests, coalesced per job (:mod:`railtrain.operator.coalescer`)."""
 
 
 def job_lock(namespace: str, name: str) -> threading.Lock:
@@ -83,7 +89,7 @@ def reconcile_job(
     fabric: FabricProfile | None = None,
     max_quarantines_per_hour: int | None = None,
     coalesce: bool = False,
-) -> reconcile.Plan | None:
+) -> planner.Plan | None:
     """Bring one job one step closer to its desired state; run an admission pass if it waits for nodes.
 
     Args:
@@ -106,7 +112,7 @@ def reconcile_job(
         kubernetes.client.rest.ApiException: the API server refused a call
             other than the tolerated 404/409 (the handler logs one line; the next
             event or resync retries). A pod or Service refused as invalid
-            (400/422, :class:`~railtrain.operator.kube.Rejected`) is not raised:
+            (400/422, :class:`~railtrain.operator.kube.verbs.Rejected`) is not raised:
             the job fails with reason PodRejected and a Warning Event.
         urllib3.exceptions.HTTPError: no answer from the API server.
     """
@@ -123,7 +129,7 @@ def reconcile_job(
 def _reconcile_job(
     kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], admit: bool, watch_namespace: str | None,
     fabric: FabricProfile | None = None, max_quarantines_per_hour: int | None = None, coalesce: bool = False,
-) -> reconcile.Plan | None:
+) -> planner.Plan | None:
     """:func:`reconcile_job` at time ``at``, read once for the whole pass."""
     lock = _lock_for(namespace, name)
     if coalesce:
@@ -142,7 +148,7 @@ def _reconcile_job(
 def _reconcile_locked(
     kube: Kube, namespace: str, name: str, at: datetime, levels: tuple[str, ...], watch_namespace: str | None,
     fabric: FabricProfile | None, max_quarantines_per_hour: int | None, admit: bool = False,
-) -> tuple[reconcile.Plan | None, bool]:
+) -> tuple[planner.Plan | None, bool]:
     """Read, plan and apply one job under its lock; returns the plan (None: the job is gone) and whether the job waits for admission.
 
     A new job (no status yet) that waits and whose plan only writes its first
@@ -162,10 +168,10 @@ def _reconcile_locked(
     if nodes is not None and resize.wants_to_grow(job):
         _, found = _waiting(kube, at, watch_namespace)
         queue = [request for _, _, request in found.waiting.values()]
-        held = found.holds_for(reconcile.parse_job(job).spec.resources.gpu_resource_name)
+        held = found.holds_for(planner.parse_job(job).spec.resources.gpu_resource_name)
         grow_to = resize.grow_size(job, nodes, kube.list_active_pods() + found.promised, levels, queue, held)
-    p = reconcile.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
-    waits = reconcile.gang_request(job, pods, at) is not None
+    p = planner.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, fabric=fabric, quarantine_limit=max_quarantines_per_hour)
+    waits = planner.gang_request(job, pods, at) is not None
     if admit and waits and first_write_left_to_the_pass(job, p):
         return p, True
     if not _apply_or_reject(kube, job, p, at):
@@ -173,7 +179,7 @@ def _reconcile_locked(
     return p, waits
 
 
-def first_write_left_to_the_pass(job: dict[str, Any], p: reconcile.Plan) -> bool:
+def first_write_left_to_the_pass(job: dict[str, Any], p: planner.Plan) -> bool:
     """Whether ``p`` is a new job's first plan that only writes its first status (pure; a waiting job has no Service).
 
     Such a plan is left to the admission pass that follows (:func:`_reconcile_locked`).
@@ -290,7 +296,7 @@ def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
     Such a decision would write nothing, so the pass skips it, and with it the
     job's fresh reads (a GET, a pod LIST and a Service GET per waiting job and
     pass: at 500 waiting jobs that was the cost of a pass). A refusal that
-    deletes a gang (:data:`~railtrain.operator.placement.PINNED_NODE_UNAVAILABLE`)
+    deletes a gang (:data:`~railtrain.operator.scheduling.placement.PINNED_NODE_UNAVAILABLE`)
     is never skipped. ``job`` is the cached object, which holds the operator's
     own last status write (write-through), so a changed refusal is never
     mistaken for an unchanged one.
@@ -303,7 +309,7 @@ def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
 
 def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[list[dict[str, Any]], ledger.Ledger]:
     """The jobs listed, and from them and their pods (read first) the queue, the promised pods and the holds
-    (:func:`railtrain.operator.ledger.read`).
+    (:func:`railtrain.operator.job.ledger.read`).
 
     Jobs in namespaces being deleted are left out (no pods can be created
     there), and so is a job the planner cannot read (one line: it never blocks
@@ -320,7 +326,7 @@ def _waiting(kube: Kube, at: datetime, watch_namespace: str | None) -> tuple[lis
 
 def with_node_values(result: Placement | Refusal, fabric: FabricProfile | None, nodes: dict[str, dict[str, Any]]) -> Placement | Refusal:
     """``result`` with, per rank, the pod annotations its node gives: the Node's uid and the fabric's per-node values,
-    and the warnings about those nodes (:func:`railtrain.operator.placement.with_node_values`, pure)."""
+    and the warnings about those nodes (:func:`railtrain.operator.scheduling.placement.with_node_values`, pure)."""
     return placement_values(result, fabric, nodes)
 
 
@@ -333,16 +339,16 @@ def _decide(kube: Kube, seen: dict[str, Any], request: GangRequest, result: Plac
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
         pods = _snapshot_pods(kube, job)
-        if reconcile.gang_request(job, pods, now) != request:
+        if planner.gang_request(job, pods, now) != request:
             return  # changed since the pass listed it; the next pass decides again
-        p = reconcile.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None, fabric=fabric)
+        p = planner.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=kube.list_nodes() if _needs_nodes(job, pods) else None, fabric=fabric)
         if not _apply_or_reject(kube, job, p, now):
             return
         for type_, reason, message in p.events:
             log.info("%s/%s %s: %s", namespace, name, reason, message)
 
 
-def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> bool:
+def _apply_or_reject(kube: Kube, job: dict[str, Any], p: planner.Plan, now: datetime) -> bool:
     """Apply a plan; when the API server refuses one of its objects as invalid, fail the job instead (status, Warning Event).
 
     Returns:
@@ -350,7 +356,7 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
         changed since it was read: :func:`_write_status`), so nothing after it was done.
 
     Raises:
-        railtrain.operator.fence.NotLeader: this operator may no longer write; the rest of the plan is dropped.
+        railtrain.operator.kube.fence.NotLeader: this operator may no longer write; the rest of the plan is dropped.
     """
     try:
         return _apply(kube, job, p, now)
@@ -362,12 +368,12 @@ def _apply_or_reject(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: da
         current = kube.get_job(meta["namespace"], meta["name"])
         if current is None:
             return False
-        status = reconcile.rejected_status(current, message, now)
+        status = planner.rejected_status(current, message, now)
         written = kube.patch_status(
-            meta["namespace"], meta["name"], reconcile.status_patch(current.get("status") or {}, status), resource_version=current["metadata"].get("resourceVersion")
+            meta["namespace"], meta["name"], planner.status_patch(current.get("status") or {}, status), resource_version=current["metadata"].get("resourceVersion")
         )
         if written:
-            kube.emit_event(current, "Warning", reconcile.REJECTED, message)
+            kube.emit_event(current, "Warning", planner.REJECTED, message)
         return False
         return False
 
@@ -377,7 +383,7 @@ def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
 
     A new job's first reconcile (no status yet) skips the reads: it writes the
     job's status before any rank is created. Until the job's first gang is
-    admitted (:func:`railtrain.operator.reconcile.gang_ever_created`) the names
+    admitted (:func:`railtrain.operator.job.planner.gang_ever_created`) the names
     are looked up in the operator's pod caches (:meth:`Kube.pods_named` with
     ``cached=True``) rather than with one GET each: a 256-pod gang's admission
     waited for 256 sequential GETs, all answered 404. A finished pod outside
@@ -387,9 +393,9 @@ def _snapshot_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
     meta = job["metadata"]
     pods = kube.list_job_pods(meta["namespace"], meta["name"])
     status = job.get("status")
-    missing = reconcile.missing_names(job, pods) if status else []
+    missing = planner.missing_names(job, pods) if status else []
     if missing:
-        pods.extend(kube.pods_named(meta["namespace"], missing, cached=not reconcile.gang_ever_created(status)))
+        pods.extend(kube.pods_named(meta["namespace"], missing, cached=not planner.gang_ever_created(status)))
     return pods
 
 
@@ -402,7 +408,7 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Whether this pass must see the Nodes: some pod is bound to one (node loss), some is pinned to one but
     not bound yet (a node unusable before binding), ranks are to be created from status.admission (their
     nodes' fabric values), or the job may grow."""
-    admitted = reconcile.admission_record(job.get("status") or {})
+    admitted = planner.admission_record(job.get("status") or {})
     return resize.wants_to_grow(job) or (admitted is not None and not admitted.get("created")) or any(
         (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
     )
@@ -412,8 +418,8 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
     """Taint ``node_name`` ``railtrain.dev/quarantined=<verdict>:NoSchedule`` and record an Event on the Node naming the job and evidence.
 
     Read-modify-write with the node's resourceVersion, retried on conflict
-    (:func:`railtrain.operator.kubeclient.update_node`, as ``railtrain node clear`` does). The same patch sets the
-    :data:`~railtrain.operator.quarantine.ANNOTATION_AT` annotation to ``now``, from which the cluster-wide
+    (:func:`railtrain.operator.kube.connection.update_node`, as ``railtrain node clear`` does). The same patch sets the
+    :data:`~railtrain.operator.scheduling.quarantine.ANNOTATION_AT` annotation to ``now``, from which the cluster-wide
     bound is counted.
 
     Returns:
@@ -456,10 +462,10 @@ def _each(calls: list[Callable[[], Any]], pool: ThreadPoolExecutor | None = None
         raise first
 
 
-def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) -> bool:
+def _apply(kube: Kube, job: dict[str, Any], p: planner.Plan, now: datetime) -> bool:
     """Apply a plan: its creates, deletes, releases and quarantines, and its one status write (:func:`_write_status`).
 
-    Every write goes through the fenced verbs of :class:`~railtrain.operator.kube.Kube`, and the status is written
+    Every write goes through the fenced verbs of :class:`~railtrain.operator.kube.verbs.Kube`, and the status is written
     with the resourceVersion of ``job`` as read, the object the plan was decided on.
 
     Returns:
@@ -501,7 +507,7 @@ def _apply(kube: Kube, job: dict[str, Any], p: reconcile.Plan, now: datetime) ->
     return _write_status(kube, job, p)
 
 
-def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan, announce: bool = True) -> bool:
+def _write_status(kube: Kube, job: dict[str, Any], p: planner.Plan, announce: bool = True) -> bool:
     """Write the plan's status when it changed, then (``announce``) its Events and metrics (:func:`_announce`).
 
     The patch carries ``job``'s resourceVersion, the version the plan was decided on: when anyone wrote the
@@ -514,7 +520,7 @@ def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan, announce: 
     if not p.status_changed:
         return True
     namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-    if not kube.patch_status(namespace, name, reconcile.status_patch(job.get("status") or {}, p.status), resource_version=job["metadata"].get("resourceVersion")):
+    if not kube.patch_status(namespace, name, planner.status_patch(job.get("status") or {}, p.status), resource_version=job["metadata"].get("resourceVersion")):
         log.info("%s/%s: status not written: the job was deleted or changed since this pass read it; the next reconcile plans again", namespace, name)
         return False
     if announce:
@@ -522,7 +528,7 @@ def _write_status(kube: Kube, job: dict[str, Any], p: reconcile.Plan, announce: 
     return True
 
 
-def _announce(kube: Kube, job: dict[str, Any], p: reconcile.Plan) -> None:
+def _announce(kube: Kube, job: dict[str, Any], p: planner.Plan) -> None:
     """The Events and metrics of a status this plan wrote (only call it after a write that happened)."""
     if not p.status_changed:
         return

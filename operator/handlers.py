@@ -24,9 +24,11 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
-from railtrain.operator import controller, kube, leader, metrics, peers, progress
+from railtrain.operator import controller, leader, metrics, progress
+from railtrain.operator import kube
+from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
-from railtrain.operator.fence import NotLeader
+from railtrain.operator.kube.fence import NotLeader
 
 log = logging.getLogger("railtrain.operator")
 
@@ -243,7 +245,7 @@ def on_job_event(
     """Any change to a TrainingJob (and the initial listing on startup) → reconcile it (the leader only); a deleted one's series are dropped.
 
     The event's job goes into the jobs cache first (the initial listing's as ``MODIFIED``), so the reconcile,
-    which reads the job from it (:meth:`railtrain.operator.cachedkube.CachedKube.read_job`), sees at least this change.
+    which reads the job from it (:meth:`railtrain.operator.kube.cached.CachedKube.read_job`), sees at least this change.
     """
     if type == "DELETED":
         metrics.forget_job(namespace, name)
@@ -259,7 +261,7 @@ def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, 
     """A gang pod changed (created, bound, Running, finished, deleted) → reconcile its job (the leader only).
 
     The event's pod goes into the operator's caches first, so the reconcile, which reads the job's pods from them
-    (:meth:`railtrain.operator.cachedkube.CachedKube.list_job_pods`), sees at least this change.
+    (:meth:`railtrain.operator.kube.cached.CachedKube.list_job_pods`), sees at least this change.
     """
     if not memo.state.leading():
         return
@@ -294,7 +296,7 @@ def _reconcile(ctx: OperatorContext, namespace: str, name: str, admit: bool = Tr
 
 def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:
     """Reconcile from an event handler, coalesced with a request of the same job that waits to start
-    (:mod:`railtrain.operator.workqueue`): an error is one line (the resync retries the job), never a kopf traceback."""
+    (:mod:`railtrain.operator.coalescer`): an error is one line (the resync retries the job), never a kopf traceback."""
     try:
         _reconcile(ctx, namespace, name, coalesce=True)
     except NotLeader:

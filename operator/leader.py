@@ -1,4 +1,4 @@
-"""The leader-election loop: take or renew the Lease, or stand by polling it (rules in :mod:`railtrain.operator.peers`).
+"""The leader-election loop: take or renew the Lease, or stand by polling it (rules in :mod:`railtrain.operator.lease`).
 
 Every operator process runs :func:`keep_lease` next to its resync loop. While
 ``ctx.state.leader`` is False the kopf handlers and the resync do nothing; the
@@ -10,9 +10,9 @@ duration: the API server is away or this process was frozen, and a standby may
 take over once the whole duration has passed) or when its own resync loop is
 stale (``/healthz`` would fail): the Lease then expires and a healthy standby
 takes it. Each Lease call waits at most a quarter of the lease duration
-(:func:`railtrain.operator.fence.lease_call_seconds`), so a frozen API server
+(:func:`railtrain.operator.kube.fence.lease_call_seconds`), so a frozen API server
 is noticed as one. What may be written is not decided by this loop's flag but by
-``ctx.state.leadership`` (:mod:`railtrain.operator.fence`), from when the last
+``ctx.state.leadership`` (:mod:`railtrain.operator.kube.fence`), from when the last
 successful renewal was sent: a leader whose loop has not run yet (a process
 resumed after SIGSTOP) writes nothing either. Without RBAC for the Lease
 (401/403) the operator leads alone, as before leader election existed, with one
@@ -29,7 +29,10 @@ from typing import Callable
 
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import fence, kube, metrics, peers
+from railtrain.operator import metrics
+from railtrain.operator.kube import fence
+from railtrain.operator import kube
+from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
@@ -116,7 +119,7 @@ def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: s
     if leading and not ctx.state.leader:
         log.info("leading: this operator (%s) holds the Lease %s and admits and reconciles", ctx.identity, where)
         refresh = getattr(ctx.kube, "refresh", None)
-        if refresh is not None:  # plan on a LIST taken after the Lease changed hands, not on a watch that may lag (operator/cachedkube.py)
+        if refresh is not None:  # plan on a LIST taken after the Lease changed hands, not on a watch that may lag (operator/kube/cached.py)
             refresh()
         ctx.state.leader = True
         wake()

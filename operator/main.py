@@ -10,8 +10,12 @@ from typing import Callable
 import kopf
 from kubernetes import client
 
-from railtrain.operator import fence, handlers, kube, kubeclient, metrics, peers, serve  # noqa: F401 (handlers: registers the kopf handlers)
-from railtrain.operator.cachedkube import CachedKube
+from railtrain.operator import handlers, metrics, serve# noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator.kube import fence
+from railtrain.operator import kube
+from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator import lease as peers
+from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.context import OperatorContext, RuntimeState
 from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
@@ -47,7 +51,7 @@ def run(settings: Settings) -> None:
     """
     configure_logging(json_lines=settings.log_format == "json")
     # Every write is fenced by the Lease, as this process's own clock sees it: by each write verb, and by the client
-    # right before the request is sent (operator/fence.py, docs/operator.md "Leader fencing").
+    # right before the request is sent (operator/kube/fence.py, docs/operator.md "Leader fencing").
     leadership = fence.Leadership(fence.renew_deadline(settings.lease_seconds), f"{settings.lease_namespace}/{peers.LEASE_NAME}")
     try:
         api = preflight(settings.kubeconfig, request_timeout=request_timeout(settings), fence=leadership.check)
@@ -92,7 +96,7 @@ def preflight(
         kubeconfig: as ``--kubeconfig`` (None: $KUBECONFIG, ~/.kube/config, in-cluster).
         wait_seconds: how long 429/5xx answers are waited for.
         request_timeout, fence: the client's default timeout of every call and its leadership check before every
-            write (:func:`railtrain.operator.kubeclient.connect`).
+            write (:func:`railtrain.operator.kube.connection.connect`).
 
     Returns:
         The connected client.
@@ -124,12 +128,12 @@ def preflight(
 
 
 def check_crd(api: client.ApiClient) -> None:
-    """Refuse to start when the served TrainingJob CRD lacks a field the operator writes (:func:`railtrain.operator.crdcheck.check`).
+    """Refuse to start when the served TrainingJob CRD lacks a field the operator writes (:func:`railtrain.operator.kube.crdcheck.check`).
 
     Raises:
         OperatorError: the CRD is missing, unreadable or stale; the sentence names the missing fields.
     """
-    from railtrain.operator import crdcheck
+    from railtrain.operator.kube import crdcheck
 
     try:
         crdcheck.check(api)

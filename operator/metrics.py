@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
 from railtrain.crds.goodput import REASON_CAUSE
-from railtrain.operator.quarantine import is_quarantined
+from railtrain.operator.scheduling.quarantine import is_quarantined
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 """status.phase values (crds/api.py ``JobPhase``); a job without a phase yet counts as Pending."""
@@ -99,7 +99,7 @@ def error_kind(err: BaseException) -> str:
     (401/403), invalid (400/422), throttled (429), server (5xx); no answer at
     all is unreachable; anything else (a bug) is internal.
     """
-    from railtrain.operator.kube import unreachable
+    from railtrain.operator.kube.verbs import unreachable
 
     if isinstance(err, ApiException) and err.status:
         status = int(err.status)
@@ -132,7 +132,7 @@ def time_to_running(old: Mapping[str, Any], new: Mapping[str, Any], created: str
     The moment is status.startTime appearing on a job that never had a Running
     condition (a resumed or restarted gang does not count again).
     """
-    from railtrain.operator.peers import parse_micro_time
+    from railtrain.operator.lease import parse_micro_time
 
     if not new.get("startTime") or old.get("startTime") or any(c.get("type") == "Running" for c in old.get("conditions") or []):
         return None

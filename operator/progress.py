@@ -28,8 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from railtrain.crds import contract
 from railtrain.crds.goodput import Progress
-from railtrain.operator import attempts, metrics
-from railtrain.operator.peers import parse_micro_time
+from railtrain.operator import metrics
+from railtrain.operator.job import attempts
+from railtrain.operator.lease import parse_micro_time
 
 log = logging.getLogger("railtrain.operator")
 

@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 
 from railtrain.crds.fabric import DEFAULT_PROFILE, ENV_PROFILE, PROFILES, FabricProfile, resolve_profile
 from railtrain.operator.logformat import FORMATS
-from railtrain.operator.peers import LEASE_SECONDS
-from railtrain.operator.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
+from railtrain.operator.lease import LEASE_SECONDS
+from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
 
 DEFAULT_MAX_QUARANTINES_PER_HOUR = 8
 """How many nodes the operator may quarantine per hour across the whole cluster unless the platform team says otherwise."""

@@ -8,7 +8,7 @@ What is checked, per document (fenced code blocks are read as code, not as links
   without its ``#anchor`` or ``?query``, must resolve relative to the document to a path inside the repository
   that exists.
 - Paths in code (inline code spans and fenced blocks): each word shaped like a path whose first part is a top-level
-  entry of the repository (``operator/gang.py``, ``crds/``, ``examples/tiny/trainingjob.yaml``, ``./docs/x.md``)
+  entry of the repository (``operator/job/request.py``, ``crds/``, ``examples/tiny/trainingjob.yaml``, ``./docs/x.md``)
   must exist; a ``*`` glob must match something; ``:123`` line and ``::test`` suffixes are dropped. Words with a
   placeholder (``<job>``, ``{a,b}``, ``$VAR``) and words whose first part is not in the repository (labels such as
   ``kubernetes.io/hostname``, paths of other projects, paths in a pod such as ``/dev/shm``) are not repository
@@ -150,7 +150,7 @@ def test_every_link_and_path_a_document_names_exists_in_the_repository(doc):
 
 def test_the_checker_tells_repository_paths_from_everything_else(tmp_path):
     """The rules themselves, on words and links whose answer is known (so a passing run above means something)."""
-    assert repo_path("operator/gang.py") == "operator/gang.py"
+    assert repo_path("operator/job/request.py") == "operator/job/request.py"
     assert repo_path("./crds/contract.py:120") == "crds/contract.py"
     assert repo_path("tests/cli/test_validate.py::test_valid_manifest_prints_the_gang") == "tests/cli/test_validate.py"
     assert repo_path("crds/*.yaml") == "crds/*.yaml"
@@ -162,5 +162,5 @@ def test_the_checker_tells_repository_paths_from_everything_else(tmp_path):
     found = link_problems(doc, prose)
     assert len(found) == 2 and "gone.md" in found[0] and "outside the repository" in found[1], found
     code = [(2, "railtrain run examples/tiny/trainingjob.yaml --local"), (3, "cat operator/no_such_module.py")]
-    found = path_problems(doc, [(1, "in `/work/shared/notes/` and `/dev/shm`, `operator/gang.py`")], code)
+    found = path_problems(doc, [(1, "in `/work/shared/notes/` and `/dev/shm`, `operator/job/request.py`")], code)
     assert len(found) == 2 and "developer's machine" in found[0] and "operator/no_such_module.py" in found[1], found

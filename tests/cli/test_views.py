@@ -191,8 +191,8 @@ def test_reason_after_resume_is_why_the_job_waits_then_empty_once_running():
 def refused_jobs():
     """A job that can never fit and one that waits for two jobs, with the operator's own refusal sentences."""
     from railtrain.crds import contract
-    from railtrain.operator.cluster import snapshot
-    from railtrain.operator.placement import GangRequest, place_gang
+    from railtrain.operator.scheduling.snapshot import snapshot
+    from railtrain.operator.scheduling.placement import GangRequest, place_gang
     from tests.operator.builders import node, other_pod
 
     held = [other_pod("a", 8), other_pod("b", 8)]

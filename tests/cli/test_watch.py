@@ -61,11 +61,11 @@ def _operator_refusals() -> list[str]:
     an NVLink job on nodes without clique labels, and a gang whose image can never start."""
     from datetime import timedelta
 
-    from railtrain.operator import reconcile
-    from railtrain.operator.cluster import snapshot
-    from railtrain.operator.conditions import find
-    from railtrain.operator.placement import GangRequest, place_gang
-    from railtrain.operator.topology import PRESETS
+    from railtrain.operator.job import planner
+    from railtrain.operator.scheduling.snapshot import snapshot
+    from railtrain.operator.job.conditions import find
+    from railtrain.operator.scheduling.placement import GangRequest, place_gang
+    from railtrain.operator.scheduling.topology import PRESETS
     from tests.operator.builders import gang, job_obj, node
 
     plain = snapshot([node("a"), node("b")], [])
@@ -79,7 +79,7 @@ def _operator_refusals() -> list[str]:
         {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": released}]})
     (pod,) = gang(obj, gated=False, nodes=["a"])
     pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "InvalidImageName", "message": "invalid reference format"}}}]
-    said.append(find(reconcile.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")["message"])
+    said.append(find(planner.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")["message"])
     return said
 
 

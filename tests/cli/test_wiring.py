@@ -124,7 +124,7 @@ def test_operator_that_cannot_start_or_loses_the_server_is_one_sentence_and_exit
 
 def test_operator_topology_flags_reach_the_operator_settings(monkeypatch):
     from railtrain.operator import main as operator_main
-    from railtrain.operator import topology
+    from railtrain.operator.scheduling import topology
 
     seen = []
     monkeypatch.setattr(operator_main, "run", lambda settings: seen.append(settings.topology_levels))

@@ -6,7 +6,7 @@ import pytest
 
 from railtrain.crds import fabric
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 
 def spec(nodes=2, gpus=8, env=None, template=None, **extra):

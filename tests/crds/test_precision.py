@@ -6,7 +6,7 @@ import pytest
 
 from railtrain.crds import contract, schema
 from railtrain.crds.validation import ManifestError, parse_manifest
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 
 def manifest(**spec):

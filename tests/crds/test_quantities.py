@@ -29,7 +29,7 @@ def test_parse_quantity_refuses_what_kubernetes_refuses(text):
 
 
 def test_the_operator_uses_the_same_parser():
-    from railtrain.operator import cluster
+    from railtrain.operator.scheduling import snapshot as cluster
 
     assert cluster.parse_quantity is parse_quantity
 

@@ -70,7 +70,7 @@ def test_pods_and_local_runs_render_the_thread_contract(tmp_path):
     """A pod shares its CPUs among procsPerNode processes; a local run's whole gang shares this machine; the user's variables win."""
     from railtrain.cli import local
     from railtrain.crds.validation import parse_manifest
-    from railtrain.operator import render
+    from railtrain.operator.job import render
     from tests.cli import manifests
 
     job = parse_manifest(manifests.job(nodes=2, procsPerNode=3, command=["torchrun", "-m", "railtrain.trainer"], args=["--data", "x"]))

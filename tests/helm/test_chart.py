@@ -122,7 +122,7 @@ def test_monitors_and_dashboard(helm):
     sm, pm = of_kind(docs, "ServiceMonitor")[0], of_kind(docs, "PodMonitor")[0]
     assert sm["metadata"]["labels"]["release"] == "kps" and sm["spec"]["endpoints"][0]["port"] == "metrics"
     assert pm["spec"]["selector"]["matchExpressions"] == [{"key": "railtrain.dev/job-name", "operator": "Exists"}]
-    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"  # the trainer pods' container port (operator/render.py)
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"  # the trainer pods' container port (operator/job/render.py)
     cm = of_kind(docs, "ConfigMap")[0]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1" and cm["metadata"]["annotations"] == {"grafana_folder": "Training"}
     dashboard = json.loads(cm["data"]["railtrain.json"])

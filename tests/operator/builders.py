@@ -6,7 +6,7 @@ from typing import Any
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 
 def job_obj(name="llm", ns="team", nodes=2, gpus=8, procs=8, status=None, **spec) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def fabric(blocks=2, racks=2, per_rack=4, gpus=8, used=None, rails=None, extra=N
         down: names of nodes to report NotReady.
 
     Returns:
-        ``(nodes, pods)`` for :func:`railtrain.operator.cluster.snapshot`.
+        ``(nodes, pods)`` for :func:`railtrain.operator.scheduling.snapshot.snapshot`.
     """
     nodes = []
     for b in range(blocks):

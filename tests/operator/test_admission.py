@@ -1,8 +1,8 @@
 """Gang admission across jobs: queue order, one ledger, no partial holds (pure)."""
 
-from railtrain.operator.admission import apply_order, queue_key, schedule
-from railtrain.operator.cluster import snapshot
-from railtrain.operator.placement import GangRequest, Placement, Refusal
+from railtrain.operator.scheduling.queue import apply_order, queue_key, schedule
+from railtrain.operator.scheduling.snapshot import snapshot
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal
 
 from .builders import fabric
 

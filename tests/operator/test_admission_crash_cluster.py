@@ -19,8 +19,8 @@ import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.operator import controller
-from railtrain.operator.kube import Kube
-from railtrain.operator.kubeclient import connect
+from railtrain.operator.kube.verbs import Kube
+from railtrain.operator.kube.connection import connect
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, job_body, job_status, pods_of, refused
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.cluster
 CRASHING_OPERATOR = textwrap.dedent('''
     import os, signal, sys
     from railtrain.operator import controller
-    from railtrain.operator.kube import Kube
-    from railtrain.operator.kubeclient import connect
+    from railtrain.operator.kube.verbs import Kube
+    from railtrain.operator.kube.connection import connect
 
     kube = Kube(connect(sys.argv[1]).api)
     def create_one_then_die(manifests):

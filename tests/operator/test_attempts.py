@@ -1,11 +1,12 @@
-"""The operator's record of gang attempts for status.goodput (operator/attempts.py): table tests over status changes,
+"""The operator's record of gang attempts for status.goodput (operator/job/attempts.py): table tests over status changes,
 rank 0's progress folded in, and the planner writing it when a gang is released."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from railtrain.operator import attempts, controller
+from railtrain.operator import controller
+from railtrain.operator.job import attempts
 
 from .builders import job_obj, node
 from .test_controller import NOW, FakeKube

@@ -16,10 +16,13 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import cluster, controller, gang, handlers, main, reconcile
-from railtrain.operator.conditions import find
+from railtrain.operator import controller, handlers, main
+from railtrain.operator.job.request import spec_problem
+from railtrain.operator.scheduling import snapshot as cluster
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
 from railtrain.operator.context import OperatorContext
-from railtrain.operator.kube import Rejected
+from railtrain.operator.kube.verbs import Rejected
 from railtrain.operator.settings import Settings
 
 from .builders import job_obj, node
@@ -53,20 +56,20 @@ def test_parse_quantity_reads_kubernetes_quantities(text, value):
 )
 def test_a_bad_resource_amount_fails_the_job_with_invalid_spec_naming_field_and_value(resources, field, words):
     obj = job_obj("bad", nodes=1, resources={"gpus": 8, **resources})
-    p = reconcile.plan(obj, [], True, NOW)
+    p = planner.plan(obj, [], True, NOW)
     c = find(p.status["conditions"], "Failed")
     assert p.status["phase"] == "Failed" and c["reason"] == "InvalidSpec"
     assert field.rsplit(".", 1)[1] in c["message"] and (words in c["message"] or "quantity" in c["message"] or "negative" in c["message"]), c["message"]
-    assert p.create_pods == [] and reconcile.admission_request(obj, [], NOW) is None
+    assert p.create_pods == [] and planner.admission_request(obj, [], NOW) is None
     assert ("Warning", "InvalidSpec") in {(t, r) for t, r, _ in p.events}
 
 
 def test_spec_problem_names_the_field_of_a_bad_amount():
-    job = reconcile.parse_job(job_obj("bad", nodes=1))
+    job = planner.parse_job(job_obj("bad", nodes=1))
     job.spec.resources.cpu = "lots"  # past the models: stored before a stricter schema
-    assert gang.spec_problem(job) == "spec.resources.cpu: 'lots' is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
+    assert spec_problem(job) == "spec.resources.cpu: 'lots' is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
     job.spec.resources.cpu = "16"
-    assert gang.spec_problem(job) is None
+    assert spec_problem(job) is None
 
 
 def test_a_bad_job_next_to_good_ones_fails_alone_and_the_good_ones_are_admitted():
@@ -106,11 +109,11 @@ def test_pods_the_api_server_refuses_fail_their_job_with_pod_rejected_and_an_eve
     reconcile_all(kube)
     controller.admission_pass(kube, NOW)  # admitted first (queue order), its pods are created: refused
     phase, reason, message = failed(kube, "bad")
-    assert (phase, reason) == ("Failed", reconcile.REJECTED)
+    assert (phase, reason) == ("Failed", planner.REJECTED)
     assert "refused Pod bad-0 (400)" in message and "cannot be handled as a Pod" in message
-    assert ("bad", "Warning", reconcile.REJECTED) in kube.events
+    assert ("bad", "Warning", planner.REJECTED) in kube.events
     reconcile_all(kube)  # a Failed job is not retried: no second event
-    assert kube.events.count(("bad", "Warning", reconcile.REJECTED)) == 1
+    assert kube.events.count(("bad", "Warning", planner.REJECTED)) == 1
     controller.admission_pass(kube, NOW)  # the failed job's promise no longer counts: good gets the node
     assert pinned(kube, "good") == {"n0"}
 
@@ -208,7 +211,7 @@ def test_kopf_routine_lines_are_quieted():
 def test_a_lease_renewed_by_another_operator_is_noticed_and_an_expired_one_is_not():
     from datetime import timedelta
 
-    from railtrain.operator import peers
+    from railtrain.operator import lease as peers
 
     lease = {"spec": peers.lease_spec("other-host/7", NOW - timedelta(seconds=5))}
     assert peers.other_holder(lease, "me/1", NOW) == "other-host/7"

@@ -1,11 +1,11 @@
-"""The watch-fed cache's ordering rules (operator/cache.py), without a cluster: an older version never wins."""
+"""The watch-fed cache's ordering rules (operator/kube/informer.py), without a cluster: an older version never wins."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from railtrain.operator.cache import Store, older
+from railtrain.operator.kube.informer import Store, older
 
 
 def obj(name, rv, ns="a", phase="Running"):

@@ -10,9 +10,9 @@ import pytest
 
 from railtrain.crds import contract
 from railtrain.operator import controller
-from railtrain.operator.cachedkube import CachedKube
-from railtrain.operator.kube import Kube
-from railtrain.operator.kubeclient import connect
+from railtrain.operator.kube.cached import CachedKube
+from railtrain.operator.kube.verbs import Kube
+from railtrain.operator.kube.connection import connect
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, foreign_pod, job_body
@@ -199,7 +199,7 @@ def test_concurrent_calls_beside_the_watches_reuse_the_pools_connections(cached,
     TLS connection and threw it away ("Connection pool is full"); with :data:`POOL_CONNECTIONS` they reuse one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from railtrain.operator.kubeclient import POOL_CONNECTIONS
+    from railtrain.operator.kube.connection import POOL_CONNECTIONS
 
     for informer in cached.informers.values():
         wait_for(lambda informer=informer: getattr(informer._watch, "_resp", None) is not None, 30, f"the {informer.name} watch to be open")

@@ -7,8 +7,9 @@ import threading
 from datetime import datetime, timezone
 
 from railtrain.crds import contract
-from railtrain.operator import controller, reconcile
-from railtrain.operator.conditions import find
+from railtrain.operator import controller
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
 
 from .builders import job_obj, node
 
@@ -16,7 +17,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
 class FakeKube:
-    """The verbs of :class:`railtrain.operator.kube.Kube` over dicts in memory."""
+    """The verbs of :class:`railtrain.operator.kube.verbs.Kube` over dicts in memory."""
 
     def __init__(self, nodes, jobs, terminating=()):
         self.nodes = nodes
@@ -248,8 +249,8 @@ def test_a_new_gang_is_admitted_and_created_without_reading_its_ranks_names_one_
     kube = CountingKube([node(f"n{i}") for i in range(16)], [job_obj("wide", nodes=16)])
     controller.reconcile_job(kube, "team", "wide", NOW)
     assert len(pinned(kube, "wide")) == 16 and kube.gets == 0
-    assert not reconcile.gang_ever_created(None) and not reconcile.gang_ever_created({"phase": "Pending", "restarts": 0, "placement": []})
-    assert reconcile.gang_ever_created(kube.jobs[("team", "wide")]["status"])  # the admission record: from now on names are read
+    assert not planner.gang_ever_created(None) and not planner.gang_ever_created({"phase": "Pending", "restarts": 0, "placement": []})
+    assert planner.gang_ever_created(kube.jobs[("team", "wide")]["status"])  # the admission record: from now on names are read
 
 
 def test_a_finished_unlabelled_pod_holding_a_ranks_name_is_reported_once_the_gang_is_admitted():

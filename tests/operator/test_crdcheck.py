@@ -1,6 +1,6 @@
 """Issue 26 item 4, the comparison itself: a served CRD without a field the operator writes is named, field by field.
 
-The served schema is compared with the one generated from the models (operator/crdcheck.py); the cluster side,
+The served schema is compared with the one generated from the models (operator/kube/crdcheck.py); the cluster side,
 the operator refusing to start against a stale CRD, is tests/operator/test_stale_crd_cluster.py.
 """
 
@@ -11,7 +11,7 @@ import copy
 import pytest
 
 from railtrain.crds import schema
-from railtrain.operator import crdcheck
+from railtrain.operator.kube import crdcheck
 
 
 def root(crd: dict) -> dict:

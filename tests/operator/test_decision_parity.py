@@ -10,8 +10,8 @@ import pytest
 from railtrain.cli.local_recovery import local_failures
 from railtrain.crds import contract, recovery
 from railtrain.crds.validation import parse_manifest
-from railtrain.operator import reconcile
-from railtrain.operator.conditions import find
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
 
 from .builders import fail, gang, job_obj, node
 
@@ -51,7 +51,7 @@ def operator_side(messages, code, first, status, run_policy):
         fail(pods[rank], code=code if rank == first else 1, message=text or "")
         term = pods[rank]["status"]["containerStatuses"][0]["state"]["terminated"]
         term["finishedAt"] = "2026-11-29T11:59:0" + ("4Z" if rank == first else "5Z")
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in NODES])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node(n) for n in NODES])
     st = p.status
     c = find(st["conditions"], "Failed") if st["phase"] == "Failed" else find(st["conditions"], "Scheduled")
     action = recovery.FAIL if st["phase"] == "Failed" else (recovery.RESTART_JOB if st.get("jobRestarts", 0) > status.get("jobRestarts", 0) else recovery.RESTART_INFRASTRUCTURE)

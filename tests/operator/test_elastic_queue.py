@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from railtrain.crds import contract
-from railtrain.operator import resize
-from railtrain.operator.gang import admission_request
+from railtrain.operator.job import resize
+from railtrain.operator.job.request import admission_request
 
 from .builders import gang, job_obj, node
 

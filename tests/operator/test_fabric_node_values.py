@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from railtrain.crds import fabric
-from railtrain.operator import reconcile
-from railtrain.operator.placement import Placement
+from railtrain.operator.job import planner
+from railtrain.operator.scheduling.placement import Placement
 
 from .builders import job_obj, node
 
@@ -26,7 +26,7 @@ def admitted(values):
 
     nodes = {name: hca_node(name, value) for name, value in values.items()}
     placement = with_node_values(Placement(tuple(values)), fabric.PROFILES["infiniband"], nodes)
-    return reconcile.plan(job_obj(nodes=len(values), status={}), [], None, NOW, placement, fabric=fabric.PROFILES["infiniband"])
+    return planner.plan(job_obj(nodes=len(values), status={}), [], None, NOW, placement, fabric=fabric.PROFILES["infiniband"])
 
 
 def test_nccl_syntax_on_the_node_reaches_the_rank_as_written():

@@ -1,6 +1,6 @@
-"""Leader fencing and call deadlines without a cluster (issue 26, items 1 and 2): operator/fence.py, the fenced
-write verbs of operator/kube.py, the Lease loop's renew deadline, and the client's default timeout
-(operator/kubeclient.py). The same behaviour on the real control plane: test_fencing_cluster.py."""
+"""Leader fencing and call deadlines without a cluster (issue 26, items 1 and 2): operator/kube/fence.py, the fenced
+write verbs of operator/kube/verbs.py, the Lease loop's renew deadline, and the client's default timeout
+(operator/kube/connection.py). The same behaviour on the real control plane: test_fencing_cluster.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import time
 import pytest
 from kubernetes import client
 
-from railtrain.operator import fence, handlers, kubeclient, leader
+from railtrain.operator import handlers, leader
+from railtrain.operator.kube import fence
+from railtrain.operator.kube import connection as kubeclient
 from railtrain.operator.context import OperatorContext, RuntimeState
-from railtrain.operator.fence import Leadership, NotLeader
-from railtrain.operator.kube import Kube
+from railtrain.operator.kube.fence import Leadership, NotLeader
+from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.settings import Settings
 
 from .builders import job_obj, node

@@ -24,8 +24,9 @@ from kubernetes import client
 from railtrain.cli.controlplane.cluster import LocalCluster
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.crds import contract
-from railtrain.operator import controller, peers
-from railtrain.operator.kube import Kube
+from railtrain.operator import controller
+from railtrain.operator import lease as peers
+from railtrain.operator.kube.verbs import Kube
 from tests.polling import wait_for
 
 from .clusterkit import all_running, events, job_body, job_obj, observe, phase_is, pods_of

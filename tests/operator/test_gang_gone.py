@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from railtrain.operator import reconcile
-from railtrain.operator.gang import admission_record, is_gated
-from railtrain.operator.placement import Placement
+from railtrain.operator.job import planner
+from railtrain.operator.job.pods import is_gated
+from railtrain.operator.job.records import admission_record
+from railtrain.operator.scheduling.placement import Placement
 
 from .builders import gang, job_obj
 
@@ -38,7 +39,7 @@ def test_a_gang_deleted_by_a_pass_whose_status_write_was_dropped_is_admitted_aga
     # The suspend pass deleted the pod and the Service, its status write got 409, and the job was resumed before the
     # next pass: that pass sees the Running status with its created record, no pod and no Service.
     obj = job_obj(nodes=1, status=running(["a"]))
-    p = reconcile.plan(obj, [], None, NOW)
+    p = planner.plan(obj, [], None, NOW)
     assert p.create_pods == [] and p.ungate == [] and p.create_service is None
     assert p.status_changed and admission_record(p.status) is None and "admission" not in p.status
     scheduled = next(c for c in p.status["conditions"] if c["type"] == "Scheduled")
@@ -46,8 +47,8 @@ def test_a_gang_deleted_by_a_pass_whose_status_write_was_dropped_is_admitted_aga
     assert p.status["phase"] == "Pending"
     # It takes its turn in the queue like a new job, and its admission creates the pod pinned and ungated.
     waiting = after(obj, p)
-    assert reconcile.gang_request(waiting, [], NOW) is not None
-    placed = reconcile.plan(waiting, [], None, NOW, Placement(nodes=("b",)))
+    assert planner.gang_request(waiting, [], NOW) is not None
+    placed = planner.plan(waiting, [], None, NOW, Placement(nodes=("b",)))
     assert [pod["metadata"]["name"] for pod in placed.create_pods] == ["llm-0"]
     assert not any(is_gated(pod) for pod in placed.create_pods) and placed.create_service is not None
 
@@ -57,21 +58,21 @@ def test_a_gated_pod_left_under_a_created_record_is_released_by_the_next_admissi
     # the placement pins and ungates the pod that exists.
     obj = job_obj(nodes=1, status=running(["a"]))
     pods = gang(obj, phase="Pending", gated=True)
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert admission_record(p.status) is None and p.create_pods == [] and p.delete_pods == []
     waiting = after(obj, p)
-    assert reconcile.gang_request(waiting, pods, NOW) is not None
-    released = reconcile.plan(waiting, pods, True, NOW, Placement(nodes=("b",)))
+    assert planner.gang_request(waiting, pods, NOW) is not None
+    released = planner.plan(waiting, pods, True, NOW, Placement(nodes=("b",)))
     assert released.ungate == ["llm-0"] and released.pin == {"llm-0": "b"}
 
 
 def test_a_gang_whose_ranks_all_exited_0_is_not_gone():
     status = {**running(["a", "b"]), "succeededRanks": [0, 1]}
-    p = reconcile.plan(job_obj(nodes=2, status=status), [], True, NOW)
+    p = planner.plan(job_obj(nodes=2, status=status), [], True, NOW)
     assert p.status["phase"] == "Succeeded"
 
 
 def test_a_running_gang_keeps_its_record():
     obj = job_obj(nodes=2, status=running(["a", "b"]))
-    p = reconcile.plan(obj, gang(obj, phase="Running", gated=False, nodes=["a", "b"]), True, NOW)
+    p = planner.plan(obj, gang(obj, phase="Running", gated=False, nodes=["a", "b"]), True, NOW)
     assert admission_record(p.status) is not None and p.create_pods == []

@@ -1,4 +1,4 @@
-"""Leader election without a cluster: the Lease rules (operator/peers.py) and the loop (operator/leader.py) over a fake API."""
+"""Leader election without a cluster: the Lease rules (operator/lease.py) and the loop (operator/leader.py) over a fake API."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
 
-from railtrain.operator import handlers, leader, peers
+from railtrain.operator import handlers, leader
+from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings

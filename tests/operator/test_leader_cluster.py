@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from railtrain.operator import peers
+from railtrain.operator import lease as peers
 from tests.polling import wait_for
 
 from .clusterkit import all_running, job_body

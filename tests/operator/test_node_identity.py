@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from railtrain.crds import fabric
-from railtrain.operator import reconcile
-from railtrain.operator.conditions import find
-from railtrain.operator.placement import Placement
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
+from railtrain.operator.scheduling.placement import Placement
 
 from .builders import gang, job_obj, node
 
@@ -42,7 +42,7 @@ def placed_gang(obj, uids):
 def test_a_node_created_again_under_the_same_name_is_lost_and_the_gang_restarts():
     obj = job_obj(nodes=2, status=running())
     pods = placed_gang(obj, ["uid-a-1", "uid-b-1"])
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-2"), with_uid(node("b"), "uid-b-1")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-2"), with_uid(node("b"), "uid-b-1")])
     scheduled = find(p.status["conditions"], "Scheduled")
     assert p.status["phase"] == "Restarting" and scheduled["reason"] == "NodeLost"
     assert "node a: the Node was deleted and created again under the same name (uid uid-a-1" in scheduled["message"]
@@ -52,30 +52,30 @@ def test_a_node_created_again_under_the_same_name_is_lost_and_the_gang_restarts(
 def test_the_same_node_object_is_not_lost():
     obj = job_obj(nodes=2, status=running())
     pods = placed_gang(obj, ["uid-a-1", "uid-b-1"])
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-1"), with_uid(node("b"), "uid-b-1")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-1"), with_uid(node("b"), "uid-b-1")])
     assert p.status["phase"] == "Running" and not p.force_delete_pods and not p.delete_pods
 
 
 def test_a_pod_without_the_record_is_judged_by_the_name_alone():
     obj = job_obj(nodes=2, status=running())
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])  # placed by an operator that did not record uids
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-2"), with_uid(node("b"), "uid-b-1")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[with_uid(node("a"), "uid-a-2"), with_uid(node("b"), "uid-b-1")])
     assert p.status["phase"] == "Running"
 
 
 def test_an_admitted_gang_records_the_uid_of_each_node_on_its_pods():
-    from railtrain.operator.placement import with_node_values
+    from railtrain.operator.scheduling.placement import with_node_values
 
     obj = job_obj(nodes=2, status={})
     nodes = {"a": with_uid(node("a"), "uid-a"), "b": with_uid(node("b"), "uid-b")}
     placement = with_node_values(Placement(("b", "a")), None, nodes)
-    p = reconcile.plan(obj, [], None, NOW, placement)
+    p = planner.plan(obj, [], None, NOW, placement)
     created = {pod["metadata"]["name"]: pod["metadata"]["annotations"].get(NODE_UID) for pod in p.create_pods}
     assert created == {"llm-0": "uid-b", "llm-1": "uid-a"}
 
 
 def test_the_record_comes_with_the_fabric_values():
-    from railtrain.operator.placement import with_node_values
+    from railtrain.operator.scheduling.placement import with_node_values
 
     n = with_uid(node("a"), "uid-a")
     n["metadata"]["annotations"] = {fabric.NODE_HCAS: "mlx5_0"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from railtrain.operator.admission import schedule
-from railtrain.operator.cluster import pod_requests, snapshot
-from railtrain.operator.nodefit import PodNeeds, pod_needs, restrict, term_matches, tolerates
-from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.queue import schedule
+from railtrain.operator.scheduling.snapshot import pod_requests, snapshot
+from railtrain.operator.scheduling.nodefit import PodNeeds, pod_needs, restrict, term_matches, tolerates
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
 
 from .builders import node, other_pod
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import nvlink, reconcile, render
-from railtrain.operator.cluster import snapshot
-from railtrain.operator.placement import NO_NVLINK_LEVEL, GangRequest, Placement, Refusal, place_gang
-from railtrain.operator.topology import DEFAULT_LEVELS, PRESETS, nvlink_level
+from railtrain.operator.job import nvlink
+from railtrain.operator.job import planner
+from railtrain.operator.job import render
+from railtrain.operator.scheduling.snapshot import snapshot
+from railtrain.operator.scheduling.placement import NO_NVLINK_LEVEL, GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, PRESETS, nvlink_level
 
 from .builders import job_obj, node
 
@@ -91,9 +93,9 @@ def test_the_first_pass_creates_the_compute_domain_owned_by_the_job():
     from datetime import datetime, timezone
 
     obj = body()
-    from railtrain.operator.placement import Placement
+    from railtrain.operator.scheduling.placement import Placement
 
-    plan = reconcile.plan(obj, [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b")))  # the pass placed the gang
+    plan = planner.plan(obj, [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b")))  # the pass placed the gang
     (cd,) = plan.create_objects
     assert cd["apiVersion"] == "resource.nvidia.com/v1beta1" and cd["kind"] == "ComputeDomain"
     assert cd["metadata"]["name"] == "tp-nvlink" and cd["metadata"]["namespace"] == "team"
@@ -101,11 +103,11 @@ def test_the_first_pass_creates_the_compute_domain_owned_by_the_job():
     (owner,) = cd["metadata"]["ownerReferences"]
     assert owner["uid"] == "uid-tp" and owner["kind"] == "TrainingJob" and owner["controller"] is True
     assert len(plan.create_pods) == 2
-    assert reconcile.plan(job_obj("dp"), [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b"))).create_objects == []
+    assert planner.plan(job_obj("dp"), [], None, datetime(2026, 1, 1, tzinfo=timezone.utc), Placement(("a", "b"))).create_objects == []
 
 
 def test_the_admission_request_asks_for_one_nvlink_domain():
-    from railtrain.operator.gang import admission_request
+    from railtrain.operator.job.request import admission_request
     from tests.operator.builders import gang
 
     obj = body()

@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from railtrain.operator import nvlink
+from railtrain.operator.job import nvlink
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, condition, job_body, job_status, pods_of, refused

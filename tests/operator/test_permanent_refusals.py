@@ -9,11 +9,12 @@ from datetime import datetime, timezone
 import pytest
 
 from railtrain.crds import contract
-from railtrain.operator import admission, reconcile
-from railtrain.operator.cluster import snapshot
-from railtrain.operator.conditions import find
-from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
-from railtrain.operator.topology import PRESETS
+from railtrain.operator.scheduling import queue
+from railtrain.operator.job import planner
+from railtrain.operator.scheduling.snapshot import snapshot
+from railtrain.operator.job.conditions import find
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.topology import PRESETS
 
 from .builders import gang, job_obj, node, other_pod
 
@@ -97,10 +98,10 @@ def test_capacity_promised_earlier_in_the_pass_is_named_as_the_pods_that_later_h
     nodes = [node("a"), node("b"), node("c")]
     small = GangRequest("team/small", 1, 4, created="2026-11-29T12:00:00Z")
     wide = GangRequest("team/wide", 1, 8, created="2026-11-29T12:00:00Z")
-    promised = admission.schedule([small, wide], snapshot(nodes, halves))
+    promised = queue.schedule([small, wide], snapshot(nodes, halves))
     placed = promised[0].result
     assert promised[0].job == "team/small" and isinstance(placed, Placement), promised
-    (created,) = admission.schedule([wide], snapshot(nodes, halves + [_job_pod(placed.nodes[0], 4, "team/small", pinned=True)]))
+    (created,) = queue.schedule([wide], snapshot(nodes, halves + [_job_pod(placed.nodes[0], 4, "team/small", pinned=True)]))
     assert isinstance(promised[1].result, Refusal) and isinstance(created.result, Refusal)
     assert promised[1].result.message == created.result.message
     assert created.result.message.endswith("the capacity is held by team/halves, team/small"), created.result.message
@@ -111,11 +112,11 @@ def test_capacity_held_for_a_restart_is_named_as_the_pods_that_later_hold_it():
     itself named in its own view of its hold."""
     nodes, foreign = [node("a"), node("b")], other_pod("b", 8) | {"metadata": {"name": "x-b", "namespace": "lab"}}
     wide = GangRequest("team/wide", 2, 8)
-    (held,) = admission.schedule([wide], snapshot(nodes, [foreign]), {"team/r": admission.Hold(("a",), 8, {})})
-    (created,) = admission.schedule([wide], snapshot(nodes, [foreign, _job_pod("a", 8, "team/r")]))
+    (held,) = queue.schedule([wide], snapshot(nodes, [foreign]), {"team/r": queue.Hold(("a",), 8, {})})
+    (created,) = queue.schedule([wide], snapshot(nodes, [foreign, _job_pod("a", 8, "team/r")]))
     assert isinstance(held.result, Refusal) and held.result.message == created.result.message
     assert held.result.message.endswith("the capacity is held by pod lab/x-b, team/r"), held.result.message
-    own = admission.schedule([GangRequest("team/r", 2, 8)], snapshot(nodes, [foreign]), {"team/r": admission.Hold(("a",), 8, {})})
+    own = queue.schedule([GangRequest("team/r", 2, 8)], snapshot(nodes, [foreign]), {"team/r": queue.Hold(("a",), 8, {})})
     assert own[0].result.message.endswith("the capacity is held by pod lab/x-b"), own[0].result.message
 
 
@@ -127,7 +128,7 @@ def test_a_gang_whose_image_can_never_start_says_so_at_its_gang_timeout():
     for pod in pods:
         pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {
             "reason": "InvalidImageName", "message": 'Failed to apply default image tag "Trainer:latest": invalid reference format'}}}]
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     scheduled = find(p.status["conditions"], "Scheduled")
     assert scheduled["reason"] == "GangTimeout" and "pod llm-0: container trainer InvalidImageName: Failed to apply default image tag" in scheduled["message"]
     assert "It can never start as the job is written" in scheduled["message"] and "fix spec.image" in scheduled["message"]
@@ -139,5 +140,5 @@ def test_a_gang_timeout_names_a_cause_that_may_pass_without_calling_it_permanent
         {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": released}]})
     (pod,) = gang(obj, phase="Pending", gated=False, nodes=["a"])
     pod["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}}}]
-    scheduled = find(reconcile.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")
+    scheduled = find(planner.plan(obj, [pod], True, NOW).status["conditions"], "Scheduled")
     assert 'container trainer ImagePullBackOff: Back-off pulling image "x"' in scheduled["message"] and "never" not in scheduled["message"]

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from railtrain.operator import reconcile
-from railtrain.operator.conditions import TERMINAL_PHASES, find
-from railtrain.operator.phases import ALL_PHASES, MACHINE
-from railtrain.operator.phases.agreement import PHASE_CONDITIONS
-from railtrain.operator.placement import Placement, Refusal
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import TERMINAL_PHASES, find
+from railtrain.operator.job.phases import ALL_PHASES, MACHINE
+from railtrain.operator.job.phases.agreement import PHASE_CONDITIONS
+from railtrain.operator.scheduling.placement import Placement, Refusal
 
 from .builders import fail, gang, job_obj
 
@@ -72,7 +72,7 @@ def test_any_pod_phase_mix_keeps_phase_and_conditions_in_agreement(nodes, old_ph
         pods = [set_phase(p, "Pending") for p in pods]
     placement = {None: None, "place": Placement(tuple(f"n{i}" for i in range(nodes))), "refuse": Refusal("Unschedulable", "no room")}[answer]
     seen = copy.deepcopy((obj, pods))
-    p = reconcile.plan(obj, pods, True, NOW + timedelta(seconds=later), placement)
+    p = planner.plan(obj, pods, True, NOW + timedelta(seconds=later), placement)
     assert (obj, pods) == seen  # the plan changes neither the job nor its pods: the operator hands it the cache's own pod dicts
     assert_agree(p.status)
     if old_phase in TERMINAL_PHASES:
@@ -127,9 +127,9 @@ def test_event_sequences_never_break_the_invariants(nodes, events):
             pods.pop(f"llm-{event[1]}", None)
         elif event[0] == "suspend":
             obj["spec"]["runPolicy"]["suspend"] = event[1]
-        elif reconcile.gang_request(obj, list(pods.values()), now) is not None:
+        elif planner.gang_request(obj, list(pods.values()), now) is not None:
             placement = Placement(tuple(f"n{i}" for i in range(nodes))) if event[0] == "place" else Refusal("Unschedulable", "no room")
-        p = reconcile.plan(obj, list(pods.values()), True, now, placement)
+        p = planner.plan(obj, list(pods.values()), True, now, placement)
         assert_agree(p.status)
         if terminal:
             assert p.status["phase"] == terminal and not p.create_pods and not p.ungate

@@ -2,9 +2,9 @@
 
 import pytest
 
-from railtrain.operator.cluster import parse_quantity, snapshot
-from railtrain.operator.placement import GangRequest, Placement, Refusal, place_gang
-from railtrain.operator.topology import PRESETS
+from railtrain.operator.scheduling.snapshot import parse_quantity, snapshot
+from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.topology import PRESETS
 
 from .builders import BLOCK, HOST, RACK, fabric, node, other_pod
 

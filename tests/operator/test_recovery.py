@@ -8,9 +8,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from railtrain.crds import contract
-from railtrain.operator import metrics, quarantine, reconcile
-from railtrain.operator.cluster import snapshot
-from railtrain.operator.conditions import find
+from railtrain.operator import metrics
+from railtrain.operator.scheduling import quarantine
+from railtrain.operator.job import planner
+from railtrain.operator.scheduling.snapshot import snapshot
+from railtrain.operator.job.conditions import find
 
 from .builders import fail, gang, job_obj, node
 
@@ -51,7 +53,7 @@ def failed_gang(kind, status=None, code=1, nodes=("a",), **spec):
 )
 def test_default_action_of_each_verdict(kind, phase, reason, job, infra, quarantined, avoided):
     obj, pods = failed_gang(kind)
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     st = p.status
     assert st["phase"] == phase
     cond_type = "Failed" if phase == "Failed" else "Scheduled"
@@ -69,7 +71,7 @@ def test_hang_quarantines_the_node_named_the_second_time_only_with_another_rank_
     obj = job_obj(nodes=2, status=running(suspects=suspects, jobRestarts=1, restarts=1, rankShift=1))
     pods = gang(obj, restarts=1, phase="Running", gated=False, nodes=["a", "b"])
     fail(pods[1], message=verdict_msg(contract.VERDICT_HANG))
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     assert [q[:2] for q in p.quarantine] == ([("a", "hang")] if quarantined else [])
     assert {"node": "a", "verdict": "hang", "count": 2, "ranks": sorted({0, *ranks_before})} in p.status["suspects"]
     assert (("Warning", "NodeQuarantined") in [e[:2] for e in p.events]) == quarantined
@@ -79,18 +81,18 @@ def test_hang_quarantines_the_node_named_the_second_time_only_with_another_rank_
 def test_user_rules_override_the_defaults_per_verdict():
     rules = [{"verdict": "hardware-suspect", "action": "Fail"}, {"verdict": "retryable", "action": "RestartIgnoringBackoff"}]
     obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, runPolicy={"failurePolicy": {"rules": rules}})
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     assert p.status["phase"] == "Failed" and find(p.status["conditions"], "Failed")["reason"] == "FailurePolicy" and not p.quarantine
     obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"failurePolicy": {"rules": rules}, "backoffLimit": 0})
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert p.status["phase"] == "Restarting" and p.status["infrastructureRestarts"] == 1  # backoffLimit 0 not spent
 
 
 def test_backoff_limit_counts_job_restarts_only():
     obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"backoffLimit": 1}, status=running(infrastructureRestarts=5, jobRestarts=0))
-    assert reconcile.plan(obj, pods, True, NOW).status["phase"] == "Restarting"
+    assert planner.plan(obj, pods, True, NOW).status["phase"] == "Restarting"
     obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy={"backoffLimit": 1}, status=running(jobRestarts=1))
-    st = reconcile.plan(obj, pods, True, NOW).status
+    st = planner.plan(obj, pods, True, NOW).status
     assert st["phase"] == "Failed" and find(st["conditions"], "Failed")["reason"] == "BackoffLimitExceeded"
 
 
@@ -100,7 +102,7 @@ def test_job_restarts_back_off_from_the_second_on(spent, base, wait):
     0, then restartBackoffSeconds (10 s, batch/v1 Job's pod failure backoff), doubling, capped at 300 s or the base."""
     policy = {"backoffLimit": 20} | ({} if base is None else {"restartBackoffSeconds": base})
     obj, pods = failed_gang(contract.VERDICT_RETRYABLE, runPolicy=policy, status=running(jobRestarts=spent))
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     after = p.status.get("requeueAfter")
     assert p.status["phase"] == "Restarting" and p.status["jobRestarts"] == spent + 1
     assert (after is None and wait == 0) or after == (NOW + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ"), after
@@ -112,7 +114,7 @@ def test_the_most_specific_verdict_of_the_gang_decides():
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     fail(pods[0], message=verdict_msg(contract.VERDICT_RETRYABLE))
     fail(pods[1], message=verdict_msg(contract.VERDICT_HARDWARE_SUSPECT, nodes=("b",)))
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     assert [q[0] for q in p.quarantine] == ["b"]
 
 
@@ -135,7 +137,7 @@ def test_among_equal_verdicts_the_rank_where_the_failure_began_is_named(statuses
     for rank, (code, finished) in statuses.items():
         fail(pods[rank], code=code, message="")
         pods[rank]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = finished
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     running_cond = find(p.status["conditions"], "Running")
     assert running_cond["message"].startswith(f"rank {blamed} exited with code {statuses[blamed][0]}"), running_cond
 
@@ -145,7 +147,7 @@ def test_evicted_pod_for_the_nodes_sake_is_an_infrastructure_restart():
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     disrupted = [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
     pods[0]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.", "conditions": disrupted}
-    st = reconcile.plan(obj, pods, True, NOW).status
+    st = planner.plan(obj, pods, True, NOW).status
     assert find(st["conditions"], "Scheduled")["reason"] == "RankEvicted" and st["infrastructureRestarts"] == 1
     assert st["nodeFailures"] == [{"node": "a", "count": 1}] and "a" not in st.get("avoidNodes", [])
 
@@ -155,7 +157,7 @@ def test_evicted_pod_for_its_own_limits_is_the_jobs_failure():
     obj = job_obj(nodes=2, status=running(jobRestarts=3))
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     pods[1]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi."}
-    st = reconcile.plan(obj, pods, True, NOW).status
+    st = planner.plan(obj, pods, True, NOW).status
     failed = find(st["conditions"], "Failed")
     assert st["phase"] == "Failed" and failed["reason"] == "BackoffLimitExceeded" and "exceeds the total limit" in failed["message"]
     assert st.get("infrastructureRestarts", 0) == 0
@@ -165,7 +167,7 @@ def test_a_kubelet_admission_refusal_avoids_that_node_next_time():
     obj = job_obj(nodes=2, status=running())
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     pods[1]["status"] = {"phase": "Failed", "reason": "OutOfnvidia.com/gpu", "message": "Node didn't have enough resource: nvidia.com/gpu"}
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     st = p.status
     assert find(st["conditions"], "Scheduled")["reason"] == "AdmissionRefused" and st["infrastructureRestarts"] == 1
     assert st["avoidNodes"] == ["b"] and any("AdmissionRefused" in line and "nodes=b" in line for line in p.log)
@@ -177,7 +179,7 @@ def test_infrastructure_restarts_back_off_and_are_bounded():
     for done in range(4):
         obj = job_obj(nodes=2, status=running(infrastructureRestarts=done, restarts=done), **spec)
         pods = gang(obj, restarts=done, phase="Running", gated=False, nodes=["a", "b"])[:1]  # rank 1's pod deleted
-        st = reconcile.plan(obj, pods, True, NOW).status
+        st = planner.plan(obj, pods, True, NOW).status
         if done == 3:
             assert st["phase"] == "Failed" and find(st["conditions"], "Failed")["reason"] == "InfrastructureRestartLimitExceeded"
             break
@@ -189,7 +191,7 @@ def test_infrastructure_restarts_back_off_and_are_bounded():
 
 def test_claims_about_nodes_the_gang_did_not_use_are_ignored_with_a_warning():
     obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT, nodes=("a", "control-plane", "ghost"))
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("control-plane")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("control-plane")])
     assert [q[0] for q in p.quarantine] == ["a"] and p.status["avoidNodes"] == ["a"]
     assert [s["node"] for s in p.status["suspects"]] == ["a"]
     warning = next(e for e in p.events if e[1] == "ClaimIgnored")
@@ -201,10 +203,10 @@ def test_the_cluster_wide_bound_counts_the_quarantines_the_api_server_stores():
     other = node("z", taints=[{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}])
     other["metadata"]["annotations"] = {quarantine.ANNOTATION_AT: "2026-11-29T11:30:00Z"}
     obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT)
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=1)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=1)
     assert not p.quarantine and p.status["phase"] == "Restarting" and p.status["avoidNodes"] == ["a"]
     assert find(p.status["conditions"], "Scheduled")["reason"] == "NodeAvoided"
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=2)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=2)
     assert [q[0] for q in p.quarantine] == ["a"]
 
 
@@ -236,7 +238,7 @@ def test_node_loss_restarts_the_whole_gang_and_force_deletes_its_pods(nodes, gra
         n = node(name.split("-")[0], ready=not name.endswith("notready"))
         n["status"]["conditions"][0]["lastTransitionTime"] = (NOW - timedelta(seconds=31 if grace_passed else 5)).strftime("%Y-%m-%dT%H:%M:%SZ")
         objs.append(n)
-    p = reconcile.plan(obj, pods, True, NOW, nodes=objs)
+    p = planner.plan(obj, pods, True, NOW, nodes=objs)
     if not lost:
         assert p.status["phase"] == "Running" and not p.force_delete_pods
         return
@@ -250,7 +252,7 @@ def test_pods_of_an_earlier_gang_on_a_lost_node_are_force_deleted():
     obj = job_obj(nodes=2, status=running(restarts=1, phase="Restarting"))
     old = gang(obj, restarts=0, phase="Running", gated=False, nodes=["a", "b"])
     old[0]["metadata"]["deletionTimestamp"] = RELEASED
-    p = reconcile.plan(obj, old, True, NOW, nodes=[node("b")])
+    p = planner.plan(obj, old, True, NOW, nodes=[node("b")])
     assert p.force_delete_pods == ["llm-0"]
 
 
@@ -266,7 +268,7 @@ def test_a_vanished_rank_restarts_the_gang_and_names_the_pod(disruption, words):
         pods[2]["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": disruption}]
     else:
         pods = pods[:2]
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     scheduled = find(p.status["conditions"], "Scheduled")
     assert p.status["phase"] == "Restarting" and scheduled["reason"] == "RankVanished"
     assert "pod llm-2 (rank 2)" in scheduled["message"] and words in scheduled["message"]
@@ -276,7 +278,7 @@ def test_a_vanished_rank_restarts_the_gang_and_names_the_pod(disruption, words):
 def test_a_gang_not_yet_scheduled_recreates_a_missing_pod_instead():
     obj = job_obj(nodes=2, status={"phase": "Pending"})
     pods = gang(obj)[:1]
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert p.status["phase"] == "Pending" and [x["metadata"]["name"] for x in p.create_pods] == ["llm-1"]
 
 
@@ -295,7 +297,7 @@ def test_finished_jobs_keep_no_running_pod_and_follow_clean_pod_policy(policy, p
         pods = gang(obj, gated=False, nodes=["a", "b"])
         for pod, ph in zip(pods, phases):
             pod["status"]["phase"] = ph
-        p = reconcile.plan(obj, pods, True, NOW)
+        p = planner.plan(obj, pods, True, NOW)
         assert p.status["phase"] == final and sorted(p.delete_pods) == deleted and not p.create_pods
 
 
@@ -303,7 +305,7 @@ def test_finished_jobs_keep_no_running_pod_and_follow_clean_pod_policy(policy, p
 def test_ttl_after_finished_deletes_the_job(ttl, due):
     run_policy = {} if ttl is None else {"ttlSecondsAfterFinished": ttl}
     obj = job_obj(nodes=1, runPolicy=run_policy, status={"phase": "Succeeded", "completionTime": "2026-11-29T11:59:00Z"})
-    p = reconcile.plan(obj, [], True, NOW)
+    p = planner.plan(obj, [], True, NOW)
     assert p.delete_job is due and p.status["phase"] == "Succeeded"
 
 
@@ -313,21 +315,21 @@ def test_an_elastic_gang_grows_back_at_a_bounded_rate():
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b", "c", "d"])[:3]
     for pod in pods:
         pod["metadata"]["annotations"][contract.ANNOTATION_NNODES] = "3"
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4)
     assert p.status["phase"] == "Restarting" and find(p.status["conditions"], "Scheduled")["reason"] == "ElasticGrow"
     assert p.status["lastResizeTime"] == "2026-11-29T12:00:00Z" and p.status["infrastructureRestarts"] == 1
     recent = obj | {"status": running(admittedNodes=3, lastResizeTime="2026-11-29T11:58:00Z")}
-    assert reconcile.plan(recent, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4).status["phase"] == "Running"
-    assert reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=3).status["phase"] == "Running"
+    assert planner.plan(recent, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=4).status["phase"] == "Running"
+    assert planner.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abcd"], grow_to=3).status["phase"] == "Running"
 
 
 def test_the_next_gang_after_a_hang_rotates_its_ranks_over_the_placed_nodes():
-    from railtrain.operator.placement import Placement
+    from railtrain.operator.scheduling.placement import Placement
 
     obj = job_obj(nodes=3, status={"phase": "Restarting", "restarts": 1, "rankShift": 1})
     pods = gang(obj, restarts=1)
     placement = Placement(nodes=("a", "b", "c"), domains=({"h": "a"}, {"h": "b"}, {"h": "c"}))
-    p = reconcile.plan(obj, pods, True, NOW, placement)
+    p = planner.plan(obj, pods, True, NOW, placement)
     assert p.pin == {"llm-0": "b", "llm-1": "c", "llm-2": "a"}  # a cyclic shift: ring neighbours stay neighbours
 
 
@@ -337,16 +339,16 @@ def test_a_rank_that_exited_0_stays_complete_when_its_pod_is_deleted():
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "a", "b", "b"])
     for p in pods[2:]:
         p["status"]["phase"] = "Succeeded"
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     assert p.status["succeededRanks"] == [2, 3] and p.status["phase"] == "Running"
     seen = obj | {"status": p.status}
     drained = pods[:2]  # the drain deleted ranks 2 and 3's pods; node b is cordoned
-    p = reconcile.plan(seen, drained, True, NOW, nodes=[node("a"), node("b", unschedulable=True)])
+    p = planner.plan(seen, drained, True, NOW, nodes=[node("a"), node("b", unschedulable=True)])
     assert p.status["phase"] == "Running" and not p.create_pods and not p.delete_pods
     assert find(p.status["conditions"], "Running")["reason"] == "RanksFinishing"
     for x in drained:
         x["status"]["phase"] = "Succeeded"
-    p = reconcile.plan(obj | {"status": p.status}, drained, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj | {"status": p.status}, drained, True, NOW, nodes=[node("a"), node("b")])
     assert p.status["phase"] == "Succeeded"
 
 

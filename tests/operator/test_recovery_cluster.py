@@ -14,7 +14,7 @@ import pytest
 
 from railtrain.cli.controlplane import LABEL_KWOK_NOT_READY
 from railtrain.crds import contract
-from railtrain.operator.quarantine import TAINT_KEY
+from railtrain.operator.scheduling.quarantine import TAINT_KEY
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of

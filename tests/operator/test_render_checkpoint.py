@@ -3,7 +3,7 @@
 from railtrain.cli.local import local_tier_dirs
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 
 def job(**checkpoint):

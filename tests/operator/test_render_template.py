@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 
 from .builders import job_obj
 

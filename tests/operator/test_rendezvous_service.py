@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from railtrain.operator import reconcile
-from railtrain.operator.placement import Refusal
+from railtrain.operator.job import planner
+from railtrain.operator.scheduling.placement import Refusal
 
 from .builders import gang, job_obj
 
@@ -27,7 +27,7 @@ def scheduled_false(reason):
 
 def test_a_refused_job_has_no_service_and_one_left_from_before_is_deleted():
     obj = job_obj(nodes=2, status={"phase": "Pending", "conditions": [scheduled_false("Unschedulable")]})
-    p = reconcile.plan(obj, [], own_service(obj), NOW, Refusal("Unschedulable", "gang needs 2 nodes; it waits"))
+    p = planner.plan(obj, [], own_service(obj), NOW, Refusal("Unschedulable", "gang needs 2 nodes; it waits"))
     assert p.create_service is None and p.delete_service == "svc-uid"
 
 
@@ -38,15 +38,15 @@ def test_a_job_re_queued_after_a_gang_timeout_gives_its_service_back_once_its_po
     leaving = gang(obj, phase="Pending", gated=False, nodes=["a", "b"])
     for pod in leaving:
         pod["metadata"]["deletionTimestamp"] = EARLIER
-    assert reconcile.plan(obj, leaving, own_service(obj), NOW).delete_service == "svc-uid"
-    assert reconcile.plan(obj, [], own_service(obj), NOW).delete_service == "svc-uid"
+    assert planner.plan(obj, leaving, own_service(obj), NOW).delete_service == "svc-uid"
+    assert planner.plan(obj, [], own_service(obj), NOW).delete_service == "svc-uid"
 
 
 def test_a_restarting_gang_that_holds_its_nodes_keeps_its_service():
     held = {"phase": "Restarting", "restarts": 1, "hold": {"restarts": 1, "nodes": ["a", "b"], "until": "2026-11-29T13:00:00Z"},
             "conditions": [scheduled_false("Restarting")]}
     obj = job_obj(nodes=2, status=held)
-    p = reconcile.plan(obj, [], own_service(obj), NOW)
+    p = planner.plan(obj, [], own_service(obj), NOW)
     assert p.delete_service is None and p.create_service is None
 
 
@@ -54,18 +54,18 @@ def test_a_running_gang_keeps_its_service_and_gets_it_back_when_it_is_missing():
     obj = job_obj(nodes=2, status={"phase": "Running", "admittedNodes": 2, "conditions": [
         {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": EARLIER}]})
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
-    assert reconcile.plan(obj, pods, own_service(obj), NOW).delete_service is None
-    assert reconcile.plan(obj, pods, None, NOW).create_service is not None
+    assert planner.plan(obj, pods, own_service(obj), NOW).delete_service is None
+    assert planner.plan(obj, pods, None, NOW).create_service is not None
 
 
 def test_a_service_someone_else_owns_is_never_deleted():
     obj = job_obj(nodes=2, status={"phase": "Pending"})
     theirs = {"kind": "Service", "metadata": {"name": "llm", "namespace": "team", "uid": "other"}}
-    p = reconcile.plan(obj, [], theirs, NOW)
+    p = planner.plan(obj, [], theirs, NOW)
     assert p.delete_service is None and p.create_service is None
 
 
 def test_a_suspended_job_gives_its_service_back():
     obj = job_obj(nodes=2, status={"phase": "Suspended", "conditions": [
         {"type": "Suspended", "status": "True", "reason": "Suspended", "message": "", "lastTransitionTime": EARLIER}]}, runPolicy={"suspend": True})
-    assert reconcile.plan(obj, [], own_service(obj), NOW).delete_service == "svc-uid"
+    assert planner.plan(obj, [], own_service(obj), NOW).delete_service == "svc-uid"

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from railtrain.operator import admission, cluster, reconcile
-from railtrain.operator.gang import hold_of, hold_record
-from railtrain.operator.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling import queue
+from railtrain.operator.scheduling import snapshot as cluster
+from railtrain.operator.job import planner
+from railtrain.operator.job.records import hold_record
+from railtrain.operator.job.request import hold_of
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
 
 from .builders import RACK, fabric, fail, gang, job_obj, node, other_pod
 
@@ -19,7 +22,7 @@ def restarted(nodes, **spec):
     obj = job_obj(nodes=len(nodes), **spec)
     pods = gang(obj, phase="Running", gated=False, nodes=nodes)
     fail(pods[0], code=1, message="NCCL timeout")
-    return obj, reconcile.plan(obj, pods, True, NOW)
+    return obj, planner.plan(obj, pods, True, NOW)
 
 
 def test_a_restart_holds_the_failed_gangs_node_of_every_rank_until_backoff_plus_gang_timeout():
@@ -37,7 +40,7 @@ def test_quarantined_or_avoided_nodes_are_not_held():
     obj = job_obj(nodes=3)
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b", "c"])
     fail(pods[1], code=1, message='{"verdict": "hardware-suspect", "reason": "ParameterMismatch", "message": "bytes differ", "nodes": ["b"]}')
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abc"])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node(n) for n in "abc"])
     assert "b" in p.status["avoidNodes"]
     assert p.status["hold"]["nodes"] == ["a", "", "c"]
 
@@ -46,7 +49,7 @@ def test_a_hold_ends_when_the_gang_is_admitted_finished_or_suspended():
     obj, p = restarted(["a", "b"])
     status = p.status
     assert hold_record(status, NOW) is not None
-    admitted = reconcile.plan(obj | {"status": status}, [], True, NOW, Placement(("a", "b")))
+    admitted = planner.plan(obj | {"status": status}, [], True, NOW, Placement(("a", "b")))
     assert admitted.status.get("hold") is None and admitted.status["admission"]["nodes"] == ["a", "b"]
     assert hold_record(status | {"phase": "Failed"}, NOW) is None
     assert hold_record(status | {"phase": "Suspended"}, NOW) is None
@@ -55,7 +58,7 @@ def test_a_hold_ends_when_the_gang_is_admitted_finished_or_suspended():
 
 def test_the_restarted_gang_asks_for_its_old_nodes_by_rank():
     obj, p = restarted(["a", "b"])
-    request, ready = reconcile.admission_request(obj | {"status": p.status}, [], NOW)
+    request, ready = planner.admission_request(obj | {"status": p.status}, [], NOW)
     assert ready and request.prefer == ("a", "b")
 
 
@@ -85,13 +88,13 @@ def test_a_lost_node_is_replaced_next_to_the_kept_ones():
 def test_a_smaller_job_behind_does_not_get_held_nodes_and_the_holder_gets_them_back():
     nodes = [node(n) for n in ("a", "b", "c")]
     snap = cluster.snapshot(nodes, [])
-    holds = {"ns/big": admission.Hold(("a", "b"), 8, {})}
+    holds = {"ns/big": queue.Hold(("a", "b"), 8, {})}
     small = GangRequest("ns/small", 1, 8, created="2026-11-29T11:00:00Z")  # queued ahead of big
     big = GangRequest("ns/big", 2, 8, created="2026-11-29T11:30:00Z", prefer=("b", "a"))
-    out = {d.job: d.result for d in admission.schedule([small, big], snap, holds)}
+    out = {d.job: d.result for d in queue.schedule([small, big], snap, holds)}
     assert out["ns/small"].nodes == ("c",)
     assert out["ns/big"].nodes == ("b", "a")
-    alone = {d.job: d.result for d in admission.schedule([small, GangRequest("ns/s2", 1, 8, created="2026-11-29T11:01:00Z")], snap, holds)}
+    alone = {d.job: d.result for d in queue.schedule([small, GangRequest("ns/s2", 1, 8, created="2026-11-29T11:01:00Z")], snap, holds)}
     assert alone["ns/small"].nodes == ("c",) and not isinstance(alone["ns/s2"], Placement)  # a and b stay held
 
 
@@ -111,7 +114,7 @@ def test_a_holder_whose_old_pods_still_end_is_not_placed_elsewhere_too():
     old = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     for pod in old:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:01Z"
-    request, ready = reconcile.admission_request(obj | {"status": p.status}, old, NOW)
+    request, ready = planner.admission_request(obj | {"status": p.status}, old, NOW)
     assert not ready and hold_of(obj | {"status": p.status}, NOW) is not None  # the pass leaves it out: the hold is its place
 
 
@@ -119,12 +122,12 @@ def test_a_rank_that_just_failed_keeps_its_node_until_the_job_has_decided():
     obj = job_obj(nodes=2, status={"phase": "Running", "restarts": 0})
     pods = gang(obj, phase="Running", gated=False, nodes=["a", "b"])
     fail(pods[0])
-    ended = reconcile.ended_pods(obj, pods)
+    ended = planner.ended_pods(obj, pods)
     assert [(p["metadata"]["name"], p["status"]["phase"]) for p in ended] == [("llm-0", "Running")]
     snap = cluster.snapshot([node("a"), node("b"), node("c")], [p for p in pods if p["status"]["phase"] == "Running"] + ended)
     assert place_gang(GangRequest("ns/other", 1, 8), snap).nodes == ("c",)  # not a, the failed rank's node
-    assert reconcile.ended_pods(obj | {"status": {"phase": "Failed", "restarts": 0}}, pods) == []  # a finished job holds nothing
-    assert reconcile.ended_pods(obj | {"status": {"phase": "Restarting", "restarts": 1}}, pods) == []  # an older gang's: the hold counts
+    assert planner.ended_pods(obj | {"status": {"phase": "Failed", "restarts": 0}}, pods) == []  # a finished job holds nothing
+    assert planner.ended_pods(obj | {"status": {"phase": "Restarting", "restarts": 1}}, pods) == []  # an older gang's: the hold counts
 
 
 def test_the_hold_is_in_placement_order_so_a_new_rotation_moves_each_rank_by_one():
@@ -132,16 +135,16 @@ def test_the_hold_is_in_placement_order_so_a_new_rotation_moves_each_rank_by_one
     obj = job_obj(nodes=2, status={"phase": "Running", "restarts": 0, "rankShift": 1})
     pods = gang(obj, phase="Running", gated=False, nodes=["b", "a"])
     fail(pods[0], code=1, message='{"verdict": "hang", "reason": "NoProgress", "message": "rank 0 stopped", "nodes": ["b"], "ranks": [0]}')
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node(n) for n in "ab"])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node(n) for n in "ab"])
     assert p.status["rankShift"] == 2 and p.status["hold"]["nodes"] == ["a", "b"]
-    request, _ = reconcile.admission_request(obj | {"status": p.status}, [], NOW)
-    fresh = reconcile.plan(obj | {"status": p.status}, [], True, NOW, place_gang(request, cluster.snapshot([node("a"), node("b")], [])))
+    request, _ = planner.admission_request(obj | {"status": p.status}, [], NOW)
+    fresh = planner.plan(obj | {"status": p.status}, [], True, NOW, place_gang(request, cluster.snapshot([node("a"), node("b")], [])))
     assert [pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] for pod in fresh.create_pods] == ["a", "b"]  # rank 0 moved off b
 
 
 def test_a_job_kept_out_only_by_a_hold_is_told_which_restarting_gang_holds_the_nodes():
     snap = cluster.snapshot([node("a"), node("b")], [])
-    out = admission.schedule([GangRequest("ns/small", 1, 8)], snap, {"ns/big": admission.Hold(("a", "b"), 8, {})})
+    out = queue.schedule([GangRequest("ns/small", 1, 8)], snap, {"ns/big": queue.Hold(("a", "b"), 8, {})})
     (d,) = out
-    assert d.result.reason == admission.WAITING_FOR_RESTART and not d.result.warning
+    assert d.result.reason == queue.WAITING_FOR_RESTART and not d.result.warning
     assert d.result.message.endswith("held for restarting gangs until they are admitted again: ns/big")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from railtrain.crds.podtemplate import TRAINER
-from railtrain.operator import gang as gangs
-from railtrain.operator import reconcile
-from railtrain.operator.conditions import find
+from railtrain.operator.job import pods as job_pods
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
 
 from .builders import gang, job_obj
 
@@ -36,17 +36,17 @@ def sidecar_gang(obj):
 def test_trainers_that_exited_0_complete_the_job_while_a_sidecar_runs_and_the_pods_are_then_ended():
     obj = job_obj(nodes=2, template=SIDECARS)
     pods = [with_status(p, "Running", exited(TRAINER, 0), running("metrics-exporter")) for p in sidecar_gang(obj)]
-    assert [gangs.phase(p) for p in pods] == ["Succeeded", "Succeeded"] and all(gangs.finished_but_running(p) for p in pods)
-    done = reconcile.plan(obj, pods, True, NOW)
+    assert [job_pods.phase(p) for p in pods] == ["Succeeded", "Succeeded"] and all(job_pods.finished_but_running(p) for p in pods)
+    done = planner.plan(obj, pods, True, NOW)
     assert done.status["phase"] == "Succeeded" and "all 2 ranks exited 0" in find(done.status["conditions"], "Succeeded")["message"]
-    after = reconcile.plan(obj | {"status": done.status}, pods, True, NOW)
+    after = planner.plan(obj | {"status": done.status}, pods, True, NOW)
     assert sorted(after.delete_pods) == ["llm-0", "llm-1"]  # the sidecars would otherwise hold the nodes forever
 
 
 def test_a_sidecar_that_crashed_does_not_fail_a_rank_whose_trainer_exited_0():
     obj = job_obj(nodes=2, template=SIDECARS)
     pods = [with_status(p, "Failed", exited(TRAINER, 0), exited("metrics-exporter", 2, "exporter: port in use")) for p in sidecar_gang(obj)]
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert p.status["phase"] == "Succeeded" and p.status.get("restarts", 0) == 0
 
 
@@ -55,7 +55,7 @@ def test_a_sidecar_that_exited_while_the_trainer_runs_changes_nothing():
     pods = sidecar_gang(obj)
     with_status(pods[0], "Running", running(TRAINER), exited("metrics-exporter", 1, "exporter crashed"), exited("log-shipper", 1))
     with_status(pods[1], "Running", running(TRAINER), running("metrics-exporter"))
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert p.status["phase"] == "Running" and p.delete_pods == []
 
 
@@ -65,7 +65,7 @@ def test_a_trainer_that_failed_fails_its_rank_with_its_own_message_while_its_sid
     with_status(pods[0], "Running", running(TRAINER), running("metrics-exporter"))
     # The sidecar's status comes first and has terminated too: only the trainer's words count.
     pods[1]["status"] = {"phase": "Running", "containerStatuses": [exited("metrics-exporter", 3, "exporter says hi"), exited(TRAINER, 1, "NCCL timeout")]}
-    p = reconcile.plan(obj, pods, True, NOW)
+    p = planner.plan(obj, pods, True, NOW)
     assert p.status["phase"] == "Restarting" and p.status["restarts"] == 1
     assert sorted(p.delete_pods) == ["llm-0", "llm-1"]  # both still run: rank 1's pod because of its sidecar
     message = find(p.status["conditions"], "Scheduled")["message"]

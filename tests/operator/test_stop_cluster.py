@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import peers
+from railtrain.operator import lease as peers
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, job_body, job_status, phase_is, pods_of

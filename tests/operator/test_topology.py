@@ -2,7 +2,7 @@
 
 import pytest
 
-from railtrain.operator.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, level_name, level_value, parse_levels, resolve_levels
+from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, level_name, level_value, parse_levels, resolve_levels
 
 
 def test_default_is_railtrain_block_rack_hostname():

@@ -10,7 +10,7 @@ import pytest
 
 from railtrain.cli.controlplane import KWOK_REFUSING_NODES, LABEL_KWOK_EVICT, wait_until
 from railtrain.crds import contract
-from railtrain.operator.quarantine import TAINT_KEY
+from railtrain.operator.scheduling.quarantine import TAINT_KEY
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, start_running, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
@@ -135,7 +135,7 @@ def test_node_list_and_clear_see_the_quarantine_placement_sees(api, gpu_nodes, c
     import subprocess
     import sys
 
-    from railtrain.operator.quarantine import LABEL_KEY
+    from railtrain.operator.scheduling.quarantine import LABEL_KEY
 
     core, _ = api
     (labelled,) = gpu_nodes(1, labels={LABEL_KEY: "true"})
@@ -152,7 +152,7 @@ def test_the_cluster_wide_quarantine_bound_counts_what_the_api_server_stores(api
     railtrain.dev/quarantined-at annotations on the Nodes, so it holds whichever operator (or earlier run) set them."""
     from datetime import datetime, timezone
 
-    from railtrain.operator.quarantine import ANNOTATION_AT
+    from railtrain.operator.scheduling.quarantine import ANNOTATION_AT
     from railtrain.operator.settings import DEFAULT_MAX_QUARANTINES_PER_HOUR
 
     core, custom = api

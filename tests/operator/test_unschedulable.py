@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from railtrain.operator import reconcile
-from railtrain.operator.conditions import find
+from railtrain.operator.job import planner
+from railtrain.operator.job.conditions import find
 
 from .builders import gang, job_obj, node
 
@@ -32,7 +32,7 @@ def refuse(pod, words=WORDS):
 def test_a_rank_the_scheduler_refuses_re_places_the_gang_at_once_with_its_words_and_avoids_that_node():
     obj, pods = released(job_obj(nodes=2))
     refuse(pods[1])
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])
     scheduled = find(p.status["conditions"], "Scheduled")
     assert p.status["phase"] == "Pending" and sorted(p.delete_pods) == ["llm-0", "llm-1"]
     assert scheduled["reason"] == "FailedScheduling" and WORDS in scheduled["message"] and "re-placing it now" in scheduled["message"]
@@ -43,7 +43,7 @@ def test_a_rank_the_scheduler_refuses_re_places_the_gang_at_once_with_its_words_
 def test_a_pinned_node_cordoned_and_tainted_before_binding_re_places_the_gang_at_once():
     obj, pods = released(job_obj(nodes=2))
     gone_bad = node("b", unschedulable=True, taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), gone_bad, node("c")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), gone_bad, node("c")])
     scheduled = find(p.status["conditions"], "Scheduled")
     assert p.status["phase"] == "Pending" and sorted(p.delete_pods) == ["llm-0", "llm-1"]
     assert "pod llm-1 (rank 1) on node b: the Node was cordoned" in scheduled["message"]
@@ -53,13 +53,13 @@ def test_a_pinned_node_cordoned_and_tainted_before_binding_re_places_the_gang_at
 def test_a_second_re_place_backs_off():
     obj, pods = released(job_obj(nodes=2), requeues=1)
     refuse(pods[1])
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
     assert p.status["requeues"] == 2 and p.status["requeueAfter"] == "2026-11-29T12:00:10Z"
 
 
 def test_a_gang_being_bound_or_running_is_left_alone():
     obj, pods = released(job_obj(nodes=2))
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])  # rank 1 simply not bound yet
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])  # rank 1 simply not bound yet
     assert p.delete_pods == [] and find(p.status["conditions"], "Scheduled")["reason"] == "GangPlaced"
 
 
@@ -67,8 +67,8 @@ def test_a_refusal_of_the_pod_itself_is_left_to_the_gang_timeout_which_quotes_th
     obj, pods = released(job_obj(nodes=2, runPolicy={"gangTimeoutSeconds": 30}))
     words = 'persistentvolumeclaim "absent" not found. preemption: 0/3 nodes are available'
     refuse(pods[1], words)
-    p = reconcile.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])  # another node would not help
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), node("c")])  # another node would not help
     assert p.delete_pods == [] and "avoidNodes" not in p.status
-    late = reconcile.plan(obj, pods, True, NOW + timedelta(seconds=60), nodes=[node("a"), node("b"), node("c")])
+    late = planner.plan(obj, pods, True, NOW + timedelta(seconds=60), nodes=[node("a"), node("b"), node("c")])
     scheduled = find(late.status["conditions"], "Scheduled")
     assert scheduled["reason"] == "GangTimeout" and 'kube-scheduler: persistentvolumeclaim "absent" not found' in scheduled["message"]

@@ -1,10 +1,10 @@
-"""Reconcile requests coalesced per job (operator/workqueue.py): real threads, no sleeps, every wait has a deadline."""
+"""Reconcile requests coalesced per job (operator/coalescer.py): real threads, no sleeps, every wait has a deadline."""
 
 from __future__ import annotations
 
 import threading
 
-from railtrain.operator.workqueue import Coalescer
+from railtrain.operator.coalescer import Coalescer
 from tests.polling import wait_for
 
 

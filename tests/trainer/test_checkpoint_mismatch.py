@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from railtrain.cli.local_recovery import local_failures
 from railtrain.crds import contract, recovery
 from railtrain.crds.api import TrainingJob
-from railtrain.operator.phases.verdict import rank_failure
+from railtrain.operator.job.phases.verdict import rank_failure
 from railtrain.trainer.checkpoint import Checkpointer, TierConfig
 from railtrain.trainer.checkpoint.state import CheckpointMismatch, model_mismatch
 from railtrain.trainer.model import PRESETS, Transformer

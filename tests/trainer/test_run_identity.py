@@ -13,7 +13,7 @@ from pathlib import Path
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator import render
+from railtrain.operator.job import render
 from tests.trainer.tierkit import RUN_TIMEOUT_S, clean_env, free_port, read_losses, torchrun
 
 NAMESPACE = "team"

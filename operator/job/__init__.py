@@ -1,0 +1,13 @@
+"""One job's lifecycle, pure: its request, plan, pods, records and conditions.
+
+Modules: :mod:`.request` (spec parsed and checked, the gang request, the hold),
+:mod:`.pods` (what the pods say: rank, restart, phase, gate), :mod:`.records`
+(the admission and hold records in status), :mod:`.planner` (one pass's plan
+for one job, through the :mod:`.phases` table), :mod:`.render` (pods and the
+rendezvous Service), :mod:`.nvlink` (ComputeDomains), :mod:`.conditions`,
+:mod:`.attempts` (restart history and goodput), :mod:`.ledger` (the nodes each
+job holds, for the admission pass), :mod:`.resize` (an elastic job's size).
+
+May import: ``railtrain.crds``, the ``scheduling`` wing and this wing; never
+kopf, the kubernetes client, or the ``kube`` wing.
+"""

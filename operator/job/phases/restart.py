@@ -1,0 +1,128 @@
+"""One restart: every recovery row hands a :class:`~railtrain.crds.recovery.Decision` here, and this is the only place
+that writes restart counters, backoff, quarantines and the restart's reason.
+
+Every restart deletes every pod of the current gang and raises
+``status.restarts`` (the restart count the next gang's pods carry), so the
+survivors of a failure never wait in a broken rendezvous next to a
+replacement. Restarts caused by the job (``status.jobRestarts``) spend
+``runPolicy.backoffLimit``; restarts caused by the infrastructure
+(``status.infrastructureRestarts``: a node lost, quarantined or avoided, a
+rank's pod deleted, evicted, preempted or refused, an elastic grow) do not,
+as JobSet's ``RestartJobSetAndIgnoreMaxRestarts`` action does not, but they
+are bounded by ``runPolicy.maxInfrastructureRestarts`` and back off
+exponentially (``status.requeueAfter``,
+:func:`railtrain.crds.recovery.infrastructure_backoff`). The counters
+themselves are computed once, by :func:`railtrain.crds.recovery.decide` and
+:func:`railtrain.crds.recovery.restart_infrastructure`, which ``railtrain run
+--local`` uses too.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from railtrain.crds import recovery
+from railtrain.operator.job import conditions as cond
+from railtrain.operator.scheduling import quarantine
+from railtrain.operator.scheduling.snapshot import pod_node
+from railtrain.operator.job.pods import rank_of
+from railtrain.operator.job.phases.step import Step
+
+JOB_RESTARTS = "jobRestarts"
+INFRA_RESTARTS = "infrastructureRestarts"
+REASON_CLAIM_IGNORED = "ClaimIgnored"
+"""Warning Event reason: a verdict named nodes this gang did not run on (or that do not exist); nothing was done to them."""
+
+
+def counters(step: Step, **facts: Any) -> recovery.Counters:
+    """The job's counters from the status being built, with the cluster facts of this pass.
+
+    ``facts`` override (``tainted``...); by default the nodes carrying the quarantine taint and the
+    cluster-wide quarantines of the last hour are read from the Nodes observed in this pass.
+    """
+    nodes = list((step.nodes or {}).values())
+    known = dict(
+        tainted=frozenset(n["metadata"]["name"] for n in nodes if quarantine.quarantined_by(n) is not None),
+        cluster_quarantines=quarantine.recent_quarantines(nodes, step.now),
+        cluster_limit=step.quarantine_limit,
+    )
+    return recovery.Counters.from_status(step.status, **(known | facts))
+
+
+def log_line(step: Step, text: str) -> None:
+    """Queue one operator log line for this job (the controller prefixes ``namespace/name``)."""
+    step.out.log.append(text)
+
+
+def apply(step: Step, d: recovery.Decision) -> str:
+    """Write decision ``d`` into the step: status counters, quarantines, Events, one log line; fail or restart.
+
+    Returns:
+        The next phase: Failed, or Restarting.
+    """
+    shift = int(step.status.get("rankShift") or 0)  # the rotation the failed gang was admitted with
+    step.status.update(d.status())
+    if d.ignored:
+        text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
+        step.out.events.append(("Warning", REASON_CLAIM_IGNORED, text))
+        log_line(step, f"{REASON_CLAIM_IGNORED}: {text}")
+    f = d.blamed
+    evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})" + (f", evidence {f.evidence}" if f.evidence else "")
+    for node in d.quarantine:
+        step.out.quarantine.append((node, f.verdict, evidence))
+        step.out.events.append(("Warning", recovery.REASON_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
+    nodes = sorted(set(d.quarantine) | set(d.avoid) | ({f.node} if f.node else set()))
+    log_line(step, f"{d.action} reason={d.reason} nodes={','.join(nodes) or '-'}: {d.message}")
+    if d.action == recovery.FAIL:
+        step.set_condition(cond.FAILED, True, d.reason, d.message, "Warning")
+        return cond.FAILED
+    step.status["hold"] = hold(step, d, shift)
+    step.out.status_first = step.status["hold"] is not None  # the hold is in the ledger before the old pods start to leave
+    step.status["restarts"] = step.restarts + 1
+    step.status["succeededRanks"] = None
+    step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
+    step.delete(step.gang)
+    step.set_condition(cond.RUNNING, False, d.reason, d.message)
+    step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
+    return cond.RESTARTING
+
+
+def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | None:
+    """The ``status.hold`` of the gang that restarts after decision ``d``: the failed gang's nodes, kept for the next gang.
+
+    A rank's node is its pod's, else the one its admission record or ``status.placement`` names (a pod
+    that vanished). Nodes the decision quarantines or avoids, and the node the infrastructure failed
+    on, are not held (""). The list is in placement order, before the rank rotation ``shift`` the
+    failed gang was admitted with (rank ``r`` ran on ``nodes[(r + shift) % n]``), so the next gang's
+    rotation (:func:`railtrain.operator.job.phases.admission.rank_shift`, raised by a hang or straggler
+    verdict) moves each rank by exactly what the verdict added. The hold lasts until the next gang is
+    admitted, at most the restart's backoff plus ``runPolicy.gangTimeoutSeconds``
+    (:func:`railtrain.operator.job.records.hold_record`).
+
+    Returns:
+        ``{"restarts", "nodes", "until"}``, or None when no node is held.
+    """
+    record = step.status.get("admission") if isinstance(step.status.get("admission"), dict) else {}
+    nodes: dict[int, str] = {int(e["rank"]): str(e["node"]) for e in step.status.get("placement") or [] if isinstance(e, dict) and e.get("node") and "rank" in e}
+    if int(record.get("restarts", -1)) == step.restarts:
+        nodes |= {r: str(n) for r, n in enumerate(record.get("nodes") or []) if n}
+    nodes |= {rank_of(p): node for p in step.gang if (node := pod_node(p))}
+    bad = set(d.quarantine) | set(d.avoid) | ({d.blamed.node} if d.blamed.cause in recovery.INFRASTRUCTURE_CAUSES else set())
+    size = max(nodes, default=-1) + 1
+    by_rank = [nodes.get(r, "") if nodes.get(r, "") not in bad else "" for r in range(size)]
+    held = [by_rank[(i - shift) % size] for i in range(size)]
+    if not any(held):
+        return None
+    until = step.now + timedelta(seconds=d.backoff_seconds + step.job.spec.run_policy.gang_timeout_seconds)
+    return {"restarts": step.restarts + 1, "nodes": held, "until": cond.rfc3339(until)}
+
+
+def restart_infrastructure(step: Step, reason: str, what: str, node: str = "") -> str:
+    """An infrastructure restart not decided by a verdict (node lost, rank vanished, elastic grow), or the job Failed at its bound.
+
+    Args:
+        reason: the condition and Event reason; what: the sentence naming what happened.
+        node: the node the infrastructure failed on ("" for none), counted in ``status.nodeFailures``.
+    """
+    return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), reason, what, node=node))

@@ -1,0 +1,206 @@
+"""The state one pass of the phase machine reads and writes (pure).
+
+A :class:`Step` holds what was observed (the job, its pods, the time, the
+admission pass's answer) and what the pass has decided so far (actions in
+:class:`Plan`, the new status, its conditions and Events). Transitions in
+:mod:`railtrain.operator.job.phases` read and extend it; nothing here talks to
+the API server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from railtrain.crds.api import TrainingJob
+from railtrain.crds.fabric import FabricProfile
+from railtrain.operator.job import conditions as cond
+from railtrain.operator.scheduling.snapshot import pod_node
+from railtrain.operator.job.pods import phase, pod_phase, rank_of, restart_of
+from railtrain.operator.scheduling.placement import Placement, Refusal
+
+
+@dataclass
+class Plan:
+    """What to do for one job in this pass.
+
+    Attributes:
+        create_service: Service manifest to create, or None.
+        delete_service: the uid of the job's own rendezvous Service to delete (its gang is gone and it waits), or None.
+        create_pods: pod manifests to create (gated).
+        create_objects: other objects of the gang to create first (the job's ComputeDomain; one that exists is kept).
+        delete_pods: names of pods to delete.
+        pin: pod name → node name to pin with a nodeSelector (gated pods only).
+        annotate: pod name → annotations to set in the same patch (the admitted gang size).
+        ungate: names of pods whose scheduling gate to lift.
+        uids: pod name → uid, the precondition of each delete (never delete a
+            pod of the same name created by someone else meanwhile).
+        status: the full new ``status`` object.
+        status_changed: whether ``status`` differs from the observed one.
+        events: ``(type, reason, message)`` to emit after the status write succeeds.
+        force_delete_pods: names of pods to delete with grace period 0 (pods on a lost node).
+        quarantine: ``(node, verdict, evidence)`` of nodes to taint (:mod:`railtrain.operator.scheduling.quarantine`).
+        delete_job: delete the TrainingJob itself (``runPolicy.ttlSecondsAfterFinished`` passed).
+        log: one operator log line per recovery decision (restart, quarantine, ignored claim, eviction, node loss).
+        status_first: write ``status`` before creating ``create_pods`` and deleting ``delete_pods`` (an admitted placement is
+            recorded before its pods exist; a restart's ``status.hold`` before its old pods start to leave).
+    """
+
+    create_service: dict[str, Any] | None = None
+    delete_service: str | None = None
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    create_objects: list[dict[str, Any]] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    pin: dict[str, str] = field(default_factory=dict)
+    annotate: dict[str, dict[str, str]] = field(default_factory=dict)
+    ungate: list[str] = field(default_factory=list)
+    uids: dict[str, str] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    status_changed: bool = False
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    quarantine: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_job: bool = False
+    log: list[str] = field(default_factory=list)
+    status_first: bool = False
+
+
+@dataclass
+class Step:
+    """One pass over one job: observations plus the decisions made so far.
+
+    Attributes:
+        obj: the TrainingJob as read (metadata, spec, status).
+        job: the parsed job, None when the stored spec does not parse.
+        pods: the job's pods (every restart count, terminating ones included).
+        service_exists: whether the rendezvous Service exists.
+        service_uid: its uid when it is the job's own and was read as an object ("" otherwise).
+        now: the time of this observation (UTC, timezone-aware).
+        placement: the admission pass's answer, when it was asked.
+        old: the observed ``status``.
+        status: the new status being built (``restarts`` always present).
+        conds: the new ``status.conditions``.
+        gang: the live pods of the current restart count, by rank (the
+            transitions narrow it, e.g. to the admitted size).
+        n: the gang size (admitted, else ``spec.nodes``).
+        released: the admitted size once any rank is released, else None.
+        placed: rank → topology domains of a placement made in this pass.
+        out: the actions decided so far.
+        spec_error: why the stored spec does not parse (when ``job`` is None).
+        foreign: pods the job does not own that hold one of its ranks' names.
+        fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
+    """
+
+    obj: dict[str, Any]
+    job: TrainingJob | None
+    pods: list[dict[str, Any]]
+    service_exists: bool
+    now: datetime
+    placement: Placement | Refusal | None
+    old: dict[str, Any]
+    status: dict[str, Any]
+    conds: list[dict[str, Any]]
+    gang: list[dict[str, Any]] = field(default_factory=list)
+    n: int = 0
+    released: int | None = None
+    placed: dict[int, dict[str, str]] = field(default_factory=dict)
+    out: Plan = field(default_factory=Plan)
+    spec_error: str = ""
+    nodes: dict[str, dict[str, Any]] | None = None
+    grow_to: int | None = None
+    foreign: list[dict[str, Any]] = field(default_factory=list)
+    fabric: FabricProfile | None = None
+    quarantine_limit: int | None = None
+    service_uid: str = ""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """``metadata`` of the job."""
+        return self.obj["metadata"]
+
+    @property
+    def restarts(self) -> int:
+        """The restart count of the current gang (``status.restarts``)."""
+        return int(self.status["restarts"])
+
+    @property
+    def old_phase(self) -> str:
+        """The phase observed at the start of the pass (Pending when none)."""
+        return self.old.get("phase") or cond.PENDING
+
+    def set_condition(self, type_: str, status: bool, reason: str, message: str, event: str | None = None) -> None:
+        """Set one condition (see :func:`railtrain.operator.job.conditions.set_condition`); queue an Event of type ``event`` if it changed."""
+        self.conds, changed = cond.set_condition(self.conds, type_, status, reason, message, self.now, self.meta.get("generation"))
+        if changed and event:
+            self.out.events.append((event, reason, message))
+
+    def is_true(self, type_: str) -> bool:
+        """Whether condition ``type_`` is True in the new conditions."""
+        return cond.is_true(self.conds, type_)
+
+    def delete(self, pods: list[dict[str, Any]]) -> None:
+        """Delete ``pods`` (by name, with their uid as precondition; duplicates are merged)."""
+        self.out.uids.update({p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if p["metadata"].get("uid")})
+        self.out.delete_pods = sorted(set(self.out.delete_pods) | {p["metadata"]["name"] for p in pods})
+
+    def stop(self, pods: list[dict[str, Any]]) -> None:
+        """Delete the pods among ``pods`` that still run (Succeeded/Failed pods are kept as a record; a pod whose trainer ended while a sidecar runs is deleted)."""
+        self.delete([p for p in pods if pod_phase(p) not in ("Succeeded", "Failed")])
+
+    def phases(self) -> list[str]:
+        """The phase of every rank of the gang, by rank: its trainer container's outcome (:func:`railtrain.operator.job.pods.phase`)."""
+        return [phase(p) for p in self.gang]
+
+    @property
+    def done(self) -> set[int]:
+        """Ranks of the current gang whose trainer exited 0 (``status.succeededRanks``): complete for this attempt even when their pods are gone."""
+        return {int(r) for r in self.status.get("succeededRanks") or []}
+
+    def complete(self) -> bool:
+        """Whether every rank below the gang size has a live pod, or exited 0 earlier in this attempt."""
+        covered = {rank_of(p) for p in self.gang} | self.done
+        return bool(self.gang or self.done) and self.n > 0 and all(r in covered for r in range(self.n))
+
+
+def finished_ranks(status: dict[str, Any], pods: list[dict[str, Any]], restarts: int) -> list[int] | None:
+    """``status.succeededRanks`` after this observation: the recorded ranks plus those of the current gang seen Succeeded now.
+
+    A rank that exited 0 stays complete for its attempt: its pod deleted afterwards (by a person, ``kubectl drain``,
+    the pod garbage collector) is not a vanished rank (docs/operator.md, "Recovery").
+
+    Args:
+        status: the observed status; pods: the job's pods (any restart count, terminating ones included);
+        restarts: the current restart count.
+
+    Returns:
+        The sorted ranks, or None when there are none (the key is then left out).
+    """
+    done = {int(r) for r in status.get("succeededRanks") or []}
+    done |= {rank_of(p) for p in pods if restart_of(p) == restarts and phase(p) == "Succeeded"}
+    return sorted(done) or None
+
+
+HEALTHY_POD_PHASES = frozenset({"Running", "Succeeded"})
+"""A rank is healthy while its pod runs or after it exited 0 (ranks may finish at different times)."""
+
+
+def healthy(step: Step) -> bool:
+    """Whether the gang is healthy: every rank below the gang size has a pod, each Running or Succeeded."""
+    return step.complete() and all(p in HEALTHY_POD_PHASES for p in step.phases())
+
+
+def placement_entries(gang: list[dict[str, Any]], old: list[dict[str, Any]], placed: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+    """``status.placement`` from the pinned pods, keeping the domains known for the same rank and node."""
+    known = {(e.get("rank"), e.get("node")): e.get("domains") for e in old}
+    out = []
+    for p in gang:
+        node = pod_node(p)
+        if node:
+            entry: dict[str, Any] = {"rank": rank_of(p), "node": node}
+            domains = placed.get(rank_of(p)) if rank_of(p) in placed else known.get((rank_of(p), node))
+            if domains:
+                entry["domains"] = dict(domains)
+            out.append(entry)
+    return out

@@ -1,0 +1,92 @@
+"""The admission and hold records a job's status carries, read back (pure).
+
+``status.admission`` names the nodes of the gang being created, ``status.hold``
+the nodes a restarting gang keeps; both are written by the operator before it
+creates pods, so a crash between the two leaves a record to finish from.
+
+May import: ``railtrain.crds`` and the pure ``railtrain.operator.scheduling`` and
+``railtrain.operator.job`` modules; never kopf or the kubernetes client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+
+from railtrain.operator.job import conditions as cond
+
+
+
+REQUEUE_BASE_SECONDS = 10
+"""Backoff after the first gang timeout; it doubles with each further timeout."""
+
+
+REQUEUE_MAX_SECONDS = 600
+"""Longest backoff between gang timeouts."""
+
+
+def admission_record(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The admitted placement of the current gang (``status.admission``) while it is in force, else None (pure).
+
+    A record is in force while its ``restarts`` equals ``status.restarts``, the
+    Scheduled condition is True and the job is neither finished nor suspended:
+    every path that stops a gang (restart, gang timeout, suspend, pods in the
+    way) sets Scheduled False or raises the restart count, which voids it.
+
+    Args:
+        status: the job's ``status`` as stored (may be empty).
+
+    Returns:
+        ``{"restarts": int, "nodes": [node of rank 0, ...], "created": bool}``, or None.
+    """
+    record = status.get("admission")
+    if not isinstance(record, dict) or not record.get("nodes"):
+        return None
+    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+        return None
+    return record if cond.is_true(status.get("conditions") or [], cond.SCHEDULED) else None
+
+
+def hold_record(status: dict[str, Any], now: datetime | None = None) -> dict[str, Any] | None:
+    """The nodes a restarting gang holds (``status.hold``) while the hold is in force, else None (pure).
+
+    A hold is in force while its ``restarts`` equals ``status.restarts``, no
+    admission record of that gang is in force yet (:func:`admission_record`:
+    admitting it replaces the hold), the job is neither finished nor
+    suspended, and ``now`` is before its ``until`` (the restart's backoff plus
+    ``runPolicy.gangTimeoutSeconds``: a gang that cannot come back does not
+    keep its nodes forever). ``now`` None skips the time rule.
+
+    Returns:
+        ``{"restarts": int, "nodes": [node of rank r or "", ...], "until": str}``, or None.
+    """
+    record = status.get("hold")
+    if not isinstance(record, dict) or not any(record.get("nodes") or []):
+        return None
+    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+        return None
+    if admission_record(status) is not None:
+        return None
+    until = parse_time(record.get("until"))
+    if now is not None and (until is None or now >= until):
+        return None
+    return record
+
+
+def requeue_delay(requeues: int) -> timedelta:
+    """Backoff before the ``requeues``-th re-admission: 10 s, 20 s, 40 s ... at most 600 s."""
+    return timedelta(seconds=min(REQUEUE_MAX_SECONDS, REQUEUE_BASE_SECONDS * 2 ** max(0, requeues - 1)))
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Parse an RFC 3339 time as the API server writes it; None when absent."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def waiting_since(obj: dict[str, Any]) -> datetime | None:
+    """When the job started waiting for its current gang: Scheduled turning False, else creation."""
+    c = cond.find((obj.get("status") or {}).get("conditions") or [], cond.SCHEDULED)
+    if c and c.get("status") != "True":
+        return parse_time(c.get("lastTransitionTime"))
+    return parse_time(obj["metadata"].get("creationTimestamp"))

@@ -1,0 +1,466 @@
+"""Render a TrainingJob into the Kubernetes objects of its gang (pure; no I/O).
+
+One headless Service, selecting node rank 0 only, gives rank 0 a stable DNS
+name for the torchrun rendezvous (pod ``hostname`` + ``subdomain``, the
+Kubernetes DNS convention for pods behind a headless Service). One pod per node rank carries the
+pod-environment contract (:mod:`railtrain.crds.contract`), job and rank labels,
+an ownerReference to the job (so deleting the job garbage-collects the gang)
+and the gang scheduling gate (KEP-3521), which the operator lifts only after
+every rank has a node. ``railtrain run --local`` renders the same pods and runs
+their containers as local processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railtrain.crds import contract, fabric, threads
+from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
+from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
+from railtrain.crds.precision import contract_values
+from railtrain.operator.job import nvlink
+
+CONTAINER_NAME = TRAINER
+_MERGED_POD_FIELDS = ("containers", "initContainers", "volumes", "tolerations")
+"""Template PodSpec fields merged with the operator's rather than copied (see :func:`merge_template`)."""
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    """The controller ownerReference pointing at TrainingJob ``name``/``uid``."""
+    return {
+        "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+        "kind": contract.KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def job_labels(name: str) -> dict[str, str]:
+    """Labels shared by every object of job ``name``."""
+    return {contract.LABEL_JOB_NAME: name, contract.LABEL_MANAGED_BY: contract.MANAGED_BY}
+
+
+def run_id(ck: Checkpoint, uid: str) -> str:
+    """The run that owns a job's node-local checkpoint tiers: ``spec.checkpoint.runId`` if set, else the job's ``uid``.
+
+    A job deleted and submitted again gets a new uid, so it does not resume the
+    old job's node-local shards unless both set the same ``runId`` (docs/checkpoints.md,
+    "Run identity"). Returns ``""`` when neither is known (pods rendered only to size them).
+    """
+    return ck.run_id or uid
+
+
+def pod_environment(
+    spec: TrainingJobSpec, name: str, namespace: str, rank: int, restarts: int = 0, rdzv_addr: str | None = None, nnodes: int | None = None,
+    uid: str = "",
+) -> contract.PodEnvironment:  # fmt: skip
+    """The contract values for node ``rank`` of a job.
+
+    Args:
+        spec: the job spec.
+        name: job name; namespace: its namespace.
+        rank: node rank in ``[0, nnodes)``.
+        restarts: the job's restart count (a new gang per restart).
+        rdzv_addr: override of node rank 0's address (``127.0.0.1`` for local runs);
+            defaults to the headless-Service DNS name.
+        nnodes: the admitted gang size (default ``spec.nodes``); an elastic
+            job's data-parallel degree scales with it.
+        uid: the TrainingJob's ``metadata.uid``, the default run identity (:func:`run_id`).
+
+    Raises:
+        ValueError: rank out of range, or ``nnodes`` not admissible for the spec.
+    """
+    n = spec.nodes if nnodes is None else nnodes
+    if not 0 <= rank < n:
+        raise ValueError(f"rank must be in [0, {n}), got {rank}")
+    par = spec.effective_parallelism(n)
+    return contract.PodEnvironment(
+        job_name=name,
+        namespace=namespace,
+        nnodes=n,
+        node_rank=rank,
+        procs_per_node=spec.procs_per_node,
+        rdzv_addr=rdzv_addr or contract.rdzv_host(name, namespace),
+        parallelism=contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
+        checkpoint_dir=spec.checkpoint.location or "",
+        checkpoint_interval=spec.checkpoint.interval,
+        **checkpoint_tier_environment(spec.checkpoint),
+        restart_count=restarts,
+        **contract_values(spec.precision),
+        run_id=run_id(spec.checkpoint, uid),
+    )
+
+
+_FROM_ANNOTATION = {
+    contract.ENV_NNODES: contract.ANNOTATION_NNODES,
+    contract.ENV_PET_NNODES: contract.ANNOTATION_NNODES,
+    contract.ENV_PARALLELISM: contract.ANNOTATION_PARALLELISM,
+}
+
+
+def container_env(spec: TrainingJobSpec, env: contract.PodEnvironment) -> list[dict[str, str]]:
+    """Container ``env`` list: the contract first, then the user's variables (which may override).
+
+    A job placed inside one NVLink domain (``spec.topology.nvlinkDomain``) also gets
+    :data:`~railtrain.crds.contract.ENV_NVLINK_DOMAIN` ``=1``, so the trainer applies the domain's node rule
+    (:func:`railtrain.crds.parallel.problems`) in a pod and in ``railtrain run --local`` alike.
+    """
+    merged = contract.pod_env(env)
+    if spec.topology.nvlink_domain and contract.ENV_NVLINK_DOMAIN not in fabric.user_names(spec):
+        merged[contract.ENV_NVLINK_DOMAIN] = "1"
+    merged |= threads.thread_env(env.procs_per_node, fabric.user_names(spec))  # the CPU threads' contract (crds/threads.py)
+    for var in spec.env:
+        merged[var.name] = var.value
+    return [{"name": k, "value": v} for k, v in merged.items()]
+
+
+def gang_annotations(spec: TrainingJobSpec, nnodes: int) -> dict[str, str]:
+    """Pod annotations describing a gang of ``nnodes``: :data:`~railtrain.crds.contract.ANNOTATION_NNODES` and the parallelism.
+
+    Raises:
+        ValueError: ``nnodes`` is not admissible for the spec.
+    """
+    par = spec.effective_parallelism(nnodes)
+    return {
+        contract.ANNOTATION_NNODES: str(nnodes),
+        contract.ANNOTATION_PARALLELISM: contract.format_parallelism(par.data, par.fsdp, par.tensor, par.pipeline, par.context),
+    }
+
+
+def _from_annotations(items: list[dict[str, str]], keep: set[str]) -> list[dict[str, Any]]:
+    """Read the gang size and parallelism from the pod's annotations (Downward API ``fieldRef``).
+
+    Variables named in ``keep`` (the user's own ``spec.env``) stay literal.
+    """
+    out: list[dict[str, Any]] = []
+    for item in items:
+        key = _FROM_ANNOTATION.get(item["name"])
+        if key and item["name"] not in keep:
+            out.append({"name": item["name"], "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}})
+        else:
+            out.append(item)
+    return out
+
+
+def _downward_api(items: list[dict[str, Any]], keep: set[str]) -> list[dict[str, Any]]:
+    """Variables of :data:`~railtrain.crds.contract.DOWNWARD_API_FIELDS` (the node name) read from the pod itself
+    (``valueFrom.fieldRef``); variables named in ``keep`` (the user's own ``spec.env``) stay literal."""
+    fields = contract.DOWNWARD_API_FIELDS
+    return [
+        {"name": i["name"], "valueFrom": {"fieldRef": {"fieldPath": fields[i["name"]]}}} if i["name"] in fields and i["name"] not in keep else i
+        for i in items
+    ]
+
+
+def checkpoint_tier_environment(ck: Checkpoint) -> dict[str, Any]:
+    """:class:`~railtrain.crds.contract.PodEnvironment` fields of the node-local tiers (mount paths, intervals, keeps)."""
+    out: dict[str, Any] = {"checkpoint_keep": ck.keep}
+    if ck.memory is not None:
+        out |= {"checkpoint_memory_dir": contract.MEMORY_TIER_MOUNT, "checkpoint_memory_interval": ck.memory.interval, "checkpoint_memory_keep": ck.memory.keep}
+    if ck.local is not None:
+        out |= {"checkpoint_local_dir": contract.LOCAL_TIER_MOUNT, "checkpoint_local_interval": ck.local.interval, "checkpoint_local_keep": ck.local.keep}
+    return out
+
+
+def checkpoint_volumes(ck: Checkpoint, name: str, namespace: str, uid: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pod volumes and container mounts of the checkpoint tiers.
+
+    memory: the node's tmpfs through ``hostPath`` (``<hostPath>/<namespace>/<job>/<run id>``,
+    :func:`run_id` of ``uid``; outlives the pod, so a gang of the same run restarted on the same
+    node finds it, and a new job of the same name does not) or a
+    memory-backed ``emptyDir`` (survives container restarts only). local: the
+    same choice on disk. persistent: the ``volumeClaim`` mounted at
+    ``location``; a URI or an unmanaged path needs no volume.
+    """
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for vol_name, tier, mount, medium in (
+        ("checkpoint-memory", ck.memory, contract.MEMORY_TIER_MOUNT, {"medium": "Memory"}),
+        ("checkpoint-local", ck.local, contract.LOCAL_TIER_MOUNT, {}),
+    ):
+        if tier is None:
+            continue
+        if tier.volume == TierVolume.NODE.value:
+            rid = run_id(ck, uid)
+            path = f"{tier.host_path.rstrip('/')}/{namespace}/{name}" + (f"/{rid}" if rid else "")
+            source: dict[str, Any] = {"hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+        else:
+            source = {"emptyDir": {**medium, **({"sizeLimit": tier.size_limit} if tier.size_limit else {})}}
+        volumes.append({"name": vol_name, **source})
+        mounts.append({"name": vol_name, "mountPath": mount})
+    if ck.volume_claim:
+        volumes.append({"name": "checkpoint-persistent", "persistentVolumeClaim": {"claimName": ck.volume_claim}})
+        mounts.append({"name": "checkpoint-persistent", "mountPath": ck.location})
+    return volumes, mounts
+
+
+def _resources(spec: TrainingJobSpec) -> dict[str, Any]:
+    amounts: dict[str, str] = {}
+    if spec.resources.gpus:
+        amounts[spec.resources.gpu_resource_name] = str(spec.resources.gpus)
+    if spec.resources.cpu is not None:  # int-or-string quantities; 0 is a request too
+        amounts["cpu"] = str(spec.resources.cpu)
+    if spec.resources.memory is not None:
+        amounts["memory"] = str(spec.resources.memory)
+    # requests == limits: Guaranteed QoS, the class training pods want.
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def gang_tolerations(spec: TrainingJobSpec) -> list[dict[str, str]]:
+    """Tolerations of every gang pod: the NoSchedule taint keyed by the GPU resource name.
+
+    This is the toleration Kubernetes' ExtendedResourceToleration admission
+    plugin adds to pods requesting an extended resource; adding it here makes
+    pods behave the same on clusters without that plugin, and it is the one
+    taint :func:`railtrain.operator.scheduling.snapshot.snapshot` treats as tolerated.
+    """
+    return [{"key": spec.resources.gpu_resource_name, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def shm_volume(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The memory-backed ``/dev/shm`` of ``spec.resources.shm``: ``([volume], [mount])``, or two empty lists.
+
+    An ``emptyDir`` with ``medium: Memory`` is a tmpfs sized by ``sizeLimit``;
+    the container runtime's own ``/dev/shm`` is 64 MiB, too little for PyTorch
+    DataLoader workers and NCCL's shared-memory transport.
+    """
+    if not spec.resources.shm:
+        return [], []
+    return [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}], [{"name": SHM_VOLUME, "mountPath": SHM_MOUNT}]
+
+
+def merge_trainer(container: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The training container with the template's ``trainer`` entry merged in (pure).
+
+    Lists (env, envFrom, volumeMounts, ports) are appended after the operator's;
+    resources are merged by name (the template adds names; :mod:`railtrain.crds.podtemplate`
+    refuses the ones spec.resources sets); every other key of the entry
+    (securityContext, workingDir, probes, lifecycle ...) is taken as written.
+    Keys the operator owns never reach here: the API refuses them.
+    """
+    out = dict(container)
+    for key, value in entry.items():
+        if key == "name":
+            continue
+        if key in ("env", "envFrom", "volumeMounts", "ports"):
+            out[key] = [*out.get(key, []), *value]
+        elif key == "resources":
+            mine = out.get("resources", {})
+            merged = {kind: {**(value.get(kind) or {}), **(mine.get(kind) or {})} for kind in ("requests", "limits") if value.get(kind) or mine.get(kind)}
+            claims = [*(mine.get("claims") or []), *(value.get("claims") or [])]  # the operator's IMEX claim stays
+            out["resources"] = {**value, **merged, **({"claims": claims} if claims else {})}
+        else:
+            out[key] = value
+    return out
+
+
+def merge_template(pod_spec: dict[str, Any], template: TemplatePodSpec) -> dict[str, Any]:
+    """The pod spec with the template's PodSpec fields merged in (pure).
+
+    The training container is merged with the template's ``trainer`` entry
+    (:func:`merge_trainer`); other template containers follow it as sidecars;
+    volumes and tolerations are appended after the operator's; every other
+    field the template sets is copied as written. The operator's fields
+    (gate, restartPolicy, hostname, subdomain) are kept: the API refuses a
+    template that sets them.
+    """
+    given = template.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
+    out = {**{k: v for k, v in given.items() if k not in _MERGED_POD_FIELDS}, **pod_spec}
+    trainer = pod_spec["containers"][0]
+    entry = template.container() or {}
+    out["containers"] = [merge_trainer(trainer, entry), *(c for c in template.containers if c.get("name") != TRAINER)]
+    for key in ("volumes", "tolerations"):
+        if given.get(key):
+            mine = pod_spec.get(key, [])
+            out[key] = [*mine, *(item for item in given[key] if item not in mine)]
+    if given.get("initContainers"):
+        out["initContainers"] = list(given["initContainers"])
+    return out
+
+
+def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
+    """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published), selecting node rank 0 only.
+
+    torchrun's rendezvous needs one name, rank 0's (:func:`railtrain.crds.contract.rdzv_host`); the
+    other ranks reach it and each other by the addresses the rendezvous hands out, never by DNS. A
+    Service selecting the whole gang made the EndpointSlice and Endpoints controllers rewrite the
+    job's endpoints as each rank got its address: for a 256-pod gang about 90 writes beside the
+    gang's 512 (`apiserver_request_total`, docs/bench-operator.md), fanned out to every watcher of
+    EndpointSlices (CoreDNS). With rank 0 alone they are one or two per attempt.
+
+    Args:
+        job: the validated TrainingJob; namespace: where it lives; uid: its uid (the ownerReference).
+
+    Returns:
+        The Service manifest (a dict, camelCase).
+    """
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": contract.service_name(name),
+            "namespace": namespace,
+            "labels": job_labels(name),
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {contract.LABEL_JOB_NAME: name, contract.LABEL_NODE_RANK: "0"},
+            "ports": [{"name": "rendezvous", "port": contract.DEFAULT_RDZV_PORT, "targetPort": contract.DEFAULT_RDZV_PORT}],
+        },
+    }
+
+
+def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> dict[str, Any]:
+    """The gated pod of node ``rank``, with ``spec.template`` merged in (:func:`merge_template`).
+
+    ``profile`` (the operator's fabric profile, :mod:`railtrain.crds.fabric`)
+    adds its NCCL/libfabric variables to the training container, the names the
+    user sets left out, and names itself in the pod's
+    :data:`~railtrain.crds.fabric.ANNOTATION_PROFILE`; its per-node values are
+    read from annotations the operator sets when it releases the pod.
+
+    An elastic job's pods read the gang size and parallelism from their
+    annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
+    the operator sets to the admitted size in the same patch that pins and
+    ungates the pod, before any container starts.
+
+    Returns:
+        A v1 Pod manifest with ``schedulingGates`` set and no ``nodeSelector``
+        yet; :func:`pin_to_node` adds the node once the gang is placed.
+
+    Raises:
+        ValueError: rank out of range.
+    """
+    name = job.metadata.name
+    spec = job.spec
+    env = pod_environment(spec, name, namespace, rank, restarts, uid=uid)
+    env_items: list[dict[str, Any]] = list(container_env(spec, env))
+    if spec.elastic is not None:  # the size is known only at admission
+        env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
+    env_items = _downward_api(env_items, {v.name for v in spec.env}) + fabric.container_env(profile, spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "env": env_items,
+        "ports": [
+            {"name": "rendezvous", "containerPort": contract.DEFAULT_RDZV_PORT},
+            {"name": "metrics", "containerPort": contract.DEFAULT_METRICS_PORT},
+        ],
+        "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    resources = _resources(spec)
+    if nvlink.wants(job):
+        resources["claims"] = nvlink.container_claims()
+    if resources:
+        container["resources"] = resources
+    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)
+    shm, shm_mounts = shm_volume(spec)
+    volumes, mounts = volumes + shm, mounts + shm_mounts
+    if mounts:
+        container["volumeMounts"] = mounts
+    labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
+    annotations = {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)}
+    if profile is not None:
+        annotations[fabric.ANNOTATION_PROFILE] = profile.name
+    pod_spec: dict[str, Any] = {
+        "hostname": contract.pod_name(name, rank),
+        "subdomain": contract.service_name(name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "schedulingGates": [{"name": contract.SCHEDULING_GATE}],
+        "tolerations": gang_tolerations(spec),
+        "containers": [container],
+        **({"volumes": volumes} if volumes else {}),
+        **({"resourceClaims": nvlink.pod_claims(name)} if nvlink.wants(job) else {}),
+    }
+    if spec.template is not None:
+        labels = {**spec.template.metadata.labels, **labels}
+        annotations = {**spec.template.metadata.annotations, **annotations}
+        pod_spec = merge_template(pod_spec, spec.template.spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": contract.pod_name(name, rank),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(name, uid)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def render_gang(job: TrainingJob, namespace: str, uid: str, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> list[dict[str, Any]]:
+    """All pods of the gang, ordered by node rank (``profile`` as for :func:`render_pod`)."""
+    return [render_pod(job, namespace, uid, r, restarts, profile) for r in range(job.spec.nodes)]
+
+
+def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """Return a copy of ``pod`` whose nodeSelector pins it to ``node`` (by kubernetes.io/hostname).
+
+    The operator decides; whoever binds the pod enforces the pin: kube-scheduler
+    for a gated pod released by patch or a pod :func:`binds_directly` refuses,
+    the kubelet's admission for a pod created bound (:func:`admitted_pod`).
+    """
+    out = {**pod, "spec": {**pod["spec"]}}
+    out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), "kubernetes.io/hostname": node}
+    return out
+
+
+SCHEDULER_VOLUMES = ("persistentVolumeClaim", "ephemeral")
+"""Volume sources only kube-scheduler can bind a pod with: its VolumeBinding plugin provisions a
+``WaitForFirstConsumer`` claim for the chosen node and checks a bound volume's node affinity."""
+
+
+def binds_directly(pod: dict[str, Any]) -> bool:
+    """Whether the operator binds ``pod`` itself, by creating it with ``spec.nodeName`` set, instead of leaving the binding to kube-scheduler.
+
+    A pod whose node is set at creation is never seen by kube-scheduler; the
+    kubelet still runs its admission (resources, node affinity, NoExecute
+    taints) and refuses the pod (``OutOf<resource>``) if the node cannot hold it.
+    That is safe here because placement already checked every resource of the
+    pod against the ledger (:mod:`railtrain.operator.scheduling.snapshot`), and it saves the
+    scheduler's queue, filter and Binding round trip on every rank of every
+    start and restart (issue 16's start-up goal; docs/scheduling.md,
+    "Binding: direct unless a plugin is needed").
+
+    Args:
+        pod: a rendered v1 Pod manifest (template merged).
+
+    Returns:
+        False when kube-scheduler has work to do at binding time that the
+        operator does not model: a PersistentVolumeClaim or generic ephemeral
+        volume (:data:`SCHEDULER_VOLUMES`) or a DRA ``resourceClaims`` entry
+        (allocation, e.g. the NVLink ComputeDomain's IMEX channel); True otherwise.
+    """
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return False
+    return not any(source in (volume or {}) for volume in spec.get("volumes") or [] for source in SCHEDULER_VOLUMES)
+
+
+def admitted_pod(pod: dict[str, Any], node: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """A copy of the gated ``pod`` as it is created for an admitted gang: pinned to ``node``, ``annotations`` added, no scheduling gate.
+
+    One create per rank, nothing to patch afterwards (docs/scheduling.md, "Admit before creating").
+    The pin is always the ``kubernetes.io/hostname`` node selector; where
+    :func:`binds_directly` allows, ``spec.nodeName`` is set too, so the pod is
+    bound by its create and kube-scheduler never handles it.
+    """
+    out = pin_to_node(pod, node)
+    out["spec"].pop("schedulingGates", None)
+    if binds_directly(out):
+        out["spec"]["nodeName"] = node
+    out["metadata"] = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}), **annotations}}
+    return out

@@ -1,0 +1,71 @@
+"""How large an elastic gang could be now (pure), for growing back once capacity returns.
+
+The running gang's own pods are counted as free (a grow restarts the whole
+gang, so its nodes are released first), every other pod holds its capacity,
+and the grow takes its turn in the admission queue beside every waiting job
+(:func:`railtrain.operator.scheduling.queue.schedule`, the pass that will admit the
+restarted gang), at the largest admissible size it is left
+(:meth:`railtrain.crds.api.TrainingJobSpec.node_counts`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from railtrain.crds import contract
+from railtrain.operator.scheduling import snapshot as cluster_model
+from railtrain.operator.scheduling.queue import Hold, schedule
+from railtrain.operator.job.request import admission_request, parse_job
+from railtrain.operator.scheduling.placement import GangRequest, Placement
+from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
+
+
+def wants_to_grow(obj: dict[str, Any]) -> bool:
+    """Whether ``obj`` is a Running elastic job admitted below ``spec.nodes`` (cheap: no parsing beyond the dict)."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    admitted, nodes = status.get("admittedNodes"), spec.get("nodes", 1)
+    return bool(spec.get("elastic")) and status.get("phase") == "Running" and isinstance(admitted, int) and admitted < nodes
+
+
+def grow_size(
+    obj: dict[str, Any],
+    nodes: list[dict[str, Any]],
+    active: list[dict[str, Any]],
+    levels: tuple[str, ...] = DEFAULT_LEVELS,
+    queue: Sequence[GangRequest] = (),
+    holds: Mapping[str, Hold] | None = None,
+) -> int | None:
+    """The gang size the admission pass would give the job now if its own pods were freed, or None when it gives none.
+
+    The job's grow request (every admissible size, its own priority and
+    creationTimestamp, nothing pinned) takes its turn in
+    :func:`railtrain.operator.scheduling.queue.schedule` beside every job waiting in
+    ``queue``, on one ledger: a waiting job of higher priority, or of equal
+    priority that arrived earlier, is placed first and the grow gets only what
+    it leaves (issue 15, kind 9). So a job never grows past a waiting job the
+    queue puts first, and never restarts into a size the next admission pass
+    would not give it.
+
+    Args:
+        obj: the TrainingJob.
+        nodes: every v1 Node.
+        active: every non-terminal pod of the cluster.
+        levels: the operator's topology levels.
+        queue: the requests of every job waiting for placement now (the job's own is ignored).
+        holds: the nodes restarting jobs hold (``namespace/name`` → :class:`~railtrain.operator.scheduling.queue.Hold`):
+            taken for the grow as for every other job.
+
+    Returns:
+        The number of nodes, or None when the queue leaves it no admissible size.
+    """
+    meta = obj["metadata"]
+    asked = {k: v for k, v in (obj.get("status") or {}).items() if k not in ("phase", "admission")}  # as if the gang waited afresh
+    entry = admission_request(obj | {"status": asked}, [], None)
+    if entry is None:
+        return None
+    request = entry[0]
+    others = [p for p in active if not (p["metadata"].get("namespace") == meta.get("namespace") and (p["metadata"].get("labels") or {}).get(contract.LABEL_JOB_NAME) == meta["name"])]
+    snap = cluster_model.snapshot(nodes, others, parse_job(obj).spec.resources.gpu_resource_name, levels)
+    competing = [r for r in queue if r.job != request.job and r.gpu_resource == request.gpu_resource]
+    placed = next(d.result for d in schedule([*competing, request], snap, {k: h for k, h in (holds or {}).items() if k != request.job}) if d.job == request.job)
+    return len(placed.nodes) if isinstance(placed, Placement) else None
