@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
-from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
@@ -29,9 +29,8 @@ from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFai
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds import launcher
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
-from railtrain.crds.quantity import MAX_LENGTH as _QUANTITY_MAX_LENGTH
-from railtrain.crds.quantity import cel_rule as _quantity_cel
-from railtrain.crds.quantity import quantity_problem
+from railtrain.crds.quantity import BYTES_EXAMPLE, CPU_EXAMPLE, BytesQuantity, CpuQuantity, quantity_field  # noqa: F401  (BytesQuantity, CpuQuantity re-exported)
+from railtrain.crds.checkpoint import RUN_ID_PATTERN, Checkpoint, LocalTier, MemoryTier, TierVolume  # noqa: F401  (spec.checkpoint's models, re-exported)
 
 
 @dataclass(frozen=True)
@@ -64,32 +63,6 @@ class Rule:
 
 
 
-CPU_EXAMPLE = "4, 500m or 1.5"
-BYTES_EXAMPLE = "2Gi, 2G or 2000M"
-
-
-def _quantity_type(example: str) -> Any:
-    """An int-or-string Kubernetes quantity field type that is at least 0 (:mod:`railtrain.crds.quantity`)."""
-
-    def check(value: Any) -> int | str:
-        problem = quantity_problem(value, example)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True, "maxLength": _QUANTITY_MAX_LENGTH}
-    return Annotated[int | str, PlainValidator(check), WithJsonSchema(schema)]
-
-
-CpuQuantity = _quantity_type(CPU_EXAMPLE)
-BytesQuantity = _quantity_type(BYTES_EXAMPLE)
-
-
-def _quantity_field(path: str, example: str, description: str) -> Any:
-    """A quantity field: absent by default, its CEL rule naming ``path`` (the server's sentence)."""
-    return Field(None, description=description, json_schema_extra={"x-kubernetes-validations": [_quantity_cel(path, example)]})
-
-
 class EnvVar(_Model):
     """One environment variable for the training container (a subset of core/v1 EnvVar)."""
 
@@ -102,9 +75,9 @@ class Resources(_Model):
 
     gpus: int = Field(0, ge=0, description="Accelerators per pod, requested as the extended resource gpuResourceName.")
     gpu_resource_name: str = Field("nvidia.com/gpu", description="Extended resource name of the accelerator (device plugin).")
-    cpu: CpuQuantity | None = _quantity_field("spec.resources.cpu", CPU_EXAMPLE, "CPU request and limit per pod as a Kubernetes quantity, e.g. 16 or \"500m\".")
-    memory: BytesQuantity | None = _quantity_field("spec.resources.memory", BYTES_EXAMPLE, "Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
-    shm: BytesQuantity | None = _quantity_field("spec.resources.shm", BYTES_EXAMPLE, "Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
+    cpu: CpuQuantity | None = quantity_field("spec.resources.cpu", CPU_EXAMPLE, "CPU request and limit per pod as a Kubernetes quantity, e.g. 16 or \"500m\".")
+    memory: BytesQuantity | None = quantity_field("spec.resources.memory", BYTES_EXAMPLE, "Memory request and limit per pod as a Kubernetes quantity, e.g. \"64Gi\".")
+    shm: BytesQuantity | None = quantity_field("spec.resources.shm", BYTES_EXAMPLE, "Size of a memory-backed /dev/shm mounted in the training container (PyTorch data loaders and NCCL need far more than the container default of 64Mi), e.g. \"32Gi\"; its pages count toward the pod's memory.")
 
 
 class Parallelism(_Model):
@@ -174,65 +147,6 @@ class Topology(_Model):
         if level and qualified_name_error(level):
             raise ValueError(f"{json.dumps(level)} is not a Kubernetes label key; use an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. railtrain.dev/rack)")
         return level
-
-
-RUN_ID_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-"""``spec.checkpoint.runId``: one path segment (a uid fits), never ``.``/``..`` or a ``/``."""
-
-
-class TierVolume(str, Enum):
-    """Which volume holds a node-local checkpoint tier."""
-
-    NODE = "node"
-    POD = "pod"
-
-
-class MemoryTier(_Model):
-    """The fastest tier: each rank's shard in node RAM (tmpfs), plus a copy in the RAM of the next node, so losing one node loses nothing."""
-
-    interval: int = Field(10, ge=1, description="Training steps between saves to memory.")
-    keep: int = Field(1, ge=1, le=16, description="Newest complete memory checkpoints kept (each costs its shards plus the previous node's copies in RAM).")
-    volume: TierVolume = Field(
-        TierVolume.NODE,
-        description="node: a directory under hostPath on the node's tmpfs, which outlives the pod, so a gang restarted on the same nodes finds it (needs hostPath to be allowed); pod: a memory-backed emptyDir, which survives container restarts only. Either way the pages count toward the writing container's memory.",
-    )
-    host_path: str = Field("/dev/shm/railtrain", pattern=r"^/", description="tmpfs directory on the node (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
-    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.memory.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity such as \"32Gi\".")
-
-
-class LocalTier(_Model):
-    """A node-local disk tier (e.g. NVMe): each rank's shard on its own node."""
-
-    interval: int = Field(50, ge=1, description="Training steps between saves to the node-local disk.")
-    keep: int = Field(2, ge=1, le=64, description="Newest complete local checkpoints kept.")
-    volume: TierVolume = Field(TierVolume.NODE, description="node: a directory under hostPath, which outlives the pod (needs hostPath to be allowed); pod: an emptyDir on the node's ephemeral storage, which survives container restarts only.")
-    host_path: str = Field("/var/lib/railtrain/checkpoints", pattern=r"^/", description="Directory on the node's local disk (volume node); the run's shards go to <hostPath>/<namespace>/<job>/<run id> (spec.checkpoint.runId, else the job's uid).")
-    size_limit: BytesQuantity | None = _quantity_field("spec.checkpoint.local.sizeLimit", BYTES_EXAMPLE, "sizeLimit of the emptyDir (volume pod), a Kubernetes quantity.")
-
-
-class Checkpoint(_Model):
-    """Periodic checkpoints of model and optimizer state in up to three tiers.
-
-    interval, location, keep and volumeClaim describe the persistent tier
-    (shared storage, reshardable to another world size); memory and local add
-    the node-local tiers, which belong to one run (runId, else the job's uid).
-    On start the trainer loads the newest complete and valid step from the
-    fastest tier that has it.
-    """
-
-    interval: int = Field(100, ge=1, description="Training steps between checkpoints to the persistent location.")
-    location: str | None = Field(None, min_length=1, description="Persistent tier: a directory every pod sees, or an fsspec URI (s3://, gs://); omitted disables it (an empty string is refused: omit the field instead).")
-    keep: int = Field(2, ge=0, description="Newest complete persistent checkpoints kept (0 keeps all).")
-    volume_claim: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="PersistentVolumeClaim (ReadWriteMany) mounted at location in every pod; location must then be an absolute path.")
-    memory: MemoryTier | None = Field(None, description="In-memory tier with a copy on the neighbouring node; omitted means off.")
-    local: LocalTier | None = Field(None, description="Node-local disk tier; omitted means off.")
-    run_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=63,
-        pattern=RUN_ID_PATTERN,
-        description="Identity of the run that owns the node-local tiers (memory, local): their directory on a node is <hostPath>/<namespace>/<job>/<runId>, and the trainer resumes only shards saved under this id. Omitted: the TrainingJob's uid, so a job deleted and submitted again starts its node-local tiers empty (the persistent location is shared as written). Set the same value in a new job to resume an earlier job's node-local tiers on purpose (a job that set none used its uid). At most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit.",
-    )
 
 
 class RunPolicy(_Model):

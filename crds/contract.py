@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Mapping
 
+from railtrain.crds.checkpoint import TIERS, TierConfig, default_tier
 from railtrain.crds.contract_errors import ContractError
 from railtrain.crds.faults import (
     ENV_FAULT_BAD_BATCH,
@@ -188,6 +189,9 @@ EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 """Bad configuration or data: retrying cannot help, the job fails at once."""
 
+_MEMORY, _LOCAL, _PERSISTENT = (default_tier(name) for name in TIERS)
+"""Each tier's API defaults (:mod:`railtrain.crds.checkpoint`): a variable the pod lacks takes them."""
+
 
 @dataclass(frozen=True)
 class PodEnvironment:
@@ -213,6 +217,9 @@ class PodEnvironment:
         checkpoint_local_dir: node-local disk tier directory in the container; ``""`` disables it.
         checkpoint_local_interval: steps between local checkpoints.
         checkpoint_local_keep: local checkpoints kept.
+            The nine ``checkpoint_*`` values are the tiers' variables one by one; read them as
+            tier configs with :meth:`checkpoint_tiers`. Their defaults are the API's
+            (:func:`railtrain.crds.checkpoint.default_tier`).
         metrics_port: Prometheus port of the local rank 0 process.
         restart_count: how many times the operator restarted this gang.
         node_name: the Kubernetes node of this pod (:data:`ENV_NODE_NAME`); ``""`` if unknown.
@@ -232,16 +239,16 @@ class PodEnvironment:
     rdzv_port: int = DEFAULT_RDZV_PORT
     parallelism: str = ""
     checkpoint_dir: str = ""
-    checkpoint_interval: int = 100
+    checkpoint_interval: int = _PERSISTENT.interval
     metrics_port: int = DEFAULT_METRICS_PORT
     restart_count: int = 0
-    checkpoint_keep: int = 2
+    checkpoint_keep: int = _PERSISTENT.keep
     checkpoint_memory_dir: str = ""
-    checkpoint_memory_interval: int = 10
-    checkpoint_memory_keep: int = 1
+    checkpoint_memory_interval: int = _MEMORY.interval
+    checkpoint_memory_keep: int = _MEMORY.keep
     checkpoint_local_dir: str = ""
-    checkpoint_local_interval: int = 50
-    checkpoint_local_keep: int = 2
+    checkpoint_local_interval: int = _LOCAL.interval
+    checkpoint_local_keep: int = _LOCAL.keep
     node_name: str = ""
     precision: str = ""
     float8_recipe: str = ""
@@ -252,6 +259,18 @@ class PodEnvironment:
     def world_size(self) -> int:
         """Total number of training processes: ``nnodes * procs_per_node``."""
         return self.nnodes * self.procs_per_node
+
+    def checkpoint_tiers(self) -> tuple[TierConfig, TierConfig, TierConfig]:
+        """The pod's checkpoint tiers as configs, fastest first (:data:`railtrain.crds.checkpoint.TIERS`).
+
+        Returns:
+            memory, local and persistent, each with its location (``""``: the tier is off), interval and keep.
+        """
+        return (
+            TierConfig("memory", self.checkpoint_memory_dir, self.checkpoint_memory_interval, self.checkpoint_memory_keep),
+            TierConfig("local", self.checkpoint_local_dir, self.checkpoint_local_interval, self.checkpoint_local_keep),
+            TierConfig("persistent", self.checkpoint_dir, self.checkpoint_interval, self.checkpoint_keep),
+        )
 
 
 _RAILTRAIN_NAMES = {

@@ -9,14 +9,19 @@ int-or-string: ``cpu: 4`` and ``cpu: "4"`` mean the same.
 
 The API server applies the same rule to a TrainingJob with CEL's Kubernetes
 quantity library (``isQuantity``, ``quantity(...).isLessThan``; Kubernetes ≥ 1.29),
-see :func:`cel_rule`.
+see :func:`cel_rule`. The API models declare such fields with :data:`CpuQuantity` or
+:data:`BytesQuantity` and :func:`quantity_field`.
+
+Imports: the standard library and pydantic; nothing of railtrain.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, PlainValidator, WithJsonSchema
 
 QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 """The resource.Quantity grammar (as controller-gen emits it for CRDs)."""
@@ -91,3 +96,29 @@ def cel_rule(field: str, example: str) -> dict[str, str]:
         "message": f"{field} must be a non-negative Kubernetes quantity, e.g. {example}",
         "reason": "FieldValueInvalid",
     }
+
+
+CPU_EXAMPLE = "4, 500m or 1.5"
+BYTES_EXAMPLE = "2Gi, 2G or 2000M"
+
+
+def quantity_type(example: str) -> Any:
+    """An int-or-string Kubernetes quantity field type that is at least 0 (:func:`quantity_problem` names ``example``)."""
+
+    def check(value: Any) -> int | str:
+        problem = quantity_problem(value, example)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    schema = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True, "maxLength": MAX_LENGTH}
+    return Annotated[int | str, PlainValidator(check), WithJsonSchema(schema)]
+
+
+CpuQuantity = quantity_type(CPU_EXAMPLE)
+BytesQuantity = quantity_type(BYTES_EXAMPLE)
+
+
+def quantity_field(path: str, example: str, description: str) -> Any:
+    """A quantity field: absent by default, its CEL rule naming ``path`` (the server's sentence)."""
+    return Field(None, description=description, json_schema_extra={"x-kubernetes-validations": [cel_rule(path, example)]})

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from railtrain.crds import contract
+from railtrain.crds.checkpoint import TIERS, TierConfig, default_tier
 from railtrain.crds.precision import Compute, Float8Recipe
 from railtrain.trainer.presets import PRESETS
 
@@ -24,7 +25,13 @@ PARALLEL_MODES = ("ddp", "fsdp")
 PRECISIONS = ("auto", "bf16", "fp8", "fp32")
 FP8_RECIPES = tuple(r.value for r in Float8Recipe)
 PP_SCHEDULES = ("gpipe", "1f1b")
-DEFAULT_CHECKPOINT_INTERVAL = 100
+TIER_FLAGS = {
+    "memory": ("checkpoint_memory_dir", "checkpoint_memory_interval", "checkpoint_memory_keep"),
+    "local": ("checkpoint_local_dir", "checkpoint_local_interval", "checkpoint_local_keep"),
+    "persistent": ("checkpoint_dir", "checkpoint_interval", "checkpoint_keep"),
+}
+"""Each checkpoint tier's flags: its location, interval and keep (the fields of a
+:class:`~railtrain.crds.checkpoint.TierConfig`, in that order); the one place flags and tier configs meet."""
 
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest float32: AdamW multiplies by the learning rate in the parameters' dtype and refuses a larger one
@@ -78,21 +85,21 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     """Persistent checkpoint tier: a shared directory or an fsspec URI (s3://, gs://, memory://), step-<N>/ below it; on start the trainer resumes from the newest complete and valid checkpoint of any tier. Default: from the pod environment, else none."""
     checkpoint_interval: int | None = None
-    """Save to --checkpoint-dir every this many steps, and at the last step. Default: from the pod environment, else 100."""
+    """Save to --checkpoint-dir every this many steps, and at the last step. Default: from the pod environment, else the API's default (spec.checkpoint.interval)."""
     checkpoint_keep: int | None = None
-    """Keep this many newest complete checkpoints in --checkpoint-dir; older ones are deleted (0 keeps all). Default: from the pod environment, else 2."""
+    """Keep this many newest complete checkpoints in --checkpoint-dir; older ones are deleted (0 keeps all). Default: from the pod environment, else the API's default (spec.checkpoint.keep)."""
     checkpoint_memory_dir: str | None = None
     """Memory tier: a directory in RAM that outlives the trainer (e.g. under /dev/shm), one per node; each rank keeps its shard there and a copy on the next node. Default: from the pod environment, else off."""
     checkpoint_memory_interval: int | None = None
     """Steps between memory-tier saves. Default: from the pod environment, else --checkpoint-interval."""
     checkpoint_memory_keep: int | None = None
-    """Memory-tier checkpoints kept. Default: from the pod environment, else 1."""
+    """Memory-tier checkpoints kept. Default: from the pod environment, else the API's default (spec.checkpoint.memory.keep)."""
     checkpoint_local_dir: str | None = None
     """Local tier: a directory on the node's own disk; each rank keeps its shard there. Default: from the pod environment, else off."""
     checkpoint_local_interval: int | None = None
     """Steps between local-tier saves. Default: from the pod environment, else --checkpoint-interval."""
     checkpoint_local_keep: int | None = None
-    """Local-tier checkpoints kept. Default: from the pod environment, else 2."""
+    """Local-tier checkpoints kept. Default: from the pod environment, else the API's default (spec.checkpoint.local.keep)."""
     checkpoint_cleanup: bool = True
     """When the run succeeds and the persistent tier holds its last step, delete this run's shards in the memory and local tiers (docs/checkpoints.md, "Run identity and cleanup"); --no-checkpoint-cleanup keeps them."""
     checkpoint_async: bool = True
@@ -207,19 +214,14 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
     Raises:
         ValueError: the merged config is invalid.
     """
-    updates: dict[str, object] = {}
     pod = ctx.pod
-    if config.checkpoint_dir is None:
-        updates["checkpoint_dir"] = pod.checkpoint_dir if pod else ""
-    if config.checkpoint_interval is None:
-        updates["checkpoint_interval"] = pod.checkpoint_interval if pod else DEFAULT_CHECKPOINT_INTERVAL
-    interval = updates.get("checkpoint_interval", config.checkpoint_interval)
-    for name, default in (
-        ("checkpoint_keep", 2), ("checkpoint_memory_dir", ""), ("checkpoint_memory_interval", interval), ("checkpoint_memory_keep", 1),
-        ("checkpoint_local_dir", ""), ("checkpoint_local_interval", interval), ("checkpoint_local_keep", 2), ("metrics_port", 0),
-    ):  # fmt: skip
-        if getattr(config, name) is None:
-            updates[name] = getattr(pod, name) if pod else default
+    updates: dict[str, object] = {}
+    for tier in launch_tiers(config, pod):
+        for flag, value in zip(TIER_FLAGS[tier.name], (tier.location, tier.interval, tier.keep)):
+            if getattr(config, flag) is None:
+                updates[flag] = value
+    if config.metrics_port is None:
+        updates["metrics_port"] = pod.metrics_port if pod else 0
     if not config.job_name and pod:
         updates["job_name"] = pod.job_name
     updates.update(_precision_updates(config, pod))
@@ -230,6 +232,38 @@ def apply_launch_context(config: TrainConfig, ctx: LaunchContext) -> TrainConfig
         raise ValueError(f"{contract.ENV_CHECKPOINT_INTERVAL} must be >= 1, got {merged.checkpoint_interval}")
     merged.validate()
     return merged
+
+
+def launch_tiers(config: TrainConfig, pod: contract.PodEnvironment | None) -> tuple[TierConfig, ...]:
+    """The checkpoint tiers the launcher gives, which fill the tier flags left at ``None``.
+
+    Returns:
+        The pod's tiers (:meth:`~railtrain.crds.contract.PodEnvironment.checkpoint_tiers`) when a pod
+        contract is set; else every tier off with the API's defaults
+        (:func:`~railtrain.crds.checkpoint.default_tier`), except that a node-local tier's interval
+        is ``--checkpoint-interval`` (or its default).
+    """
+    if pod is not None:
+        return pod.checkpoint_tiers()
+    persistent = default_tier("persistent")
+    interval = persistent.interval if config.checkpoint_interval is None else config.checkpoint_interval
+    return tuple(t if t.name == "persistent" else dataclasses.replace(t, interval=interval) for t in map(default_tier, TIERS))
+
+
+def checkpoint_tiers(config: TrainConfig) -> list[TierConfig]:
+    """The checkpoint tiers the flags (filled by :func:`apply_launch_context`) turn on, fastest first.
+
+    Raises:
+        ValueError: a tier with a location has no interval or keep (the config was not filled).
+    """
+    tiers = []
+    for name in TIERS:
+        location, interval, keep = (getattr(config, flag) for flag in TIER_FLAGS[name])
+        if location:
+            if interval is None or keep is None:
+                raise ValueError(f"the {name} checkpoint tier has no interval or keep: fill the config with apply_launch_context first")
+            tiers.append(TierConfig(name, location, interval, keep))
+    return tiers
 
 
 def _precision_updates(config: TrainConfig, pod: contract.PodEnvironment | None) -> dict[str, object]:

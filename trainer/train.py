@@ -24,9 +24,9 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract, threads
-from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState, TierConfig
+from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState
 from railtrain.trainer import float8
-from railtrain.trainer.config import TrainConfig, apply_launch_context, read_launch_context
+from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
 from railtrain.trainer.health.monitor import HealthMonitor, HealthVerdict, process_group_timeout_s
 from railtrain.trainer.health.watchdog import arm_start_deadline
@@ -145,24 +145,10 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def checkpoint_tiers(config: TrainConfig) -> list[TierConfig]:
-    """The checkpoint tiers the flags (filled from the pod environment) turn on: memory, local, persistent."""
-    tiers = []
-    for name, location, interval, keep in (
-        ("memory", config.checkpoint_memory_dir, config.checkpoint_memory_interval, config.checkpoint_memory_keep),
-        ("local", config.checkpoint_local_dir, config.checkpoint_local_interval, config.checkpoint_local_keep),
-        ("persistent", config.checkpoint_dir, config.checkpoint_interval, config.checkpoint_keep),
-    ):
-        if location:
-            assert interval is not None and keep is not None  # filled by apply_launch_context
-            tiers.append(TierConfig(name, location, interval, keep))
-    return tiers
-
-
 def build_checkpointer(
     config: TrainConfig, info: DistInfo, layout: str, log: Callable[[str], None], observe: Callable[[str, str, float, int], None], environ: Mapping[str, str]
 ) -> Checkpointer | None:
-    """A :class:`Checkpointer` over :func:`checkpoint_tiers` (``None`` when there are none); a collective.
+    """A :class:`Checkpointer` over :func:`~railtrain.trainer.config.checkpoint_tiers` (``None`` when there are none); a collective.
 
     Raises:
         ValueError: ``--checkpoint-dir`` is a URI fsspec cannot open.

@@ -8,32 +8,23 @@
 * ``persistent``: a :class:`~railtrain.trainer.checkpoint.persistent.PersistentTier`,
   one DCP checkpoint in shared storage, the only tier that reshards.
 
-Imports: :mod:`.comm`, :mod:`.persistent` and :mod:`.shards`.
+A job's tiers arrive as :class:`~railtrain.crds.checkpoint.TierConfig` values, the type the pod
+contract hands over (:meth:`railtrain.crds.contract.PodEnvironment.checkpoint_tiers`).
+
+Imports: :mod:`railtrain.crds.checkpoint` (the tier configs), :mod:`.comm`, :mod:`.persistent` and :mod:`.shards`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from railtrain.crds.checkpoint import TIERS, TierConfig
 from railtrain.trainer.checkpoint.comm import Peers
 from railtrain.trainer.checkpoint.persistent import PersistentTier
 from railtrain.trainer.checkpoint.shards import ShardTier
 
-TIERS = ("memory", "local", "persistent")
-"""Tier names, fastest first."""
-
 Tier = ShardTier | PersistentTier
 """One built tier."""
 
-
-@dataclass(frozen=True)
-class TierConfig:
-    """One tier of a job: ``name`` in :data:`TIERS`, a directory or URI, steps between saves, checkpoints kept."""
-
-    name: str
-    location: str
-    interval: int
-    keep: int
+__all__ = ["TIERS", "Tier", "TierConfig", "build_tiers", "node_size"]
 
 
 def node_size(world_size: int, local_world_size: int) -> int:
