@@ -7,6 +7,8 @@ would find this folder instead of the standard library and break Python
 itself. The block below makes that import load the standard-library module, so
 tools work from the repository root; the package is always imported as
 ``railtrain.operator``.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 if __name__ == "operator":  # imported under the standard-library name: hand over to it

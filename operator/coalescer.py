@@ -9,6 +9,8 @@ nothing: that earlier one has not read the job yet, so it will see the change.
 A request that arrives once a reconcile has started is kept, and runs after it.
 This is the rule of client-go's workqueue (a key is queued at most once while
 dirty; a key being processed and added again is processed again afterwards).
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ cleanup handlers get this very object, resource handlers a shallow copy of it
 (``copy.copy``). So the context itself never changes after start; what does
 change while the operator runs (why it stopped itself, the Lease it keeps, the
 resync task) sits in :class:`RuntimeState`, one object that every copy shares.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

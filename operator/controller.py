@@ -22,6 +22,8 @@ Concurrency rules:
   operator restarts;
 * requests for a pass coalesce: a caller whose request predates the start of
   a pass that ran while it waited skips its own pass.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

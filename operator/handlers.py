@@ -9,6 +9,8 @@ Every handler gets the operator's context as kopf's ``memo``
 (:class:`railtrain.operator.context.OperatorContext`: frozen settings, the
 API client, the stop signal, the Lease state), given to ``kopf.run(memo=...)``
 by :func:`railtrain.operator.main.run`; nothing here is module-level state.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

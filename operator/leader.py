@@ -17,6 +17,8 @@ successful renewal was sent: a leader whose loop has not run yet (a process
 resumed after SIGSTOP) writes nothing either. Without RBAC for the Lease
 (401/403) the operator leads alone, as before leader election existed, with one
 WARNING line.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

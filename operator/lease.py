@@ -9,6 +9,8 @@ components use for their own leader election (coordination.k8s.io/v1 Lease:
 holderIdentity, acquireTime, renewTime, leaseDurationSeconds, leaseTransitions).
 kopf's own peering would need kopf's peering CRD; railtrain runs kopf
 ``standalone``. :mod:`railtrain.operator.leader` runs the loop.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Each line is ``{"time", "level", "logger", "message"}`` plus ``"exception"``
 when the record carries a traceback; ``time`` is RFC 3339 UTC with
 milliseconds. The text format stays ``time LEVEL logger: message``.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

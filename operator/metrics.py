@@ -7,6 +7,8 @@ to a Counter's name). Every metric is process-wide: a standby operator
 
 The pure helpers here take plain data (a job listing, an error) and return
 what to record, so they are tested without a registry or a cluster.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

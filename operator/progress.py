@@ -13,6 +13,8 @@ Bounded writes: a job's progress is read and written at most every
 :func:`interval` seconds: :data:`MIN_SECONDS` for a few jobs, and for many jobs
 slow enough that all of them together cost at most :data:`MAX_WRITES_PER_SECOND`
 status writes (500 Running jobs: one write per job every 50 s).
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

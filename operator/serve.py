@@ -7,6 +7,8 @@ stuck: a deadlock, a call that never returns), so the kubelet restarts the
 container; ``/readyz`` answers 200 once a first pass completed and the loop
 is not stale. A standby operator's loop completes a pass each time it checks
 the Lease, so a healthy standby is live and ready too.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ so a flag, its default and its refusal sentence exist once. Runtime state (the
 API client, the stop signal, the Lease) is not here: it lives in
 :class:`railtrain.operator.context.OperatorContext`, which carries these
 settings to every handler through kopf's ``memo``.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
 
 from __future__ import annotations

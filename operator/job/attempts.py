@@ -14,6 +14,8 @@ Two writers keep ``status.goodput.attempts`` (crds/goodput.py, ``AttemptRecord``
 
 Each write recomputes the breakdown with :func:`railtrain.crds.goodput.breakdown`
 (to the completion time once the job finished).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

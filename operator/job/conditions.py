@@ -5,6 +5,8 @@ Conditions follow the metav1.Condition convention (Kubernetes API conventions,
 only when ``status`` changes, ``observedGeneration`` records the spec
 generation the observation was made from. Setters take ``now`` and return
 whether anything changed, so a reconcile writes status only when needed.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ shows yet but that is promised all the same (docs/scheduling.md):
 
 Read the pods before the jobs: the operator writes a job's status before it creates or deletes
 that job's pods, so a job read after its pods is never older than what they show.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

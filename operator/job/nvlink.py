@@ -10,6 +10,8 @@ that references it. The schema and the claim wiring follow the driver's
 documentation and CRD (DRA Driver for GPUs v25.3.0 and later, docs/fabric.md);
 only the fields railtrain sets are used. The ComputeDomain is owned by the
 job (ownerReference), so deleting the job deletes it.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Lifecycle of the gang (one per restart count, pods named ``<job>-<rank>``):
    (measured from the Scheduled condition turning True) is deleted whole,
    its nodes freed, and the job re-queued after an exponential backoff
    (``status.requeues``, ``status.requeueAfter``).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ an ownerReference to the job (so deleting the job garbage-collects the gang)
 and the gang scheduling gate (KEP-3521), which the operator lifts only after
 every rank has a node. ``railtrain run --local`` renders the same pods and runs
 their containers as local processes.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

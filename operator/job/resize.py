@@ -6,6 +6,8 @@ and the grow takes its turn in the admission queue beside every waiting job
 (:func:`railtrain.operator.scheduling.queue.schedule`, the pass that will admit the
 restarted gang), at the largest admissible size it is left
 (:meth:`railtrain.crds.api.TrainingJobSpec.node_counts`).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

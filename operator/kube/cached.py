@@ -10,6 +10,8 @@ sees the ledger the previous one wrote (``status.admission`` and the pinned
 pods) without waiting for the watch: docs/scheduling.md, "Watch-fed caches".
 Deletes the operator issues are left to the watch (the capacity is seen as
 used a little longer: conservative).
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

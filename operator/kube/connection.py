@@ -5,6 +5,8 @@ the operator connect with the same kubeconfig rules, describe the same error
 with the same sentence (``docs/operator.md``, "Failure modes": the operator's
 dead-server sentence is ``railtrain get``'s), and change a Node's taints by
 the same guarded read-modify-write.
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

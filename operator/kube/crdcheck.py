@@ -19,6 +19,8 @@ status), it names every missing field at once (a dry run only shows what was
 pruned from the one object written), and it is exact and cheap (one GET, a walk
 of two dicts). It reads presence only: a type or a CEL rule that differs is
 the API server's to enforce (a write it refuses fails loudly, not silently).
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

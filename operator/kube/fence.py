@@ -11,6 +11,8 @@ first, so a stepped-down or frozen-and-resumed leader writes nothing. The renew
 deadline is shorter than the Lease duration (client-go's leader election has
 the same split, RenewDeadline < LeaseDuration), which leaves a margin for
 clock skew between hosts and for a write already in flight when it lapses.
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ are in :meth:`Store.apply` (an older version never replaces a newer one) and
 :meth:`Store.replace` (a relist never undoes a newer write); the operator's own
 writes are applied at once by :class:`railtrain.operator.kube.cached.CachedKube`
 (read-your-writes; docs/scheduling.md, "Watch-fed caches").
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

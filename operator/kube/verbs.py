@@ -6,6 +6,8 @@ error sentences and the guarded taint write are the client edge it shares with
 the command line (:mod:`railtrain.operator.kube.connection`). Creates
 tolerate 409 AlreadyExists and deletes tolerate 404 NotFound, which is what
 makes reconciles idempotent across operator restarts.
+
+May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ identified by its *path*, the node's values of every level down to its own
 Nodes come back in depth-first order of the domains they sit in, so consecutive
 ranks share the narrowest domain possible (same rack, then same block), which
 keeps pipeline stages, assigned as contiguous rank ranges, on contiguous nodes.
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ the Kubernetes scheduler plugins they mirror:
   container and the sum of its containers plus restartable (sidecar) init
   containers; a node fits when its allocatable minus what bound or pinned pods
   hold covers it, for every resource the pod names.
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

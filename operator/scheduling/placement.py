@@ -20,6 +20,8 @@ rail layout before mixing layouts, and reports whether the gang is aligned.
 ``place_gang`` is a pure function of a :class:`GangRequest` and a
 :class:`~railtrain.operator.scheduling.snapshot.ClusterSnapshot`, so simulators and
 benchmarks call it on synthetic snapshots (see ``docs/scheduling.md``).
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

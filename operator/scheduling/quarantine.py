@@ -19,6 +19,8 @@ whole cluster (counted from the :data:`ANNOTATION_AT` annotations the API
 server stores), and the job's ``maxQuarantinesPerHour``, which can only lower
 it; a verdict beyond the job's bound quarantines nothing and fails the job
 (:data:`REASON_LIMIT`); beyond the cluster's, the node is only avoided by the job.
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ being created, so a later job sees only what they leave. An earlier job that
 does not fit now does not block later ones (no head-of-line blocking): waiting
 for it would leave GPUs idle with no promise that it will ever fit, as in
 Kueue's BestEffortFIFO queueing. There is no preemption.
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

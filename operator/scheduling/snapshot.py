@@ -13,6 +13,8 @@ levels the operator is configured with (:mod:`railtrain.operator.scheduling.topo
 and its number of rails: the NICs of a rail-optimized fabric, NIC ``i`` on the
 leaf switch of rail ``i`` (label :data:`RAILS_LABEL`, defaulting to the node's
 GPU count, one NIC per GPU as on DGX/HGX systems).
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ Presets (documented with their sources in ``docs/topology.md``) name the label
 keys clouds and NVIDIA tooling put on nodes. The configuration comes from the
 operator's flags ``--topology-preset``/``--topology-levels`` or, when those are
 absent, the environment variables :data:`ENV_PRESET`/:data:`ENV_LEVELS`.
+
+May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ Adding a transition (e.g. a recovery policy):
 A row returning a phase must leave the conditions agreeing with it; the
 machine also enforces the agreement at the end of the pass
 (:func:`railtrain.operator.job.phases.agreement.agree`).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

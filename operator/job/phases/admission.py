@@ -13,6 +13,8 @@ version) keeps the older path: missing ranks are created gated, and the
 placement pins, annotates and ungates each pod in one patch (ranks above an
 elastic gang's admitted size are deleted). A refusal is kept as the Scheduled
 condition.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

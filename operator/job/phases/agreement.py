@@ -5,6 +5,8 @@ Phases are a coarse summary of the conditions (Kubernetes API conventions,
 Suspended exactly when the condition of that name is True. Rows set their own
 condition; this pass turns any other of these conditions that is still True
 False, so a row never has to know every condition an earlier pass may have set.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

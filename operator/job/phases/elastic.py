@@ -17,6 +17,8 @@ arrived earlier, and never restarts into a size the next pass would not give it.
 written from outside the pod, so it cannot avoid growing during one; the
 trainer resumes from the newest complete checkpoint, and a save cut short is
 never loaded (docs/checkpoints.md).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

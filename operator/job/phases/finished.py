@@ -13,6 +13,8 @@ these rows run before it, on every pass of a finished job:
 * once ``completionTime + ttlSecondsAfterFinished`` has passed, the job is
   deleted (its pods and Service follow through ownerReferences), as batch/v1
   Job's TTL-after-finished controller does.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

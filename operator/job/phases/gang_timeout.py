@@ -10,6 +10,8 @@ waits for a reason other than being created (``ImagePullBackOff``, ``CreateConta
 no re-queue can cure (:data:`NEVER_STARTING`: the image reference itself) is said to be permanent, with
 :data:`~railtrain.crds.contract.NEVER_STARTS` and the fix, so ``railtrain submit --wait`` stops and
 ``railtrain get`` shows it (issue 26, item 6: such a gang looped gang timeout → re-queue, naming nothing).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

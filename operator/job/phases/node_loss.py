@@ -13,6 +13,8 @@ the job bound to a lost node is deleted with grace period 0 (the API object
 goes at once; the container, if its node ever comes back, is killed by its
 kubelet, which no longer finds the pod). Pods on nodes that are merely slow
 to confirm are never force-deleted.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

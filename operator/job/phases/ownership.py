@@ -5,6 +5,8 @@ uid (Kubernetes controller convention). A pod with a rank's name but another
 owner, or none, is never adopted, deleted or counted: it is reported by the
 Scheduled condition and a Warning Event naming it, and the rank waits until
 the name is free.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

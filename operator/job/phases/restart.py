@@ -15,6 +15,8 @@ exponentially (``status.requeueAfter``,
 themselves are computed once, by :func:`railtrain.crds.recovery.decide` and
 :func:`railtrain.crds.recovery.restart_infrastructure`, which ``railtrain run
 --local`` uses too.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

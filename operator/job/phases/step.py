@@ -5,6 +5,8 @@ admission pass's answer) and what the pass has decided so far (actions in
 :class:`Plan`, the new status, its conditions and Events). Transitions in
 :mod:`railtrain.operator.job.phases` read and extend it; nothing here talks to
 the API server.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ which node, and what holds it:
   says so while it waits;
 * a pod held by a finalizer is someone else's to release: it is reported,
   never force-removed (a force delete would not remove it anyway).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ refused although the operator's model finds it usable (what placement does not
 model) is added to ``status.avoidNodes``, so the next placement of this job
 does not pick it again; a node that is merely cordoned, tainted or gone needs
 no such record, since placement already leaves it out.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

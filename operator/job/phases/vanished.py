@@ -10,6 +10,8 @@ conditions) while it terminates, else "deleted".
 Only a gang whose Scheduled condition is True counts: the operator's own
 deletions (a restart, a gang timeout, a suspension, an elastic shrink)
 first turn Scheduled False or change the restart count.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations

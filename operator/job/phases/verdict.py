@@ -20,6 +20,8 @@ status, KEP-3329 disruption conditions):
 * ``status.reason`` ``OutOf<resource>``, ``UnexpectedAdmissionError``,
   NodeAffinity, NodeSelectorMismatch...: the kubelet refused to admit it, an
   infrastructure restart that avoids the node (``AdmissionRefused``).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations
