@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
-from railtrain.cli.controlplane.cluster import ClusterError
+from railtrain.cli.controlplane.cluster import ClusterError, stop_process
 from railtrain.cli.controlplane.binaries import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,13 +246,7 @@ class LocalKueue:
 
     def stop(self) -> None:
         """Stop the manager, remove the webhook configurations and any metrics certificate this run placed."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, grace=20)
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             self.cluster.kubectl("delete", kind, f"railtrain-bench-{kind.split('webhook')[0]}-webhook-configuration",
                                  "--ignore-not-found", check=False)

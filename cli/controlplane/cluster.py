@@ -60,6 +60,26 @@ class ClusterError(RuntimeError):
     """The local control plane failed to start, or stopped answering."""
 
 
+def stop_process(proc: "subprocess.Popen[Any] | None", grace: float = 20.0) -> None:
+    """End a child process politely: SIGTERM, then SIGKILL if it is still there after ``grace`` seconds.
+
+    Args:
+        proc: the child (``None`` or one already ended: nothing to do).
+        grace: seconds between SIGTERM and SIGKILL.
+
+    Raises:
+        subprocess.TimeoutExpired: the child outlived SIGKILL by 10 s (a process stuck in the kernel).
+    """
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
     """Poll ``check()`` until it returns a truthy value, with a deadline.
 

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .cluster import stop_process
+
 
 class OperatorProcess:
     """``python -m railtrain.operator`` against one cluster, logging to a file.
@@ -81,12 +83,7 @@ class OperatorProcess:
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 20 s."""
         if self.running():
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            stop_process(self.proc, grace=20)
 
     def tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the log ("" before the first start)."""
