@@ -21,7 +21,10 @@ Helper: ``fixed_namespace(kube, name)``, a namespace with a fixed name for a
 module-scoped fixture (a context manager).
 
 Every test that uses ``cluster`` (directly or through the others) is marked
-``cluster``, so ``-m "not cluster"`` runs everything else.
+``cluster``, so ``-m "not cluster"`` runs everything else. Under the README's
+``pytest -n 2`` command (``tests/xdist_groups.py``: one xdist scope per module,
+the kind tests first and in one scope) each worker starts its own ``cluster``
+and operator (named by the worker's pid, on free ports, so two never meet).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
+from tests.xdist_groups import kind_first, make_scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 _FAILED = pytest.StashKey[bool]()
@@ -69,6 +73,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+    kind_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N --dist loadscope``: one scope per module, the kind tests one scope (tests/xdist_groups.py)."""
+    return make_scheduler(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
