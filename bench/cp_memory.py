@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness import Table, fmt_x, machine, median, ratio, write_json
 
@@ -141,6 +141,23 @@ def worker(args: argparse.Namespace) -> None:
     if info.rank == 0:
         args.worker.write_text(json.dumps(everyone))
     dist.destroy_process_group()
+    leave_worker()
+
+
+def leave_worker() -> NoReturn:
+    """End a worker process now, with exit status 0 and without interpreter finalization.
+
+    ``destroy_process_group`` does not end gloo's threads here: DTensor's process-wide caches (sharding propagation,
+    redistribute plans, mesh topology) keep the ``DeviceMesh`` alive, and with it each of its process groups, two
+    worker threads and a TCP loop thread apiece (18 threads at context 2, still there after the model, the mesh and
+    a ``gc.collect`` are gone; /proc/self/task). Interpreter finalization then frees them in no set order, and now
+    and then a C++ thread object is destroyed while still joinable: SIGABRT, "terminate called without an active
+    exception" (issue 27). Everything the worker owes (its JSON, its output) is written and flushed by now, so it
+    leaves before finalization can start.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # --- driver --------------------------------------------------------------------------
@@ -162,8 +179,7 @@ def run_degree(args: argparse.Namespace, n: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
-        worker(args)
-        return 0
+        worker(args)  # never returns: the worker leaves through leave_worker
     before = machine()
     results = {n: run_degree(args, n) for n in args.context_list}
     base = args.context_list[0]
