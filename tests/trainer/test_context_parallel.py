@@ -33,7 +33,7 @@ from tests.trainer.tierkit import RUN_TIMEOUT_S, max_diff
 # 7.4e-6 (context 4; 5.7e-6 FSDP2 x context 2, 2.6e-6 data 2 x context 2, 2.4e-6 context 2 x tensor 2), and two runs
 # gave bitwise the same numbers: the difference is the deterministic rounding of a different float32 summation
 # order, not noise, so no run-to-run allowance is needed on one machine. Issue 27 measured that again under load:
-# 4 runs of cpkit at load 11-21 (two of them beside 2 extra busy loops) and 2 runs of 6ee6137's (the DDP layouts the
+# 3 runs of cpkit at load 12-21 (the last beside 2 extra busy loops) and 2 runs of 6ee6137's (the DDP layouts the
 # issue's failure came from, load 12) were each bitwise identical to their first; every process does its own math on
 # 1 thread (torch.set_num_threads) and gloo reduces in a fixed ring order, so neither load nor timing enters. The
 # arithmetic's own scale: the one-process reference trained with each batch's rows in another order (the same
