@@ -235,7 +235,7 @@ def fitting_waiters(jobs: dict[str, tuple[int, int]], phases: dict[str, str], po
     return out
 
 
-def test_twenty_sigkills_while_twenty_gangs_are_admitted_lose_nothing_and_double_book_nothing(
+def test_sigkills_while_gangs_are_admitted_lose_nothing_and_double_book_nothing(
     cluster, api, namespace, gpu_nodes, operator_process, submit, tmp_path
 ):
     seed = int(os.environ.get(SEED_ENV, DEFAULT_SEED))
