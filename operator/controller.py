@@ -411,7 +411,7 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     not bound yet (a node unusable before binding), ranks are to be created from status.admission (their
     nodes' fabric values), or the job may grow."""
     admitted = planner.admission_record(job.get("status") or {})
-    return resize.wants_to_grow(job) or (admitted is not None and not admitted.get("created")) or any(
+    return resize.wants_to_grow(job) or (admitted is not None and not admitted.created) or any(
         (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
     )
 

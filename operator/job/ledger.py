@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from railtrain.crds import contract
 from railtrain.operator.scheduling.queue import Hold
+from railtrain.operator.job.observed import observe_job
 from railtrain.operator.job.pods import ended_pods, lingering
 from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.request import hold_of
@@ -103,17 +104,18 @@ def read(jobs: Iterable[dict[str, Any]], pods_by_job: Mapping[str, list[dict[str
     for job in jobs:
         k, meta = key(job), job["metadata"]
         pods = pods_by_job.get(k, [])
+        seen = observe_job(job)  # the spec parsed, checked and rendered at most once for the three readers below
         try:
-            out.promised.extend(promised_pods(job, pods))
+            out.promised.extend(promised_pods(seen, pods))
             out.promised.extend(ended_pods(job, pods))
-            if (hold := hold_of(job, now)) is not None:
+            if (hold := hold_of(seen, now)) is not None:
                 out.holds[k] = hold
         except Exception as err:
             out.problems.append((k, "has an admitted placement or hold that could not be read", err))
         if meta.get("deletionTimestamp"):
             continue
         try:
-            entry = admission_request(job, pods, now)
+            entry = admission_request(seen, pods, now)
         except Exception as err:
             out.problems.append((k, "left out of this admission pass", err))
             continue

@@ -32,10 +32,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from railtrain.crds.fabric import FabricProfile
-from railtrain.crds.validation import format_validation_error
 
 from railtrain.operator.job import attempts
 from railtrain.operator.job import conditions as cond
@@ -43,7 +40,8 @@ from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang
 from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
-from railtrain.operator.job.request import admission_request, gang_request, parse_job, spec_problem
+from railtrain.operator.job.request import admission_request, gang_request
+from railtrain.operator.job.observed import Observed, observed, parse_job
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries
 from railtrain.operator.scheduling.placement import Placement, Refusal
@@ -72,6 +70,8 @@ def observe(
     quarantine_limit: int | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.job.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
+    seen = observed(obj)
+    obj = seen.obj
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
     mine = owned(obj, pods)
@@ -81,12 +81,7 @@ def observe(
         step.foreign.insert(0, {"kind": "Service", **service_exists})
     elif isinstance(service_exists, dict):
         step.service_uid = str(service_exists["metadata"].get("uid") or "")
-    try:
-        step.job = parse_job(obj)
-    except ValidationError as err:
-        step.spec_error = "; ".join(format_validation_error(err)[:3])
-    if step.job is not None and (problem := spec_problem(step.job, obj["metadata"].get("namespace", ""), obj["metadata"].get("uid", ""))):
-        step.job, step.spec_error = None, problem
+    step.job, step.spec_error = seen.usable, seen.spec_error
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
     step.fabric = fabric

@@ -13,7 +13,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
 
+from railtrain.crds.api import AdmissionRecord, HoldRecord
 from railtrain.operator.job import conditions as cond
 
 
@@ -26,7 +28,28 @@ REQUEUE_MAX_SECONDS = 600
 """Longest backoff between gang timeouts."""
 
 
-def admission_record(status: dict[str, Any]) -> dict[str, Any] | None:
+def _stored(model: type[BaseModel], value: Any) -> Any:
+    """``value`` parsed as ``model`` (an :class:`~railtrain.crds.api.AdmissionRecord` or
+    :class:`~railtrain.crds.api.HoldRecord`), or None when it is absent or does not match the model."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
+
+
+def stored_admission(status: dict[str, Any]) -> AdmissionRecord | None:
+    """``status.admission`` as stored, parsed (in force or not), or None when absent or malformed (pure)."""
+    return _stored(AdmissionRecord, status.get("admission"))
+
+
+def _in_force(record: AdmissionRecord | HoldRecord, status: dict[str, Any]) -> bool:
+    """Whether a record belongs to the current gang (its ``restarts`` is ``status.restarts``) of a job neither finished nor suspended."""
+    return record.restarts == int(status.get("restarts") or 0) and status.get("phase") not in (*cond.TERMINAL_PHASES, cond.SUSPENDED)
+
+
+def admission_record(status: dict[str, Any]) -> AdmissionRecord | None:
     """The admitted placement of the current gang (``status.admission``) while it is in force, else None (pure).
 
     A record is in force while its ``restarts`` equals ``status.restarts``, the
@@ -38,17 +61,16 @@ def admission_record(status: dict[str, Any]) -> dict[str, Any] | None:
         status: the job's ``status`` as stored (may be empty).
 
     Returns:
-        ``{"restarts": int, "nodes": [node of rank 0, ...], "created": bool}``, or None.
+        The record (:class:`~railtrain.crds.api.AdmissionRecord`: ``restarts``, ``nodes`` by rank,
+        ``created``), or None (also for a record without nodes or that does not match the model).
     """
-    record = status.get("admission")
-    if not isinstance(record, dict) or not record.get("nodes"):
-        return None
-    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+    record = stored_admission(status)
+    if record is None or not record.nodes or not _in_force(record, status):
         return None
     return record if cond.is_true(status.get("conditions") or [], cond.SCHEDULED) else None
 
 
-def hold_record(status: dict[str, Any], now: datetime | None = None) -> dict[str, Any] | None:
+def hold_record(status: dict[str, Any], now: datetime | None = None) -> HoldRecord | None:
     """The nodes a restarting gang holds (``status.hold``) while the hold is in force, else None (pure).
 
     A hold is in force while its ``restarts`` equals ``status.restarts``, no
@@ -59,17 +81,15 @@ def hold_record(status: dict[str, Any], now: datetime | None = None) -> dict[str
     keep its nodes forever). ``now`` None skips the time rule.
 
     Returns:
-        ``{"restarts": int, "nodes": [node of rank r or "", ...], "until": str}``, or None.
+        The record (:class:`~railtrain.crds.api.HoldRecord`: ``restarts``, ``nodes`` by rank, "" where
+        none is held, ``until``), or None (also for a record that holds no node or does not match the model).
     """
-    record = status.get("hold")
-    if not isinstance(record, dict) or not any(record.get("nodes") or []):
-        return None
-    if int(record.get("restarts", -1)) != int(status.get("restarts") or 0) or status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended"):
+    record = _stored(HoldRecord, status.get("hold"))
+    if record is None or not any(record.nodes) or not _in_force(record, status):
         return None
     if admission_record(status) is not None:
         return None
-    until = parse_time(record.get("until"))
-    if now is not None and (until is None or now >= until):
+    if now is not None and now >= record.until:
         return None
     return record
 

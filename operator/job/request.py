@@ -14,13 +14,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 from railtrain.crds import parallel
-from railtrain.crds.api import TrainingJob
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import render
-from railtrain.operator.scheduling.snapshot import parse_quantity, pod_node
+from railtrain.operator.job.observed import Observed, observed
+from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.scheduling.nodefit import pod_needs
 from railtrain.operator.scheduling.queue import Hold
 from railtrain.operator.scheduling.placement import GangRequest
@@ -29,78 +27,18 @@ from railtrain.operator.job.records import admission_record, hold_record, parse_
 
 
 
-def parse_job(obj: dict[str, Any]) -> TrainingJob:
-    """Validate a TrainingJob object read from the API server (status ignored).
-
-    Raises:
-        pydantic.ValidationError: the stored spec does not match the models.
-    """
-    return TrainingJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": obj["metadata"]["name"]}})
-
-
-def _quantity_problem(field: str, value: Any) -> str | None:
-    try:
-        amount = parse_quantity(value)
-    except ValueError:
-        return f"{field}: {value!r} is not a Kubernetes quantity (e.g. 500m, 4, 64Gi)"
-    return f"{field}: {value!r} must not be negative" if amount < 0 else None
-
-
-def spec_problem(job: TrainingJob, namespace: str = "", uid: str = "") -> str | None:
-    """Why a job whose spec parses still cannot become pods: a resource amount the API server refuses in a Pod.
-
-    The CRD schema and the models may let such a value through (an object
-    stored before a stricter schema, or a field the schema types only as a
-    string), so the operator checks before it places or creates anything.
-    ``spec.resources.cpu``, ``.memory`` and ``.shm`` are named as the user
-    wrote them; then every amount of the rendered rank-0 pod (containers'
-    requests and limits, ``emptyDir.sizeLimit``, ``overhead``) is checked,
-    which covers the pod template.
-
-    Args:
-        job: the parsed TrainingJob; namespace, uid: as rendered into the pod.
-
-    Returns:
-        One sentence naming the field and its value, or None when every
-        amount is a non-negative quantity (:data:`~railtrain.operator.scheduling.snapshot.QUANTITY`).
-    """
-    res = job.spec.resources
-    for name in ("cpu", "memory", "shm"):
-        value = getattr(res, name)
-        if value is not None and (problem := _quantity_problem(f"spec.resources.{name}", value)):
-            return problem
-    try:
-        pod = render.render_pod(job, namespace, uid, 0)
-    except ValueError as err:
-        return str(err)
-    spec = pod.get("spec") or {}
-    for group in ("initContainers", "containers"):
-        for c in spec.get(group) or []:
-            for kind in ("requests", "limits"):
-                for key, value in ((c.get("resources") or {}).get(kind) or {}).items():
-                    if problem := _quantity_problem(f"container {c.get('name')} resources.{kind}.{key}", value):
-                        return problem
-    for v in spec.get("volumes") or []:
-        size = (v.get("emptyDir") or {}).get("sizeLimit")
-        if size is not None and (problem := _quantity_problem(f"volume {v.get('name')} emptyDir.sizeLimit", size)):
-            return problem
-    for key, value in (spec.get("overhead") or {}).items():
-        if problem := _quantity_problem(f"overhead.{key}", value):
-            return problem
-    return None
-
-
-def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> tuple[GangRequest, bool] | None:
+def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> tuple[GangRequest, bool] | None:
     """The job's entry in the admission queue, if it waits for placement.
 
     Args:
-        obj: the TrainingJob as read from the API server.
+        job: the TrainingJob as observed in this pass (:func:`~railtrain.operator.job.observed.observe_job`),
+            or as read from the API server.
         pods: every pod labelled with the job's name (only those the job owns count).
         now: the current time (UTC); None skips the time-based rules.
 
     Returns:
         ``(request, ready)``, or None when the job does not wait: terminal,
-        suspended, invalid (the models refuse it, or :func:`spec_problem`), backing off after a gang timeout
+        suspended, invalid (the models refuse it, or :func:`~railtrain.operator.job.observed.spec_problem`), backing off after a gang timeout
         (``status.requeueAfter`` in the future), or every rank already released.
         ``ready`` is True when every pod of the gang exists so placement can be
         applied now. A job that is not ready (pods still being created, or the
@@ -109,16 +47,13 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         after it started waiting; after that it is left out, so a job whose pods
         cannot be created never blocks the queue.
     """
-    status = obj.get("status") or {}
+    seen = observed(job)
+    obj, status = seen.obj, seen.status
     if status.get("phase") in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
         return None
-    try:
-        job = parse_job(obj)
-    except ValidationError:
-        return None
-    if spec_problem(job, obj["metadata"].get("namespace", ""), obj["metadata"].get("uid", "")):
-        return None  # the reconcile fails it with InvalidSpec; it never takes a turn in the queue
-    spec = job.spec
+    if seen.usable is None or seen.pod0 is None:
+        return None  # the models refuse it or it cannot become pods: the reconcile fails it with InvalidSpec; it never takes a turn in the queue
+    spec = seen.usable.spec
     after = parse_time(status.get("requeueAfter"))
     if now is not None and after is not None and now < after:
         return None
@@ -153,24 +88,24 @@ def admission_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: date
         priority=spec.priority,
         created=meta.get("creationTimestamp", ""),
         gpu_resource=spec.resources.gpu_resource_name,
-        needs=pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name),
+        needs=pod_needs(seen.pod0, spec.resources.gpu_resource_name),
         avoid=frozenset(status.get("avoidNodes") or []),
         nvlink=spec.topology.nvlink_domain,
-        prefer=tuple(str(n or "") for n in (hold.get("nodes") or [])) if fresh and (hold := hold_record(status, now)) else (),
+        prefer=tuple(hold.nodes) if fresh and (hold := hold_record(status, now)) else (),
     )
     return request, ready
 
 
-def gang_request(obj: dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> GangRequest | None:
+def gang_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> GangRequest | None:
     """The placement request of a job whose whole gang exists and waits for nodes, else None.
 
     Same as :func:`admission_request`, keeping only ready jobs.
     """
-    entry = admission_request(obj, pods, now)
+    entry = admission_request(job, pods, now)
     return entry[0] if entry and entry[1] else None
 
 
-def promised_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def promised_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pods an admitted gang is promised but does not have yet, as the pinned pods they will be (pure).
 
     These are the ranks of an in-force :func:`admission_record` not yet marked
@@ -179,42 +114,41 @@ def promised_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[
     exactly as it counts the created ones by their pins.
 
     Args:
-        obj: the TrainingJob as read; pods: its pods (labelled with its name).
+        job: the TrainingJob as observed in this pass, or as read; pods: its pods (labelled with its name).
 
     Returns:
         Rendered pod manifests pinned to their recorded node (empty for most jobs).
     """
-    status = obj.get("status") or {}
+    seen = observed(job)
+    obj, status = seen.obj, seen.status
     record = admission_record(status)
-    if record is None or record.get("created"):
-        return []
-    try:
-        job = parse_job(obj)
-    except ValidationError:
+    if record is None or record.created or seen.job is None:
         return []
     live = {rank_of(p) for p in current_gang(obj, owned(obj, pods))} | {int(r) for r in status.get("succeededRanks") or []}
-    meta = obj["metadata"]
+    meta = seen.meta
     return [
-        render.pin_to_node(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), rank, int(record["restarts"])), node)
-        for rank, node in enumerate(record["nodes"]) if rank not in live
+        render.pin_to_node(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), node)
+        for rank, node in enumerate(record.nodes) if rank not in live
     ]
 
 
-def hold_of(obj: dict[str, Any], now: datetime | None = None) -> Hold | None:
-    """The capacity ``obj`` holds for its restarting gang (:func:`hold_record`), as the admission pass counts it (pure).
+def hold_of(job: Observed | dict[str, Any], now: datetime | None = None) -> Hold | None:
+    """The capacity ``job`` (as observed in this pass, or as read) holds for its restarting gang (:func:`hold_record`), as the admission pass counts it (pure).
 
     Returns:
         A :class:`~railtrain.operator.scheduling.queue.Hold` (one pod's GPUs and other
         requests on each held node), or None when the job holds nothing or its
         spec cannot be read.
+
+    Raises:
+        ValueError: the spec parses but its pod cannot be rendered (the pass names the job and leaves its hold out).
     """
-    record = hold_record(obj.get("status") or {}, now)
-    if record is None or (obj["spec"].get("runPolicy") or {}).get("suspend"):
+    seen = observed(job)
+    record = hold_record(seen.status, now)
+    if record is None or (seen.obj["spec"].get("runPolicy") or {}).get("suspend") or seen.job is None:
         return None
-    try:
-        job = parse_job(obj)
-    except ValidationError:
-        return None
-    spec, meta = job.spec, obj["metadata"]
-    needs = pod_needs(render.render_pod(job, meta.get("namespace", ""), meta.get("uid", ""), 0), spec.resources.gpu_resource_name)
-    return Hold(tuple(dict.fromkeys(n for n in record["nodes"] if n)), spec.resources.gpus, dict(needs.requests), spec.resources.gpu_resource_name)
+    if seen.pod0 is None:
+        raise ValueError(seen.spec_error)
+    spec = seen.job.spec
+    needs = pod_needs(seen.pod0, spec.resources.gpu_resource_name)
+    return Hold(tuple(dict.fromkeys(n for n in record.nodes if n)), spec.resources.gpus, dict(needs.requests), spec.resources.gpu_resource_name)

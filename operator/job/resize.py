@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 from railtrain.crds import contract
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.queue import Hold, schedule
-from railtrain.operator.job.request import admission_request, parse_job
+from railtrain.operator.job.observed import observe_job
+from railtrain.operator.job.request import admission_request
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
 
@@ -62,12 +63,13 @@ def grow_size(
     """
     meta = obj["metadata"]
     asked = {k: v for k, v in (obj.get("status") or {}).items() if k not in ("phase", "admission")}  # as if the gang waited afresh
-    entry = admission_request(obj | {"status": asked}, [], None)
+    seen = observe_job(obj | {"status": asked})
+    entry = admission_request(seen, [], None)
     if entry is None:
         return None
     request = entry[0]
     others = [p for p in active if not (p["metadata"].get("namespace") == meta.get("namespace") and (p["metadata"].get("labels") or {}).get(contract.LABEL_JOB_NAME) == meta["name"])]
-    snap = cluster_model.snapshot(nodes, others, parse_job(obj).spec.resources.gpu_resource_name, levels)
+    snap = cluster_model.snapshot(nodes, others, seen.job.spec.resources.gpu_resource_name, levels)
     competing = [r for r in queue if r.job != request.job and r.gpu_resource == request.gpu_resource]
     placed = next(d.result for d in schedule([*competing, request], snap, {k: h for k, h in (holds or {}).items() if k != request.job}) if d.job == request.job)
     return len(placed.nodes) if isinstance(placed, Placement) else None

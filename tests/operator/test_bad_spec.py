@@ -17,7 +17,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from railtrain.operator import controller, handlers, main
-from railtrain.operator.job.request import spec_problem
+from railtrain.operator.job.observed import spec_problem
 from railtrain.operator.scheduling import snapshot as cluster
 from railtrain.operator.job import planner
 from railtrain.operator.job.conditions import find

@@ -50,7 +50,7 @@ def _create_missing(step: Step) -> None:
     blocked = {rank_of(p) for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts}
     taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
-    nodes = record["nodes"] if record is not None and not record.get("created") else None
+    nodes = record.nodes if record is not None and not record.created else None
     for rank in range(len(nodes) if nodes is not None else step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
             pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)

@@ -50,12 +50,12 @@ def _service(step: Step) -> None:
 
 def _admitted_size(step: Step) -> None:
     record = admission_record(step.status)
-    step.n = len(record["nodes"]) if record is not None else admitted_nodes(step.job.spec, step.gang)
+    step.n = len(record.nodes) if record is not None else admitted_nodes(step.job.spec, step.gang)
     step.delete([p for p in step.gang if rank_of(p) >= step.n])  # an elastic gang's ranks above its admitted size
     step.gang = [p for p in step.gang if rank_of(p) < step.n]
     step.released = step.n if record is not None or any(not is_gated(p) for p in step.gang) else None
-    if record is not None and not record.get("created") and step.complete():  # every admitted rank's pod has been seen
-        step.status["admission"] = {**record, "created": True}
+    if record is not None and not record.created and step.complete():  # every admitted rank's pod has been seen
+        step.status["admission"] = record.model_copy(update={"created": True}).to_api()
 
 
 DELETE_STALE = Transition("delete-stale-pods", ACTIVE, always, _delete_stale, "Pods of an earlier restart count are deleted.")

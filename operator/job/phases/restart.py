@@ -29,6 +29,7 @@ from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import rank_of
+from railtrain.operator.job.records import stored_admission
 from railtrain.operator.job.phases.step import Step
 
 JOB_RESTARTS = "jobRestarts"
@@ -105,10 +106,10 @@ def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | N
     Returns:
         ``{"restarts", "nodes", "until"}``, or None when no node is held.
     """
-    record = step.status.get("admission") if isinstance(step.status.get("admission"), dict) else {}
+    record = stored_admission(step.status)
     nodes: dict[int, str] = {int(e["rank"]): str(e["node"]) for e in step.status.get("placement") or [] if isinstance(e, dict) and e.get("node") and "rank" in e}
-    if int(record.get("restarts", -1)) == step.restarts:
-        nodes |= {r: str(n) for r, n in enumerate(record.get("nodes") or []) if n}
+    if record is not None and record.restarts == step.restarts:
+        nodes |= {r: n for r, n in enumerate(record.nodes) if n}
     nodes |= {rank_of(p): node for p in step.gang if (node := pod_node(p))}
     bad = set(d.quarantine) | set(d.avoid) | ({d.blamed.node} if d.blamed.cause in recovery.INFRASTRUCTURE_CAUSES else set())
     size = max(nodes, default=-1) + 1

@@ -50,7 +50,7 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     if step.released is None or not step.is_true(cond.SCHEDULED):
         return []
     record = admission_record(step.status)
-    if record is not None and not record.get("created"):
+    if record is not None and not record.created:
         return []  # admitted ranks still being created (or to be created after an operator crash): not vanished
     job = step.meta["name"]
     live = {rank_of(p) for p in step.gang} | step.done  # a rank that exited 0 is complete, whatever removed its pod
@@ -88,9 +88,9 @@ def _gang_gone(step: Step) -> bool:
     that exited 0 do not count as gone: a gang all of whose ranks exited 0 is the success row's.
     """
     record = admission_record(step.status)
-    if record is None or not record.get("created") or any(not is_gated(p) for p in step.gang):
+    if record is None or not record.created or any(not is_gated(p) for p in step.gang):
         return False
-    size = len(record["nodes"])
+    size = len(record.nodes)
     return not all(r in step.done for r in range(size))
 
 
