@@ -309,8 +309,6 @@ def rank_annotations(profile: FabricProfile | None, node: Mapping[str, Any] | No
     return out
 
 
-NODE_VALUE_INVALID = "FabricNodeValueInvalid"
-"""Warning Event reason: a node's per-node fabric annotation (``railtrain.dev/hcas``) cannot be used (:func:`node_value_problems`)."""
 
 
 def node_value_problems(profile: FabricProfile | None, node: Mapping[str, Any] | None) -> list[str]:

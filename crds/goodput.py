@@ -36,15 +36,16 @@ from datetime import datetime
 
 from pydantic import Field
 
+from railtrain.crds import reasons
 from railtrain.crds.base import Model
 
 CAUSES = ("job", "node_lost", "quarantine", "elastic")
 """Restart causes of ``lost.restart_<cause>``."""
 
 REASON_CAUSE = {
-    "NodeLost": "node_lost", "RankVanished": "node_lost", "RankEvicted": "node_lost", "AdmissionRefused": "node_lost",
-    "NodeQuarantined": "quarantine", "NodeAvoided": "quarantine", "InfrastructureRestart": "quarantine",
-    "ElasticGrow": "elastic",
+    reasons.NODE_LOST: "node_lost", reasons.RANK_VANISHED: "node_lost", reasons.RANK_EVICTED: "node_lost", reasons.ADMISSION_REFUSED: "node_lost",
+    reasons.NODE_QUARANTINED: "quarantine", reasons.NODE_AVOIDED: "quarantine", reasons.INFRASTRUCTURE_RESTART: "quarantine",
+    reasons.ELASTIC_GROW: "elastic",
 }  # fmt: skip
 """Condition reasons of a gang restart (operator/job/phases, docs/operator.md "Condition reasons added by recovery") → cause; a verdict's infrastructure restart counts as ``quarantine`` (the verdict named a node), any other reason is the job's own (``job``)."""
 
@@ -56,8 +57,8 @@ def restart_cause(reason: str | None) -> str:
     ``GangTimeout`` gives ``starting`` (a first gang that never ran all its ranks
     and was re-queued is still starting).
     """
-    if reason in ("Suspended", "GangTimeout"):
-        return "suspended" if reason == "Suspended" else "starting"
+    if reason in (reasons.SUSPENDED, reasons.GANG_TIMEOUT):
+        return "suspended" if reason == reasons.SUSPENDED else "starting"
     return REASON_CAUSE.get(reason or "", "job")
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
-from railtrain.crds import contract
+from railtrain.crds import contract, reasons
 from railtrain.crds.failure_policy import FailureAction
 
 PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, contract.VERDICT_STRAGGLER, contract.VERDICT_HANG, contract.VERDICT_RETRYABLE)
@@ -69,10 +69,11 @@ NODE_FAILURES_TO_AVOID = 2
 """A node on which this job lost pods to the infrastructure this many times is avoided by its next gang."""
 INFRASTRUCTURE_BACKOFF_CAP_SECONDS = 300
 """The longest wait before an infrastructure restart."""
-REASON_QUARANTINED, REASON_AVOIDED, REASON_INFRA = "NodeQuarantined", "NodeAvoided", "InfrastructureRestart"
-REASON_QUARANTINE_LIMIT = "QuarantineLimitExceeded"
-REASON_INFRA_LIMIT = "InfrastructureRestartLimitExceeded"
-REASON_EVICTED, REASON_REFUSED = "RankEvicted", "AdmissionRefused"
+REASON_QUARANTINED, REASON_AVOIDED, REASON_INFRA = reasons.NODE_QUARANTINED, reasons.NODE_AVOIDED, reasons.INFRASTRUCTURE_RESTART
+REASON_QUARANTINE_LIMIT = reasons.QUARANTINE_LIMIT_EXCEEDED
+REASON_INFRA_LIMIT = reasons.INFRASTRUCTURE_RESTART_LIMIT_EXCEEDED
+REASON_EVICTED, REASON_REFUSED = reasons.RANK_EVICTED, reasons.ADMISSION_REFUSED
+"""This module's short names for the reasons of :mod:`railtrain.crds.reasons` that its decisions carry."""
 
 
 @dataclass(frozen=True)
@@ -336,8 +337,8 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
     rule = policy.rule(f.verdict)
     if rule.action == FailureAction.FAIL.value:
         if f.verdict == contract.VERDICT_USER_ERROR:
-            return Decision(FAIL, f.verdict, "UserError", detail + " (a configuration error: not retried)", f, counters=c)
-        return Decision(FAIL, f.verdict, "FailurePolicy", f"{detail} (runPolicy.failurePolicy: {f.verdict} → Fail)", f, counters=c)
+            return Decision(FAIL, f.verdict, reasons.USER_ERROR, detail + " (a configuration error: not retried)", f, counters=c)
+        return Decision(FAIL, f.verdict, reasons.FAILURE_POLICY, f"{detail} (runPolicy.failurePolicy: {f.verdict} → Fail)", f, counters=c)
     ours = set(failures.gang_nodes.values()) - {""}
     claimed = sorted({n for n in f.nodes if n})
     named = [n for n in claimed if n in ours and (failures.existing is None or n in failures.existing)]
@@ -370,12 +371,12 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
     more = dict(quarantine=quarantine, ignored=ignored, budget_spent=budget_spent)
     if rule.action == FailureAction.RESTART.value:
         if c.job_restarts >= backoff_limit:
-            return Decision(FAIL, f.verdict, "BackoffLimitExceeded", f"{detail}; runPolicy.backoffLimit={backoff_limit} restarts used", f, counters=c, avoid=c.avoid, **more)
+            return Decision(FAIL, f.verdict, reasons.BACKOFF_LIMIT_EXCEEDED, f"{detail}; runPolicy.backoffLimit={backoff_limit} restarts used", f, counters=c, avoid=c.avoid, **more)
         c = replace(c, job_restarts=c.job_restarts + 1)
         wait = infrastructure_backoff(c.job_restarts, run_policy.restart_backoff_seconds)
         pause = f", next gang after {wait} s" if wait else ""
         message = f"{detail}; restarting the whole gang ({counters_text(c, backoff_limit, run_policy.max_infrastructure_restarts)}{pause})"
-        return Decision(RESTART_JOB, f.verdict, "Restarting", message, f, avoid=c.avoid, counters=c, backoff_seconds=wait, **more)
+        return Decision(RESTART_JOB, f.verdict, reasons.RESTARTING, message, f, avoid=c.avoid, counters=c, backoff_seconds=wait, **more)
     if quarantine:
         reason, why = REASON_QUARANTINED, f"node(s) {', '.join(quarantine)} quarantined"
     elif budget_spent:

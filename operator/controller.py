@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from railtrain.crds import contract
 from railtrain.crds.fabric import FabricProfile
+from railtrain.crds import reasons
 from railtrain.operator import metrics
 from railtrain.operator.scheduling import queue as admission
 from railtrain.operator.kube import connection as kubeclient
@@ -437,7 +438,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
     if outcome == "changed":
         kube.emit_event(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},
-            "Warning", quarantine.REASON_QUARANTINED,
+            "Warning", reasons.NODE_QUARANTINED,
             f"quarantined by TrainingJob {meta.get('namespace')}/{meta['name']}: {evidence}; clear with `railtrain node clear {node_name}`",
         )
         metrics.QUARANTINES.labels(verdict).inc()

@@ -35,6 +35,7 @@ from typing import Any
 from railtrain.crds.fabric import FabricProfile
 
 from railtrain.operator.job import attempts
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang, in_the_way, owned, rank_names
 from railtrain.operator.job.request import promised_pods
@@ -92,7 +93,7 @@ def observe(
     return step
 
 
-REJECTED = "PodRejected"
+REJECTED = reasons.POD_REJECTED
 """Reason of the Failed condition of a job whose pods or Service the API server refuses as invalid (400/422)."""
 
 

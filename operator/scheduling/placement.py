@@ -30,7 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from railtrain.crds import contract
+from railtrain.crds import contract, reasons
+from railtrain.crds.reasons import PINNED_NODE_UNAVAILABLE
 from railtrain.crds.fabric import FabricProfile, node_value_problems, rank_annotations
 from railtrain.operator.scheduling import domains as dom
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot, NodeInfo, format_quantity
@@ -38,10 +39,6 @@ from railtrain.operator.scheduling.nodefit import PodNeeds, restrict
 from railtrain.operator.scheduling.topology import NVLINK_DOMAIN_KEYS, level_name, nvlink_level
 
 
-NO_NVLINK_LEVEL = "NoNVLinkDomainLevel"
-"""Refusal reason: the job asks for one NVLink domain and the operator knows no NVLink-domain level."""
-PINNED_NODE_UNAVAILABLE = "PinnedNodeUnavailable"
-"""Refusal reason: a rank is pinned to a node that is gone or ineligible; only a new gang can fix it."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ class Placement:
     """
 
     nodes: tuple[str, ...]
-    reason: str = "GangPlaced"
+    reason: str = reasons.GANG_PLACED
     domains: tuple[Mapping[str, str], ...] = ()
     summary: Mapping[str, object] = field(default_factory=dict)
     explanation: str = ""
@@ -233,9 +230,9 @@ def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refu
             f". {contract.NEVER_FITS} as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
             "ask for fewer nodes or less per pod, or add nodes"
         )
-        return Refusal("Unschedulable", text, permanent=True)
+        return Refusal(reasons.UNSCHEDULABLE, text, permanent=True)
     text += ". It waits until enough nodes free up" + _held_by(cands_busy(request, cluster))
-    return Refusal("Unschedulable", text)
+    return Refusal(reasons.UNSCHEDULABLE, text)
 
 
 def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int, fit_total: int, cands: Sequence[NodeInfo]) -> Refusal:
@@ -258,9 +255,9 @@ def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int
         if unlabelled:
             advice += f" or label the {unlabelled} eligible nodes that carry no {levels[level]} label (each is a {name} of its own)"
         text += f". {contract.NEVER_FITS}: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
-        return Refusal("TopologyUnsatisfiable", text, permanent=True)
+        return Refusal(reasons.TOPOLOGY_UNSATISFIABLE, text, permanent=True)
     text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s") + _held_by(cands_busy(request, cluster))
-    return Refusal("TopologyUnsatisfiable", text)
+    return Refusal(reasons.TOPOLOGY_UNSATISFIABLE, text)
 
 
 def rail_alignment(request: GangRequest, nodes: Sequence[NodeInfo]) -> tuple[int | None, bool | None, str]:
@@ -424,7 +421,7 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
         domain = nvlink_level(levels)
         if domain is None:
             return Refusal(
-                NO_NVLINK_LEVEL,
+                reasons.NO_NVLINK_DOMAIN_LEVEL,
                 f"spec.topology.nvlinkDomain needs the gang inside one NVLink domain, and none of the operator's topology levels "
                 f"({', '.join(levels)}) names one ({' or '.join(NVLINK_DOMAIN_KEYS)}). {contract.NEVER_FITS} as it is: run the operator with "
                 "--topology-preset nvidia or a level naming nvidia.com/gpu.clique (docs/fabric.md), or drop spec.topology.nvlinkDomain",

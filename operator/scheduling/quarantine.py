@@ -18,7 +18,7 @@ bounds: the platform's, at most ``--max-quarantines-per-hour`` nodes in the
 whole cluster (counted from the :data:`ANNOTATION_AT` annotations the API
 server stores), and the job's ``maxQuarantinesPerHour``, which can only lower
 it; a verdict beyond the job's bound quarantines nothing and fails the job
-(:data:`REASON_LIMIT`); beyond the cluster's, the node is only avoided by the job.
+(reason :data:`~railtrain.crds.reasons.QUARANTINE_LIMIT_EXCEEDED`); beyond the cluster's, the node is only avoided by the job.
 
 May import: ``railtrain.crds`` and this wing (``operator/scheduling``) only; never kopf, the kubernetes client or another wing.
 """
@@ -39,12 +39,6 @@ ANNOTATION_AT = "railtrain.dev/quarantined-at"
 """Node annotation the operator writes with the taint: when (RFC 3339), so the cluster-wide bound survives operator restarts."""
 WINDOW = QUARANTINE_WINDOW
 """The sliding window of both quarantine bounds."""
-REASON_QUARANTINED = "NodeQuarantined"
-"""Event reason on the Node and on the job when a node is quarantined."""
-REASON_LIMIT = "QuarantineLimitExceeded"
-"""Condition reason of a job failed because its verdicts would quarantine too many nodes."""
-REASON_CLEARED = "QuarantineCleared"
-"""Event reason on the Node when an administrator clears it with ``railtrain node clear``."""
 
 
 def quarantined_by(node: Mapping[str, Any]) -> str | None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from railtrain.crds import reasons
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot
 from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
 
@@ -34,7 +35,7 @@ AVOIDED = "avoided by this job (named by one of its verdicts)"
 """Why a node in a request's ``avoid`` set is not a candidate for that job."""
 
 
-WAITING_FOR_RESTART = "WaitingForRestartingGangs"
+WAITING_FOR_RESTART = reasons.WAITING_FOR_RESTARTING_GANGS
 """Refusal reason (a Normal Event): the gang would fit but for nodes held for restarting gangs (:class:`Hold`)."""
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract, fabric
-from railtrain.crds.fabric import NODE_VALUE_INVALID
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import nvlink
 from railtrain.operator.job import render
@@ -35,9 +35,6 @@ from railtrain.operator.job.phases.transition import ACTIVE, Transition, always
 from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal, node_annotations
 
 
-FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
-"""Warning Event reason: the operator's fabric profile expects an RDMA device this multi-node job does not request
-(:func:`railtrain.crds.fabric.device_problem`; emitted once, with the first gang)."""
 
 
 def _create_missing(step: Step) -> None:
@@ -71,9 +68,9 @@ def _with_gang_objects(step: Step, what: str) -> None:
     if step.out.create_pods and nvlink.wants(step.job):  # the IMEX channel every pod claims (kept if it exists)
         step.out.create_objects.append(nvlink.compute_domain(step.job, ns, render.owner_reference(step.meta["name"], uid)))
     if step.out.create_pods and not step.gang:
-        step.out.events.append(("Normal", "GangCreated", f"created {len(step.out.create_pods)} {what} and the rendezvous Service"))
+        step.out.events.append(("Normal", reasons.GANG_CREATED, f"created {len(step.out.create_pods)} {what} and the rendezvous Service"))
         if step.restarts == 0 and (problem := fabric.device_problem(step.fabric, step.job.spec)):
-            step.out.events.append(("Warning", FABRIC_DEVICE_MISSING, problem))
+            step.out.events.append(("Warning", reasons.FABRIC_DEVICE_MISSING, problem))
 
 
 def _release(step: Step, placement: Placement, shift: int = 0) -> list[dict[str, Any]]:
@@ -163,7 +160,7 @@ def _apply_placement(step: Step) -> None:
     if len(placement.domains) == step.n:
         step.placed.update({rank: placement.domains[(rank + shift) % step.n] for rank in range(step.n)})
     step.set_condition(cond.SCHEDULED, True, placement.reason, placement.message(), "Normal")
-    step.out.events.extend(("Warning", NODE_VALUE_INVALID, warning) for warning in placement.warnings)
+    step.out.events.extend(("Warning", reasons.FABRIC_NODE_VALUE_INVALID, warning) for warning in placement.warnings)
     step.status["topology"] = {**placement.summary, "reason": placement.explanation}
     step.status["requeueAfter"] = None
     step.status["hold"] = None  # the admission replaces a restarting gang's hold
@@ -176,7 +173,7 @@ def _bound_without_pass(step: Step) -> bool:
 
 
 def _mark_scheduled(step: Step) -> None:
-    step.set_condition(cond.SCHEDULED, True, "GangPlaced", "every rank has a node")
+    step.set_condition(cond.SCHEDULED, True, reasons.GANG_PLACED, "every rank has a node")
 
 
 def _run(step: Step) -> str:
@@ -184,9 +181,9 @@ def _run(step: Step) -> str:
         step.status["startTime"] = cond.rfc3339(step.now)
     done = len(step.done & set(range(step.n)))
     if done:  # ranks may finish at different times: the gang is still healthy
-        step.set_condition(cond.RUNNING, True, "RanksFinishing", f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")
+        step.set_condition(cond.RUNNING, True, reasons.RANKS_FINISHING, f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")
     else:
-        step.set_condition(cond.RUNNING, True, "AllRanksRunning", f"all {step.n} ranks are Running", "Normal")
+        step.set_condition(cond.RUNNING, True, reasons.ALL_RANKS_RUNNING, f"all {step.n} ranks are Running", "Normal")
     return cond.RUNNING
 
 

@@ -11,6 +11,7 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (th
 
 from __future__ import annotations
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import phase, rank_of
 from railtrain.operator.job.phases.step import Step
@@ -40,6 +41,6 @@ def agree(step: Step, next_phase: str) -> None:
     for type_ in PHASE_CONDITIONS:
         if type_ != next_phase and step.is_true(type_):
             if type_ == cond.RUNNING and next_phase in (cond.PENDING, cond.RESTARTING):
-                step.set_condition(type_, False, "RanksNotRunning", not_running_detail(step))
+                step.set_condition(type_, False, reasons.RANKS_NOT_RUNNING, not_running_detail(step))
             else:
                 step.set_condition(type_, False, next_phase, f"the job is {next_phase}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.step import Step
@@ -19,8 +20,8 @@ def _passed(step: Step) -> bool:
 def _fail(step: Step) -> str:
     deadline = step.job.spec.run_policy.active_deadline_seconds
     step.stop(step.gang)
-    step.set_condition(cond.RUNNING, False, "DeadlineExceeded", "the job stopped")
-    step.set_condition(cond.FAILED, True, "DeadlineExceeded", f"the job ran longer than runPolicy.activeDeadlineSeconds={deadline}", "Warning")
+    step.set_condition(cond.RUNNING, False, reasons.DEADLINE_EXCEEDED, "the job stopped")
+    step.set_condition(cond.FAILED, True, reasons.DEADLINE_EXCEEDED, f"the job ran longer than runPolicy.activeDeadlineSeconds={deadline}", "Warning")
     return cond.FAILED
 
 

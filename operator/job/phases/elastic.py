@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.records import parse_time
 from railtrain.crds import recovery
@@ -32,7 +33,6 @@ from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step, healthy
 from railtrain.operator.job.phases.transition import Transition
 
-REASON = "ElasticGrow"
 
 
 def _due(step: Step) -> bool:
@@ -46,7 +46,7 @@ def _due(step: Step) -> bool:
 def _grow(step: Step) -> str:
     step.status["lastResizeTime"] = cond.rfc3339(step.now)
     what = f"{step.grow_to} nodes fit now (the gang runs on {step.n} of spec.nodes={step.job.spec.nodes}); growing"
-    return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), REASON, what, bounded=False))
+    return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), reasons.ELASTIC_GROW, what, bounded=False))
 
 
 GROW = Transition(

@@ -23,13 +23,13 @@ from datetime import timedelta
 from typing import Any
 
 from railtrain.crds.failure_policy import CleanPodPolicy
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import pod_phase
 from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import Transition
 
-REASON_TTL = "TTLExpired"
 
 
 def _run_policy(step: Step) -> dict[str, Any]:
@@ -76,7 +76,7 @@ def ttl_due(step: Step) -> bool:
 def _expire(step: Step) -> None:
     step.out.delete_job = True
     ttl = _run_policy(step)["ttlSecondsAfterFinished"]
-    step.out.events.append(("Normal", REASON_TTL, f"deleting the job: it finished at {step.old.get('completionTime')} and runPolicy.ttlSecondsAfterFinished is {ttl}"))
+    step.out.events.append(("Normal", reasons.TTL_EXPIRED, f"deleting the job: it finished at {step.old.get('completionTime')} and runPolicy.ttlSecondsAfterFinished is {ttl}"))
 
 
 CLEAN_FINISHED = Transition(

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from railtrain.crds import contract
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.records import parse_time, requeue_delay
 from railtrain.operator.job.phases.step import Step, healthy
@@ -64,7 +65,7 @@ def _requeue(step: Step) -> str:
     step.status["requeues"], step.status["requeueAfter"] = requeues, cond.rfc3339(step.now + requeue_delay(requeues))
     step.delete(step.gang)
     step.released = None  # every node is freed: no admitted gang any more
-    step.set_condition(cond.RUNNING, False, "GangTimeout", f"{running} of {n} ranks were Running")
+    step.set_condition(cond.RUNNING, False, reasons.GANG_TIMEOUT, f"{running} of {n} ranks were Running")
     said = next(((p, w) for p in step.gang if (w := scheduler_refusal(p))), None)
     quoted = f"; pod {said[0]['metadata']['name']}: kube-scheduler: {said[1]}" if said else ""
     blocked = [(p, why, permanent) for p in step.gang if (found := not_started(p)) for why, permanent in [found]]
@@ -78,7 +79,7 @@ def _requeue(step: Step) -> str:
     never = next((why for _, why, permanent in blocked if permanent), None)
     if never:
         message += f". {contract.NEVER_STARTS} as the job is written: {never}; fix spec.image (or the template's image) and submit the job again"
-    step.set_condition(cond.SCHEDULED, False, "GangTimeout", message, "Warning")
+    step.set_condition(cond.SCHEDULED, False, reasons.GANG_TIMEOUT, message, "Warning")
     return cond.PENDING
 
 

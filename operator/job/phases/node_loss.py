@@ -22,6 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from railtrain.crds import reasons
 from railtrain.crds import contract
 from railtrain.operator.job.pods import rank_of
 from railtrain.operator.job.records import parse_time
@@ -29,7 +30,6 @@ from railtrain.operator.job.phases.restart import restart_infrastructure
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, ALL_PHASES, Transition
 
-REASON = "NodeLost"
 DEFAULT_GRACE_SECONDS = 30
 
 
@@ -110,7 +110,7 @@ def _restart(step: Step) -> str:
         if why:
             lost.setdefault(_bound(p), (why, []))[1].append(f"{p['metadata']['name']} (rank {rank_of(p)})")
     parts = [f"node {node}: {why}; pods {', '.join(pods)}" for node, (why, pods) in sorted(lost.items())]
-    return restart_infrastructure(step, REASON, f"{'; '.join(parts)}; the gang moves to other nodes", node=min(lost))
+    return restart_infrastructure(step, reasons.NODE_LOST, f"{'; '.join(parts)}; the gang moves to other nodes", node=min(lost))
 
 
 FORCE_DELETE_LOST = Transition(

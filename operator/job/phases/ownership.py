@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import controller_uid
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
-REASON = "PodNameTaken"
-SERVICE_REASON = "ServiceNameTaken"
 
 
 def service_in_the_way(step: Step) -> bool:
@@ -42,7 +41,7 @@ def _in_the_way(step: Step) -> bool:
 def _report(step: Step) -> None:
     names = ", ".join(describe(p) for p in step.foreign)
     step.set_condition(
-        cond.SCHEDULED, False, SERVICE_REASON if service_in_the_way(step) else REASON,
+        cond.SCHEDULED, False, reasons.SERVICE_NAME_TAKEN if service_in_the_way(step) else reasons.POD_NAME_TAKEN,
         f"objects not owned by this TrainingJob hold names it needs: {names}; the operator never adopts or deletes them, delete or rename them to let the gang start",
         "Warning",
     )
@@ -50,11 +49,11 @@ def _report(step: Step) -> None:
 
 def _was_reported(step: Step) -> bool:
     c = cond.find(step.conds, cond.SCHEDULED)
-    return not step.foreign and bool(c and c.get("reason") in (REASON, SERVICE_REASON))
+    return not step.foreign and bool(c and c.get("reason") in (reasons.POD_NAME_TAKEN, reasons.SERVICE_NAME_TAKEN))
 
 
 def _clear(step: Step) -> None:
-    step.set_condition(cond.SCHEDULED, False, "PodNamesFree", "the pods in the way are gone; the gang waits for admission", "Normal")
+    step.set_condition(cond.SCHEDULED, False, reasons.POD_NAMES_FREE, "the pods in the way are gone; the gang waits for admission", "Normal")
 
 
 FOREIGN_PODS = Transition(

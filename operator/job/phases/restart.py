@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from railtrain.crds import recovery
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.scheduling.snapshot import pod_node
@@ -34,8 +35,6 @@ from railtrain.operator.job.phases.step import Step
 
 JOB_RESTARTS = "jobRestarts"
 INFRA_RESTARTS = "infrastructureRestarts"
-REASON_CLAIM_IGNORED = "ClaimIgnored"
-"""Warning Event reason: a verdict named nodes this gang did not run on (or that do not exist); nothing was done to them."""
 
 
 def counters(step: Step, **facts: Any) -> recovery.Counters:
@@ -68,13 +67,13 @@ def apply(step: Step, d: recovery.Decision) -> str:
     step.status.update(d.status())
     if d.ignored:
         text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
-        step.out.events.append(("Warning", REASON_CLAIM_IGNORED, text))
-        log_line(step, f"{REASON_CLAIM_IGNORED}: {text}")
+        step.out.events.append(("Warning", reasons.CLAIM_IGNORED, text))
+        log_line(step, f"{reasons.CLAIM_IGNORED}: {text}")
     f = d.blamed
     evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})" + (f", evidence {f.evidence}" if f.evidence else "")
     for node in d.quarantine:
         step.out.quarantine.append((node, f.verdict, evidence))
-        step.out.events.append(("Warning", recovery.REASON_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
+        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
     nodes = sorted(set(d.quarantine) | set(d.avoid) | ({f.node} if f.node else set()))
     log_line(step, f"{d.action} reason={d.reason} nodes={','.join(nodes) or '-'}: {d.message}")
     if d.action == recovery.FAIL:

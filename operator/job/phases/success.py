@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
@@ -12,8 +13,8 @@ def _all_succeeded(step: Step) -> bool:
 
 
 def _succeed(step: Step) -> str:
-    step.set_condition(cond.RUNNING, False, "Completed", "every rank exited 0")
-    step.set_condition(cond.SUCCEEDED, True, "Completed", f"all {step.n} ranks exited 0", "Normal")
+    step.set_condition(cond.RUNNING, False, reasons.COMPLETED, "every rank exited 0")
+    step.set_condition(cond.SUCCEEDED, True, reasons.COMPLETED, f"all {step.n} ranks exited 0", "Normal")
     return cond.SUCCEEDED
 
 

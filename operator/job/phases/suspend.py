@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.phases.agreement import not_running_detail
 from railtrain.operator.job.phases.housekeeping import service_change
@@ -21,9 +22,9 @@ def _suspend(step: Step) -> str:
     # and resuming restarts it; the timer counts from startTime, which is set
     # again when the resumed gang is first healthy.
     step.status["startTime"] = None
-    step.set_condition(cond.SUSPENDED, True, "Suspended", "runPolicy.suspend is true: the gang is stopped", "Normal")
-    step.set_condition(cond.RUNNING, False, "Suspended", "the job is suspended")
-    step.set_condition(cond.SCHEDULED, False, "Suspended", "the gang is stopped; its nodes are free")
+    step.set_condition(cond.SUSPENDED, True, reasons.SUSPENDED, "runPolicy.suspend is true: the gang is stopped", "Normal")
+    step.set_condition(cond.RUNNING, False, reasons.SUSPENDED, "the job is suspended")
+    step.set_condition(cond.SCHEDULED, False, reasons.SUSPENDED, "the gang is stopped; its nodes are free")
     # the stopped gang's nodes are free for other jobs: where it ran is no longer where it is
     step.status["placement"] = None
     step.status["topology"] = None
@@ -34,8 +35,6 @@ def _was_suspended(step: Step) -> bool:
     return cond.find(step.conds, cond.SUSPENDED) is not None
 
 
-RESUMED = "Resumed"
-"""Reason of Suspended False after a suspension, and of Running False while the resumed job waits for admission."""
 
 
 def _resume(step: Step) -> None:
@@ -48,13 +47,13 @@ def _resume(step: Step) -> None:
     """
     admitted = step.is_true(cond.SCHEDULED)
     said = "the job was admitted again" if admitted else "the job waits for admission"
-    step.set_condition(cond.SUSPENDED, False, RESUMED, f"runPolicy.suspend is false: {said}", "Normal")
+    step.set_condition(cond.SUSPENDED, False, reasons.RESUMED, f"runPolicy.suspend is false: {said}", "Normal")
     running = cond.find(step.conds, cond.RUNNING)
-    if running is not None and running.get("status") == "False" and running.get("reason") in ("Suspended", RESUMED):
+    if running is not None and running.get("status") == "False" and running.get("reason") in (reasons.SUSPENDED, reasons.RESUMED):
         if admitted:
-            step.set_condition(cond.RUNNING, False, "RanksNotRunning", not_running_detail(step))
+            step.set_condition(cond.RUNNING, False, reasons.RANKS_NOT_RUNNING, not_running_detail(step))
         else:
-            step.set_condition(cond.RUNNING, False, RESUMED, "resumed after a suspension: the job waits for admission")
+            step.set_condition(cond.RUNNING, False, reasons.RESUMED, "resumed after a suspension: the job waits for admission")
 
 
 SUSPEND = Transition("suspend", ACTIVE, _requested, _suspend, "runPolicy.suspend true: every pod (and the rendezvous Service) is deleted, startTime cleared (the deadline timer restarts on resume) and status.placement/topology cleared; phase Suspended.")

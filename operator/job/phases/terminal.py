@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import current_gang
 from railtrain.operator.job.phases.step import Step
@@ -22,7 +23,7 @@ def _invalid(step: Step) -> bool:
 
 
 def _fail_invalid(step: Step) -> str:
-    step.set_condition(cond.FAILED, True, "InvalidSpec", f"spec does not match the TrainingJob API: {step.spec_error}", "Warning")
+    step.set_condition(cond.FAILED, True, reasons.INVALID_SPEC, f"spec does not match the TrainingJob API: {step.spec_error}", "Warning")
     return cond.FAILED
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import rank_of, restart_of
 from railtrain.operator.job.records import parse_time
@@ -28,7 +29,6 @@ from railtrain.operator.job.phases.node_loss import pod_node_lost
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
-REASON = "WaitingForOldPods"
 
 
 def blocking(step: Step) -> list[dict[str, Any]]:
@@ -68,16 +68,16 @@ def _waiting(step: Step) -> bool:
 def _report(step: Step) -> None:
     pods = blocking(step)
     names = "; ".join(describe(step, p) for p in pods)
-    step.set_condition(cond.SCHEDULED, False, REASON, f"waiting for {len(pods)} pod(s) of the previous gang to go away: {names}")
+    step.set_condition(cond.SCHEDULED, False, reasons.WAITING_FOR_OLD_PODS, f"waiting for {len(pods)} pod(s) of the previous gang to go away: {names}")
 
 
 def _was_waiting(step: Step) -> bool:
     c = cond.find(step.conds, cond.SCHEDULED)
-    return not blocking(step) and bool(c and c.get("reason") == REASON)
+    return not blocking(step) and bool(c and c.get("reason") == reasons.WAITING_FOR_OLD_PODS)
 
 
 def _clear(step: Step) -> None:
-    step.set_condition(cond.SCHEDULED, False, "OldPodsGone", "the previous gang's pods are gone; the new gang waits for admission")
+    step.set_condition(cond.SCHEDULED, False, reasons.OLD_PODS_GONE, "the previous gang's pods are gone; the new gang waits for admission")
 
 
 WAITING_FOR_OLD_PODS = Transition(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import is_gated, rank_of
 from railtrain.operator.job.records import requeue_delay
@@ -38,7 +39,6 @@ from railtrain.operator.scheduling.nodefit import tolerates
 from railtrain.operator.job.phases.step import Step, healthy
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
-REASON = "FailedScheduling"
 HOSTNAME = "kubernetes.io/hostname"
 
 
@@ -131,9 +131,9 @@ def _replace(step: Step) -> str:
     step.released = None
     when = f"next admission attempt after {step.status['requeueAfter']}" if requeues > 1 else "re-placing it now"
     avoided = f"; this job avoids {', '.join(avoid)} from now on" if avoid else ""
-    step.set_condition(cond.RUNNING, False, REASON, f"{len(refused)} of {n} ranks could not be bound")
+    step.set_condition(cond.RUNNING, False, reasons.FAILED_SCHEDULING, f"{len(refused)} of {n} ranks could not be bound")
     step.set_condition(
-        cond.SCHEDULED, False, REASON,
+        cond.SCHEDULED, False, reasons.FAILED_SCHEDULING,
         f"{'; '.join(parts)}; released all {n} nodes and re-queued, {when} (requeue {requeues}){avoided}",
         "Warning",
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import is_gated, rank_of, restart_of
 from railtrain.operator.job.records import admission_record
@@ -25,7 +26,6 @@ from railtrain.operator.job.phases.restart import restart_infrastructure
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
-REASON = "RankVanished"
 DISRUPTIONS = {
     "PreemptionByScheduler": "preempted by the scheduler",
     "PreemptionByKubeScheduler": "preempted by the scheduler",
@@ -71,11 +71,9 @@ def _any_vanished(step: Step) -> bool:
 
 def _restart(step: Step) -> str:
     gone = "; ".join(d for _, d in vanished(step))
-    return restart_infrastructure(step, REASON, f"{gone} while the gang ran")
+    return restart_infrastructure(step, reasons.RANK_VANISHED, f"{gone} while the gang ran")
 
 
-GANG_GONE_REASON = "GangGone"
-"""Reason of Scheduled False when an admitted gang has no released pod left and nothing recorded why."""
 
 
 def _gang_gone(step: Step) -> bool:
@@ -106,7 +104,7 @@ def _void_admission(step: Step) -> None:
     step.status["placement"] = None
     step.status["topology"] = None
     step.set_condition(
-        cond.SCHEDULED, False, GANG_GONE_REASON,
+        cond.SCHEDULED, False, reasons.GANG_GONE,
         "every pod of the admitted gang is gone without a recorded reason; the job waits for admission again", "Normal",
     )
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from railtrain.crds import contract, recovery
 from railtrain.crds.podtemplate import TRAINER
+from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import phase, rank_of
 from railtrain.operator.job.phases.restart import apply, counters
@@ -105,7 +106,7 @@ def _any_failed(step: Step) -> bool:
 def _decide(step: Step) -> str:
     step.stop(step.gang)
     d = recovery.decide(gang_failure(step), step.job.spec.run_policy, counters(step), step.now)
-    step.set_condition(cond.RUNNING, False, "PodFailed", d.blamed.detail())
+    step.set_condition(cond.RUNNING, False, reasons.POD_FAILED, d.blamed.detail())
     return apply(step, d)
 
 
