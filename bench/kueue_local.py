@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from railtrain.cli.controlplane import LocalCluster, wait_until
+from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
 from railtrain.cli.controlplane.cluster import ClusterError, stop_process
 from railtrain.cli.controlplane.binaries import cache_root
 
@@ -43,7 +44,7 @@ VERSION = os.environ.get("RAILTRAIN_KUEUE_VERSION", "v0.17.0")
 GROUP, API = "kueue.x-k8s.io", "v1beta2"
 NS_LABEL = "railtrain.dev/bench-kueue"
 QUEUE = "bench"
-TOPOLOGY_LEVELS = ("railtrain.dev/block", "railtrain.dev/rack", "kubernetes.io/hostname")
+TOPOLOGY_LEVELS = (RAILTRAIN_BLOCK, RAILTRAIN_RACK, HOSTNAME)
 CONVERTED = {"localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters"}
 KEEP_WEBHOOKS = {"job", "pod", "workload", "clusterqueue", "resourceflavor", "cohort"}
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
@@ -255,7 +256,7 @@ class LocalKueue:
                 (METRICS_CERTS / name).unlink(missing_ok=True)
 
 
-def pod_group(pods: list[dict[str, Any]], group: str, topology: str = "railtrain.dev/rack", mode: str = "preferred") -> list[dict[str, Any]]:
+def pod_group(pods: list[dict[str, Any]], group: str, topology: str = RAILTRAIN_RACK, mode: str = "preferred") -> list[dict[str, Any]]:
     """Turn railtrain's rendered ``pods`` of one gang into a Kueue plain-pod group (in place; returned).
 
     Each pod gets the queue and group labels, the group's total count and the

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from harness import Table, fmt_x, machine, median, ratio, write_json
 
+from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
 from railtrain.operator.scheduling import queue
 from railtrain.operator.scheduling import placement
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot, snapshot
@@ -41,7 +42,7 @@ def nodes(count: int) -> list[dict[str, Any]]:
     """``count`` Node dicts in racks of 16 and blocks of 4 racks; half H100-labelled, every fourth tainted."""
     out = []
     for i in range(count):
-        labels = {"kubernetes.io/hostname": f"n{i}", "railtrain.dev/rack": f"r{i // 16}", "railtrain.dev/block": f"b{i // 64}",
+        labels = {HOSTNAME: f"n{i}", RAILTRAIN_RACK: f"r{i // 16}", RAILTRAIN_BLOCK: f"b{i // 64}",
                   "gpu.product": "H100" if i % 2 == 0 else "A100"}
         out.append({
             "metadata": {"name": f"n{i}", "labels": labels},

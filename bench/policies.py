@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 from placesim import JobState, SimNode, Simulator, node_manifest
 
+from railtrain.crds.times import format_micro_time
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
 
@@ -77,7 +78,7 @@ class Railtrain:
     def request(self, job: JobState) -> GangRequest:
         """The GangRequest the operator would build for the job (defaults for everything the trace does not set)."""
         spec = job.spec
-        extra = {"procs_per_node": spec.gpus_per_pod, "created": (self.EPOCH + timedelta(hours=spec.arrival)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        extra = {"procs_per_node": spec.gpus_per_pod, "created": format_micro_time(self.EPOCH + timedelta(hours=spec.arrival))}
         return GangRequest(job=f"sim/{spec.id:06d}", nodes=spec.pods, gpus_per_node=spec.gpus_per_pod,
                            **{k: v for k, v in extra.items() if k in self.fields})
 

@@ -44,6 +44,7 @@ from kwokbench import BenchCluster, Operator, bare_pods, in_parallel, trainingjo
 from timeline import act_and_watch
 
 from railtrain.cli.controlplane import wait_until
+from railtrain.crds.labels import HOSTNAME
 
 GPUS_PER_NODE, NODES_PER_RACK, RACKS_PER_BLOCK = 8, 8, 4
 MIX = ((1, 30), (2, 20), (4, 18), (8, 14), (16, 9), (32, 5), (64, 3), (128, 1))
@@ -154,12 +155,12 @@ def pinned_node(pod: dict[str, Any]) -> str | None:
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return spec["nodeName"]
-    if (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"):
-        return spec["nodeSelector"]["kubernetes.io/hostname"]
+    if (spec.get("nodeSelector") or {}).get(HOSTNAME):
+        return spec["nodeSelector"][HOSTNAME]
     terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
     for term in terms:
         for expr in (term.get("matchFields") or []) + (term.get("matchExpressions") or []):
-            if expr.get("key") in ("metadata.name", "kubernetes.io/hostname") and expr.get("operator") == "In" and len(expr.get("values", [])) == 1:
+            if expr.get("key") in ("metadata.name", HOSTNAME) and expr.get("operator") == "In" and len(expr.get("values", [])) == 1:
                 return expr["values"][0]
     return None
 

@@ -37,6 +37,8 @@ from harness import RESULTS_DIR, Table, fmt_pct, fmt_s, machine, median, ratio
 from kueue_local import GROUP, LocalKueue, cached_root, ensure_kueue, pod_group
 from kwokbench import BenchCluster, Operator, Workload, bare_pods, in_parallel, job_names, measure, report, summarize, trainingjob, G, V, P
 from many_jobs import min_nodes
+
+from railtrain.crds.labels import RAILTRAIN_BLOCK, RAILTRAIN_RACK
 from timeline import act_and_watch
 
 from railtrain.cli.controlplane import wait_until
@@ -104,7 +106,7 @@ def domains(bc: BenchCluster, nodes: Sequence[str]) -> dict[str, tuple[str, str]
     out = {}
     for n in nodes:
         labels = bc.core.read_node(n).metadata.labels
-        out[n] = (labels["railtrain.dev/rack"], labels["railtrain.dev/block"])
+        out[n] = (labels[RAILTRAIN_RACK], labels[RAILTRAIN_BLOCK])
     return out
 
 

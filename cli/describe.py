@@ -20,7 +20,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from railtrain.cli.views import age, count, job_detail, parse_time
+from railtrain.cli.views import age, count, job_detail
+from railtrain.crds.times import parse_time_or_none
 from railtrain.crds.verdicts import parse_termination_message
 
 
@@ -59,7 +60,7 @@ def progress_numbers(status: dict[str, Any], now: datetime) -> dict[str, float |
         return None
     eta = _number(p.get("etaSeconds", p.get("remainingSeconds")))
     if eta is None:
-        finish = parse_time(p.get("estimatedFinishTime") or p.get("eta"))
+        finish = parse_time_or_none(p.get("estimatedFinishTime") or p.get("eta"))
         eta = (finish - now).total_seconds() if finish else None
     return {
         "step": _number(p.get("step")),

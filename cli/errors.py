@@ -41,9 +41,10 @@ def describe(err: BaseException) -> CliError | None:
     if isinstance(err, ManifestError):
         return CliError(*(f"{err.source}: {e}" for e in err.errors))
     # The Kubernetes client is imported only by the cluster commands; compare by
-    # module so `railtrain validate` and `run --local` never import it.
+    # module so `railtrain validate` and `run --local` never import it. The API
+    # edge's typed errors (railtrain.operator.kube.errors) are the client's answers.
     module = type(err).__module__
-    if module.startswith(("kubernetes.", "urllib3.")):
+    if module.startswith(("kubernetes.", "urllib3.", "railtrain.operator.kube.errors")):
         from railtrain.cli.k8s import describe_client_error
 
         return describe_client_error(err)

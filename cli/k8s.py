@@ -7,7 +7,10 @@ which imports neither kopf nor typer). Client failures are translated at this bo
 into :class:`~railtrain.cli.errors.CliError` sentences that say what happened and
 what to do (install the CRD, start a cluster, pick another name), because only
 here is the intent of the request known: a 404 on create means the CRD is
-missing, a 404 on get means the job is.
+missing, a 404 on get means the job is. The client's errors are read through
+the API edge's mapping (:mod:`railtrain.operator.kube.errors`: :func:`~railtrain.operator.kube.errors.call`
+raises :class:`~railtrain.operator.kube.errors.NotFound`, :class:`~railtrain.operator.kube.errors.Conflict`,
+:class:`~railtrain.operator.kube.errors.Invalid` ...), the same the operator reads them through.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
 from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator.kube.errors import ApiError, Conflict, Invalid, NotFound, call, or_none
 
 REQUEST_TIMEOUT = (10, 60)
 """Connect and read timeouts of every request, in seconds."""
@@ -89,25 +92,23 @@ def create_job(cluster: Cluster, namespace: str, body: dict[str, Any], dry_run: 
     name = (body.get("metadata") or {}).get("name", "?")
     body = {**body, "metadata": {**(body.get("metadata") or {}), "namespace": namespace}}
     try:
-        return cluster.api.create_namespaced_custom_object(
+        return call(
+            cluster.api.create_namespaced_custom_object,
             contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, body,
             field_validation="Strict", _request_timeout=REQUEST_TIMEOUT, **({"dry_run": "All"} if dry_run else {}),
         )
-    except ApiException as err:
-        status = _status_body(err)
-        if err.status == 409:
-            raise CliError(
-                f"trainingjob {name} already exists in namespace {namespace}; delete it first "
-                f"('railtrain delete {name} -n {namespace}') or choose another metadata.name"
-            ) from None
-        if err.status == 404:
-            if (status.get("details") or {}).get("kind") == "namespaces":
-                raise CliError(f"--namespace: namespace {namespace} does not exist; create it with 'kubectl create namespace {namespace}'") from None
-            raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
-        if err.status in (400, 422):
-            raise CliError(*refusal_sentences(name, status, err)) from None
-        raise describe_client_error(err, cluster.host) from None
-    except HTTPError as err:
+    except Conflict:
+        raise CliError(
+            f"trainingjob {name} already exists in namespace {namespace}; delete it first "
+            f"('railtrain delete {name} -n {namespace}') or choose another metadata.name"
+        ) from None
+    except NotFound as err:
+        if (err.details.get("details") or {}).get("kind") == "namespaces":
+            raise CliError(f"--namespace: namespace {namespace} does not exist; create it with 'kubectl create namespace {namespace}'") from None
+        raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
+    except Invalid as err:
+        raise CliError(*refusal_sentences(name, err.details, err)) from None
+    except (ApiError, HTTPError) as err:
         raise describe_client_error(err, cluster.host) from None
 
 
@@ -131,17 +132,12 @@ def dry_run_pod(cluster: Cluster, namespace: str, pod: dict[str, Any], job: str)
         CliError: the namespace does not exist, or the server cannot be reached or refused for another reason.
     """
     try:
-        client.CoreV1Api(cluster.api.api_client).create_namespaced_pod(
-            namespace, pod, dry_run="All", field_validation="Strict", _request_timeout=REQUEST_TIMEOUT
-        )
-    except ApiException as err:
-        status = _status_body(err)
-        if err.status == 404 and (status.get("details") or {}).get("kind") == "namespaces":
+        call(client.CoreV1Api(cluster.api.api_client).create_namespaced_pod, namespace, pod, dry_run="All", field_validation="Strict", _request_timeout=REQUEST_TIMEOUT)
+    except Invalid as err:
+        return refusal_sentences(job, err.details, err, prefix=f"the API server would refuse the pods of trainingjob {job} (spec.template is merged into them)")
+    except (ApiError, HTTPError) as err:
+        if isinstance(err, NotFound) and (err.details.get("details") or {}).get("kind") == "namespaces":
             raise CliError(f"--namespace: namespace {namespace} does not exist; create it with 'kubectl create namespace {namespace}'") from None
-        if err.status in (400, 422):
-            return refusal_sentences(job, status, err, prefix=f"the API server would refuse the pods of trainingjob {job} (spec.template is merged into them)")
-        raise describe_client_error(err, cluster.host) from None
-    except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
     return []
 
@@ -153,16 +149,12 @@ def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
         CliError: the job or the CRD does not exist, or the server cannot be reached.
     """
     try:
-        return cluster.api.get_namespaced_custom_object(
-            contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, _request_timeout=REQUEST_TIMEOUT
-        )
-    except ApiException as err:
-        if err.status == 404:
-            if _status_body(err).get("reason") == "NotFound":
-                raise CliError(f"trainingjob {name} not found in namespace {namespace}") from None
-            raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
-        raise describe_client_error(err, cluster.host) from None
-    except HTTPError as err:
+        return call(cluster.api.get_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, _request_timeout=REQUEST_TIMEOUT)
+    except NotFound as err:
+        if err.details.get("reason") == "NotFound":
+            raise CliError(f"trainingjob {name} not found in namespace {namespace}") from None
+        raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
+    except (ApiError, HTTPError) as err:
         raise describe_client_error(err, cluster.host) from None
 
 
@@ -173,8 +165,8 @@ def rank_pod(cluster: Cluster, namespace: str, job: str, rank: int = 0) -> dict[
         nothing: any API or connection error gives None (the job view is shown without it).
     """
     try:
-        pod = client.CoreV1Api(cluster.api.api_client).read_namespaced_pod(contract.pod_name(job, rank), namespace, _request_timeout=REQUEST_TIMEOUT)
-    except (ApiException, HTTPError):
+        pod = call(client.CoreV1Api(cluster.api.api_client).read_namespaced_pod, contract.pod_name(job, rank), namespace, _request_timeout=REQUEST_TIMEOUT)
+    except (ApiError, HTTPError):
         return None
     return cluster.api.api_client.sanitize_for_serialization(pod)
 
@@ -190,30 +182,24 @@ def list_jobs(cluster: Cluster, namespace: str | None) -> list[dict[str, Any]]:
     """
     try:
         if namespace is None:
-            result = cluster.api.list_cluster_custom_object(
-                contract.API_GROUP, contract.API_VERSION, contract.PLURAL, _request_timeout=REQUEST_TIMEOUT
-            )
+            result = call(cluster.api.list_cluster_custom_object, contract.API_GROUP, contract.API_VERSION, contract.PLURAL, _request_timeout=REQUEST_TIMEOUT)
         else:
-            result = cluster.api.list_namespaced_custom_object(
-                contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, _request_timeout=REQUEST_TIMEOUT
-            )
-    except ApiException as err:
-        if err.status == 404:
-            raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
-        raise describe_client_error(err, cluster.host) from None
-    except HTTPError as err:
+            result = call(cluster.api.list_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, _request_timeout=REQUEST_TIMEOUT)
+    except NotFound:
+        raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
+    except (ApiError, HTTPError) as err:
         raise describe_client_error(err, cluster.host) from None
     items = list(result.get("items") or [])
     return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
 
-def refusal_sentences(name: str, status: dict[str, Any], err: ApiException | None = None, prefix: str | None = None) -> list[str]:
+def refusal_sentences(name: str, status: dict[str, Any], err: ApiError | None = None, prefix: str | None = None) -> list[str]:
     """One sentence per field cause of a 400/422 Status from the API server.
 
     Args:
         name: the job's name, for the sentence.
         status: the decoded ``Status`` body (``{}`` when the body was not JSON).
-        err: the exception, whose reason is used when ``status`` says nothing.
+        err: the API's error (:class:`~railtrain.operator.kube.errors.Invalid`), whose reason is used when ``status`` says nothing.
         prefix: what each sentence starts with; default ``"the API server refused trainingjob NAME"``.
 
     Returns:
@@ -239,7 +225,8 @@ def describe_client_error(err: BaseException, host: str | None = None) -> CliErr
     """Translate any Kubernetes client or urllib3 exception into one sentence (:func:`railtrain.operator.kube.connection.sentence`).
 
     Args:
-        err: an ``ApiException``, ``ConfigException`` or urllib3 ``HTTPError``.
+        err: a typed :class:`~railtrain.operator.kube.errors.ApiError` (or the client's error it maps),
+            ``ConfigException`` or urllib3 ``HTTPError``.
         host: the API server URL, when known.
 
     Returns:
@@ -272,12 +259,8 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
     core = client.CoreV1Api(cluster.api.api_client)
 
     def read() -> dict[str, Any] | None:
-        try:
-            return json.loads(core.read_node(node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).data)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        res = or_none(core.read_node, node, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        return None if res is None else json.loads(res.data)
 
     def change(obj: dict[str, Any]) -> dict[str, Any] | None:
         if quarantined_by(obj) is None:

@@ -2,7 +2,8 @@
 
 Like :mod:`railtrain.cli.k8s` (whose connection and error sentences these
 reuse), every function talks to kube-apiserver through the official
-``kubernetes`` client and turns a client failure into a
+``kubernetes`` client, reads its errors through the API edge's mapping
+(:mod:`railtrain.operator.kube.errors`), and turns a client failure into a
 :class:`~railtrain.cli.errors.CliError` sentence at this boundary, where the
 intent of the request is known. Objects are returned as the JSON mappings the
 server sent (camelCase), the form the views and the operator's pure modules read.
@@ -21,6 +22,7 @@ from railtrain.cli.errors import CliError
 from railtrain.cli.k8s import CRD_HINT, REQUEST_TIMEOUT, RESOURCE, Cluster, _status_body, describe_client_error, get_job
 from railtrain.crds import contract
 from railtrain.crds.podtemplate import TRAINER
+from railtrain.operator.kube.errors import ApiError, Gone, NotFound, call, typed
 
 T = TypeVar("T")
 
@@ -32,14 +34,12 @@ def _core(cluster: Cluster) -> client.CoreV1Api:
 def _call(cluster: Cluster, fn: Callable[[], T], missing: str | None = None) -> T:
     """Run one request; a 404 becomes ``missing`` (when given), any other failure one sentence."""
     try:
-        return fn()
-    except ApiException as err:
-        if err.status == 404 and missing is not None:
-            if _status_body(err).get("reason") == "NotFound" or "trainingjob" not in missing:
+        return call(fn)
+    except (ApiError, HTTPError) as err:
+        if isinstance(err, NotFound) and missing is not None:
+            if err.details.get("reason") == "NotFound" or "trainingjob" not in missing:
                 raise CliError(missing) from None
             raise CliError(f"the TrainingJob CRD ({RESOURCE}) is not installed in the cluster at {cluster.host}; {CRD_HINT}") from None
-        raise describe_client_error(err, cluster.host) from None
-    except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
 
 
@@ -120,11 +120,11 @@ def read_log(cluster: Cluster, namespace: str, pod: str, previous: bool = False,
         CliError: the kubelet has no log for it (the sentence says why), or the server cannot be reached.
     """
     try:
-        resp = _core(cluster).read_namespaced_pod_log(
-            pod, namespace, container=TRAINER,
-            previous=previous, timestamps=timestamps, _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+        resp = call(
+            _core(cluster).read_namespaced_pod_log,
+            pod, namespace, container=TRAINER, previous=previous, timestamps=timestamps, _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
         )
-    except ApiException as err:
+    except ApiError as err:
         raise CliError(f"no log of pod {pod}: {_log_refusal(err)}") from None
     except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
@@ -144,10 +144,11 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
         CliError: as :func:`read_log`, or the stream broke off after it was opened.
     """
     try:
-        resp = _core(cluster).read_namespaced_pod_log(
+        resp = call(
+            _core(cluster).read_namespaced_pod_log,
             pod, namespace, container=TRAINER, follow=True, timestamps=timestamps, _preload_content=False, _request_timeout=FOLLOW_TIMEOUT,
         )
-    except ApiException as err:
+    except ApiError as err:
         raise CliError(f"no log of pod {pod}: {_log_refusal(err)}") from None
     except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
@@ -160,7 +161,7 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
         resp.release_conn()
 
 
-def _log_refusal(err: ApiException) -> str:
+def _log_refusal(err: ApiError | ApiException) -> str:
     """Why the API server gave no log: its message, said plainly when it could not reach the node's kubelet."""
     message = " ".join(str(_status_body(err).get("message") or err.reason or err.status).split())
     if "containerLogs" in message and any(w in message for w in ("dial tcp", "connection refused", "no such host", "i/o timeout")):
@@ -225,13 +226,13 @@ def watch_job(cluster: Cluster, namespace: str, name: str, tick_s: int = 2) -> I
                     break
                 rv = (changed.get("metadata") or {}).get("resourceVersion", rv)
                 yield changed
-        except ApiException as err:
-            if err.status == 410:
+        except ApiException as raw:  # raised by the watch's stream itself, so read here through the edge's mapping
+            if isinstance(typed(raw), Gone):
                 obj = get_job(cluster, namespace, name)
                 rv = obj["metadata"].get("resourceVersion")
                 yield obj
                 continue
-            raise describe_client_error(err, cluster.host) from None
+            raise describe_client_error(raw, cluster.host) from None
         except HTTPError as err:
             raise describe_client_error(err, cluster.host) from None
         finally:

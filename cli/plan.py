@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
+from railtrain.crds.labels import HOSTNAME
 from railtrain.operator.scheduling import queue as admission
 from railtrain.operator.job import ledger
 from railtrain.operator.scheduling import snapshot as cluster_model
@@ -177,7 +178,7 @@ def plan_view(result: PlanResult) -> Any:
         table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
         table.add_column("RANK", justify="right")
         table.add_column("NODE", overflow="fold")
-        levels = [k for k in result.levels if k != cluster_model.HOSTNAME_LABEL and any(k in d for d in result.result.domains)]
+        levels = [k for k in result.levels if k != HOSTNAME and any(k in d for d in result.result.domains)]
         for level in levels:
             table.add_column(_label_column(level), overflow="fold")
         for rank, node in enumerate(result.result.nodes):
@@ -198,7 +199,7 @@ def plan_view(result: PlanResult) -> Any:
         table.add_column("NODE", overflow="fold")
         table.add_column("GPUS FREE", justify="right", no_wrap=True)
         # the narrowest level above the node (e.g. the rack) names the domain; wider ones follow from it
-        named = [i for i, k in enumerate(result.levels) if k != cluster_model.HOSTNAME_LABEL and any(i < len(r.domains) and r.domains[i] for r in result.nodes)]
+        named = [i for i, k in enumerate(result.levels) if k != HOSTNAME and any(i < len(r.domains) and r.domains[i] for r in result.nodes)]
         shown = named[-1:]
         for i in shown:
             table.add_column(_label_column(result.levels[i]), overflow="fold")

@@ -15,7 +15,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from railtrain.crds import contract, fabric
+from railtrain.crds import contract, fabric, labels
+from railtrain.crds.times import parse_time_or_none
 
 PROBLEM_TYPES = ("Failed", "Suspended")
 """Condition types that explain a job's state when True; False is their healthy state (others explain it when False/Unknown)."""
@@ -29,20 +30,9 @@ def count(n: int, one: str, many: str | None = None) -> str:
     """``n`` with the noun in the right number: ``1 node``, ``2 nodes``, ``1 process``, ``8 processes``."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
-def parse_time(value: Any) -> datetime | None:
-    """Parse an RFC 3339 timestamp as the API server writes it (``2024-05-01T12:00:00Z``); ``None`` if absent or malformed."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
 def age(since: Any, now: datetime) -> str:
     """A kubectl-style age (``45s``, ``12m``, ``3h``, ``2d``) of timestamp ``since`` at ``now``; ``"<unknown>"`` if absent."""
-    start = parse_time(since)
+    start = parse_time_or_none(since)
     if start is None:
         return "<unknown>"
     seconds = max(0, int((now - start).total_seconds()))
@@ -127,7 +117,7 @@ def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
     if not candidates:
         return None
     epoch = datetime.min.replace(tzinfo=timezone.utc)
-    return max(candidates, key=lambda c: (c.get("type") in explains, parse_time(c.get("lastTransitionTime")) or epoch))
+    return max(candidates, key=lambda c: (c.get("type") in explains, parse_time_or_none(c.get("lastTransitionTime")) or epoch))
 
 
 _HOLDERS = (re.compile(r"held by:? ([^;()]+?)\s*(?:[;)]|\.\s|\.?$)"), re.compile(r"ahead in the queue: ([^;]+);"), re.compile(r"admitted again: (.+)$"))
@@ -253,7 +243,7 @@ def _no_conditions(meta: dict[str, Any], now: datetime) -> str:
     run is Failed with InvalidSpec or PodRejected), so a job without one past
     :data:`QUIET_SECONDS` has not been seen by any operator.
     """
-    created = parse_time(meta.get("creationTimestamp"))
+    created = parse_time_or_none(meta.get("creationTimestamp"))
     if created is None or (now - created).total_seconds() < QUIET_SECONDS:
         return "Conditions: none yet (the operator writes them within seconds of creation)"
     return (
@@ -315,8 +305,7 @@ def job_detail(obj: dict[str, Any], now: datetime, rank0: dict[str, Any] | None 
         table = Table(box=None, pad_edge=False, header_style="bold", title="Placement", title_justify="left", title_style="bold")
         table.add_column("RANK", justify="right")
         table.add_column("NODE")
-        hostname = "kubernetes.io/hostname"
-        levels = list(dict.fromkeys(k for p in placement for k in (p.get("domains") or {}) if k != hostname))
+        levels = list(dict.fromkeys(k for p in placement for k in (p.get("domains") or {}) if k != labels.HOSTNAME))
         for level in levels:
             table.add_column(_label_column(level))
         for p in placement:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import Field, model_validator
 
 from railtrain.crds import contract, corev1
+from railtrain.crds.labels import HOSTNAME
 from railtrain.crds.base import Model as _Model
 
 if TYPE_CHECKING:
@@ -309,6 +310,10 @@ _MOUNTS_KNOWN = (
     f"|| (has({_T}.volumes) && {_T}.volumes.exists(v, v.name == m.name)))"
 )
 _PORTS_OK = f"!has(c.ports) || c.ports.all(p, !(p.containerPort in {_cel_list(OPERATOR_PORTS)}))"
+_PINNED_BY_HOSTNAME = (
+    f"spec.template.spec.nodeSelector[{HOSTNAME}] conflicts with the operator's placement (status.placement), which pins each rank by that key; "
+    "select nodes by another label"
+)
 
 TEMPLATE_RULES: tuple[TemplateRule, ...] = (
     *(_owned_pod_field(f, a) for f, a in (("restart_policy", "restartPolicy"), ("node_name", "nodeName"), ("scheduling_gates", "schedulingGates"), ("hostname", "hostname"), ("subdomain", "subdomain"))),
@@ -384,10 +389,10 @@ TEMPLATE_RULES: tuple[TemplateRule, ...] = (
         problems=_ports_problems,
     ),
     TemplateRule(
-        cel=f"{_has('nodeSelector')} || !('kubernetes.io/hostname' in {_T}.nodeSelector)",
-        message="spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement), which pins each rank by that key; select nodes by another label",
+        cel=f"{_has('nodeSelector')} || !('{HOSTNAME}' in {_T}.nodeSelector)",
+        message=_PINNED_BY_HOSTNAME,
         field_path=".template.spec.nodeSelector",
-        problems=lambda s: ["spec.template.spec.nodeSelector[kubernetes.io/hostname] conflicts with the operator's placement (status.placement), which pins each rank by that key; select nodes by another label"] if s.template and "kubernetes.io/hostname" in s.template.spec.node_selector else [],
+        problems=lambda s: [_PINNED_BY_HOSTNAME] if s.template and HOSTNAME in s.template.spec.node_selector else [],
     ),
     TemplateRule(
         cel=f"({_has('affinity', 'podAffinity', 'requiredDuringSchedulingIgnoredDuringExecution')}) && ({_has('affinity', 'podAntiAffinity', 'requiredDuringSchedulingIgnoredDuringExecution')})",

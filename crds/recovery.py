@@ -53,6 +53,7 @@ from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract, reasons
 from railtrain.crds.failure_policy import FailureAction
+from railtrain.crds.times import format_time, parse_time_or_none
 
 PRECEDENCE = (contract.VERDICT_USER_ERROR, contract.VERDICT_HARDWARE_SUSPECT, contract.VERDICT_STRAGGLER, contract.VERDICT_HANG, contract.VERDICT_RETRYABLE)
 """The gang's verdict is the first of these that any failed rank reported."""
@@ -245,17 +246,6 @@ def counters_text(c: Counters, backoff_limit: int, infra_limit: int) -> str:
     return f"job restarts {c.job_restarts}/{backoff_limit}, infrastructure restarts {c.infrastructure_restarts}/{infra_limit}"
 
 
-def _parse(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _stamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _count_node_failures(c: Counters, node: str) -> tuple[tuple[dict[str, Any], ...], int]:
     counts = {str(n["node"]): int(n["count"]) for n in c.node_failures}
     counts[node] = counts.get(node, 0) + 1
@@ -354,7 +344,7 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         if rule.quarantine_after and int(mine[n]["count"]) >= rule.quarantine_after and n not in c.tainted
         and (f.verdict not in SEPARATE_VERDICTS or len(mine[n].get("ranks") or []) >= 2)
     ]  # fmt: skip
-    recent = [q for q in c.quarantines if (t := _parse(q.get("time", ""))) is not None and now - t < QUARANTINE_WINDOW]
+    recent = [q for q in c.quarantines if (t := parse_time_or_none(q.get("time", ""))) is not None and now - t < QUARANTINE_WINDOW]
     c = replace(c, suspects=suspects)
     if due and len(recent) + len(due) > policy.max_quarantines_per_hour:
         message = (
@@ -364,7 +354,7 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         return Decision(FAIL, f.verdict, REASON_QUARANTINE_LIMIT, message, f, ignored=ignored, counters=c)
     room = len(due) if c.cluster_limit is None else max(0, c.cluster_limit - c.cluster_quarantines)
     quarantine, budget_spent = tuple(due[:room]), tuple(due[room:])
-    records = c.quarantines + tuple({"node": n, "verdict": f.verdict, "time": _stamp(now)} for n in quarantine)
+    records = c.quarantines + tuple({"node": n, "verdict": f.verdict, "time": format_time(now)} for n in quarantine)
     avoid = set(c.avoid) | set(quarantine) | set(budget_spent) | (set(named) if rule.avoid_nodes and not undiscriminating else set())
     shift = c.rank_shift + 1 if f.verdict in SEPARATE_VERDICTS and named else c.rank_shift
     c = replace(c, quarantines=records, avoid=tuple(sorted(avoid)), rank_shift=shift)

@@ -35,9 +35,10 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
-from railtrain.crds import contract
+from railtrain.crds import contract, labels
+from railtrain.crds.times import format_time
 from railtrain.crds.fabric import FabricProfile
 from railtrain.crds import reasons
 from railtrain.operator import metrics
@@ -49,7 +50,7 @@ from railtrain.operator.job import planner
 from railtrain.operator.job import resize
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.kube.fence import NotLeader
-from railtrain.operator.kube.verbs import Kube, Rejected, describe
+from railtrain.operator.kube.verbs import Kube, Rejected, describe, each
 from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal
 from railtrain.operator.scheduling.placement import with_node_values as placement_values
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
@@ -112,7 +113,7 @@ def reconcile_job(
         The applied plan, or None when the job no longer exists or the request was coalesced.
 
     Raises:
-        kubernetes.client.rest.ApiException: the API server refused a call
+        railtrain.operator.kube.errors.ApiError: the API server refused a call
             other than the tolerated 404/409 (the handler logs one line; the next
             event or resync retries). A pod or Service refused as invalid
             (400/422, :class:`~railtrain.operator.kube.verbs.Rejected`) is not raised:
@@ -277,7 +278,7 @@ def _admission_pass(
     # DECIDE_CONCURRENCY jobs at once, each under its own lock. The pass still holds the scheduling lock until every
     # decision is written, so the next pass reads them all (the ledger rule above is unchanged).
     for _, group in groupby(todo, key=lambda d: isinstance(d.result, Refusal)):  # the two runs of apply_order
-        _each([lambda d=d: apply(d) for d in group], _DECISIONS)
+        each([lambda d=d: apply(d) for d in group], _DECISIONS)
     if fenced:
         log.info("admission pass dropped: this operator no longer leads; %d decision(s) not written (%s)", len(fenced), ", ".join(sorted(fenced)[:5]))
     return decisions
@@ -413,7 +414,7 @@ def _needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     nodes' fabric values), or the job may grow."""
     admitted = planner.admission_record(job.get("status") or {})
     return resize.wants_to_grow(job) or (admitted is not None and not admitted.created) or any(
-        (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get("kubernetes.io/hostname") for p in pods
+        (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get(labels.HOSTNAME) for p in pods
     )
 
 
@@ -432,7 +433,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
 
     def change(node: dict[str, Any]) -> dict[str, Any] | None:
         taints = quarantine.taints_with(node, verdict)
-        return None if taints is None else {"taints": taints, "annotations": {quarantine.ANNOTATION_AT: now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+        return None if taints is None else {"taints": taints, "annotations": {quarantine.ANNOTATION_AT: format_time(now)}}
 
     outcome, _ = kubeclient.update_node(lambda: kube.get_node(node_name), kube.set_node_taints, change, attempts)
     if outcome == "changed":
@@ -449,20 +450,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
 
 
 _CALLS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="railtrain-api")
-"""Runs the independent per-pod calls of one plan at once (a gang's 8 deletes take one round trip, not 8)."""
-
-
-def _each(calls: list[Callable[[], Any]], pool: ThreadPoolExecutor | None = None) -> None:
-    """Run independent calls concurrently on ``pool`` (default :data:`_CALLS`); wait for all, then re-raise the first error."""
-    if len(calls) <= 1:
-        for call in calls:
-            call()
-        return
-    futures = [(pool or _CALLS).submit(call) for call in calls]
-    errors = [f.exception() for f in futures]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
+"""Runs the independent per-pod calls of one plan at once (:func:`railtrain.operator.kube.verbs.each`: a gang's 8 deletes take one round trip, not 8)."""
 
 
 def _apply(kube: Kube, job: dict[str, Any], p: planner.Plan, now: datetime) -> bool:
@@ -495,13 +483,13 @@ def _apply(kube: Kube, job: dict[str, Any], p: planner.Plan, now: datetime) -> b
         if not _write_status(kube, job, p, announce=not p.create_pods):  # a restart's Events come with its status, as before the hold
             return False  # the job is gone or changed since it was read: create and delete nothing
         kube.create_many(p.create_pods + with_pods)  # ranks first
-        _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
+        each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods], _CALLS)
         if p.create_pods:
             _announce(kube, job, p)  # GangPlaced/GangCreated once the pods exist, and off the gang's critical path
         return True
     kube.create_many(p.create_pods)
-    _each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods])
-    _each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate])
+    each([lambda name=name: kube.delete_pod(namespace, name, p.uids.get(name)) for name in p.delete_pods], _CALLS)
+    each([lambda name=name: kube.release_pod(namespace, name, p.pin.get(name), p.annotate.get(name)) for name in p.ungate], _CALLS)
     if p.delete_job:
         if kube.delete_job(namespace, job["metadata"]["name"], job["metadata"].get("uid", "")):
             for type_, reason, message in p.events:

@@ -23,13 +23,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.operator import controller, leader, metrics, progress
 from railtrain.operator import kube
 from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.kube.errors import NotFound, classify
 from railtrain.operator.kube.fence import NotLeader
 
 log = logging.getLogger("railtrain.operator")
@@ -216,11 +216,9 @@ def _resync_pass(ctx: OperatorContext) -> None:
         return
     try:
         jobs = ctx.kube.list_jobs(ctx.settings.namespace)
-    except ApiException as err:
-        if err.status == 404:
-            log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
-            return
-        raise
+    except NotFound:
+        log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
+        return
     for job in jobs:
         if (job.get("status") or {}).get("phase") == "Succeeded" and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
             continue  # nothing left to do for a Succeeded job unless its TTL will delete it
@@ -309,5 +307,5 @@ def _reconcile_quietly(ctx: OperatorContext, namespace: str, name: str) -> None:
 
 def _trace(err: BaseException) -> BaseException | None:
     """The exception to log with its traceback: only an unexpected one (a bug, not an API answer) and only with DEBUG on."""
-    expected = isinstance(err, ApiException) or kube.unreachable(err)
+    expected = classify(err) is not None or kube.unreachable(err)
     return err if not expected and log.isEnabledFor(logging.DEBUG) else None

@@ -29,11 +29,10 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from kubernetes.client.rest import ApiException
-
 from railtrain.operator import metrics
 from railtrain.operator.kube import fence
 from railtrain.operator import kube
+from railtrain.operator.kube.errors import Forbidden
 from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
 
@@ -89,16 +88,13 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
             failing = False
         except asyncio.CancelledError:
             raise
-        except ApiException as err:
-            if err.status in (401, 403):
-                log.warning("cannot keep the Lease %s (%s): this operator leads alone; a second operator on this cluster would admit too", where, kube.describe(err))
-                if ctx.state.leadership is not None:
-                    ctx.state.leadership.alone()
-                _set(ctx, True, wake, where)
-                return
-            leading, other = ctx.state.leader and time.monotonic() - renewed < deadline, None
-            failing = _say_failing(failing, where, err)
-        except Exception as err:  # no answer: keep leading only while the last renewal is within the renew deadline
+        except Forbidden as err:  # 401 or 403: no RBAC for the Lease
+            log.warning("cannot keep the Lease %s (%s): this operator leads alone; a second operator on this cluster would admit too", where, kube.describe(err))
+            if ctx.state.leadership is not None:
+                ctx.state.leadership.alone()
+            _set(ctx, True, wake, where)
+            return
+        except Exception as err:  # another answer, or none: keep leading only while the last renewal is within the renew deadline
             leading, other = ctx.state.leader and time.monotonic() - renewed < deadline, None
             failing = _say_failing(failing, where, err)
         if other is not None and other != said_holder:

@@ -18,23 +18,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from railtrain.crds.times import format_micro_time, parse_time_or_none
+
 LEASE_NAME = "railtrain-operator"
 LEASE_SECONDS = 8
 """Default leaseDurationSeconds: a holder that has not renewed for this long is gone (the chart allows 5..15)."""
-
-
-def parse_micro_time(text: str | None) -> datetime | None:
-    """Parse a Lease's renewTime (RFC 3339 with microseconds, ``Z``); None when absent or malformed."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _micro_time(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def holder(lease: dict[str, Any] | None, now: datetime) -> str | None:
@@ -46,7 +34,7 @@ def holder(lease: dict[str, Any] | None, now: datetime) -> str | None:
     """
     spec = (lease or {}).get("spec") or {}
     name = spec.get("holderIdentity")
-    renewed = parse_micro_time(spec.get("renewTime"))
+    renewed = parse_time_or_none(spec.get("renewTime"))  # None also when malformed: nobody holds it
     if not name or renewed is None:
         return None
     duration = spec.get("leaseDurationSeconds") or LEASE_SECONDS
@@ -73,6 +61,6 @@ def lease_spec(identity: str, now: datetime, seconds: int = LEASE_SECONDS, seen:
     renewal = old.get("holderIdentity") == identity and old.get("acquireTime")
     transitions = int(old.get("leaseTransitions") or 0) + (0 if renewal or not old.get("holderIdentity") else 1)
     return {
-        "holderIdentity": identity, "leaseDurationSeconds": int(seconds), "acquireTime": old["acquireTime"] if renewal else _micro_time(now),
-        "renewTime": _micro_time(now), "leaseTransitions": transitions,
+        "holderIdentity": identity, "leaseDurationSeconds": int(seconds), "acquireTime": old["acquireTime"] if renewal else format_micro_time(now),
+        "renewTime": format_micro_time(now), "leaseTransitions": transitions,
     }  # fmt: skip

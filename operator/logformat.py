@@ -13,6 +13,8 @@ import json
 import logging
 from datetime import datetime, timezone
 
+from railtrain.crds.times import format_time
+
 FORMATS = ("text", "json")
 """Values of ``--log-format``."""
 
@@ -22,7 +24,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "time": format_time(datetime.fromtimestamp(record.created, timezone.utc), 3),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

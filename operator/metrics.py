@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections import Counter as Tally
 from typing import Any, Iterable, Mapping
 
-from kubernetes.client.rest import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
 from railtrain.crds.goodput import REASON_CAUSE
+from railtrain.crds.times import parse_time_or_none
+from railtrain.operator.kube.connection import unreachable
+from railtrain.operator.kube.errors import classify
 from railtrain.operator.scheduling.quarantine import is_quarantined
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -97,16 +99,13 @@ def observe_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def error_kind(err: BaseException) -> str:
     """The kind label of :data:`RECONCILE_ERRORS` for an error of a reconcile (pure).
 
-    ApiException statuses map to conflict (409), not_found (404), forbidden
-    (401/403), invalid (400/422), throttled (429), server (5xx); no answer at
-    all is unreachable; anything else (a bug) is internal.
+    An API server's answer is its typed error's kind (:attr:`railtrain.operator.kube.errors.ApiError.kind`):
+    conflict (409), not_found (404), forbidden (401/403), invalid (400/422 and any other 4xx), throttled (429),
+    server (5xx); no answer at all is unreachable; anything else (a bug) is internal.
     """
-    from railtrain.operator.kube.verbs import unreachable
-
-    if isinstance(err, ApiException) and err.status:
-        status = int(err.status)
-        named = {409: "conflict", 404: "not_found", 401: "forbidden", 403: "forbidden", 400: "invalid", 422: "invalid", 429: "throttled"}
-        return named.get(status, "server" if status >= 500 else "invalid")
+    answer = classify(err)
+    if answer is not None and answer.status:
+        return answer.kind
     return "unreachable" if unreachable(err) else "internal"
 
 
@@ -134,11 +133,9 @@ def time_to_running(old: Mapping[str, Any], new: Mapping[str, Any], created: str
     The moment is status.startTime appearing on a job that never had a Running
     condition (a resumed or restarted gang does not count again).
     """
-    from railtrain.operator.lease import parse_micro_time
-
     if not new.get("startTime") or old.get("startTime") or any(c.get("type") == "Running" for c in old.get("conditions") or []):
         return None
-    start, born = parse_micro_time(new["startTime"]), parse_micro_time(created)
+    start, born = parse_time_or_none(new["startTime"]), parse_time_or_none(created)
     if start is None or born is None:
         return None
     return max(0.0, (start - born).total_seconds())

@@ -32,7 +32,7 @@ from railtrain.crds import contract
 from railtrain.crds.goodput import Progress
 from railtrain.operator import metrics
 from railtrain.operator.job import attempts
-from railtrain.operator.lease import parse_micro_time
+from railtrain.crds.times import parse_time_or_none
 
 log = logging.getLogger("railtrain.operator")
 
@@ -53,7 +53,7 @@ def due(status: Mapping[str, Any], now: datetime, running_jobs: int) -> bool:
     """Whether a Running job's progress should be read again at ``now`` (its status.progress.lastUpdateTime is old enough)."""
     if status.get("phase") != "Running":
         return False
-    last = parse_micro_time((status.get("progress") or {}).get("lastUpdateTime"))
+    last = parse_time_or_none((status.get("progress") or {}).get("lastUpdateTime"))
     return last is None or (now - last).total_seconds() >= interval(running_jobs)
 
 

@@ -341,7 +341,7 @@ class LocalCluster:
 
         Raises:
             ValueError: ``count`` < 1, or a bad node shape.
-            kubernetes.client.ApiException: a node could not be created
+            the kubernetes client's API error: a node could not be created
                 (409 if a node of that name exists).
             TimeoutError: the nodes were not Ready and free of the
                 ``node.kubernetes.io/not-ready`` taint within ``timeout`` s.

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-LABEL_BLOCK = "railtrain.dev/block"
+from railtrain.crds import labels as wellknown
+
+LABEL_BLOCK = wellknown.RAILTRAIN_BLOCK
 """Topology label: the network block (spine domain) a node sits in."""
-LABEL_RACK = "railtrain.dev/rack"
+LABEL_RACK = wellknown.RAILTRAIN_RACK
 """Topology label: the rack (leaf switch) a node sits in."""
-LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_HOSTNAME = wellknown.HOSTNAME
 GPU_RESOURCE = "nvidia.com/gpu"
 """Extended resource name of the NVIDIA device plugin."""
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"
@@ -60,8 +62,8 @@ def gpu_node(
     resources = {"cpu": cpu, "memory": memory, "pods": pods, GPU_RESOURCE: str(gpus)}
     node_labels = {
         LABEL_HOSTNAME: name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
+        wellknown.OS: "linux",
+        wellknown.ARCH: "amd64",
         "type": "kwok",
         LABEL_RACK: f"{topology_prefix}rack-{index // nodes_per_rack}",
         LABEL_BLOCK: f"{topology_prefix}block-{index // (nodes_per_rack * racks_per_block)}",

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from railtrain.crds.goodput import MAX_ATTEMPTS, breakdown, to_attempts
-from railtrain.operator.lease import parse_micro_time
+from railtrain.crds.times import format_micro_time, parse_time_or_none
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -33,16 +33,12 @@ def _scheduled(status: Mapping[str, Any]) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
 
 
-def _time(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def goodput(status: Mapping[str, Any], attempts: list[dict[str, Any]], created: str | None, now: datetime) -> dict[str, Any] | None:
     """status.goodput (camelCase) for these attempts at ``now`` (the completion time once finished); None without a creation time or with a malformed record."""
-    born = parse_micro_time(created)
+    born = parse_time_or_none(created)
     if born is None:
         return None
-    end = parse_micro_time(status.get("completionTime")) if status.get("phase") in TERMINAL else None
+    end = parse_time_or_none(status.get("completionTime")) if status.get("phase") in TERMINAL else None
     try:
         records = to_attempts(attempts)
     except ValueError:
@@ -73,11 +69,11 @@ def track(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime, created
     elif new.get("phase") == "Suspended" and old.get("phase") != "Suspended":
         stopped = "Suspended"
     if stopped and current is not None:
-        current.update(ended=_time(now), endReason=stopped)
+        current.update(ended=format_micro_time(now), endReason=stopped)
         current, changed = None, True
     released = _scheduled(new).get("status") == "True" and _scheduled(old).get("status") != "True"
     if released and current is None:
-        attempts.append({"released": _time(now)})
+        attempts.append({"released": format_micro_time(now)})
         changed = True
     if new.get("phase") in TERMINAL and old.get("phase") not in TERMINAL:
         changed = True  # the final breakdown, to the completion time
@@ -101,7 +97,7 @@ def with_progress(status: Mapping[str, Any], progress: Mapping[str, Any], resume
     attempts = [dict(a) for a in (status.get("goodput") or {}).get("attempts") or []]
     if not attempts or attempts[-1].get("ended") or "step" not in progress:
         return None
-    a, at = attempts[-1], progress.get("lastUpdateTime") or _time(now)
+    a, at = attempts[-1], progress.get("lastUpdateTime") or format_micro_time(now)
     if a.get("firstStep") is None:
         a.update(firstStep=int(progress["step"]), firstStepAt=at)
     if a.get("lastStep") != int(progress["step"]) or a.get("lastStepAt") is None:

@@ -11,8 +11,10 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operato
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
+
+from railtrain.crds.times import format_time
 
 # Condition types
 SCHEDULED = "Scheduled"
@@ -25,11 +27,6 @@ SUSPENDED = "Suspended"
 PENDING = "Pending"
 RESTARTING = "Restarting"
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
-
-
-def rfc3339(now: datetime) -> str:
-    """Format a timezone-aware datetime the way the API server does: ``2026-01-02T03:04:05Z``."""
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
@@ -75,7 +72,7 @@ def set_condition(
         "status": status_s,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status_s else rfc3339(now),
+        "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status_s else format_time(now),
     }
     if generation is not None:
         new["observedGeneration"] = generation

@@ -32,6 +32,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from railtrain.crds.times import format_time
 from railtrain.crds.fabric import FabricProfile
 
 from railtrain.operator.job import attempts
@@ -115,7 +116,7 @@ def rejected_status(obj: dict[str, Any], message: str, now: datetime) -> dict[st
     old = dict(obj.get("status") or {})
     generation = obj["metadata"].get("generation")
     conds, _ = cond.set_condition(list(old.get("conditions") or []), cond.FAILED, True, REJECTED, message, now, generation)
-    return {**old, "phase": cond.FAILED, "conditions": conds, "observedGeneration": generation, "completionTime": old.get("completionTime") or cond.rfc3339(now)}
+    return {**old, "phase": cond.FAILED, "conditions": conds, "observedGeneration": generation, "completionTime": old.get("completionTime") or format_time(now)}
 
 
 def gang_ever_created(status: dict[str, Any] | None) -> bool:
@@ -153,7 +154,7 @@ def finish(step: Step, phase: str) -> Plan:
     st["placement"] = placement_entries(staying, step.old.get("placement") or [], step.placed) or st.get("placement", [])
     st["admittedNodes"] = step.released
     if phase in cond.TERMINAL_PHASES and not st.get("completionTime"):
-        st["completionTime"] = cond.rfc3339(step.now)
+        st["completionTime"] = format_time(step.now)
     recorded = attempts.track(step.old, st, step.now, step.meta.get("creationTimestamp"))  # status.goodput (operator/job/attempts.py)
     if recorded is not None:
         st["goodput"] = recorded

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from railtrain.crds.times import parse_time
 from railtrain.crds.api import AdmissionRecord, HoldRecord
 from railtrain.operator.job import conditions as cond
 
@@ -97,11 +98,6 @@ def hold_record(status: dict[str, Any], now: datetime | None = None) -> HoldReco
 def requeue_delay(requeues: int) -> timedelta:
     """Backoff before the ``requeues``-th re-admission: 10 s, 20 s, 40 s ... at most 600 s."""
     return timedelta(seconds=min(REQUEUE_MAX_SECONDS, REQUEUE_BASE_SECONDS * 2 ** max(0, requeues - 1)))
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """Parse an RFC 3339 time as the API server writes it; None when absent."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
 def waiting_since(obj: dict[str, Any]) -> datetime | None:

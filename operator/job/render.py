@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract, fabric, threads
+from railtrain.crds.labels import HOSTNAME
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
 from railtrain.crds.precision import contract_values
@@ -416,7 +417,7 @@ def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
     the kubelet's admission for a pod created bound (:func:`admitted_pod`).
     """
     out = {**pod, "spec": {**pod["spec"]}}
-    out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), "kubernetes.io/hostname": node}
+    out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), HOSTNAME: node}
     return out
 
 

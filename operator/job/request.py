@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from railtrain.crds.times import parse_time
 from railtrain.crds import parallel
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import render
@@ -23,7 +24,7 @@ from railtrain.operator.scheduling.nodefit import pod_needs
 from railtrain.operator.scheduling.queue import Hold
 from railtrain.operator.scheduling.placement import GangRequest
 from railtrain.operator.job.pods import NAME_TAKEN, admitted_nodes, current_gang, is_gated, lingering, owned, rank_of
-from railtrain.operator.job.records import admission_record, hold_record, parse_time, waiting_since
+from railtrain.operator.job.records import admission_record, hold_record, waiting_since
 
 
 

@@ -1,9 +1,11 @@
 """The operator's API edge: the only wing that talks to the Kubernetes API server.
 
-Modules: :mod:`.connection` (kubeconfig, the API client, what an ApiException
-means in one sentence), :mod:`.verbs` (:class:`Kube`: every read and write the
+Modules: :mod:`.errors` (the API server's answers as typed errors, each with
+its sentence: the one place the client's ``ApiException`` is read),
+:mod:`.connection` (kubeconfig, the API client, any client error in one
+sentence), :mod:`.verbs` (:class:`Kube`: every read and write the
 operator makes, fenced by leadership), :mod:`.informer` (watch-fed stores),
-:mod:`.cached` (a :class:`Kube` whose reads come from those stores),
+:mod:`.cached` (a :class:`Kube` held with those stores, which serve its reads),
 :mod:`.fence` (leadership as writes see it), :mod:`.crdcheck` (the installed
 CRD against the fields the operator writes).
 
@@ -12,6 +14,10 @@ May import: ``railtrain.crds`` and the kubernetes client; never kopf, never the
 The names below are the edge's public surface.
 """
 
+from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Gone, Invalid, NotFound, ServerError, Throttled, Transient, Unreachable
 from railtrain.operator.kube.verbs import COMPONENT, FIELD_MANAGER, Kube, Rejected, describe, server_message, transient, unreachable
 
-__all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable"]
+__all__ = [
+    "COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable",
+    "ApiError", "Conflict", "Forbidden", "Gone", "Invalid", "NotFound", "ServerError", "Throttled", "Transient", "Unreachable",
+]

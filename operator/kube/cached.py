@@ -1,11 +1,14 @@
 """The operator's API verbs with watch-fed caches behind the pass-wide reads (:class:`CachedKube`).
 
 An admission pass reads every TrainingJob, every railtrain pod, every active
-pod, every Node and the namespaces being deleted. :class:`CachedKube` serves
-those reads from :mod:`railtrain.operator.kube.informer` stores once each has synced
-(the API before that), and applies every object the operator itself writes or
-reads fresh (status patches, pod creates and patches, GETs, one job's pod LIST)
-to them at once, under the stores' resourceVersion ordering. So the next pass
+pod, every Node and the namespaces being deleted. :class:`CachedKube` holds a
+:class:`~railtrain.operator.kube.verbs.Kube` and the
+:mod:`railtrain.operator.kube.informer` stores: it serves those reads from the
+stores once each has synced (through the Kube before that), hands every other
+verb to the Kube, and is the Kube's observer (:class:`~railtrain.operator.kube.verbs.Observer`),
+so every object the operator itself writes or reads fresh (status patches, pod
+creates and patches, GETs, one job's pod LIST) is applied to the stores at once,
+under their resourceVersion ordering. So the next pass
 sees the ledger the previous one wrote (``status.admission`` and the pinned
 pods) without waiting for the watch: docs/scheduling.md, "Watch-fed caches".
 Deletes the operator issues are left to the watch (the capacity is seen as
@@ -21,13 +24,16 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable
+from concurrent.futures import Executor
+from typing import Any, Callable, TypeVar
 
 from kubernetes import client
 
 from railtrain.crds import contract
 from railtrain.operator.kube.informer import Informer, Store
 from railtrain.operator.kube.verbs import Kube, describe
+
+T = TypeVar("T")
 
 log = logging.getLogger("railtrain.operator")
 
@@ -53,15 +59,19 @@ def _active(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL
 
 
-class CachedKube(Kube):
-    """:class:`~railtrain.operator.kube.verbs.Kube` whose pass-wide LISTs come from watch-fed caches (module docstring).
+class CachedKube:
+    """The verbs of a :class:`~railtrain.operator.kube.verbs.Kube`, with the pass-wide LISTs and a reconcile's reads
+    from watch-fed caches (module docstring).
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient``.
         namespace: the operator's ``--namespace`` (its TrainingJobs are cached), or None for all namespaces.
-        fence, lease_timeout: as for :class:`~railtrain.operator.kube.verbs.Kube` (the leadership check before every write).
+        fence, lease_timeout, pool: the held Kube's (the leadership check before every write, the Lease calls' timeout,
+            the pool of its concurrent calls).
 
     Attributes:
+        kube: the :class:`~railtrain.operator.kube.verbs.Kube` every call to the API server goes through (this
+            object is its observer); api, core, custom: its clients.
         jobs, pods, active, nodes, namespaces, services: the stores (TrainingJobs; pods labelled
             ``railtrain.dev/job-name``; non-terminal pods without that label; Nodes; Namespaces;
             Services, of the operator's namespace or all).
@@ -72,8 +82,12 @@ class CachedKube(Kube):
         informers: their LIST+WATCH threads, by store name.
     """
 
-    def __init__(self, api_client: client.ApiClient, namespace: str | None = None, fence: Callable[[], None] | None = None, lease_timeout: float | None = None):
-        super().__init__(api_client, fence=fence, lease_timeout=lease_timeout)
+    def __init__(
+        self, api_client: client.ApiClient, namespace: str | None = None, fence: Callable[[], None] | None = None, lease_timeout: float | None = None,
+        pool: Executor | None = None,
+    ):
+        self.kube = Kube(api_client, fence=fence, lease_timeout=lease_timeout, pool=pool, observer=self)
+        self.api, self.core, self.custom = self.kube.api, self.kube.core, self.kube.custom
         self.namespace = namespace
         self.jobs = Store(keep=(lambda o: (o.get("metadata") or {}).get("namespace") == namespace) if namespace else None)
         self.pods = Store(keep=lambda o: contract.LABEL_JOB_NAME in _labels(o), index=job_of)
@@ -184,9 +198,9 @@ class CachedKube(Kube):
 
     def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
         """:meth:`Kube.set_node_taints`, then the node read again into the cache (a quarantined node is never offered again)."""
-        changed = super().set_node_taints(node, taints, annotations)
+        changed = self.kube.set_node_taints(node, taints, annotations)
         if changed:
-            self.get_node(node["metadata"]["name"])
+            self.kube.get_node(node["metadata"]["name"])
         return changed
 
     # --- a reconcile's reads, from the caches once synced -------------------------------------
@@ -199,14 +213,14 @@ class CachedKube(Kube):
         handler applies it first, :meth:`observe_event`), as client-go controllers read their
         informer's lister. A GET per reconcile was one API round trip per pod event of a
         starting gang, with the job's whole status (a 256-rank admission record) encoded by the
-        server and decoded here each time. The admission write (:func:`railtrain.operator.controller._decide`)
+        server and decoded here each time. The admission write (:meth:`railtrain.operator.reconciler.Reconciler._decide`)
         still reads the job fresh.
         """
         if self.synced("jobs"):
             cached = self.jobs.get((namespace, name))
             if cached is not None:
                 return copy.deepcopy(cached)
-        return self.get_job(namespace, name)
+        return self.kube.get_job(namespace, name)
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The job's rendezvous Service from the Services cache once it has synced (a copy), else a GET.
@@ -216,19 +230,19 @@ class CachedKube(Kube):
         next reconcile (a create that meets a Service not yet cached answers 409 and changes nothing).
         """
         if not self.synced("services"):
-            return super().get_service(namespace, name)
+            return self.kube.get_service(namespace, name)
         found = self.services.get((namespace, contract.service_name(name)))
         return copy.deepcopy(found) if found is not None else None
 
     # --- pass-wide reads, from the caches once synced ----------------------------------------
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         if not self.synced("jobs") or (self.namespace and namespace != self.namespace):
-            return super().list_jobs(namespace)
+            return self.kube.list_jobs(namespace)
         return [j for j in self.jobs.items() if namespace is None or j["metadata"].get("namespace") == namespace]
 
     def list_railtrain_pods(self, node: str | None = None) -> list[dict[str, Any]]:
         if not self.synced("pods"):
-            return super().list_railtrain_pods(node)
+            return self.kube.list_railtrain_pods(node)
         pods = self.pods.items()
         return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node] if node else pods
 
@@ -248,7 +262,7 @@ class CachedKube(Kube):
         copy of a 256-pod gang per reconcile was most of the reconcile's CPU (py-spy).
         """
         if not self.synced("pods"):
-            return super().list_job_pods(namespace, name)
+            return self.kube.list_job_pods(namespace, name)
         mine = self.pods.indexed((namespace, name))
         return sorted(mine, key=lambda p: p["metadata"]["name"])  # in the API's order: by name
 
@@ -257,19 +271,80 @@ class CachedKube(Kube):
         (copies): every pod that can hold a name except a finished pod without railtrain's label, whose name the
         rank's create then finds taken (409)."""
         if not cached or not self.synced("pods", "active"):
-            return super().pods_named(namespace, names, cached)
+            return self.kube.pods_named(namespace, names, cached)
         found = [self.pods.get((namespace, n)) or self.active.get((namespace, n)) for n in names]
         return [copy.deepcopy(p) for p in found if p is not None]
 
     def list_active_pods(self) -> list[dict[str, Any]]:
         if not self.synced("active", "pods"):
-            return super().list_active_pods()
+            return self.kube.list_active_pods()
         return self.active.items() + [p for p in self.pods.items() if _active(p)]
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        return self.nodes.items() if self.synced("nodes") else super().list_nodes()
+        return self.nodes.items() if self.synced("nodes") else self.kube.list_nodes()
 
     def terminating_namespaces(self) -> set[str]:
         if not self.synced("namespaces"):
-            return super().terminating_namespaces()
+            return self.kube.terminating_namespaces()
         return {ns["metadata"]["name"] for ns in self.namespaces.items() if (ns.get("status") or {}).get("phase") == "Terminating"}
+
+    # --- every other verb: the Kube's own (writes, GETs, the Lease, Events) ----------------------------
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A fresh GET (:meth:`Kube.get_job`), applied to the cache."""
+        return self.kube.get_job(namespace, name)
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A fresh GET (:meth:`Kube.get_pod`), applied to the cache."""
+        return self.kube.get_pod(namespace, name)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """A fresh GET (:meth:`Kube.get_node`), applied to the cache."""
+        return self.kube.get_node(name)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """:meth:`Kube.create`."""
+        return self.kube.create(manifest)
+
+    def create_many(self, manifests: list[dict[str, Any]]) -> list[bool]:
+        """:meth:`Kube.create_many`."""
+        return self.kube.create_many(manifests)
+
+    def each(self, calls: list[Callable[[], T]]) -> list[T]:
+        """:meth:`Kube.each`."""
+        return self.kube.each(calls)
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
+        """:meth:`Kube.delete_pod`."""
+        self.kube.delete_pod(namespace, name, uid, force)
+
+    def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
+        """:meth:`Kube.release_pod`."""
+        self.kube.release_pod(namespace, name, node, annotations)
+
+    def force_delete_pod(self, namespace: str, name: str) -> None:
+        """:meth:`Kube.force_delete_pod`."""
+        self.kube.force_delete_pod(namespace, name)
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """:meth:`Kube.delete_job`."""
+        return self.kube.delete_job(namespace, name, uid)
+
+    def delete_service(self, namespace: str, name: str, uid: str) -> bool:
+        """:meth:`Kube.delete_service` (its answer is applied to the cache)."""
+        return self.kube.delete_service(namespace, name, uid)
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None) -> bool:
+        """:meth:`Kube.patch_status` (the written job is applied to the cache)."""
+        return self.kube.patch_status(namespace, name, status, resource_version)
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """:meth:`Kube.get_lease`."""
+        return self.kube.get_lease(namespace, name)
+
+    def put_lease(self, namespace: str, name: str, spec: dict[str, Any], seen: dict[str, Any] | None) -> bool:
+        """:meth:`Kube.put_lease`."""
+        return self.kube.put_lease(namespace, name, spec, seen)
+
+    def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """:meth:`Kube.emit_event`."""
+        self.kube.emit_event(job, type_, reason, message)

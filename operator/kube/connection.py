@@ -1,4 +1,4 @@
-"""The client edge, used by the operator and the command line alike: connecting, API errors in one sentence, taint updates.
+"""The client edge, used by the operator and the command line alike: connecting, any client error in one sentence, taint updates.
 
 Nothing here imports kopf or typer, so ``railtrain get``/``node clear`` and
 the operator connect with the same kubeconfig rules, describe the same error
@@ -11,7 +11,6 @@ May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import dataclass
@@ -21,10 +20,12 @@ from typing import Any, Callable, Mapping
 import urllib3
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from railtrain.crds.validation import yaml_cause
+from railtrain.operator.kube.errors import Conflict, NotFound, Transient, Unreachable, call, classify, one_line, server_message, status_body
+
+__all__ = ["ConnectError", "Connection", "GuardedApiClient", "connect", "describe", "one_line", "patch_node", "sentence", "server_message", "status_body", "transient", "unreachable", "update_node"]
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -100,11 +101,6 @@ class Connection:
     host: str
 
 
-def one_line(obj: object) -> str:
-    """``str(obj)`` with every run of whitespace made one space."""
-    return " ".join(str(obj).split())
-
-
 def missing_kubeconfig(kubeconfig: str | None, path: str, environ: Mapping[str, str]) -> str:
     """The sentence for a kubeconfig that does not exist, naming where its path came from.
 
@@ -175,24 +171,11 @@ def connect(
     return Connection(GuardedApiClient(cfg, request_timeout, fence), namespace, cfg.host)
 
 
-def status_body(err: ApiException) -> dict[str, Any]:
-    """The decoded ``Status`` body of an API error (``{}`` when it is not JSON)."""
-    try:
-        body = json.loads(err.body or "")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def server_message(err: ApiException) -> str:
-    """The ``message`` of the Status body of an API error on one line, else its HTTP reason."""
-    return one_line(status_body(err).get("message") or err.reason or f"HTTP {err.status}")
-
-
 def describe(err: BaseException) -> str:
     """Any error of a call to the API server as a short phrase for a log line: ``429 storage is (re)initializing``, ``connection refused``."""
-    if isinstance(err, ApiException):
-        return f"{err.status} {server_message(err)}"
+    answer = classify(err)
+    if answer is not None:
+        return str(answer)
     text = str(getattr(err, "reason", None) or err)
     if "refused" in text.lower():
         return "connection refused"
@@ -203,22 +186,24 @@ def describe(err: BaseException) -> str:
 
 
 def unreachable(err: BaseException) -> bool:
-    """Whether an error means the API server did not answer at all (refused, reset, timed out, DNS)."""
-    return isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, socket.gaierror)) or (isinstance(err, ApiException) and err.status == 0)
+    """Whether an error means the API server did not answer at all (refused, reset, timed out, DNS): urllib3's or the
+    socket's own error, or the typed :class:`~railtrain.operator.kube.errors.Unreachable` (an ApiException of status 0)."""
+    return isinstance(err, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, socket.gaierror)) or isinstance(classify(err), Unreachable)
 
 
 def transient(err: BaseException) -> bool:
-    """Whether an error of a call is worth retrying as it is: 429, 5xx, or no answer at all; a refusal of the request itself (other 4xx) is not."""
-    if isinstance(err, ApiException):
-        return err.status == 0 or err.status == 429 or err.status >= 500
-    return unreachable(err)
+    """Whether an error of a call is worth retrying as it is: 429, 5xx, or no answer at all
+    (:class:`~railtrain.operator.kube.errors.Transient`); a refusal of the request itself (other 4xx) is not."""
+    answer = classify(err)
+    return isinstance(answer, Transient) if answer is not None else unreachable(err)
 
 
 def sentence(err: BaseException, host: str | None = None) -> str:
     """Any client error as one sentence for a person, with what to do.
 
     Args:
-        err: an ``ApiException``, ``ConfigException``, urllib3 error or connection error.
+        err: a typed :class:`~railtrain.operator.kube.errors.ApiError` (or the ``ApiException`` it maps),
+            ``ConfigException``, urllib3 error or connection error.
         host: the API server URL, when known.
     """
     where = f" at {host}" if host else ""
@@ -233,15 +218,9 @@ def sentence(err: BaseException, host: str | None = None) -> str:
         return f"cannot reach the Kubernetes API server{where}: {one_line(reason or err)}; {UNREACHABLE_HINT}"
     if isinstance(err, urllib3.exceptions.TimeoutError):
         return f"the Kubernetes API server{where} did not answer in time; check that the cluster is up"
-    if isinstance(err, ApiException):
-        message = one_line(status_body(err).get("message") or err.reason or "")
-        if err.status == 0:
-            return f"cannot talk to the Kubernetes API server{where}: {message}"
-        if err.status == 401:
-            return f"the Kubernetes API server{where} rejected the kubeconfig's credentials (401 Unauthorized)"
-        if err.status == 403:
-            return f"not allowed by the Kubernetes API server{where}: {message}"
-        return f"the Kubernetes API server{where} answered {err.status} {err.reason}: {message}"
+    answer = classify(err)
+    if answer is not None:
+        return answer.sentence(host)
     if isinstance(err, ConfigException):
         return f"the kubeconfig cannot be used: {one_line(err)}"
     if unreachable(err):
@@ -277,7 +256,7 @@ def patch_node(
         False on a conflict or when the node is gone (read it again and retry).
 
     Raises:
-        kubernetes.client.rest.ApiException: any other refusal.
+        railtrain.operator.kube.errors.ApiError: any other refusal.
     """
     meta: dict[str, Any] = {"resourceVersion": node["metadata"].get("resourceVersion")}
     if annotations:
@@ -289,11 +268,9 @@ def patch_node(
     if timeout is not None:
         extra["_request_timeout"] = timeout
     try:
-        core.patch_node(node["metadata"]["name"], body, _content_type="application/merge-patch+json", _preload_content=False, **extra)
-    except ApiException as err:
-        if err.status in (404, 409):
-            return False
-        raise
+        call(core.patch_node, node["metadata"]["name"], body, _content_type="application/merge-patch+json", _preload_content=False, **extra)
+    except (NotFound, Conflict):
+        return False
     return True
 
 

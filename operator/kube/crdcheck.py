@@ -34,6 +34,7 @@ from kubernetes import client
 
 from railtrain.crds import contract
 from railtrain.operator.kube.connection import describe, transient
+from railtrain.operator.kube.errors import Forbidden, NotFound, call
 
 log = logging.getLogger("railtrain.operator")
 
@@ -155,19 +156,16 @@ def check(api: client.ApiClient, name: str = CRD_NAME, wait_seconds: float = 60.
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            resp = client.ApiextensionsV1Api(api).read_custom_resource_definition(name, _request_timeout=10, _preload_content=False)
+            resp = call(client.ApiextensionsV1Api(api).read_custom_resource_definition, name, _request_timeout=10, _preload_content=False)
             served = json.loads(resp.data)
             break
-        except client.ApiException as err:
-            if err.status == 404:
-                raise CRDError(f"the CRD {name} is not installed: {FIX}") from None
-            if err.status in (401, 403):
-                raise CRDError(
-                    f"the operator may not read the CRD {name} ({err.status}), which it checks at start: grant get on "
-                    "customresourcedefinitions.apiextensions.k8s.io (the chart's ClusterRole does)"
-                ) from None
-            if not transient(err) or time.monotonic() >= deadline:
-                raise CRDError(f"cannot read the CRD {name}: {describe(err)}") from None
+        except NotFound:
+            raise CRDError(f"the CRD {name} is not installed: {FIX}") from None
+        except Forbidden as err:
+            raise CRDError(
+                f"the operator may not read the CRD {name} ({err.status}), which it checks at start: grant get on "
+                "customresourcedefinitions.apiextensions.k8s.io (the chart's ClusterRole does)"
+            ) from None
         except Exception as err:
             if not transient(err) or time.monotonic() >= deadline:
                 raise CRDError(f"cannot read the CRD {name}: {describe(err)}") from None

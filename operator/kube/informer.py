@@ -24,9 +24,9 @@ import time
 from typing import Any, Callable, Hashable, Iterable
 
 from kubernetes import watch
-from kubernetes.client.rest import ApiException
 
 from railtrain.operator.kube.connection import describe
+from railtrain.operator.kube.errors import Gone, call, classify
 
 log = logging.getLogger("railtrain.operator")
 
@@ -250,7 +250,7 @@ class Informer:
         token, list_rv = None, None
         while True:
             extra = {"_continue": token} if token else {}
-            page = json.loads(self.list_call(*self.args, limit=PAGE, _preload_content=False, **self.kwargs, **extra).data)
+            page = json.loads(call(self.list_call, *self.args, limit=PAGE, _preload_content=False, **self.kwargs, **extra).data)
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             list_rv = list_rv or meta.get("resourceVersion")
@@ -273,7 +273,7 @@ class Informer:
             except Exception as err:  # 410 Gone, a broken stream, an API server away: start again from a LIST
                 if self.stopped.is_set():
                     return
-                gone = isinstance(err, ApiException) and err.status == 410
+                gone = isinstance(classify(err), Gone)  # the watch's own 410 is the client's ApiException
                 (log.debug if gone else log.info)("cache of %s: %s; listing again", self.name, describe(err))
                 if not gone:
                     self.stopped.wait(wait)

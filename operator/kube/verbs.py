@@ -5,7 +5,10 @@ dicts; decisions are made in :mod:`railtrain.operator.job.planner`. Connecting,
 error sentences and the guarded taint write are the client edge it shares with
 the command line (:mod:`railtrain.operator.kube.connection`). Creates
 tolerate 409 AlreadyExists and deletes tolerate 404 NotFound, which is what
-makes reconciles idempotent across operator restarts.
+makes reconciles idempotent across operator restarts. Every client call goes
+through :func:`railtrain.operator.kube.errors.call`, so what a verb raises is a
+typed :class:`~railtrain.operator.kube.errors.ApiError`; a read of an object that
+may be missing answers None (:func:`~railtrain.operator.kube.errors.or_none`).
 
 May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/kube``); never kopf or a domain wing.
 """
@@ -14,38 +17,63 @@ from __future__ import annotations
 
 import json
 import socket
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from railtrain.crds import contract
 from railtrain.crds import computedomain
+from railtrain.crds import labels
+from railtrain.crds import times
+from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, Rejected, call, or_none
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.connection import describe, patch_node, server_message, transient, unreachable
 
-__all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable"]
+__all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Observer", "Rejected", "describe", "each", "server_message", "transient", "unreachable"]
+
+T = TypeVar("T")
 
 FIELD_MANAGER = "railtrain-operator"
 COMPONENT = "railtrain-operator"
 CREATE_CONCURRENCY = 16
 """Most object creates one operator has in flight at once (:meth:`Kube.create_many`): a 256-pod gang is 16 rounds of 16
-concurrent POSTs, enough to keep the API server busy without letting one gang queue hundreds of requests in its flow-control budget."""
-_CREATES = ThreadPoolExecutor(max_workers=CREATE_CONCURRENCY, thread_name_prefix="railtrain-create")
+concurrent POSTs, enough to keep the API server busy without letting one gang queue hundreds of requests in its flow-control budget.
+The size of the pool a :class:`Kube` makes for itself when it is given none."""
 
 
-class Rejected(Exception):
-    """The API server refused to create an object as invalid (400 BadRequest or 422 Invalid): a spec error, not worth a retry.
+def each(calls: list[Callable[[], T]], pool: Executor) -> list[T]:
+    """Run independent calls at once on ``pool`` (one alone runs here); wait for every one to finish.
 
-    Attributes:
-        kind, name: the object refused; status: 400 or 422; message: the server's own ``Status.message``.
+    Returns:
+        Each call's answer, in order.
+
+    Raises:
+        The first error in ``calls`` order, after every call has finished.
     """
+    if len(calls) <= 1:
+        return [c() for c in calls]
+    futures = [pool.submit(c) for c in calls]
+    errors = [f.exception() for f in futures]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return [f.result() for f in futures]
 
-    def __init__(self, kind: str, name: str, status: int, message: str):
-        super().__init__(f"{kind} {name}: {message}")
-        self.kind, self.name, self.status, self.message = kind, name, status, message
+
+class Observer(Protocol):
+    """What is told of every object a :class:`Kube` reads fresh or writes: the operator's watch-fed caches
+    (:class:`railtrain.operator.kube.cached.CachedKube`), which apply it at once (read-your-writes)."""
+
+    def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
+        """An object just read or written (``kind``: ``"jobs"``, ``"pods"``, ``"nodes"`` or ``"services"``); ``mine``: the dict is handed to no one else."""
+
+    def observe_event(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
+        """A watch event (``ADDED``, ``MODIFIED``, ``DELETED``) of ``obj``; here the operator's own delete of a Service."""
+
+    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
+        """A fresh LIST of one job's pods (the answer's JSON, with its resourceVersion)."""
 
 
 class Kube:
@@ -68,14 +96,22 @@ class Kube:
         fence: called before every write; None writes unchecked (the command line, tests).
         lease_timeout: seconds one Lease read or write may take
             (:func:`railtrain.operator.kube.fence.lease_call_seconds`); None: the client's default.
+        pool: runs the concurrent calls of :meth:`create_many` and :meth:`each` (whoever passes it owns it);
+            None: a pool of this client's own, :data:`CREATE_CONCURRENCY` threads (started as needed).
+        observer: told of every object read fresh or written (:class:`Observer`: the operator's caches); None: no one.
     """
 
-    def __init__(self, api_client: client.ApiClient, fence: Callable[[], None] | None = None, lease_timeout: float | None = None):
+    def __init__(
+        self, api_client: client.ApiClient, fence: Callable[[], None] | None = None, lease_timeout: float | None = None,
+        pool: Executor | None = None, observer: Observer | None = None,
+    ):
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.fence = fence
         self.lease_timeout = lease_timeout
+        self.pool = pool or ThreadPoolExecutor(max_workers=CREATE_CONCURRENCY, thread_name_prefix="railtrain-api")
+        self.observer = observer
 
     def _fenced(self) -> None:
         """Raise :class:`~railtrain.operator.kube.fence.NotLeader` when this process may not write now (``fence``)."""
@@ -86,26 +122,15 @@ class Kube:
     def _json(self, response: Any) -> Any:
         return json.loads(response.data)
 
-    def observe(self, kind: str, obj: dict[str, Any], mine: bool = False) -> None:
-        """An object this client just read or wrote (``kind``: ``"jobs"``, ``"pods"``, ``"nodes"`` or ``"services"``); ``mine``: the
-        dict is not handed to anyone else. Nothing here; :class:`railtrain.operator.kube.cached.CachedKube` applies it to its caches."""
-
-    def observe_event(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
-        """A watch event (``ADDED``, ``MODIFIED``, ``DELETED``) of ``obj`` that an event handler received from its own
-        watch, before it reconciles. Nothing here; :class:`railtrain.operator.kube.cached.CachedKube` applies it."""
-
-    def observe_job_pods(self, namespace: str, name: str, raw: bytes) -> None:
-        """A fresh LIST of one job's pods (the answer's JSON, with its resourceVersion). Nothing here; see :meth:`observe`."""
+    def _saw(self, kind: str, obj: Any, mine: bool = False) -> None:
+        """Tell the :attr:`observer` of an object read fresh or written (a dict; anything else is ignored)."""
+        if self.observer is not None and isinstance(obj, dict):
+            self.observer.observe(kind, obj, mine)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The TrainingJob object, or None when it does not exist."""
-        try:
-            job = self.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        self.observe("jobs", job)
+        job = or_none(self.custom.get_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name)
+        self._saw("jobs", job)
         return job
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -116,26 +141,23 @@ class Kube:
     def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every TrainingJob in ``namespace`` (all namespaces when None)."""
         if namespace:
-            res = self.custom.list_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL)
+            res = call(self.custom.list_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL)
         else:
-            res = self.custom.list_cluster_custom_object(contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
+            res = call(self.custom.list_cluster_custom_object, contract.API_GROUP, contract.API_VERSION, contract.PLURAL)
         return res.get("items", [])
 
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Pods labelled with the job's name, as dicts."""
-        res = self.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
-        self.observe_job_pods(namespace, name, res.data)
+        res = call(self.core.list_namespaced_pod, namespace, label_selector=f"{contract.LABEL_JOB_NAME}={name}", _preload_content=False)
+        if self.observer is not None:
+            self.observer.observe_job_pods(namespace, name, res.data)
         return self._json(res)["items"]
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One pod by name as a dict, or None when it does not exist."""
-        try:
-            pod = self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        self.observe("pods", pod)
+        res = or_none(self.core.read_namespaced_pod, name, namespace, _preload_content=False)
+        pod = None if res is None else self._json(res)
+        self._saw("pods", pod)
         return pod
 
     def pods_named(self, namespace: str, names: list[str], cached: bool = False) -> list[dict[str, Any]]:
@@ -150,33 +172,27 @@ class Kube:
 
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The job's rendezvous Service as a dict (whoever owns it), or None when it does not exist."""
-        try:
-            return self._json(self.core.read_namespaced_service(contract.service_name(name), namespace, _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        res = or_none(self.core.read_namespaced_service, contract.service_name(name), namespace, _preload_content=False)
+        return None if res is None else self._json(res)
 
     def terminating_namespaces(self) -> set[str]:
         """Names of namespaces being deleted (no new pods can be created there)."""
-        res = self._json(self.core.list_namespace(_preload_content=False))["items"]
+        res = self._json(call(self.core.list_namespace, _preload_content=False))["items"]
         return {ns["metadata"]["name"] for ns in res if (ns.get("status") or {}).get("phase") == "Terminating"}
 
     def list_nodes(self) -> list[dict[str, Any]]:
         """Every Node, as dicts."""
-        return self._json(self.core.list_node(_preload_content=False))["items"]
+        return self._json(call(self.core.list_node, _preload_content=False))["items"]
 
     def list_railtrain_pods(self, node: str | None = None) -> list[dict[str, Any]]:
         """Every pod of every TrainingJob, in all namespaces (label ``railtrain.dev/job-name`` present); only those bound to ``node`` if given."""
         selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
-        res = self.core.list_pod_for_all_namespaces(label_selector=contract.LABEL_JOB_NAME, _preload_content=False, **selector)
+        res = call(self.core.list_pod_for_all_namespaces, label_selector=contract.LABEL_JOB_NAME, _preload_content=False, **selector)
         return self._json(res)["items"]
 
     def list_active_pods(self) -> list[dict[str, Any]]:
         """Every non-terminal pod in the cluster (they hold node capacity)."""
-        res = self.core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
-        )
+        res = call(self.core.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)
         return self._json(res)["items"]
 
     # --- writes ----------------------------------------------------------------
@@ -186,37 +202,42 @@ class Kube:
         Raises:
             Rejected: the server refused the object as invalid (400/422), e.g. a
                 quantity it cannot parse ("cannot be handled as a Pod").
-            kubernetes.client.rest.ApiException: any other refusal (429, 5xx, 403 ...).
+            railtrain.operator.kube.errors.ApiError: any other refusal (429, 5xx, 403 ...).
         """
         self._fenced()
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
-                self.observe("pods", self._json(self.core.create_namespaced_pod(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
+                self._saw("pods", self._json(call(self.core.create_namespaced_pod, ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
             elif manifest["kind"] == "Service":
-                self.observe("services", self._json(self.core.create_namespaced_service(ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
+                self._saw("services", self._json(call(self.core.create_namespaced_service, ns, manifest, field_manager=FIELD_MANAGER, _preload_content=False)), mine=True)
             elif manifest["kind"] == computedomain.KIND:
-                self.custom.create_namespaced_custom_object(
-                    computedomain.GROUP, computedomain.VERSION, ns, computedomain.PLURAL, manifest, field_manager=FIELD_MANAGER, _preload_content=False
+                call(
+                    self.custom.create_namespaced_custom_object,
+                    computedomain.GROUP, computedomain.VERSION, ns, computedomain.PLURAL, manifest, field_manager=FIELD_MANAGER, _preload_content=False,
                 )
             else:
                 raise ValueError(f"cannot create kind {manifest['kind']}")
             return True
-        except ApiException as err:
-            if err.status == 409 or (err.status == 403 and "NamespaceTerminating" in str(err.body)):
+        except Conflict:
+            return False
+        except Forbidden as err:
+            if "NamespaceTerminating" in str(err.body):
                 return False
-            if err.status in (400, 422):
-                raise Rejected(manifest["kind"], manifest["metadata"]["name"], err.status, server_message(err)) from None
-            if err.status == 404 and manifest["kind"] == computedomain.KIND:
-                raise Rejected(
-                    computedomain.KIND, manifest["metadata"]["name"], 404,
-                    f"the {computedomain.KIND} API ({computedomain.GROUP}/{computedomain.VERSION}) is not installed; spec.topology.nvlinkDomain needs the "
-                    "NVIDIA DRA driver for GPUs with ComputeDomains enabled",
-                ) from None
             raise
+        except Invalid as err:
+            raise Rejected(manifest["kind"], manifest["metadata"]["name"], err.status, err.message) from None
+        except NotFound:
+            if manifest["kind"] != computedomain.KIND:
+                raise
+            raise Rejected(
+                computedomain.KIND, manifest["metadata"]["name"], 404,
+                f"the {computedomain.KIND} API ({computedomain.GROUP}/{computedomain.VERSION}) is not installed; spec.topology.nvlinkDomain needs the "
+                "NVIDIA DRA driver for GPUs with ComputeDomains enabled",
+            ) from None
 
     def create_many(self, manifests: list[dict[str, Any]]) -> list[bool]:
-        """Create every object of ``manifests`` (one POST each) on a bounded pool of :data:`CREATE_CONCURRENCY` threads.
+        """Create every object of ``manifests`` (one POST each) at once on this client's bounded :attr:`pool` (:func:`each`).
 
         Returns:
             :meth:`create`'s answer per manifest, in order, once every create has been answered.
@@ -224,15 +245,13 @@ class Kube:
         Raises:
             The first error of :meth:`create` (in manifest order), after every create has finished.
         """
-        if len(manifests) <= 1:
-            return [self.create(m) for m in manifests]
-        self._fenced()  # and again before each create
-        futures = [_CREATES.submit(self.create, m) for m in manifests]
-        errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        return [f.result() for f in futures]
+        if len(manifests) > 1:
+            self._fenced()  # and again before each create
+        return self.each([lambda m=m: self.create(m) for m in manifests])
+
+    def each(self, calls: list[Callable[[], T]]) -> list[T]:
+        """Run independent calls (e.g. one gang's deletes) at once on this client's :attr:`pool`: :func:`each`."""
+        return each(calls, self.pool)
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
         """Delete a pod; a pod that is already gone is fine.
@@ -250,10 +269,9 @@ class Kube:
         )
         self._fenced()
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
-        except ApiException as err:
-            if err.status not in (404, 409):
-                raise
+            call(self.core.delete_namespaced_pod, name, namespace, body=body, _preload_content=False)
+        except (NotFound, Conflict):
+            pass
 
     def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
         """Pin a gated pod to ``node`` (a nodeSelector entry), set ``annotations`` and lift the gang gate, in one patch.
@@ -261,34 +279,35 @@ class Kube:
         Adding nodeSelector entries to a gated pod is allowed by the API server
         (KEP-3838, mutable scheduling directives for gated pods: entries may be
         added, none removed or changed); annotations are always mutable. A
-        strategic merge patch adds the ``kubernetes.io/hostname`` entry next to
+        strategic merge patch adds the ``kubernetes.io/hostname`` entry (:data:`railtrain.crds.labels.HOSTNAME`) next to
         the template's own nodeSelector, and the one patch makes the three
         changes atomic: a pod is never ungated without its node and its
         admitted gang size. A pod already released (422) or gone (404) is left as it is.
         """
         spec: dict[str, Any] = {"schedulingGates": None}
         if node:
-            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+            spec["nodeSelector"] = {labels.HOSTNAME: node}
         body = {"metadata": {"annotations": dict(annotations or {})}, "spec": spec}
         self._fenced()
         try:
-            res = self.core.patch_namespaced_pod(
-                name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False
+            res = call(
+                self.core.patch_namespaced_pod,
+                name, namespace, body, field_manager=FIELD_MANAGER, _content_type="application/strategic-merge-patch+json", _preload_content=False,
             )
-            self.observe("pods", self._json(res), mine=True)
-        except ApiException as err:
-            if err.status not in (404, 422):  # gone, or already released
-                raise
+        except (NotFound, Invalid) as err:
+            if err.status in (404, 422):  # gone, or already released
+                return
+            raise
+        self._saw("pods", self._json(res), mine=True)
 
     def force_delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod with grace period 0: the API server removes the object at once, without waiting for
         its kubelet (used only for pods on a lost node, whose kubelet will never confirm); gone is fine."""
         self._fenced()
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0, _preload_content=False)
+        except NotFound:
+            pass
 
     def delete_job(self, namespace: str, name: str, uid: str) -> bool:
         """Delete the TrainingJob (its pods and Service follow through ownerReferences, background propagation).
@@ -301,11 +320,9 @@ class Kube:
         body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         self._fenced()
         try:
-            self.custom.delete_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body=body)
-        except ApiException as err:
-            if err.status in (404, 409):
-                return False
-            raise
+            call(self.custom.delete_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body=body)
+        except (NotFound, Conflict):
+            return False
         return True
 
     def delete_service(self, namespace: str, name: str, uid: str) -> bool:
@@ -317,24 +334,18 @@ class Kube:
         """
         self._fenced()
         try:
-            gone = self._json(self.core.delete_namespaced_service(name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False))
-        except ApiException as err:
-            if err.status in (404, 409):
-                return False
-            raise
-        if isinstance(gone, dict) and gone.get("kind") == "Service":
-            self.observe_event("services", "DELETED", gone)
+            gone = self._json(call(self.core.delete_namespaced_service, name, namespace, body={"preconditions": {"uid": uid}}, _preload_content=False))
+        except (NotFound, Conflict):
+            return False
+        if self.observer is not None and isinstance(gone, dict) and gone.get("kind") == "Service":
+            self.observer.observe_event("services", "DELETED", gone)
         return True
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node, or None when it does not exist."""
-        try:
-            node = self._json(self.core.read_node(name, _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        self.observe("nodes", node)
+        res = or_none(self.core.read_node, name, _preload_content=False)
+        node = None if res is None else self._json(res)
+        self._saw("nodes", node)
         return node
 
     def set_node_taints(self, node: dict[str, Any], taints: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> bool:
@@ -368,16 +379,18 @@ class Kube:
             body["metadata"] = {"resourceVersion": resource_version}
         self._fenced()
         try:
-            job = self.custom.patch_namespaced_custom_object_status(
+            job = call(
+                self.custom.patch_namespaced_custom_object_status,
                 contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, name, body,
                 field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json",
             )
-        except ApiException as err:
-            if err.status == 404 or (err.status == 409 and resource_version):
+        except NotFound:
+            return False
+        except Conflict:
+            if resource_version:
                 return False
             raise
-        if isinstance(job, dict):
-            self.observe("jobs", job, mine=True)
+        self._saw("jobs", job, mine=True)
         return True
 
     def _lease_timeout(self) -> dict[str, Any]:
@@ -385,12 +398,8 @@ class Kube:
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A coordination.k8s.io/v1 Lease as a dict, or None when it does not exist."""
-        try:
-            return self._json(client.CoordinationV1Api(self.api).read_namespaced_lease(name, namespace, _preload_content=False, **self._lease_timeout()))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        res = or_none(client.CoordinationV1Api(self.api).read_namespaced_lease, name, namespace, _preload_content=False, **self._lease_timeout())
+        return None if res is None else self._json(res)
 
     def put_lease(self, namespace: str, name: str, spec: dict[str, Any], seen: dict[str, Any] | None) -> bool:
         """Create the Lease, or replace the one read as ``seen`` (its resourceVersion guards the write).
@@ -402,14 +411,12 @@ class Kube:
         body: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
         try:
             if seen is None:
-                api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
+                call(api.create_namespaced_lease, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
             else:
                 body["metadata"]["resourceVersion"] = seen["metadata"]["resourceVersion"]
-                api.replace_namespaced_lease(name, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise
+                call(api.replace_namespaced_lease, name, namespace, body, field_manager=FIELD_MANAGER, _preload_content=False, **self._lease_timeout())
+        except Conflict:
+            return False
         return True
 
     def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -437,14 +444,14 @@ class Kube:
             "type": type_,
             "reason": reason,
             "message": message[:1024],
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "firstTimestamp": times.format_time(now),
+            "lastTimestamp": times.format_time(now),
             "count": 1,
             "source": {"component": COMPONENT, "host": socket.gethostname()},
             "reportingComponent": COMPONENT,
             "reportingInstance": socket.gethostname(),
         }
         try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False)
-        except (ApiException, NotLeader):
+            call(self.core.create_namespaced_event, namespace, body, _preload_content=False)
+        except (ApiError, NotLeader):
             pass  # Events are best-effort by Kubernetes convention (NotLeader: the client's own last-moment fence).

@@ -28,6 +28,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from railtrain.crds.times import parse_time_or_none
 from railtrain.crds.recovery import QUARANTINE_WINDOW
 
 TAINT_KEY = "railtrain.dev/quarantined"
@@ -70,9 +71,8 @@ def recent_quarantines(nodes: Iterable[Mapping[str, Any]], now: datetime) -> int
     count = 0
     for node in nodes:
         stamp = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_AT, "")
-        try:
-            at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        except ValueError:
+        at = parse_time_or_none(stamp)
+        if at is None:
             continue
         if quarantined_by(node) is not None and now - at < WINDOW:
             count += 1

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from railtrain.crds.contract import LABEL_JOB_NAME as JOB_LABEL
+from railtrain.crds.labels import HOSTNAME
 from railtrain.crds.quantity import parse_quantity  # noqa: F401  (re-exported: the one quantity parser)
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, level_value
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 QUARANTINE_LABEL = quarantine.LABEL_KEY
 """Nodes carrying this label (any value but "false") are never chosen."""
 QUARANTINE_TAINT = quarantine.TAINT_KEY
@@ -189,7 +189,7 @@ def untolerated(taint: Mapping[str, Any]) -> str:
 def pod_node(pod: Mapping[str, Any]) -> str | None:
     """The node a pod holds capacity on: ``spec.nodeName`` if bound, else its pinned hostname, else None."""
     spec = pod.get("spec", {}) or {}
-    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME)
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, float]:

@@ -25,9 +25,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-HOSTNAME = "kubernetes.io/hostname"
-RAILTRAIN_BLOCK = "railtrain.dev/block"
-RAILTRAIN_RACK = "railtrain.dev/rack"
+from railtrain.crds.labels import HOSTNAME, NVIDIA_ACCELERATOR, NVIDIA_CLIQUE, RAILTRAIN_BLOCK, RAILTRAIN_RACK
 
 PRESETS: Mapping[str, tuple[str, ...]] = {
     "railtrain": (RAILTRAIN_BLOCK, RAILTRAIN_RACK, HOSTNAME),
@@ -52,7 +50,7 @@ PRESETS: Mapping[str, tuple[str, ...]] = {
         "network.topology.nvidia.com/core",
         "network.topology.nvidia.com/spine",
         "network.topology.nvidia.com/leaf",
-        "nvidia.com/gpu.clique|network.topology.nvidia.com/accelerator",
+        f"{NVIDIA_CLIQUE}|{NVIDIA_ACCELERATOR}",
         HOSTNAME,
     ),
 }
@@ -126,7 +124,7 @@ def resolve_levels(preset: str | None = None, levels: str | None = None, environ
     return PRESETS[name]
 
 
-NVLINK_DOMAIN_KEYS = ("nvidia.com/gpu.clique", "network.topology.nvidia.com/accelerator")
+NVLINK_DOMAIN_KEYS = (NVIDIA_CLIQUE, NVIDIA_ACCELERATOR)
 """Node label keys that name an NVLink domain (the GPU operator's clique, Topograph's accelerator domain); a level
 listing one of them is the NVLink-domain level that ``spec.topology.nvlinkDomain`` places a gang inside."""
 

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from railtrain.cli.controlplane.cluster import LocalCluster
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from railtrain.crds import contract
+from railtrain.crds import contract, times
 from railtrain.operator import controller
 from railtrain.operator import lease as peers
 from railtrain.operator.kube.verbs import Kube
@@ -59,7 +59,7 @@ def holder(coordination: client.CoordinationV1Api, namespace: str) -> str | None
 def expires(coordination: client.CoordinationV1Api, namespace: str) -> float:
     """When (time.monotonic()) the Lease expires unless renewed: its renewTime + leaseDurationSeconds, by this host's clock."""
     spec = lease(coordination, namespace)["spec"]
-    end = peers.parse_micro_time(spec["renewTime"]) + timedelta(seconds=int(spec["leaseDurationSeconds"]))
+    end = times.parse_time(spec["renewTime"]) + timedelta(seconds=int(spec["leaseDurationSeconds"]))
     return time.monotonic() + (end - datetime.now(timezone.utc)).total_seconds()
 
 

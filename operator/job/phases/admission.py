@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from railtrain.crds.times import format_time
 from railtrain.crds import contract, fabric
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
@@ -178,7 +179,7 @@ def _mark_scheduled(step: Step) -> None:
 
 def _run(step: Step) -> str:
     if not step.status.get("startTime"):
-        step.status["startTime"] = cond.rfc3339(step.now)
+        step.status["startTime"] = format_time(step.now)
     done = len(step.done & set(range(step.n)))
     if done:  # ranks may finish at different times: the gang is still healthy
         step.set_condition(cond.RUNNING, True, reasons.RANKS_FINISHING, f"{done} of {step.n} ranks exited 0; the other {step.n - done} are Running")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from railtrain.crds.times import parse_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from railtrain.crds.times import format_time, parse_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.records import parse_time
 from railtrain.crds import recovery
 from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step, healthy
@@ -44,7 +44,7 @@ def _due(step: Step) -> bool:
 
 
 def _grow(step: Step) -> str:
-    step.status["lastResizeTime"] = cond.rfc3339(step.now)
+    step.status["lastResizeTime"] = format_time(step.now)
     what = f"{step.grow_to} nodes fit now (the gang runs on {step.n} of spec.nodes={step.job.spec.nodes}); growing"
     return apply(step, recovery.restart_infrastructure(step.job.spec.run_policy, counters(step), reasons.ELASTIC_GROW, what, bounded=False))
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from railtrain.crds.times import parse_time
 from railtrain.crds.failure_policy import CleanPodPolicy
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import pod_phase
-from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import Transition
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from railtrain.crds.times import format_time, parse_time
 from railtrain.crds import contract
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.records import parse_time, requeue_delay
+from railtrain.operator.job.records import requeue_delay
 from railtrain.operator.job.phases.step import Step, healthy
 from railtrain.operator.job.phases.unschedulable import scheduler_refusal
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
@@ -62,7 +63,7 @@ def _requeue(step: Step) -> str:
     n, timeout = step.n, step.job.spec.run_policy.gang_timeout_seconds
     running = sum(1 for p in step.phases() if p == "Running")
     requeues = int(step.status.get("requeues", 0)) + 1
-    step.status["requeues"], step.status["requeueAfter"] = requeues, cond.rfc3339(step.now + requeue_delay(requeues))
+    step.status["requeues"], step.status["requeueAfter"] = requeues, format_time(step.now + requeue_delay(requeues))
     step.delete(step.gang)
     step.released = None  # every node is freed: no admitted gang any more
     step.set_condition(cond.RUNNING, False, reasons.GANG_TIMEOUT, f"{running} of {n} ranks were Running")

@@ -22,10 +22,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from railtrain.crds.times import parse_time
 from railtrain.crds import reasons
 from railtrain.crds import contract
 from railtrain.operator.job.pods import rank_of
-from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.restart import restart_infrastructure
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, ALL_PHASES, Transition

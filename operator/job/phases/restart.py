@@ -24,6 +24,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from railtrain.crds.times import format_time
 from railtrain.crds import recovery
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
@@ -83,7 +84,7 @@ def apply(step: Step, d: recovery.Decision) -> str:
     step.out.status_first = step.status["hold"] is not None  # the hold is in the ledger before the old pods start to leave
     step.status["restarts"] = step.restarts + 1
     step.status["succeededRanks"] = None
-    step.status["requeueAfter"] = cond.rfc3339(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
+    step.status["requeueAfter"] = format_time(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
     step.delete(step.gang)
     step.set_condition(cond.RUNNING, False, d.reason, d.message)
     step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
@@ -117,7 +118,7 @@ def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | N
     if not any(held):
         return None
     until = step.now + timedelta(seconds=d.backoff_seconds + step.job.spec.run_policy.gang_timeout_seconds)
-    return {"restarts": step.restarts + 1, "nodes": held, "until": cond.rfc3339(until)}
+    return {"restarts": step.restarts + 1, "nodes": held, "until": format_time(until)}
 
 
 def restart_infrastructure(step: Step, reason: str, what: str, node: str = "") -> str:

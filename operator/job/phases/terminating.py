@@ -21,10 +21,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from railtrain.crds.times import format_time, parse_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import rank_of, restart_of
-from railtrain.operator.job.records import parse_time
 from railtrain.operator.job.phases.node_loss import pod_node_lost
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
@@ -52,7 +52,7 @@ def describe(step: Step, pod: dict[str, Any]) -> str:
     if not meta.get("deletionTimestamp"):
         return f"{name} (of restart {restart_of(pod)}, being deleted)"
     where = f" on node {node}" if node else ""
-    text = f"{name} (Terminating since {cond.rfc3339(deletion_requested(pod))}{where}"
+    text = f"{name} (Terminating since {format_time(deletion_requested(pod))}{where}"
     if meta.get("finalizers"):
         return text + f", held by finalizer {', '.join(meta['finalizers'])}: not force-deleted, its owner must release it)"
     lost = pod_node_lost(step, pod) if node else ""

@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from railtrain.crds.labels import HOSTNAME
+from railtrain.crds.times import format_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.pods import is_gated, rank_of
@@ -39,7 +41,6 @@ from railtrain.operator.scheduling.nodefit import tolerates
 from railtrain.operator.job.phases.step import Step, healthy
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
-HOSTNAME = "kubernetes.io/hostname"
 
 
 def pinned_node(pod: dict[str, Any]) -> str:
@@ -124,7 +125,7 @@ def _replace(step: Step) -> str:
     requeues = int(step.status.get("requeues", 0)) + 1
     step.status["requeues"] = requeues
     if requeues > 1:
-        step.status["requeueAfter"] = cond.rfc3339(step.now + requeue_delay(requeues - 1))
+        step.status["requeueAfter"] = format_time(step.now + requeue_delay(requeues - 1))
     else:
         step.status.pop("requeueAfter", None)
     step.delete(step.gang)
