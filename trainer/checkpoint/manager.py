@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from railtrain.crds import contract
 from railtrain.trainer.checkpoint.comm import Comm
+from railtrain.trainer.checkpoint.files import SHARD_FORMAT
 from railtrain.trainer.checkpoint.persistent import PersistentTier
 from railtrain.trainer.checkpoint.report import SaveReport, TierResult
 from railtrain.trainer.checkpoint.retention import GOOD_KEY, is_good, should_save
@@ -193,7 +194,7 @@ class Checkpointer:
         results: list[TierResult] = []
         shard_tiers = [t for t in tiers if isinstance(t, ShardTier)]
         if shard_tiers:
-            manifest = {"format": "railtrain-shard/1", "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time(),
+            manifest = {"format": SHARD_FORMAT, "step": step, "rank": self.rank, "world_size": self.world_size, "layout": self.layout, "run": self.run_id, "train": train, "saved_at": time.time(),
                         GOOD_KEY: True}  # save() checked the state finite on every rank before staging it
             results.extend(self.shard_writer.write(shard_tiers, step, to_local(staged), manifest, self.comm))
         for tier in tiers:
