@@ -176,11 +176,6 @@ def property_schema(name: str) -> dict[str, Any]:
     return _structural(_schemas()["PodSpec"]["properties"][name], name)
 
 
-def definition_schema(name: str) -> dict[str, Any]:
-    """The structural schema of core/v1 definition ``name`` (e.g. ``"Container"``)."""
-    return _structural(_schemas()[name])
-
-
 _TYPES = {"string": str, "boolean": bool, "object": dict, "array": list}
 
 

@@ -111,10 +111,5 @@ def env_detail(spec: Any) -> str:
     return f"{RESTART_ENV}={value!r}"
 
 
-def _cel_string(text: str) -> str:
-    """``text`` as a CEL single-quoted string literal (backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 ENV_CEL = f"!has(self.env) || self.env.all(e, e.name != '{RESTART_ENV}' || !has(e.value) || e.value in {list(NO_RESTARTS)!r})"
 """The environment rule as CEL."""

@@ -38,8 +38,6 @@ FIELDS = ("data", "fsdp", "tensor", "pipeline", "context")
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 """DeviceMesh dimension names, outermost first."""
 
-MESH_FIELDS = ("pipeline", "data", "fsdp", "context", "tensor")
-"""The API field of each :data:`MESH_DIMS` entry, in the same order."""
 
 
 class HasDegrees(Protocol):

@@ -313,9 +313,9 @@ class CachedKube:
         """:meth:`Kube.each`."""
         return self.kube.each(calls)
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         """:meth:`Kube.delete_pod`."""
-        self.kube.delete_pod(namespace, name, uid, force)
+        self.kube.delete_pod(namespace, name, uid)
 
     def release_pod(self, namespace: str, name: str, node: str | None, annotations: dict[str, str] | None = None) -> None:
         """:meth:`Kube.release_pod`."""

@@ -253,20 +253,16 @@ class Kube:
         """Run independent calls (e.g. one gang's deletes) at once on this client's :attr:`pool`: :func:`each`."""
         return each(calls, self.pool)
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None, force: bool = False) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         """Delete a pod; a pod that is already gone is fine.
 
         Args:
             uid: when given, delete only the pod with this uid (a precondition:
                 a pod of the same name created meanwhile by someone else is
                 left alone, answered with 409 Conflict, tolerated here).
-            force: delete immediately (grace period 0), for a pod whose node
-                is gone and whose kubelet will never confirm the deletion.
+                A pod on a lost node is deleted with :meth:`force_delete_pod`.
         """
-        body = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(uid=uid) if uid else None,
-            grace_period_seconds=0 if force else None,
-        )
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         self._fenced()
         try:
             call(self.core.delete_namespaced_pod, name, namespace, body=body, _preload_content=False)

@@ -114,16 +114,6 @@ def _unfit(needs: PodNeeds, node: NodeInfo, tolerations: tuple[Mapping[str, Any]
     return ""
 
 
-def unfit(needs: PodNeeds, node: NodeInfo, gpu_resource: str) -> str:
-    """Why a pod with ``needs`` can never use ``node`` ("" when it can), in words that group across nodes.
-
-    Checks node selector, required affinity, taints (the accelerator's
-    NoSchedule taint is tolerated, as the rendered pods do) and allocatable
-    amounts; free amounts are :func:`busy`'s.
-    """
-    return _unfit(needs, node, (_implicit(gpu_resource), *needs.tolerations), sorted(needs.requests.items()))
-
-
 def _busy(node: NodeInfo, requests: list[tuple[str, float]]) -> str:
     for name, amount in requests:
         if node.free.get(name, 0.0) < amount:
@@ -154,8 +144,9 @@ def restrict(cluster: ClusterSnapshot, needs: PodNeeds, gpu_resource: str) -> Cl
 
     Returns:
         A snapshot with the same nodes: ``eligible``/``why_ineligible`` recomputed
-        from the node's own state (cordoned, quarantined, NotReady) and
-        :func:`unfit`; ``short`` from :func:`busy`. ``cluster`` itself when the
+        from the node's own state (cordoned, quarantined, NotReady) and why the gang's pods can never use
+        it (node selector, required affinity, taints with the accelerator's NoSchedule taint tolerated as
+        the rendered pods do, allocatable amounts); ``short`` from :func:`busy`. ``cluster`` itself when the
         gang needs nothing beyond GPUs and the accelerator toleration (what
         the snapshot already assumed).
     """

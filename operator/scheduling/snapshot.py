@@ -228,11 +228,6 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def pod_request(pod: Mapping[str, Any], resource: str) -> float:
-    """A pod's effective request of ``resource`` (:func:`pod_requests`), 0 when it names none."""
-    return pod_requests(pod).get(resource, 0.0)
-
-
 def format_quantity(resource: str, amount: float) -> str:
     """``amount`` of ``resource`` for a message: binary units for memory and storage, plain numbers else."""
     if resource == "memory" or resource.endswith("storage") or resource.startswith("hugepages-"):

@@ -37,8 +37,8 @@ Adding a transition (e.g. a recovery policy):
    ``_act(step) -> phase | None`` (pure: read ``step``, write only
    ``step.out``, ``step.status`` and conditions through ``step.set_condition``)
    and a ``Transition("name", source, _observed, _act, doc)`` constant;
-2. insert it into :data:`MACHINE` at its priority (e.g. a verdict policy just
-   before ``rank-failed``);
+2. insert it into :data:`MACHINE` at its priority (e.g. a recovery policy just
+   before ``gang-failed``, the row that applies a failed rank's verdict);
 3. add table-driven tests; the invariants in tests/operator/test_phase_invariants.py
    (phase and conditions agree, a terminal phase never leaves) run over every row.
 
