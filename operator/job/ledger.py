@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from railtrain.crds import contract
 from railtrain.operator.scheduling.queue import Hold
-from railtrain.operator.job.observed import observe_job
+from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.job.pods import ended_pods, lingering
 from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.request import hold_of
@@ -44,12 +44,15 @@ class Ledger:
         promised: pods to count as taken besides the active pods (rendered pinned, or ended ranks as Running).
         holds: ``namespace/name`` → the capacity that restarting job holds.
         problems: ``(namespace/name, what, error)`` of jobs that could not be read (each left out, never fatal).
+        observed: ``namespace/name`` → every job read, as observed (:class:`~railtrain.operator.job.observed.Observed`:
+            its spec parsed once), for the planner in the same pass.
     """
 
     waiting: dict[str, tuple[dict[str, Any], bool, GangRequest]] = field(default_factory=dict)
     promised: list[dict[str, Any]] = field(default_factory=list)
     holds: dict[str, Hold] = field(default_factory=dict)
     problems: list[tuple[str, str, Exception]] = field(default_factory=list)
+    observed: dict[str, Observed] = field(default_factory=dict)
 
     def holds_for(self, gpu_resource: str) -> dict[str, Hold]:
         """The holds of jobs requesting ``gpu_resource`` (one admission pass per resource name)."""
@@ -89,11 +92,11 @@ def by_job(pods: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def read(jobs: Iterable[dict[str, Any]], pods_by_job: Mapping[str, list[dict[str, Any]]], now: datetime | None) -> Ledger:
+def read(jobs: Iterable[Observed | dict[str, Any]], pods_by_job: Mapping[str, list[dict[str, Any]]], now: datetime | None) -> Ledger:
     """The queue and the promised capacity of ``jobs`` (pure).
 
     Args:
-        jobs: TrainingJobs as read (deleted namespaces already left out).
+        jobs: TrainingJobs as observed in this pass, or as read (deleted namespaces already left out).
         pods_by_job: ``namespace/name`` → the pods labelled with that job's name (:func:`by_job`).
         now: the time of the pass (UTC).
 
@@ -101,10 +104,12 @@ def read(jobs: Iterable[dict[str, Any]], pods_by_job: Mapping[str, list[dict[str
         A :class:`Ledger`; a job that raises while being read is named in ``problems`` and left out.
     """
     out = Ledger()
-    for job in jobs:
+    for each in jobs:
+        seen = observed(each)  # the spec parsed, checked and rendered at most once for the readers below and the planner
+        job = seen.obj
         k, meta = key(job), job["metadata"]
+        out.observed[k] = seen
         pods = pods_by_job.get(k, [])
-        seen = observe_job(job)  # the spec parsed, checked and rendered at most once for the three readers below
         try:
             out.promised.extend(promised_pods(seen, pods))
             out.promised.extend(ended_pods(job, pods))
