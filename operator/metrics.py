@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from railtrain.crds import reasons
 from railtrain.crds.goodput import REASON_CAUSE
 from railtrain.crds.times import parse_time_or_none
 from railtrain.operator.kube.connection import unreachable
@@ -58,7 +59,7 @@ GOODPUT_SECONDS = Gauge(
     ["namespace", "trainingjob", "cause"],
 )
 GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
-RESTART_REASONS = ("Restarting", *REASON_CAUSE)
+RESTART_REASONS = (reasons.RESTARTING, *REASON_CAUSE)
 """Condition reasons of a gang restart: the job's own (``Restarting``) and each of crds/goodput.py ``REASON_CAUSE``."""
 ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "unreachable", "internal")
 """Every ``kind`` label :func:`error_kind` returns."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping
 
+from railtrain.crds import reasons
 from railtrain.crds.goodput import MAX_ATTEMPTS, breakdown, to_attempts
 from railtrain.crds.times import format_micro_time, parse_time_or_none
 
@@ -65,9 +66,9 @@ def track(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime, created
     changed = False
     stopped = None
     if int(new.get("restarts", 0)) > int(old.get("restarts", 0)) or int(new.get("requeues", 0)) > int(old.get("requeues", 0)):
-        stopped = _scheduled(new).get("reason") or "Restarting"
+        stopped = _scheduled(new).get("reason") or reasons.RESTARTING
     elif new.get("phase") == "Suspended" and old.get("phase") != "Suspended":
-        stopped = "Suspended"
+        stopped = reasons.SUSPENDED
     if stopped and current is not None:
         current.update(ended=format_micro_time(now), endReason=stopped)
         current, changed = None, True

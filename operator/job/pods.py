@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from railtrain.crds import contract
+from railtrain.crds import contract, reasons
 from railtrain.crds.api import TrainingJobSpec
 from railtrain.crds.podtemplate import TRAINER
 from railtrain.operator.job import conditions as cond
@@ -23,7 +23,7 @@ from railtrain.operator.scheduling.snapshot import pod_node
 
 
 
-NAME_TAKEN = ("PodNameTaken", "ServiceNameTaken")
+NAME_TAKEN = (reasons.POD_NAME_TAKEN, reasons.SERVICE_NAME_TAKEN)
 """Scheduled reasons of a job whose pod or Service names are held by objects it does not own (operator/job/phases/ownership.py)."""
 
 

@@ -464,4 +464,4 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
     explanation = _explain(request, cluster, choice, size, notes)
     per_rank = tuple({lv: v for lv, v in zip(levels, n.domains) if v is not None} for n in ranked)
     summary = _summary(request, cluster, ranked, choice, rails)
-    return Placement(tuple(n.name for n in ranked), "GangPlaced", per_rank, summary, explanation)
+    return Placement(tuple(n.name for n in ranked), reasons.GANG_PLACED, per_rank, summary, explanation)
