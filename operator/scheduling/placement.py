@@ -409,7 +409,7 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
         known = ", ".join(levels)
         if request.policy == "required":
             return Refusal(
-                "UnknownTopologyLevel",
+                reasons.UNKNOWN_TOPOLOGY_LEVEL,
                 f"spec.topology.level {request.level} is not one of the operator's topology levels ({known}). {contract.NEVER_FITS} as it is: "
                 "use one of them, policy preferred, or ask the operator's administrator to configure it (docs/topology.md)",
                 permanent=True,

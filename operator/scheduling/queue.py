@@ -118,7 +118,7 @@ def schedule(requests: Sequence[GangRequest], cluster: ClusterSnapshot, holds: M
         elif ahead and isinstance(place_gang(request, cluster.excluding(request.avoid, AVOIDED)), Placement):
             names = ", ".join(f"{r.job} (priority {r.priority})" for r in ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
             result = Refusal(
-                "WaitingForEarlierJobs",
+                reasons.WAITING_FOR_EARLIER_JOBS,
                 f"the gang fits the free capacity, but it is promised to jobs ahead in the queue: {names}; "
                 "it is admitted once they are placed if capacity is left",
                 warning=False,
