@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests import polling
+from tests.xdist_groups import kind_first, make_scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 RAILTRAIN = [str(Path(sys.executable).with_name("railtrain"))]  # the installed console script
@@ -78,6 +79,17 @@ def operator_proc(e2e_cluster: E2ECluster, tmp_path_factory) -> Iterator[subproc
             print(log.read_text(errors="replace")[-4000:])
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The kind tests first (tests/xdist_groups.py; also when only e2e/ is collected)."""
+    kind_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N --dist loadscope``: the kind tests one scope, the rest one per module (tests/xdist_groups.py)."""
+    return make_scheduler(config, log)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Keep each phase's report on the item (``rep_setup``, ``rep_call``), so fixtures can tell a failed test."""
@@ -94,9 +106,14 @@ def app_images():
     return build_app_images()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kind_cluster(app_images):
-    """A kind cluster (1 control plane + 3 workers) with the chart installed; skipped with the reason where Docker cannot run."""
+    """A kind cluster (1 control plane + 3 workers) with the chart installed; skipped with the reason where Docker cannot run.
+
+    Package scope: one cluster for every kind test (they run first and together,
+    tests/xdist_groups.py), deleted as soon as the run leaves ``e2e/``'s kind tests
+    rather than idling until the session ends.
+    """
     from .kind_support import kind_cluster_session
 
     yield from kind_cluster_session(app_images)

@@ -54,6 +54,9 @@ def workers_of(kind_cluster: KindE2E, name: str, ns: str) -> dict[int, str]:
 def test_second_dev_up_reuses_the_cached_node_image(kind_cluster):
     """`railtrain dev up --kind` ran twice (with `dev down` between) for this session; the second start built nothing.
 
+    The first start has one worker, the second is the 3-worker cluster every kind test uses
+    (e2e/kind_support.py, FIRST_START_WORKERS).
+
     How long the second start took is printed, not asserted: speed is measured, not timed in
     tests (the figures, with their load, are in e2e/README.md).
     """

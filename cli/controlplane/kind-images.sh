@@ -7,7 +7,9 @@
 #                                  ghcr.io/railtrain/trainer:<version>-cpu built
 #                                  from REPO's operator/Dockerfile and
 #                                  trainer/Dockerfile (TORCH_CUDA_LIBS=drop) on
-#                                  the Debian bookworm python base; prints both
+#                                  the Debian bookworm python base (the
+#                                  trainer's dependencies as a cached image of
+#                                  their own, railtrain's wheel on top); prints both
 #                                  names, then the cache folder holding the
 #                                  CUDA libraries (nvidia/) the trainer image
 #                                  leaves out
@@ -71,9 +73,12 @@ on_image() { # image-name base binary [entrypoint-json]
 
 node_image() {
   local cp_bin node_bin kind_mod name hash pause
-  # The name is a hash of everything the image is made from, so a warm start
-  # checks only that the image exists.
-  hash="$(cat "$0" "$HERE/install-kind.sh" "$HERE/kind-cni.yaml" "$HERE/kind-node-entrypoint.sh" | sha256sum | cut -c1-10)"
+  # The name is a hash of everything the image is made from (this script's
+  # node functions and versions, not its app-image half, and the files it
+  # copies), so a warm start checks only that the image exists.
+  hash="$( { declare -f node_image import_rootfs scratch_image on_image ensure_bits dbuild
+             echo "$KIND_VERSION $COREDNS_VERSION $CNI_PLUGINS_VERSION $KUBE_ROUTER_VERSION"
+             cat "$HERE/install-kind.sh" "$HERE/kind-cni.yaml" "$HERE/kind-node-entrypoint.sh"; } | sha256sum | cut -c1-10)"
   name="railtrain.dev/kind-node:$K8S_VERSION-$hash"
   if have_image "$name"; then echo "$name"; return 0; fi
   log "assembling $name"
@@ -176,9 +181,25 @@ DOCKERFILE
 # DEST: the railtrain wheel built from REPO plus every dependency pip resolves,
 # less the names matching DROP (a regex); the image installs it with
 # --no-deps. The resolved dependency wheels are kept in the cache, keyed by
-# pyproject.toml and DROP, and hard-linked into DEST.
-dependency_spec() { # python repo: the [project] dependencies and extras of pyproject.toml, one line
-  "$1" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p.get("dependencies"), sorted(p.get("optional-dependencies", {}).items()))' "$2/pyproject.toml"
+# what pyproject.toml asks for railtrain[EXTRA] (its base dependencies and the
+# extra's requirements, extras it names included; another extra, e.g. test,
+# changing does not invalidate it) and DROP, and hard-linked into DEST.
+dependency_spec() { # python repo extra: the requirements of railtrain[EXTRA] in pyproject.toml, one line
+  "$1" - "$2/pyproject.toml" "$3" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+extras, wanted, seen, todo = project.get("optional-dependencies", {}), set(), set(), [sys.argv[2]]
+while todo:
+    extra = todo.pop()
+    seen.add(extra)
+    for req in extras.get(extra, []):
+        named = re.fullmatch(r"railtrain\[(.*)\]", req.replace(" ", ""))
+        if named:
+            todo += [e for e in named.group(1).split(",") if e not in seen]
+        else:
+            wanted.add(req)
+print(project.get("dependencies"), sorted(wanted))
+PY
 }
 
 wheelhouse() { # repo extra drop-regex dest
@@ -187,7 +208,7 @@ wheelhouse() { # repo extra drop-regex dest
   mkdir -p "$dest"
   # A fixed timestamp makes the wheel (and so the image layer) the same for the same code.
   SOURCE_DATE_EPOCH=315532800 "$py" -m pip wheel -q --no-deps -w "$dest" "$repo" >&2
-  deps="$KIND_CACHE/wheels/$extra-$( { dependency_spec "$py" "$repo"; echo "$drop"; } | sha256sum | cut -c1-12)"
+  deps="$KIND_CACHE/wheels/$extra-$( { dependency_spec "$py" "$repo" "$extra"; echo "$drop"; } | sha256sum | cut -c1-12)"
   if [[ ! -f "$deps/.complete" ]]; then
     log "resolving and downloading the dependencies of railtrain[$extra]"
     mkdir -p "$deps"
@@ -251,8 +272,29 @@ app_images() { # repo
   log "building $tr (torch without its CUDA libraries: nvidia-*, triton)"
   wheelhouse "$repo" trainer '^(nvidia-|triton$)' "$WORK/tr/wheels"
   libs="$(cuda_libs "$repo" "$WHEELHOUSE_DEPS")"
-  dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop --target build -t railtrain.dev/trainer-build "$WORK/tr"
-  dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop -t "$tr" "$WORK/tr"
+  # The dependencies (torch: 1.3 GB installed, 4-6 minutes to install and
+  # commit on a loaded 2-core machine) change far less often than railtrain:
+  # trainer/Dockerfile builds them alone, from the same wheelhouse less
+  # railtrain's wheel, into an image named by a hash of that wheelhouse, the
+  # base and the Dockerfile; railtrain's wheel goes on top as one small layer
+  # by the same `pip install --no-index --no-deps` the Dockerfile runs.
+  mkdir -p "$WORK/tr-app" && mv "$WORK/tr/wheels"/railtrain-*.whl "$WORK/tr-app/"
+  local deps_image
+  deps_image="railtrain.dev/trainer-deps:$( { basename "$WHEELHOUSE_DEPS"; echo "$base"; cat "$repo/trainer/Dockerfile"; } | sha256sum | cut -c1-12)"
+  if ! have_image "$deps_image"; then
+    log "building $deps_image (trainer/Dockerfile on the dependencies alone)"
+    dbuild -f "$repo/trainer/Dockerfile" --build-arg "BASE_IMAGE=$base" --build-arg TORCH_CUDA_LIBS=drop -t "$deps_image" "$WORK/tr"
+    # Keep only this one (1.4 GB each), and drop the build-stage tag of the
+    # earlier one-step build (2 GB).
+    docker images railtrain.dev/trainer-deps --format '{{.Repository}}:{{.Tag}}' | grep -vxF "$deps_image" | xargs -r docker rmi >/dev/null 2>&1 || true
+    docker rmi railtrain.dev/trainer-build >/dev/null 2>&1 || true
+  fi
+  cat > "$WORK/tr-app/Dockerfile" <<DOCKERFILE
+FROM $deps_image
+COPY railtrain-*.whl /tmp/wheels/
+RUN /opt/railtrain/bin/pip install --no-cache-dir --no-index --no-deps --no-compile /tmp/wheels/*.whl && rm -rf /tmp/wheels
+DOCKERFILE
+  dbuild -t "$tr" "$WORK/tr-app"
   # Rebuilt images leave their predecessors and build stages untagged (1.4 GB
   # for the trainer); remove the dangling ones these Dockerfiles made.
   docker image prune -f --filter label=dev.railtrain.dockerfile >/dev/null
