@@ -7,7 +7,7 @@ TrainingJobs that never fit (one pod of 16 GPUs on nodes of 8), so that
 every pass has a queue and refuses it (one rank each: a refused job's
 ``_decide`` also GETs each of its ranks by name, a per-job cost left out here). Then, interleaved, ``--repeats`` rounds
 of ``--passes`` passes through each client, in-process
-(:func:`railtrain.operator.controller.admission_pass`); every REST request of
+(:meth:`railtrain.operator.reconciler.Reconciler.admission_pass`); every REST request of
 the client is counted on its way out. Reported per client: median seconds per
 pass, requests per pass, and cluster-wide LISTs per pass (pods, nodes,
 namespaces, TrainingJobs of all namespaces); and how much this process's RSS
@@ -31,7 +31,7 @@ from harness import Table, fmt_s, machine, median, revision, write_json
 from kwokbench import BenchCluster, in_parallel, trainingjob, G, V, P
 
 from railtrain.cli.controlplane import wait_until
-from railtrain.operator import controller
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.kube.verbs import Kube
 
@@ -97,17 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         cache_mb = rss_mb() - rss_before
         held = {name: len(store) for name, store in (("jobs", cached.jobs), ("pods", cached.pods), ("active", cached.active), ("nodes", cached.nodes), ("namespaces", cached.namespaces))}
         for name in names:  # one reconcile each: status Pending, so that every pass queues them
-            controller.reconcile_job(plain, ns, name, admit=False)
+            Reconciler(plain).reconcile_job(ns, name, admit=False)
         counters = {"list": count_requests(plain), "cache": count_requests(cached)}
         clients = {"list": plain, "cache": cached}
+        reconcilers = {mode: Reconciler(kube) for mode, kube in clients.items()}
         samples: list[dict[str, Any]] = []
         for rep in range(args.repeats):
             for mode, kube in clients.items():
-                controller.admission_pass(kube)  # warm-up: a refusal's first status write
+                reconcilers[mode].admission_pass()  # warm-up: a refusal's first status write
                 start = dict(counters[mode])
                 for _ in range(args.passes):
                     t0 = time.perf_counter()
-                    decided = controller.admission_pass(kube)
+                    decided = reconcilers[mode].admission_pass()
                     samples.append({"mode": mode, "repeat": rep, "seconds": time.perf_counter() - t0, "decided": len(decided)})
                 done = counters[mode]
                 samples[-1]["requests"] = (done["all"] - start.get("all", 0)) / args.passes

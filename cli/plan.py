@@ -2,32 +2,31 @@
 
 :func:`plan` takes a validated manifest and the cluster's objects (nodes, every
 pod, every TrainingJob: live from the API server, or a file written by
-``railtrain snapshot``) and runs what the operator's admission pass runs
-(:func:`railtrain.operator.job.ledger.read` for the queue and the capacity promised
-to admitted and restarting gangs, :func:`railtrain.operator.scheduling.snapshot.snapshot`,
-:func:`railtrain.operator.scheduling.queue.schedule`, which calls
-:func:`railtrain.operator.scheduling.placement.place_gang`), with the new job last in
-its priority (it would be created now). Nothing is written anywhere.
+``railtrain snapshot``) through the operator's own admission pass
+(:func:`railtrain.operator.job.admit.admission_pass`: the queue and the capacity promised
+to admitted and restarting gangs, one snapshot and one schedule per GPU resource name),
+with the new job last in its priority (it would be created now). Nothing is written anywhere.
 
 The answer is a :class:`PlanResult`: the operator's decision for the job
 (a Placement with nodes and domains, or a Refusal with its sentence), why
 each node is or is not a candidate (:func:`railtrain.operator.scheduling.nodefit.restrict`'s
 filters), and the jobs ahead of it in the queue.
+
+May import: ``railtrain.crds`` and the operator's pure wings (``operator/job``, ``operator/scheduling``); never kopf or the kubernetes client.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from railtrain.crds.labels import HOSTNAME
-from railtrain.operator.scheduling import queue as admission
-from railtrain.operator.job import ledger
-from railtrain.operator.scheduling import snapshot as cluster_model
+from railtrain.operator.job import admit, ledger
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.nodefit import restrict
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.queue import AVOIDED, queue_key
+from railtrain.crds.labels import HOSTNAME
 
 SNAPSHOT_KIND = "RailtrainClusterSnapshot"
 """``kind`` of a file written by ``railtrain snapshot``."""
@@ -118,27 +117,23 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": now.isoformat().replace("+00:00", "Z")}
     new = {**manifest, "metadata": meta, "status": {}}
     me = f"{namespace}/{meta.get('name', '')}"
-    pods_by_job = ledger.by_job(objects.get("pods") or [])
-    pods_by_job.pop(me, None)  # the manifest is planned as if created anew: the pods of a job it replaces are not its own
+    every = objects.get("pods") or []
+    # the manifest is planned as if created anew: the pods of a job it replaces are not its own (they still hold capacity)
+    labelled = [p for job, pods in ledger.by_job(every).items() if job != me for p in pods]
+    active = [p for p in every if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")]
     others = [j for j in objects.get("trainingjobs") or [] if _key(j) != _key(new)]
-    found = ledger.read([*others, new], pods_by_job, now)  # as the operator's pass reads them
-    requests: dict[str, list[GangRequest]] = defaultdict(list)
-    for _, _, request in found.waiting.values():
-        requests[request.gpu_resource].append(request)
-    mine = found.waiting[me][2] if me in found.waiting else None
+    found = admit.admission_pass([*others, new], labelled, active, objects.get("nodes") or [], now, PlanSettings(levels=levels))  # the operator's own pass
+    mine = found.queue.waiting[me][2] if me in found.queue.waiting else None
     if mine is None:
         suspended = ((new.get("spec") or {}).get("runPolicy") or {}).get("suspend")
         why = "it is suspended (spec.runPolicy.suspend): it takes no turn in the queue until resumed" if suspended else "the operator would not queue it (its spec has a problem the operator refuses; 'railtrain validate' names it)"
         return PlanResult(me, None, why)
-    pods = [p for p in objects.get("pods") or [] if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")] + found.promised
-    snap = cluster_model.snapshot(objects.get("nodes") or [], pods, mine.gpu_resource, levels)
-    group = requests[mine.gpu_resource]
-    decisions = admission.schedule(group, snap, found.holds_for(mine.gpu_resource))
-    ordered = sorted(group, key=admission.queue_key)
+    snap = found.snapshots[mine.gpu_resource]
+    ordered = sorted(found.requests(mine.gpu_resource), key=queue_key)
     position = next(i for i, r in enumerate(ordered) if r.job == me)
-    by_job = {d.job: d.result for d in decisions}
+    by_job = {d.job: d.result for d in found.decisions}
     ahead = tuple((r.job, r.priority, _said(by_job[r.job])) for r in ordered[:position])
-    seen = restrict(snap.excluding(mine.avoid, admission.AVOIDED), mine.needs, mine.gpu_resource)
+    seen = restrict(snap.excluding(mine.avoid, AVOIDED), mine.needs, mine.gpu_resource)
     rows = []
     for node in seen.nodes.values():
         if not node.eligible:

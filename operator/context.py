@@ -4,7 +4,9 @@ kopf gives each handler a ``memo`` (``kopf.run(memo=...)``): the startup and
 cleanup handlers get this very object, resource handlers a shallow copy of it
 (``copy.copy``). So the context itself never changes after start; what does
 change while the operator runs (why it stopped itself, the Lease it keeps, the
-resync task) sits in :class:`RuntimeState`, one object that every copy shares.
+resync task) sits in :class:`RuntimeState`, one object that every copy shares,
+and the reconcile state (job locks, coalescer, pass counter, pool) in the one
+:class:`~railtrain.operator.reconciler.Reconciler`, shared the same way.
 
 May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from railtrain.operator.kube.fence import Leadership
 from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.progress import Reader
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings
 
@@ -70,6 +73,9 @@ class OperatorContext:
         identity: this operator's holderIdentity in the Lease.
         state: the mutable part (see :class:`RuntimeState`).
         health: when the loop last completed a pass (``/healthz``, ``/readyz``).
+        reconciler: reconciles jobs and runs admission passes (built once by
+            :func:`railtrain.operator.main.run`); when none is given, one over ``kube`` and
+            ``settings`` with the wall clock and a pool of its own.
     """
 
     settings: Settings
@@ -78,3 +84,8 @@ class OperatorContext:
     identity: str = field(default_factory=default_identity)
     state: RuntimeState = field(default_factory=RuntimeState)
     health: Health = field(default_factory=Health)
+    reconciler: Reconciler = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
+
+    def __post_init__(self) -> None:
+        if self.reconciler is None:
+            object.__setattr__(self, "reconciler", Reconciler(self.kube, self.settings.plan, self.settings.namespace))

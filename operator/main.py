@@ -1,4 +1,7 @@
-"""Run the railtrain operator in the foreground (``railtrain operator`` / ``railtrain-operator``)."""
+"""Run the railtrain operator in the foreground (``railtrain operator`` / ``railtrain-operator``).
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from railtrain.operator.kube import connection as kubeclient
 from railtrain.operator import lease as peers
 from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.context import OperatorContext, RuntimeState
+from railtrain.operator.reconciler import Reconciler, call_pool
 from railtrain.operator.logformat import JsonFormatter
 from railtrain.operator.settings import Settings
 
@@ -38,7 +42,10 @@ class OperatorError(Exception):
 
 
 def run(settings: Settings) -> None:
-    """Run the operator until SIGTERM or SIGINT, which stop it within ``settings.stop_seconds`` (Lease given up; see ``handlers.stop_resync``).
+    """Run the operator until SIGTERM or SIGINT, which stop it within ``settings.stop_seconds`` (Lease given up; see :func:`railtrain.operator.resync.stop`).
+
+    Builds the API edge and the :class:`~railtrain.operator.reconciler.Reconciler` once, on one bounded pool, and hands
+    them to every kopf handler in the memo (:class:`~railtrain.operator.context.OperatorContext`).
 
     Args:
         settings: the frozen settings, from :func:`railtrain.operator.settings.parse`.
@@ -61,9 +68,13 @@ def run(settings: Settings) -> None:
     check_crd(api)
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login handler reads $KUBECONFIG
-    cached = CachedKube(api, settings.namespace, fence=leadership.check, lease_timeout=fence.lease_call_seconds(settings.lease_seconds))
+    pool = call_pool()  # the one bounded pool: the Reconciler's decisions and per-pod calls, and the API edge's creates
+    cached = CachedKube(api, settings.namespace, fence=leadership.check, lease_timeout=fence.lease_call_seconds(settings.lease_seconds), pool=pool)
     cached.start()  # leader and standby alike: a standby that takes over plans on a warm cache
-    ctx = OperatorContext(settings=settings, kube=cached, health=serve.Health(stale_seconds=settings.stale_seconds), state=RuntimeState(leadership=leadership))
+    reconciler = Reconciler(cached, settings.plan, settings.namespace, pool=pool)
+    ctx = OperatorContext(
+        settings=settings, kube=cached, health=serve.Health(stale_seconds=settings.stale_seconds), state=RuntimeState(leadership=leadership), reconciler=reconciler,
+    )
     log.info("topology levels, widest first: %s", ", ".join(settings.topology_levels))
     log.info("fabric profile %s: %s", settings.fabric.name, settings.fabric.summary)
     port = os.environ.get(metrics.ENV_PORT, "")

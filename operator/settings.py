@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from railtrain.crds.fabric import DEFAULT_PROFILE, ENV_PROFILE, PROFILES, FabricProfile, resolve_profile
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.logformat import FORMATS
 from railtrain.operator.lease import LEASE_SECONDS
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, ENV_LEVELS, ENV_PRESET, PRESETS, resolve_levels
@@ -80,6 +81,11 @@ class Settings:
     stop_seconds: float = DEFAULT_STOP_SECONDS
     fabric: FabricProfile = PROFILES[DEFAULT_PROFILE]
     request_seconds: float = DEFAULT_REQUEST_SECONDS
+
+    @property
+    def plan(self) -> PlanSettings:
+        """What the planner and the admission pass decide with: the topology levels, the fabric profile and the quarantine bound."""
+        return PlanSettings(self.topology_levels, self.fabric, self.max_quarantines_per_hour)
 
 
 class _Parser(argparse.ArgumentParser):

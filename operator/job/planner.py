@@ -33,8 +33,6 @@ from datetime import datetime
 from typing import Any
 
 from railtrain.crds.times import format_time
-from railtrain.crds.fabric import FabricProfile
-
 from railtrain.operator.job import attempts
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
@@ -45,6 +43,7 @@ from railtrain.operator.job.request import hold_of
 from railtrain.operator.job.request import admission_request, gang_request
 from railtrain.operator.job.observed import Observed, observed, parse_job
 from railtrain.operator.job.phases import Plan, Step, advance
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries
 from railtrain.operator.scheduling.placement import Placement, Refusal
 
@@ -67,9 +66,8 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def observe(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
-    quarantine_limit: int | None = None,
+    obj: Observed | dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(),
 ) -> Step:
     """The :class:`~railtrain.operator.job.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     seen = observed(obj)
@@ -77,7 +75,7 @@ def observe(
     old = dict(obj.get("status") or {})
     status: dict[str, Any] = {"restarts": 0, **old}
     mine = owned(obj, pods)
-    step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(status.get("conditions") or []))
+    step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(status.get("conditions") or []), settings=settings)
     step.foreign = in_the_way(obj, pods)
     if isinstance(service_exists, dict) and controller_uid(service_exists) != obj["metadata"].get("uid"):
         step.foreign.insert(0, {"kind": "Service", **service_exists})
@@ -86,8 +84,6 @@ def observe(
     step.job, step.spec_error = seen.usable, seen.spec_error
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
-    step.fabric = fabric
-    step.quarantine_limit = quarantine_limit
     step.gang = current_gang(obj, mine)
     step.status["succeededRanks"] = finished_ranks(status, mine, int(status["restarts"]))
     step.n = step.job.spec.nodes if step.job else 0
@@ -164,14 +160,14 @@ def finish(step: Step, phase: str) -> Plan:
 
 
 def plan(
-    obj: dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, fabric: FabricProfile | None = None,
-    quarantine_limit: int | None = None,
+    obj: Observed | dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(),
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
     Args:
-        obj: the TrainingJob as read from the API server (with metadata.uid,
+        obj: the TrainingJob as observed in this pass (:func:`~railtrain.operator.job.observed.observe_job`:
+            its spec parsed and checked once), or as read from the API server (with metadata.uid,
             metadata.generation and status).
         pods: every pod labelled with this job's name, any restart count, plus
             any pod holding one of its ranks' names (:func:`missing_names`);
@@ -186,14 +182,14 @@ def plan(
         nodes: every v1 Node, when read (node loss and quarantine are judged only then).
         grow_to: for an elastic gang below spec.nodes, the largest size that
             fits now (:func:`railtrain.operator.job.resize.grow_size`).
-        fabric: the operator's fabric profile, rendered into the pods it creates
-            (None: no fabric variables).
-        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
+        settings: the operator's plan settings (:class:`~railtrain.operator.job.plansettings.PlanSettings`):
+            its fabric profile, rendered into the pods it creates, and the platform's bound on nodes
+            quarantined per hour (the defaults: no fabric variables, no bound).
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, fabric, quarantine_limit)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, settings)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -12,9 +12,12 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operato
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
+from railtrain.crds.times import parse_time
 from railtrain.crds import contract
+from railtrain.crds.api import TrainingJobSpec
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.queue import Hold, schedule
 from railtrain.operator.job.observed import observe_job
@@ -28,6 +31,18 @@ def wants_to_grow(obj: dict[str, Any]) -> bool:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     admitted, nodes = status.get("admittedNodes"), spec.get("nodes", 1)
     return bool(spec.get("elastic")) and status.get("phase") == "Running" and isinstance(admitted, int) and admitted < nodes
+
+
+def grow_due(spec: TrainingJobSpec, status: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a grow may happen now by the clock (pure): ``spec.elastic.growIntervalSeconds`` have passed since the gang
+    last started (``status.lastResizeTime``, else ``startTime``; neither: at once). The elastic row
+    (:mod:`railtrain.operator.job.phases.elastic`) grows only then, so :func:`grow_size` is needed only then.
+
+    Args:
+        spec: the parsed spec of an elastic job (``spec.elastic`` set); status: its status as read; now: UTC.
+    """
+    since = parse_time(status.get("lastResizeTime")) or parse_time(status.get("startTime"))
+    return since is None or now >= since + timedelta(seconds=spec.elastic.grow_interval_seconds)
 
 
 def grow_size(

@@ -12,13 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from railtrain.operator import controller
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.kube.connection import connect
 from tests.polling import wait_for
@@ -29,8 +28,8 @@ pytestmark = pytest.mark.cluster
 
 CRASHING_OPERATOR = textwrap.dedent('''
     import os, signal, sys
-    from railtrain.operator import controller
     from railtrain.operator.kube.verbs import Kube
+    from railtrain.operator.reconciler import Reconciler
     from railtrain.operator.kube.connection import connect
 
     kube = Kube(connect(sys.argv[1]).api)
@@ -40,7 +39,7 @@ CRASHING_OPERATOR = textwrap.dedent('''
         kube.create(manifests[0])
         os.kill(os.getpid(), signal.SIGKILL)  # after the status write and one create: the rest never happen
     kube.create_many = create_one_then_die
-    controller.reconcile_job(kube, sys.argv[2], sys.argv[3])
+    Reconciler(kube).reconcile_job(sys.argv[2], sys.argv[3])
 ''')
 
 
@@ -58,8 +57,8 @@ def test_an_operator_killed_after_recording_the_placement_recovers_without_doubl
     # While no operator runs, a second gang of two asks for the cluster: only one node is free, the third is promised.
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("second", nodes=2, gpus=8, procs=8))
     kube = Kube(connect(str(cluster.kubeconfig)).api)
-    controller.reconcile_job(kube, namespace, "second", admit=False)
-    decisions = {d.job: d.result for d in controller.admission_pass(kube, datetime.now(timezone.utc))}
+    Reconciler(kube).reconcile_job(namespace, "second", admit=False)
+    decisions = {d.job: d.result for d in Reconciler(kube).admission_pass()}
     assert type(decisions[f"{namespace}/second"]).__name__ == "Refusal", decisions
     assert pods_of(core, namespace, "second") == [] and len(pods_of(core, namespace, "first")) == 1
 

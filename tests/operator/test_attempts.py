@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from railtrain.operator import controller
 from railtrain.operator.job import attempts
 
 from .builders import job_obj, node
-from .test_controller import NOW, FakeKube
+from .test_controller import NOW, FakeKube, reconciler
 
 CREATED = "2026-11-29T11:59:00Z"  # 60 s before NOW
 
@@ -79,8 +78,8 @@ def test_the_planner_records_the_release_of_a_gang():
     job = job_obj("gp", nodes=1)
     job["metadata"]["creationTimestamp"] = CREATED
     kube = FakeKube([node("n0")], [job])
-    controller.reconcile_job(kube, "team", "gp", NOW, admit=False)  # creates the gated gang
-    controller.admission_pass(kube, NOW)  # admits and releases it
+    reconciler(kube).reconcile_job("team", "gp", admit=False)  # creates the gated gang
+    reconciler(kube).admission_pass()  # admits and releases it
     g = kube.jobs[("team", "gp")]["status"]["goodput"]
     assert [a["released"] for a in g["attempts"]] == [t(0)] and g["queuedSeconds"] == 60
 

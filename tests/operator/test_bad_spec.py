@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import controller, handlers, main
+from railtrain.operator import main, resync
 from railtrain.operator.job.observed import spec_problem
 from railtrain.operator.scheduling import snapshot as cluster
 from railtrain.operator.job import planner
@@ -26,7 +26,7 @@ from railtrain.operator.kube.verbs import Rejected
 from railtrain.operator.settings import Settings
 
 from .builders import job_obj, node
-from .test_controller import NOW, FakeKube, pinned, reconcile_all
+from .test_controller import NOW, FakeKube, pinned, reconcile_all, reconciler
 
 
 def failed(kube, name):
@@ -78,7 +78,7 @@ def test_a_bad_job_next_to_good_ones_fails_alone_and_the_good_ones_are_admitted(
     bad["metadata"]["creationTimestamp"], good["metadata"]["creationTimestamp"] = "2026-11-29T11:00:00Z", "2026-11-29T11:00:01Z"
     kube = FakeKube([node("n0"), node("n1")], [bad, good])
     reconcile_all(kube)
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     assert pinned(kube, "good") == {"n0", "n1"}
     phase, reason, _ = failed(kube, "bad")
     assert (phase, reason) == ("Failed", "InvalidSpec") and pinned(kube, "bad") == set()
@@ -88,9 +88,9 @@ def test_a_bad_job_next_to_good_ones_fails_alone_and_the_good_ones_are_admitted(
 def test_a_job_whose_status_cannot_be_read_is_left_out_of_the_pass_alone(caplog):
     odd = job_obj("odd", nodes=1, status={"requeueAfter": "not a time"})
     kube = FakeKube([node("n0"), node("n1")], [odd, job_obj("good", nodes=1)])
-    controller.reconcile_job(kube, "team", "good", NOW, admit=False)  # odd's own reconcile fails alike (the resync isolates it)
+    reconciler(kube).reconcile_job("team", "good", admit=False)  # odd's own reconcile fails alike (the resync isolates it)
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
-        controller.admission_pass(kube, NOW)
+        reconciler(kube).admission_pass()
     assert pinned(kube, "good")
     assert any("team/odd left out of this admission pass" in r.getMessage() for r in caplog.records)
 
@@ -107,14 +107,14 @@ class RefusingKube(FakeKube):
 def test_pods_the_api_server_refuses_fail_their_job_with_pod_rejected_and_an_event():
     kube = RefusingKube([node("n0")], [job_obj("bad", nodes=1), job_obj("good", nodes=1)])
     reconcile_all(kube)
-    controller.admission_pass(kube, NOW)  # admitted first (queue order), its pods are created: refused
+    reconciler(kube).admission_pass()  # admitted first (queue order), its pods are created: refused
     phase, reason, message = failed(kube, "bad")
     assert (phase, reason) == ("Failed", planner.REJECTED)
     assert "refused Pod bad-0 (400)" in message and "cannot be handled as a Pod" in message
     assert ("bad", "Warning", planner.REJECTED) in kube.events
     reconcile_all(kube)  # a Failed job is not retried: no second event
     assert kube.events.count(("bad", "Warning", planner.REJECTED)) == 1
-    controller.admission_pass(kube, NOW)  # the failed job's promise no longer counts: good gets the node
+    reconciler(kube).admission_pass()  # the failed job's promise no longer counts: good gets the node
     assert pinned(kube, "good") == {"n0"}
 
 
@@ -147,7 +147,7 @@ def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(caplog):
     kube = FlakyKube([node("n0"), node("n1")], [job_obj("flaky", nodes=1), job_obj("good", nodes=1)])
     ctx = operator_context(kube)
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
-        handlers._resync_pass(ctx)  # admits the good gang and creates it pinned (admit before creating)
+        resync.resync_pass(ctx)  # admits the good gang and creates it pinned (admit before creating)
     assert len(pinned(kube, "good")) == 1
     lines = [r.getMessage() for r in caplog.records if "team/flaky" in r.getMessage()]
     # one line from flaky's reconcile, one from applying its admission decision; each names the answer, no traceback
@@ -161,7 +161,7 @@ def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_
     ctx = operator_context(kube, unreachable_seconds=0.2)
 
     async def run():
-        await asyncio.wait_for(handlers._resync_loop(ctx), timeout=30)
+        await asyncio.wait_for(resync.loop(ctx), timeout=30)
 
     with caplog.at_level(logging.WARNING, "railtrain.operator"):
         asyncio.run(run())

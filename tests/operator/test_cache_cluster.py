@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from railtrain.crds import contract
-from railtrain.operator import controller
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.kube.connection import connect
@@ -106,10 +106,10 @@ def test_admission_passes_do_not_list_the_cluster_once_the_caches_are_warm(cache
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("big", nodes=64))  # never fits: waits every pass
     plain = Kube(connect(str(cluster.kubeconfig)).api)
     direct, through_cache = counting(plain), counting(cached)
-    controller.reconcile_job(cached, namespace, "big", admit=False)  # read once fresh: the cache now holds it
+    Reconciler(cached).reconcile_job(namespace, "big", admit=False)  # read once fresh: the cache now holds it
     for _ in range(20):
-        assert [d.job for d in controller.admission_pass(cached)] == [f"{namespace}/big"]
-        controller.admission_pass(plain)
+        assert [d.job for d in Reconciler(cached).admission_pass()] == [f"{namespace}/big"]
+        Reconciler(plain).admission_pass()
     assert sum(through_cache.values()) == 0, through_cache
     assert direct[f"/apis/{G}/{V}/{P}"] >= 20 and direct["/api/v1/pods"] >= 40, direct  # what each pass cost before
     plain.api.close()
@@ -123,7 +123,7 @@ def test_a_reconcile_reads_its_jobs_pods_from_the_cache_which_an_events_pod_upda
     gpu_nodes(2)
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("small", nodes=2))
     wait_for(lambda: cached.jobs.get((namespace, "small")), 30, "the job in the cache")
-    controller.reconcile_job(cached, namespace, "small")  # Service, status, then the admission pass creates both ranks
+    Reconciler(cached).reconcile_job(namespace, "small")  # Service, status, then the admission pass creates both ranks
     wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 2, 30, "both ranks created")
     wait_for(lambda: len(cached.list_job_pods(namespace, "small")) == 2, 30, "both ranks in the cache")
     lists: Counter = Counter()
@@ -137,7 +137,7 @@ def test_a_reconcile_reads_its_jobs_pods_from_the_cache_which_an_events_pod_upda
 
     cached.api.rest_client.request = counted
     for _ in range(5):
-        controller.reconcile_job(cached, namespace, "small", admit=False)
+        Reconciler(cached).reconcile_job(namespace, "small", admit=False)
     assert not lists, lists
     for informer in cached.informers.values():  # from here on only the handler's event can change the cache
         informer.stop()
@@ -162,7 +162,7 @@ def test_a_reconcile_reads_its_job_and_service_from_the_caches_and_a_job_event_u
     gpu_nodes(2)
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("small", nodes=2))
     wait_for(lambda: cached.jobs.get((namespace, "small")), 30, "the job in the cache")
-    controller.reconcile_job(cached, namespace, "small")  # the admission pass creates the Service and both ranks
+    Reconciler(cached).reconcile_job(namespace, "small")  # the admission pass creates the Service and both ranks
     wait_for(lambda: cached.get_service(namespace, "small") is not None, 30, "the Service in the cache")
     wait_for(lambda: len(cached.list_job_pods(namespace, "small")) == 2, 30, "both ranks in the cache")
     reads: Counter = Counter()
@@ -176,7 +176,7 @@ def test_a_reconcile_reads_its_job_and_service_from_the_caches_and_a_job_event_u
 
     cached.api.rest_client.request = counted
     for _ in range(5):
-        assert controller.reconcile_job(cached, namespace, "small", admit=False) is not None
+        assert Reconciler(cached).reconcile_job(namespace, "small", admit=False) is not None
     job_path = f"/apis/{G}/{V}/namespaces/{namespace}/{P}/small"
     assert reads[job_path] == 0 and reads[f"/api/v1/namespaces/{namespace}/services/{contract.service_name('small')}"] == 0, reads
     for informer in cached.informers.values():  # from here on only the handler's event can change the cache
@@ -184,11 +184,11 @@ def test_a_reconcile_reads_its_job_and_service_from_the_caches_and_a_job_event_u
         informer.break_stream()
         informer._thread.join(30)
     suspended = custom.patch_namespaced_custom_object(G, V, namespace, P, "small", {"spec": {"runPolicy": {"suspend": True}}})
-    controller.reconcile_job(cached, namespace, "small", admit=False)  # the cache does not know of the suspend yet
+    Reconciler(cached).reconcile_job(namespace, "small", admit=False)  # the cache does not know of the suspend yet
     pods = core.list_namespaced_pod(namespace).items
     assert len(pods) == 2 and not any(p.metadata.deletion_timestamp for p in pods)
     cached.observe_event("jobs", "MODIFIED", suspended)  # what on_job_event does with the event's object
-    controller.reconcile_job(cached, namespace, "small", admit=False)
+    Reconciler(cached).reconcile_job(namespace, "small", admit=False)
     wait_for(lambda: not core.list_namespaced_pod(namespace).items or all(p.metadata.deletion_timestamp for p in core.list_namespaced_pod(namespace).items),
              30, "the suspended gang's pods deleted")
 

@@ -7,8 +7,8 @@ import threading
 from datetime import datetime, timezone
 
 from railtrain.crds import contract
-from railtrain.operator import controller
 from railtrain.operator.job import planner
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator.job.conditions import find
 
 from .builders import job_obj, node
@@ -113,9 +113,14 @@ class FakeKube:
         self.events.append((job["metadata"]["name"], type_, reason))
 
 
+def reconciler(kube, namespace=None):
+    """The operator's Reconciler over ``kube``, its clock stopped at :data:`NOW` (default plan settings: no fabric, no quarantine bound)."""
+    return Reconciler(kube, namespace=namespace, clock=lambda: NOW)
+
+
 def reconcile_all(kube):
     for ns, name in list(kube.jobs):
-        controller.reconcile_job(kube, ns, name, NOW, admit=False)
+        reconciler(kube).reconcile_job(ns, name, admit=False)
 
 
 def scheduled(kube, ns, name):
@@ -134,14 +139,14 @@ def test_one_pass_admits_the_earlier_job_whole_and_keeps_the_other_waiting():
     second["metadata"]["creationTimestamp"] = "2026-11-29T11:00:01Z"
     kube = FakeKube([node(f"n{i}") for i in range(4)], [first, second])
     reconcile_all(kube)  # services and gated pods
-    decisions = controller.admission_pass(kube, NOW)
+    decisions = reconciler(kube).admission_pass()
     assert {d.job for d in decisions} == {"team/first", "team/second"}
     assert len(pinned(kube, "first")) == 3 and pinned(kube, "second") == set()
     assert all(not p["spec"].get("schedulingGates") for p in kube.pods.values() if p["metadata"]["name"].startswith("first"))
     assert scheduled(kube, "team", "first")["status"] == "True"
     assert scheduled(kube, "team", "second")["reason"] == "WaitingForEarlierJobs"
     # The next pass sees the pins as used capacity: the second job is now simply short of nodes.
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     assert scheduled(kube, "team", "second")["reason"] == "Unschedulable" and pinned(kube, "second") == set()
 
 
@@ -149,7 +154,7 @@ def test_jobs_in_terminating_namespaces_are_left_out():
     gone = job_obj("gone", ns="old", nodes=1)
     kube = FakeKube([node("n0")], [gone], terminating={"old"})
     reconcile_all(kube)
-    assert controller.admission_pass(kube, NOW) == []
+    assert reconciler(kube).admission_pass() == []
     assert pinned(kube, "gone") == set()
 
 
@@ -161,14 +166,14 @@ def test_jobs_of_different_gpu_resources_do_not_compete():
     amd_node["status"]["allocatable"] = {"amd.com/gpu": "8"}
     kube = FakeKube([node("n0"), amd_node], [nv, amd])
     reconcile_all(kube)
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     assert pinned(kube, "nv") == {"n0"} and pinned(kube, "amd") == {"m0"}
 
 
 def test_reconcile_runs_a_pass_for_a_waiting_job():
     kube = FakeKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
-    controller.reconcile_job(kube, "team", "solo", NOW)  # creates the gang
-    controller.reconcile_job(kube, "team", "solo", NOW)  # the gang exists and waits: a pass places it
+    reconciler(kube).reconcile_job("team", "solo")  # creates the gang
+    reconciler(kube).reconcile_job("team", "solo")  # the gang exists and waits: a pass places it
     assert pinned(kube, "solo") == {"n0", "n1"}
     assert kube.jobs[("team", "solo")]["status"]["placement"][0]["domains"]["kubernetes.io/hostname"] in {"n0", "n1"}
     assert ("solo", "Normal", "GangPlaced") in kube.events
@@ -177,7 +182,7 @@ def test_reconcile_runs_a_pass_for_a_waiting_job():
 def test_an_operator_watching_one_namespace_admits_only_its_jobs():
     kube = FakeKube([node("n0"), node("n1")], [job_obj("mine", ns="a", nodes=1), job_obj("theirs", ns="b", nodes=1)])
     reconcile_all(kube)
-    controller.admission_pass(kube, NOW, watch_namespace="a")
+    reconciler(kube, namespace="a").admission_pass()
     assert pinned(kube, "mine") and pinned(kube, "theirs") == set()
 
 
@@ -185,8 +190,8 @@ def test_an_unlabelled_pod_holding_a_ranks_name_is_found_by_name_and_reported():
     kube = FakeKube([node("n0")], [job_obj("solo", nodes=1)])
     kube.pods[("team", "solo-0")] = {"metadata": {"name": "solo-0", "namespace": "team", "labels": {}, "uid": "x"}, "spec": {}, "status": {"phase": "Running"}}
     kube.pods[("team", "solo-0")]["metadata"]["labels"][contract.LABEL_JOB_NAME] = "someone-else"
-    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)  # the create of solo-0 fails with AlreadyExists
-    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)  # the next pass reads the name and reports it
+    reconciler(kube).reconcile_job("team", "solo", admit=False)  # the create of solo-0 fails with AlreadyExists
+    reconciler(kube).reconcile_job("team", "solo", admit=False)  # the next pass reads the name and reports it
     c = scheduled(kube, "team", "solo")
     assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "Pod solo-0 (no controller ownerReference)" in c["message"]
     assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"  # never replaced or adopted
@@ -209,19 +214,19 @@ def test_a_restarted_gang_waits_while_the_active_pods_still_show_its_old_pod():
     job = job_obj("llm", nodes=2)
     kube = LaggingActiveKube([node(n) for n in ("a", "b", "c")], [job])
     reconcile_all(kube)
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     old = {p["metadata"]["name"]: copy.deepcopy(p) for p in kube.pods.values()}
     assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in old.values()} == {"a", "b"}
     for p in kube.pods.values():
         p["status"] = {"phase": "Running"}
     kube.pods[("team", "llm-1")]["status"] = {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1}}}]}
-    controller.reconcile_job(kube, "team", "llm", NOW, admit=False)  # restart: both pods deleted, status.hold written
+    reconciler(kube).reconcile_job("team", "llm", admit=False)  # restart: both pods deleted, status.hold written
     assert not kube.pods and kube.jobs[("team", "llm")]["status"]["restarts"] == 1
     kube.stale = [old["llm-0"] | {"metadata": old["llm-0"]["metadata"] | {"deletionTimestamp": "2026-11-29T12:00:01Z"}, "status": {"phase": "Running"}}]
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     assert pinned(kube, "llm") == set()  # not placed around its own old pod (on c)
     kube.stale = []
-    controller.admission_pass(kube, NOW)
+    reconciler(kube).admission_pass()
     assert {p["metadata"]["name"]: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in kube.pods.values()} == {
         name: p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for name, p in old.items()}  # each rank back on its node
 
@@ -247,7 +252,7 @@ class CountingKube(FakeKube):
 def test_a_new_gang_is_admitted_and_created_without_reading_its_ranks_names_one_by_one():
     """The admission of a 16-pod gang used to GET each of its 16 names first (all 404) on the way to creating them."""
     kube = CountingKube([node(f"n{i}") for i in range(16)], [job_obj("wide", nodes=16)])
-    controller.reconcile_job(kube, "team", "wide", NOW)
+    reconciler(kube).reconcile_job("team", "wide")
     assert len(pinned(kube, "wide")) == 16 and kube.gets == 0
     assert not planner.gang_ever_created(None) and not planner.gang_ever_created({"phase": "Pending", "restarts": 0, "placement": []})
     assert planner.gang_ever_created(kube.jobs[("team", "wide")]["status"])  # the admission record: from now on names are read
@@ -256,9 +261,9 @@ def test_a_new_gang_is_admitted_and_created_without_reading_its_ranks_names_one_
 def test_a_finished_unlabelled_pod_holding_a_ranks_name_is_reported_once_the_gang_is_admitted():
     kube = CountingKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
     kube.pods[("team", "solo-0")] = {"metadata": {"name": "solo-0", "namespace": "team", "labels": {}, "uid": "x"}, "spec": {}, "status": {"phase": "Succeeded"}}
-    controller.reconcile_job(kube, "team", "solo", NOW)  # the caches do not know it: admitted, and the create of solo-0 is refused
+    reconciler(kube).reconcile_job("team", "solo")  # the caches do not know it: admitted, and the create of solo-0 is refused
     assert scheduled(kube, "team", "solo")["reason"] == "GangPlaced"
-    controller.reconcile_job(kube, "team", "solo", NOW)  # the admission's status write asks for this one: it reads the name
+    reconciler(kube).reconcile_job("team", "solo")  # the admission's status write asks for this one: it reads the name
     c = scheduled(kube, "team", "solo")
     assert (c["status"], c["reason"]) == ("False", "PodNameTaken") and "solo-0" in c["message"] and kube.gets >= 1
     assert kube.pods[("team", "solo-0")]["metadata"]["uid"] == "x"
@@ -283,7 +288,7 @@ class WriteCountingKube(FakeKube):
 def test_a_job_admitted_on_arrival_gets_one_status_write_before_its_service_and_pods():
     """The first reconcile used to write a Pending status and create the Service, then the pass wrote the admission."""
     kube = WriteCountingKube([node("n0"), node("n1")], [job_obj("solo", nodes=2)])
-    controller.reconcile_job(kube, "team", "solo", NOW)
+    reconciler(kube).reconcile_job("team", "solo")
     assert kube.writes[0] == ("status", "Pending") and [w for w in kube.writes if w[0] == "status"] == [("status", "Pending")]
     assert sorted(kube.writes[1:]) == [("create", "Pod"), ("create", "Pod"), ("create", "Service")]
     assert kube.jobs[("team", "solo")]["status"]["admission"]["nodes"] == ["n0", "n1"] and ("team", "solo") in kube.services
@@ -291,16 +296,16 @@ def test_a_job_admitted_on_arrival_gets_one_status_write_before_its_service_and_
 
 def test_a_new_job_that_does_not_fit_gets_its_first_status_from_the_pass():
     kube = WriteCountingKube([node("n0")], [job_obj("wide", nodes=2)])
-    controller.reconcile_job(kube, "team", "wide", NOW)
+    reconciler(kube).reconcile_job("team", "wide")
     assert sorted(kube.writes) == [("status", "Pending")]  # one status write: the refusal, not a bare Pending first; no Service while it waits
     assert scheduled(kube, "team", "wide")["reason"] == "Unschedulable" and not kube.pods
-    controller.reconcile_job(kube, "team", "wide", NOW, admit=False)  # a resync's reconcile (no pass) writes as before
+    reconciler(kube).reconcile_job("team", "wide", admit=False)  # a resync's reconcile (no pass) writes as before
     assert kube.jobs[("team", "wide")]["status"]["phase"] == "Pending"
 
 
 def test_a_new_job_reconciled_without_a_pass_writes_its_status_at_once_and_no_service():
     kube = WriteCountingKube([node("n0")], [job_obj("solo", nodes=1)])
-    controller.reconcile_job(kube, "team", "solo", NOW, admit=False)
+    reconciler(kube).reconcile_job("team", "solo", admit=False)
     assert ("status", "Pending") in kube.writes and ("create", "Service") not in kube.writes and not kube.pods
 
 
@@ -321,6 +326,6 @@ def test_a_pass_applies_the_admissions_it_decided_for_several_jobs_at_once():
     """100 jobs of 8 pods were admitted one after the other: each job's reads, status write, creates and Events in turn."""
     kube = MeetingKube([node(f"n{i}") for i in range(4)], [job_obj(f"j{i}", nodes=2) for i in range(2)])
     for ns, name in list(kube.jobs):
-        controller.reconcile_job(kube, ns, name, NOW, admit=False)
-    controller.admission_pass(kube, NOW)
+        reconciler(kube).reconcile_job(ns, name, admit=False)
+    reconciler(kube).admission_pass()
     assert len(pinned(kube, "j0")) == 2 and len(pinned(kube, "j1")) == 2 and not pinned(kube, "j0") & pinned(kube, "j1")

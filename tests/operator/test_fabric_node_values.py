@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 from railtrain.crds import fabric
 from railtrain.operator.job import planner
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.placement import Placement
 
 from .builders import job_obj, node
@@ -22,11 +23,11 @@ def hca_node(name, value):
 
 
 def admitted(values):
-    from railtrain.operator.controller import with_node_values  # what the admission pass applies to its placements
+    from railtrain.operator.scheduling.placement import with_node_values  # what the admission pass applies to its placements
 
     nodes = {name: hca_node(name, value) for name, value in values.items()}
     placement = with_node_values(Placement(tuple(values)), fabric.PROFILES["infiniband"], nodes)
-    return planner.plan(job_obj(nodes=len(values), status={}), [], None, NOW, placement, fabric=fabric.PROFILES["infiniband"])
+    return planner.plan(job_obj(nodes=len(values), status={}), [], None, NOW, placement, settings=PlanSettings(fabric=fabric.PROFILES["infiniband"]))
 
 
 def test_nccl_syntax_on_the_node_reaches_the_rank_as_written():

@@ -12,7 +12,7 @@ import time
 import pytest
 from kubernetes import client
 
-from railtrain.operator import handlers, leader
+from railtrain.operator import handlers, leader, resync
 from railtrain.operator.kube import fence
 from railtrain.operator.kube import connection as kubeclient
 from railtrain.operator.context import OperatorContext, RuntimeState
@@ -130,10 +130,10 @@ def test_a_leader_whose_lease_loop_has_not_run_for_the_renew_deadline_acts_on_no
     clock.t += 5.4  # past 2/3 of 8 s with no renewal
     assert ctx.state.leader and not ctx.state.leading()
     handlers.on_job_event(type="ADDED", name="waiting", namespace="team", memo=ctx)
-    handlers._resync_pass(ctx)
+    resync.resync_pass(ctx)
     assert kube.pods == {} and "status" not in kube.jobs[("team", "waiting")]
     held.renewed(clock.t)  # renewed again: it acts
-    handlers._resync_pass(ctx)
+    resync.resync_pass(ctx)
     assert len(kube.pods) == 1
 
 

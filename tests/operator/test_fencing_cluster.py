@@ -24,7 +24,7 @@ from kubernetes import client
 from railtrain.cli.controlplane.cluster import LocalCluster
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.crds import contract, times
-from railtrain.operator import controller
+from railtrain.operator.reconciler import Reconciler
 from railtrain.operator import lease as peers
 from railtrain.operator.kube.verbs import Kube
 from tests.polling import wait_for
@@ -187,11 +187,11 @@ def test_a_status_decided_on_a_stale_read_is_refused_with_409_and_nothing_after_
     submit(job_body("j", nodes=1))
     fresh = Kube(cluster.api_client())
     stale = StaleRead(cluster.api_client(), fresh.get_job(namespace, "j"))
-    controller.reconcile_job(fresh, namespace, "j", admit=True, watch_namespace=namespace)  # the leader admits the job
+    Reconciler(fresh, namespace=namespace).reconcile_job(namespace, "j", admit=True)  # the leader admits the job
     admitted = wait_for(lambda: job_obj(custom, namespace, "j").get("status", {}).get("admission") and job_obj(custom, namespace, "j"), 30, "the admission record")
     reasons = sorted(e.reason for e in events(core, namespace, "j"))
     service_uid = core.read_namespaced_service(contract.service_name("j"), namespace).metadata.uid
-    plan = controller.reconcile_job(stale, namespace, "j", admit=False)  # the stale writer: the job as it was before any status
+    plan = Reconciler(stale).reconcile_job(namespace, "j", admit=False)  # the stale writer: the job as it was before any status
     assert plan is not None and plan.status_changed  # it did decide to write a first status
     now = job_obj(custom, namespace, "j")
     assert now["metadata"]["resourceVersion"] == admitted["metadata"]["resourceVersion"], "the stale status was written"

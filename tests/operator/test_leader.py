@@ -6,7 +6,7 @@ import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
 
-from railtrain.operator import handlers, leader
+from railtrain.operator import handlers, leader, resync
 from railtrain.operator import lease as peers
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.serve import Health
@@ -95,7 +95,7 @@ def test_the_loop_stands_by_then_leads_and_wakes_the_resync_when_the_holder_give
 def test_a_standby_neither_reconciles_nor_admits():
     kube = FakeKube([node("n0")], [job_obj("waiting", nodes=1)])
     me = context(kube)
-    handlers._resync_pass(me)
+    resync.resync_pass(me)
     handlers.on_job_event(type="ADDED", name="waiting", namespace="team", memo=me)
     assert kube.pods == {} and "status" not in kube.jobs[("team", "waiting")]
 

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from railtrain.crds import contract
-from railtrain.operator import controller, progress
+from railtrain.operator import progress
+from railtrain.operator.reconciler import Reconciler
 from railtrain.trainer.metrics import TrainerMetrics
 
 from .builders import job_obj
@@ -74,12 +75,12 @@ def test_the_reader_writes_progress_of_running_jobs_only_and_at_most_once_per_in
         kube.pods[("team", contract.pod_name(name, 0))] = {"metadata": {"name": contract.pod_name(name, 0)}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
     urls = []
     reader = progress.Reader(fetch=lambda url: urls.append(url) or trainer_text())
-    started = reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)
+    started = reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)
     assert [f.result(timeout=10) for f in started] == [True]
     assert urls == [f"http://10.0.0.9:{contract.DEFAULT_METRICS_PORT}/metrics"]
     assert kube.jobs[("team", "run")]["status"]["progress"]["step"] == 120 and "progress" not in kube.jobs[("team", "wait")]["status"]
-    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=1), controller.job_lock) == []  # not due yet
-    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=6), controller.job_lock)) == 1
+    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=1), Reconciler(kube).job_lock) == []  # not due yet
+    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=6), Reconciler(kube).job_lock)) == 1
 
 
 def test_an_unreachable_rank_is_retried_only_after_the_interval():
@@ -90,9 +91,9 @@ def test_an_unreachable_rank_is_retried_only_after_the_interval():
         raise ConnectionRefusedError(111, "refused")
 
     reader = progress.Reader(fetch=refuse)
-    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)] == [False]
-    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=2), controller.job_lock) == []
-    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=5), controller.job_lock)) == 1
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [False]
+    assert reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=2), Reconciler(kube).job_lock) == []
+    assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=5), Reconciler(kube).job_lock)) == 1
 
 
 def test_the_reader_records_the_step_into_the_running_attempts_goodput():
@@ -101,7 +102,7 @@ def test_the_reader_records_the_step_into_the_running_attempts_goodput():
     kube = FakeKube([], [job])
     kube.pods[("team", "gp-0")] = {"metadata": {"name": "gp-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
     reader = progress.Reader(fetch=lambda url: trainer_text())
-    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, controller.job_lock)] == [True]
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [True]
     g = kube.jobs[("team", "gp")]["status"]["goodput"]
     assert g["attempts"][-1]["firstStep"] == 120 and g["queuedSeconds"] == 50 and g["startingSeconds"] == 10 and g["wallSeconds"] == 60
     from prometheus_client import REGISTRY

@@ -11,6 +11,7 @@ from railtrain.crds import contract
 from railtrain.operator import metrics
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.job import planner
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.snapshot import snapshot
 from railtrain.operator.job.conditions import find
 
@@ -203,10 +204,10 @@ def test_the_cluster_wide_bound_counts_the_quarantines_the_api_server_stores():
     other = node("z", taints=[{"key": quarantine.TAINT_KEY, "value": "hang", "effect": "NoSchedule"}])
     other["metadata"]["annotations"] = {quarantine.ANNOTATION_AT: "2026-11-29T11:30:00Z"}
     obj, pods = failed_gang(contract.VERDICT_HARDWARE_SUSPECT)
-    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=1)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], settings=PlanSettings(quarantine_limit=1))
     assert not p.quarantine and p.status["phase"] == "Restarting" and p.status["avoidNodes"] == ["a"]
     assert find(p.status["conditions"], "Scheduled")["reason"] == "NodeAvoided"
-    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], quarantine_limit=2)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b"), other], settings=PlanSettings(quarantine_limit=2))
     assert [q[0] for q in p.quarantine] == ["a"]
 
 

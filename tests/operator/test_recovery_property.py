@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from railtrain.crds import contract, recovery
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.job import planner
+from railtrain.operator.job.plansettings import PlanSettings
 
 from .builders import fail, gang, job_obj, node
 
@@ -81,7 +82,7 @@ def test_restarts_are_bounded_back_off_and_taint_only_the_gangs_own_nodes(run_po
         pods, lost = strike(kind, verdict, min(rank, size - 1), claimed, pods, ran)
         observed = [n for n in nodes if n["metadata"]["name"] != lost]
         seen = copy.deepcopy(pods)
-        p = planner.plan(obj, pods, True, now, nodes=observed, quarantine_limit=4)
+        p = planner.plan(obj, pods, True, now, nodes=observed, settings=PlanSettings(quarantine_limit=4))
         assert pods == seen  # read-only: the operator hands the plan the pods cache's own dicts
         st_ = p.status
         assert {q[0] for q in p.quarantine} <= set(ran), (kind, claimed, ran, p.quarantine)

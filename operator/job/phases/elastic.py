@@ -23,11 +23,10 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (th
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from railtrain.crds.times import format_time, parse_time
+from railtrain.crds.times import format_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job.resize import grow_due
 from railtrain.crds import recovery
 from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step, healthy
@@ -39,8 +38,7 @@ def _due(step: Step) -> bool:
     elastic = step.job.spec.elastic if step.job else None
     if elastic is None or step.grow_to is None or step.grow_to <= step.n or not healthy(step) or step.released is None:
         return False
-    since = parse_time(step.status.get("lastResizeTime")) or parse_time(step.status.get("startTime"))
-    return since is None or step.now >= since + timedelta(seconds=elastic.grow_interval_seconds)
+    return grow_due(step.job.spec, step.status, step.now)
 
 
 def _grow(step: Step) -> str:

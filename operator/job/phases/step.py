@@ -20,6 +20,7 @@ from railtrain.crds.fabric import FabricProfile
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import phase, pod_phase, rank_of, restart_of
+from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.placement import Placement, Refusal
 
 
@@ -91,8 +92,8 @@ class Step:
         out: the actions decided so far.
         spec_error: why the stored spec does not parse (when ``job`` is None).
         foreign: pods the job does not own that hold one of its ranks' names.
-        fabric: the operator's fabric profile (:mod:`railtrain.crds.fabric`), rendered into new pods.
-        quarantine_limit: the platform's bound on nodes quarantined per hour in the whole cluster (None: none).
+        settings: the operator's plan settings (:class:`~railtrain.operator.job.plansettings.PlanSettings`),
+            given when the step is built; :attr:`fabric` and :attr:`quarantine_limit` read them.
     """
 
     obj: dict[str, Any]
@@ -113,9 +114,18 @@ class Step:
     nodes: dict[str, dict[str, Any]] | None = None
     grow_to: int | None = None
     foreign: list[dict[str, Any]] = field(default_factory=list)
-    fabric: FabricProfile | None = None
-    quarantine_limit: int | None = None
+    settings: PlanSettings = field(default_factory=PlanSettings)
     service_uid: str = ""
+
+    @property
+    def fabric(self) -> FabricProfile | None:
+        """The operator's fabric profile, rendered into new pods (:attr:`PlanSettings.fabric`)."""
+        return self.settings.fabric
+
+    @property
+    def quarantine_limit(self) -> int | None:
+        """The platform's bound on nodes quarantined per hour in the whole cluster (:attr:`PlanSettings.quarantine_limit`)."""
+        return self.settings.quarantine_limit
 
     @property
     def meta(self) -> dict[str, Any]:
