@@ -24,6 +24,7 @@ from typing import Any
 from railtrain.crds.times import format_time
 from railtrain.crds import contract, fabric
 from railtrain.crds import reasons
+from railtrain.crds.api import AdmissionRecord
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import nvlink
 from railtrain.operator.job import render
@@ -139,7 +140,7 @@ def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]
     """
     size, ns, uid = len(placement.nodes), step.meta.get("namespace", ""), step.meta.get("uid", "")
     nodes = [placement.nodes[(rank + shift) % size] for rank in range(size)]
-    step.status["admission"] = {"restarts": step.restarts, "nodes": nodes, "created": False}
+    step.status["admission"] = AdmissionRecord(restarts=step.restarts, nodes=nodes, created=False).to_api()
     gang = []
     for rank, node in enumerate(nodes):
         where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to

@@ -27,6 +27,7 @@ from typing import Any
 from railtrain.crds.times import format_time
 from railtrain.crds import recovery
 from railtrain.crds import reasons
+from railtrain.crds.api import HoldRecord
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.scheduling.snapshot import pod_node
@@ -104,7 +105,7 @@ def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | N
     (:func:`railtrain.operator.job.records.hold_record`).
 
     Returns:
-        ``{"restarts", "nodes", "until"}``, or None when no node is held.
+        The record's patch (:class:`~railtrain.crds.api.HoldRecord` as stored: ``restarts``, ``nodes``, ``until``), or None when no node is held.
     """
     record = stored_admission(step.status)
     nodes: dict[int, str] = {int(e["rank"]): str(e["node"]) for e in step.status.get("placement") or [] if isinstance(e, dict) and e.get("node") and "rank" in e}
@@ -118,7 +119,7 @@ def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | N
     if not any(held):
         return None
     until = step.now + timedelta(seconds=d.backoff_seconds + step.job.spec.run_policy.gang_timeout_seconds)
-    return {"restarts": step.restarts + 1, "nodes": held, "until": format_time(until)}
+    return HoldRecord(restarts=step.restarts + 1, nodes=held, until=format_time(until)).to_api()
 
 
 def restart_infrastructure(step: Step, reason: str, what: str, node: str = "") -> str:
