@@ -120,7 +120,7 @@ the count is fixed only at admission, before any container starts."""
 ANNOTATION_NODE_UID = f"{API_GROUP}/node-uid"
 """Annotation on pods: the ``metadata.uid`` of the Node the rank was placed on, as the admission pass read it. A Node
 deleted and created again under the same name is another machine (or the same one wiped): the operator compares this
-uid with the Node's current one and counts a mismatch as the node lost (operator/phases/node_loss.py)."""
+uid with the Node's current one and counts a mismatch as the node lost (operator/job/phases/node_loss.py)."""
 ANNOTATION_PARALLELISM = f"{API_GROUP}/parallelism"
 """Annotation on pods: :data:`ENV_PARALLELISM` for the admitted gang size
 (an elastic job's data-parallel degree scales with it); read like
