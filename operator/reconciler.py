@@ -202,8 +202,9 @@ class Reconciler:
         pods = controller.job_pods(kube, job)
         nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
         grow_to = self._grow_to(job, nodes, at) if nodes is not None else None
-        p = planner.plan(job, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, settings=self.settings)
-        waits = planner.gang_request(job, pods, at) is not None
+        seen = planner.observe_job(job)  # its spec parsed and checked once for the plan and the queue question
+        p = planner.plan(seen, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, settings=self.settings)
+        waits = planner.gang_request(seen, pods, at) is not None
         if admit and waits and controller.first_write_left_to_the_pass(job, p):
             return p, True
         if not controller.apply_or_reject(kube, job, p, at, self.pool):
@@ -315,10 +316,11 @@ class Reconciler:
             if job is None or job["metadata"].get("deletionTimestamp"):
                 return
             pods = controller.job_pods(kube, job)
-            if planner.gang_request(job, pods, now) != request:
+            fresh = planner.observe_job(job)  # its spec parsed and checked once for both questions below
+            if planner.gang_request(fresh, pods, now) != request:
                 return  # changed since the pass listed it; the next pass decides again
             nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
-            p = planner.plan(job, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings)
+            p = planner.plan(fresh, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings)
             if not controller.apply_or_reject(kube, job, p, now, self.pool):
                 return
             for type_, reason, message in p.events:

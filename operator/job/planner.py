@@ -41,13 +41,13 @@ from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
 from railtrain.operator.job.request import admission_request, gang_request
-from railtrain.operator.job.observed import Observed, observed, parse_job
+from railtrain.operator.job.observed import Observed, observe_job, observed, parse_job
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries
 from railtrain.operator.scheduling.placement import Placement, Refusal
 
-__all__ = ["Plan", "plan", "rejected_status", "REJECTED", "parse_job", "admission_record", "promised_pods", "ended_pods", "hold_of", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
+__all__ = ["Plan", "plan", "rejected_status", "REJECTED", "Observed", "observe_job", "parse_job", "admission_record", "promised_pods", "ended_pods", "hold_of", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
