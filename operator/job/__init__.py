@@ -1,8 +1,9 @@
 """One job's lifecycle, pure: its request, plan, pods, records and conditions.
 
-Modules: :mod:`.request` (spec parsed and checked, the gang request, the hold),
+Modules: :mod:`.observed` (a job as one pass reads it: its spec parsed and checked
+once), :mod:`.request` (the gang request, the hold, the promised pods),
 :mod:`.pods` (what the pods say: rank, restart, phase, gate), :mod:`.records`
-(the admission and hold records in status), :mod:`.planner` (one pass's plan
+(the admission and hold records in status, as the crds models), :mod:`.planner` (one pass's plan
 for one job, through the :mod:`.phases` table), :mod:`.render` (pods and the
 rendezvous Service), :mod:`.nvlink` (ComputeDomains), :mod:`.conditions`,
 :mod:`.attempts` (restart history and goodput), :mod:`.ledger` (the nodes each

@@ -1,4 +1,4 @@
-"""What a job asks of the admission pass (pure): its spec parsed and checked, its gang request, its hold.
+"""What a job asks of the admission pass (pure): its gang request, its hold, the pods promised to it.
 
 A job's request is read from its spec, its status records and its pods: a
 pod pinned by nodeSelector is capacity promised to its gang, an in-force
