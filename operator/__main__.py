@@ -1,4 +1,7 @@
-"""``railtrain-operator [FLAGS]`` (``python -m railtrain.operator``): the operator's flags are those of :func:`railtrain.operator.settings.parser`."""
+"""``railtrain-operator [FLAGS]`` (``python -m railtrain.operator``): the operator's flags are those of :func:`railtrain.operator.settings.parser`.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""``runPolicy.activeDeadlineSeconds``: a job running past its deadline fails."""
+"""``runPolicy.activeDeadlineSeconds``: a job running past its deadline fails.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 

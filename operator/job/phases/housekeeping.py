@@ -1,4 +1,7 @@
-"""Rows that run on every pass of an active job and decide no phase: stale pods, the rendezvous Service, the admitted size."""
+"""Rows that run on every pass of an active job and decide no phase: stale pods, the rendezvous Service, the admitted size.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Success: every rank of the gang exited 0."""
+"""Success: every rank of the gang exited 0.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Suspend and resume (``runPolicy.suspend``, as batch/v1 Job's ``spec.suspend``)."""
+"""Suspend and resume (``runPolicy.suspend``, as batch/v1 Job's ``spec.suspend``).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Terminal phases and specs that cannot be read: a job that ended stays ended."""
+"""Terminal phases and specs that cannot be read: a job that ended stays ended.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 

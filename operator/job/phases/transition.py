@@ -1,4 +1,7 @@
-"""A row of the phase machine: from which phases, on what observation, which action and next phase."""
+"""A row of the phase machine: from which phases, on what observation, which action and next phase.
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
+"""
 
 from __future__ import annotations
 
