@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from harness import Table, fmt_x, machine, median, ratio, write_json
 
@@ -94,6 +94,7 @@ def worker(args: argparse.Namespace) -> None:
     from railtrain.trainer.context_parallel import shard_sequence
     from railtrain.trainer.model import PRESETS, Transformer, lm_loss
     from railtrain.trainer.parallel import ParallelDims, apply_context_parallel, apply_data_parallel, build_mesh, init_distributed
+    from railtrain.crds.process import leave_process
 
     torch.set_num_threads(1)
     info = init_distributed("cpu")
@@ -141,23 +142,7 @@ def worker(args: argparse.Namespace) -> None:
     if info.rank == 0:
         args.worker.write_text(json.dumps(everyone))
     dist.destroy_process_group()
-    leave_worker()
-
-
-def leave_worker() -> NoReturn:
-    """End a worker process now, with exit status 0 and without interpreter finalization.
-
-    ``destroy_process_group`` does not end gloo's threads here: DTensor's process-wide caches (sharding propagation,
-    redistribute plans, mesh topology) keep the ``DeviceMesh`` alive, and with it each of its process groups, two
-    worker threads and a TCP loop thread apiece (18 threads at context 2, still there after the model, the mesh and
-    a ``gc.collect`` are gone; /proc/self/task). Interpreter finalization then frees them in no set order, and now
-    and then a C++ thread object is destroyed while still joinable: SIGABRT, "terminate called without an active
-    exception" (issue 27). Everything the worker owes (its JSON, its output) is written and flushed by now, so it
-    leaves before finalization can start.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_process(0)
 
 
 # --- driver --------------------------------------------------------------------------
@@ -179,7 +164,7 @@ def run_degree(args: argparse.Namespace, n: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
-        worker(args)  # never returns: the worker leaves through leave_worker
+        worker(args)  # never returns: the worker leaves through railtrain.crds.process.leave_process
     before = machine()
     results = {n: run_degree(args, n) for n in args.context_list}
     base = args.context_list[0]

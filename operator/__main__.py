@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from railtrain.crds.process import exit_status, leave_process
+
 from railtrain.operator.settings import SettingsError, parse
 
 
@@ -29,5 +31,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1) from None
 
 
+def entry() -> None:
+    """The ``railtrain-operator`` script and ``python -m railtrain.operator``: :func:`main`, then leave the process
+    without interpreter finalization (:func:`railtrain.crds.process.leave_process`): once the operator has stopped,
+    its watch threads may still be blocked in calls to an API server that stopped answering, and finalizing them
+    aborts the process now and then (SIGABRT instead of the exit status 1 the stop promises)."""
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = exit_status(done.code)
+    leave_process(code)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

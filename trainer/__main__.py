@@ -38,6 +38,7 @@ from railtrain.crds.contract import (
 from railtrain.trainer.checkpoint import CheckpointMismatch, NonFiniteState
 from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
+from railtrain.crds.process import leave_process
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
 
@@ -113,4 +114,6 @@ def failure_verdict(err: BaseException) -> tuple[str, str, str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Every return of main() has written its verdict and closed the trainer: leave before interpreter
+    # finalization (railtrain.crds.process.leave_process). An exception still ends the process the usual way, traceback and all.
+    leave_process(main())
