@@ -17,15 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from railtrain.crds import contract, fabric, threads
-from railtrain.crds.labels import HOSTNAME
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
-from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER, TemplatePodSpec
+from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER
 from railtrain.crds.precision import contract_values
 from railtrain.operator.job import nvlink
+from railtrain.operator.job.template import merge_template
 
 CONTAINER_NAME = TRAINER
-_MERGED_POD_FIELDS = ("containers", "initContainers", "volumes", "tolerations")
-"""Template PodSpec fields merged with the operator's rather than copied (see :func:`merge_template`)."""
 
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
@@ -234,55 +232,6 @@ def shm_volume(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[s
     return [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}], [{"name": SHM_VOLUME, "mountPath": SHM_MOUNT}]
 
 
-def merge_trainer(container: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    """The training container with the template's ``trainer`` entry merged in (pure).
-
-    Lists (env, envFrom, volumeMounts, ports) are appended after the operator's;
-    resources are merged by name (the template adds names; :mod:`railtrain.crds.podtemplate`
-    refuses the ones spec.resources sets); every other key of the entry
-    (securityContext, workingDir, probes, lifecycle ...) is taken as written.
-    Keys the operator owns never reach here: the API refuses them.
-    """
-    out = dict(container)
-    for key, value in entry.items():
-        if key == "name":
-            continue
-        if key in ("env", "envFrom", "volumeMounts", "ports"):
-            out[key] = [*out.get(key, []), *value]
-        elif key == "resources":
-            mine = out.get("resources", {})
-            merged = {kind: {**(value.get(kind) or {}), **(mine.get(kind) or {})} for kind in ("requests", "limits") if value.get(kind) or mine.get(kind)}
-            claims = [*(mine.get("claims") or []), *(value.get("claims") or [])]  # the operator's IMEX claim stays
-            out["resources"] = {**value, **merged, **({"claims": claims} if claims else {})}
-        else:
-            out[key] = value
-    return out
-
-
-def merge_template(pod_spec: dict[str, Any], template: TemplatePodSpec) -> dict[str, Any]:
-    """The pod spec with the template's PodSpec fields merged in (pure).
-
-    The training container is merged with the template's ``trainer`` entry
-    (:func:`merge_trainer`); other template containers follow it as sidecars;
-    volumes and tolerations are appended after the operator's; every other
-    field the template sets is copied as written. The operator's fields
-    (gate, restartPolicy, hostname, subdomain) are kept: the API refuses a
-    template that sets them.
-    """
-    given = template.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
-    out = {**{k: v for k, v in given.items() if k not in _MERGED_POD_FIELDS}, **pod_spec}
-    trainer = pod_spec["containers"][0]
-    entry = template.container() or {}
-    out["containers"] = [merge_trainer(trainer, entry), *(c for c in template.containers if c.get("name") != TRAINER)]
-    for key in ("volumes", "tolerations"):
-        if given.get(key):
-            mine = pod_spec.get(key, [])
-            out[key] = [*mine, *(item for item in given[key] if item not in mine)]
-    if given.get("initContainers"):
-        out["initContainers"] = list(given["initContainers"])
-    return out
-
-
 def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
     """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published), selecting node rank 0 only.
 
@@ -318,34 +267,44 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
     }
 
 
-def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> dict[str, Any]:
-    """The gated pod of node ``rank``, with ``spec.template`` merged in (:func:`merge_template`).
+def trainer_env(spec: TrainingJobSpec, env: contract.PodEnvironment, profile: fabric.FabricProfile | None) -> list[dict[str, Any]]:
+    """The training container's ``env`` list for one rank's contract values ``env``.
 
-    ``profile`` (the operator's fabric profile, :mod:`railtrain.crds.fabric`)
-    adds its NCCL/libfabric variables to the training container, the names the
-    user sets left out, and names itself in the pod's
-    :data:`~railtrain.crds.fabric.ANNOTATION_PROFILE`; its per-node values are
-    read from annotations the operator sets when it releases the pod.
-
-    An elastic job's pods read the gang size and parallelism from their
-    annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
-    the operator sets to the admitted size in the same patch that pins and
-    ungates the pod, before any container starts.
-
-    Returns:
-        A v1 Pod manifest with ``schedulingGates`` set and no ``nodeSelector``
-        yet; :func:`pin_to_node` adds the node once the gang is placed.
-
-    Raises:
-        ValueError: rank out of range.
+    The contract and the user's variables (:func:`container_env`); for an elastic
+    job the gang size and parallelism read from the pod's annotations, since the
+    size is known only at admission; the node name from the Downward API; then
+    the fabric ``profile``'s variables the user does not set. Returns
+    Kubernetes ``EnvVar`` dicts (``value`` or ``valueFrom``).
     """
-    name = job.metadata.name
-    spec = job.spec
-    env = pod_environment(spec, name, namespace, rank, restarts, uid=uid)
+    keep = {v.name for v in spec.env}
     env_items: list[dict[str, Any]] = list(container_env(spec, env))
-    if spec.elastic is not None:  # the size is known only at admission
-        env_items = _from_annotations(container_env(spec, env), {v.name for v in spec.env})
-    env_items = _downward_api(env_items, {v.name for v in spec.env}) + fabric.container_env(profile, spec)
+    if spec.elastic is not None:
+        env_items = _from_annotations(env_items, keep)
+    return _downward_api(env_items, keep) + fabric.container_env(profile, spec)
+
+
+def pod_volumes(spec: TrainingJobSpec, name: str, namespace: str, uid: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every volume of a gang pod and its mount in the training container: ``(volumes, mounts)``.
+
+    The checkpoint tiers (:func:`checkpoint_volumes`, ``uid`` naming the run)
+    first, then the ``/dev/shm`` tmpfs (:func:`shm_volume`); both lists empty when
+    the job needs neither.
+    """
+    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)
+    shm, shm_mounts = shm_volume(spec)
+    return volumes + shm, mounts + shm_mounts
+
+
+def trainer_container(job: TrainingJob, env_items: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The training container of a gang pod, before the template's ``trainer`` entry is merged.
+
+    Takes the job, its rank's ``env`` list (:func:`trainer_env`) and volume
+    mounts (:func:`pod_volumes`); returns the v1 Container dict: image, command
+    and args, the rendezvous and metrics ports, the termination message the
+    operator reads verdicts from, Guaranteed-QoS resources and, for an NVLink
+    domain job, the IMEX channel's claim.
+    """
+    spec = job.spec
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
@@ -366,11 +325,37 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
         resources["claims"] = nvlink.container_claims()
     if resources:
         container["resources"] = resources
-    volumes, mounts = checkpoint_volumes(spec.checkpoint, name, namespace, uid)
-    shm, shm_mounts = shm_volume(spec)
-    volumes, mounts = volumes + shm, mounts + shm_mounts
     if mounts:
         container["volumeMounts"] = mounts
+    return container
+
+
+def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> dict[str, Any]:
+    """The gated pod of node ``rank``, with ``spec.template`` merged in (:func:`railtrain.operator.job.template.merge_template`).
+
+    ``profile`` (the operator's fabric profile, :mod:`railtrain.crds.fabric`)
+    adds its NCCL/libfabric variables to the training container, the names the
+    user sets left out, and names itself in the pod's
+    :data:`~railtrain.crds.fabric.ANNOTATION_PROFILE`; its per-node values are
+    read from annotations the operator sets when it releases the pod.
+
+    An elastic job's pods read the gang size and parallelism from their
+    annotations (:func:`gang_annotations`, rendered for ``spec.nodes``), which
+    the operator sets to the admitted size in the same patch that pins and
+    ungates the pod, before any container starts.
+
+    Returns:
+        A v1 Pod manifest with ``schedulingGates`` set and no ``nodeSelector``
+        yet; :func:`railtrain.operator.job.binding.pin_to_node` adds the node once the gang is placed.
+
+    Raises:
+        ValueError: rank out of range.
+    """
+    name = job.metadata.name
+    spec = job.spec
+    env_items = trainer_env(spec, pod_environment(spec, name, namespace, rank, restarts, uid=uid), profile)
+    volumes, mounts = pod_volumes(spec, name, namespace, uid)
+    container = trainer_container(job, env_items, mounts)
     labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
     annotations = {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)}
     if profile is not None:
@@ -407,63 +392,3 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
 def render_gang(job: TrainingJob, namespace: str, uid: str, restarts: int = 0, profile: fabric.FabricProfile | None = None) -> list[dict[str, Any]]:
     """All pods of the gang, ordered by node rank (``profile`` as for :func:`render_pod`)."""
     return [render_pod(job, namespace, uid, r, restarts, profile) for r in range(job.spec.nodes)]
-
-
-def pin_to_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
-    """Return a copy of ``pod`` whose nodeSelector pins it to ``node`` (by kubernetes.io/hostname).
-
-    The operator decides; whoever binds the pod enforces the pin: kube-scheduler
-    for a gated pod released by patch or a pod :func:`binds_directly` refuses,
-    the kubelet's admission for a pod created bound (:func:`admitted_pod`).
-    """
-    out = {**pod, "spec": {**pod["spec"]}}
-    out["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), HOSTNAME: node}
-    return out
-
-
-SCHEDULER_VOLUMES = ("persistentVolumeClaim", "ephemeral")
-"""Volume sources only kube-scheduler can bind a pod with: its VolumeBinding plugin provisions a
-``WaitForFirstConsumer`` claim for the chosen node and checks a bound volume's node affinity."""
-
-
-def binds_directly(pod: dict[str, Any]) -> bool:
-    """Whether the operator binds ``pod`` itself, by creating it with ``spec.nodeName`` set, instead of leaving the binding to kube-scheduler.
-
-    A pod whose node is set at creation is never seen by kube-scheduler; the
-    kubelet still runs its admission (resources, node affinity, NoExecute
-    taints) and refuses the pod (``OutOf<resource>``) if the node cannot hold it.
-    That is safe here because placement already checked every resource of the
-    pod against the ledger (:mod:`railtrain.operator.scheduling.snapshot`), and it saves the
-    scheduler's queue, filter and Binding round trip on every rank of every
-    start and restart (issue 16's start-up goal; docs/scheduling.md,
-    "Binding: direct unless a plugin is needed").
-
-    Args:
-        pod: a rendered v1 Pod manifest (template merged).
-
-    Returns:
-        False when kube-scheduler has work to do at binding time that the
-        operator does not model: a PersistentVolumeClaim or generic ephemeral
-        volume (:data:`SCHEDULER_VOLUMES`) or a DRA ``resourceClaims`` entry
-        (allocation, e.g. the NVLink ComputeDomain's IMEX channel); True otherwise.
-    """
-    spec = pod.get("spec") or {}
-    if spec.get("resourceClaims"):
-        return False
-    return not any(source in (volume or {}) for volume in spec.get("volumes") or [] for source in SCHEDULER_VOLUMES)
-
-
-def admitted_pod(pod: dict[str, Any], node: str, annotations: dict[str, str]) -> dict[str, Any]:
-    """A copy of the gated ``pod`` as it is created for an admitted gang: pinned to ``node``, ``annotations`` added, no scheduling gate.
-
-    One create per rank, nothing to patch afterwards (docs/scheduling.md, "Admit before creating").
-    The pin is always the ``kubernetes.io/hostname`` node selector; where
-    :func:`binds_directly` allows, ``spec.nodeName`` is set too, so the pod is
-    bound by its create and kube-scheduler never handles it.
-    """
-    out = pin_to_node(pod, node)
-    out["spec"].pop("schedulingGates", None)
-    if binds_directly(out):
-        out["spec"]["nodeName"] = node
-    out["metadata"] = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}), **annotations}}
-    return out

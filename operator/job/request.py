@@ -17,7 +17,7 @@ from typing import Any
 from railtrain.crds.times import parse_time
 from railtrain.crds import parallel
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job import render
+from railtrain.operator.job import binding, render
 from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.scheduling.nodefit import pod_needs
@@ -128,7 +128,7 @@ def promised_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) ->
     live = {rank_of(p) for p in current_gang(obj, owned(obj, pods))} | {int(r) for r in status.get("succeededRanks") or []}
     meta = seen.meta
     return [
-        render.pin_to_node(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), node)
+        binding.pin_to_node(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), node)
         for rank, node in enumerate(record.nodes) if rank not in live
     ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJob
-from railtrain.operator.job import render
+from railtrain.operator.job import binding, render
 
 from .builders import job_obj
 
@@ -59,7 +59,7 @@ def test_pod_fields_are_copied_and_the_operators_kept():
         assert spec[key] == template["spec"][key], key
     assert spec["tolerations"] == [*render.gang_tolerations(job_obj_spec()), template["spec"]["tolerations"][1]]  # the same toleration once
     assert spec["restartPolicy"] == "Never" and spec["schedulingGates"] == [{"name": contract.SCHEDULING_GATE}] and spec["hostname"] == "llm-1"
-    pinned = render.pin_to_node(pod, "node-7")
+    pinned = binding.pin_to_node(pod, "node-7")
     assert pinned["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "H100", "kubernetes.io/hostname": "node-7"}
 
 
@@ -80,18 +80,18 @@ def test_no_template_renders_the_pod_as_before():
 
 def test_an_admitted_pod_is_bound_by_its_create_unless_kube_scheduler_has_binding_work():
     """Direct binding (docs/scheduling.md): nodeName at create, except where a scheduler plugin must act at binding time."""
-    plain = render.admitted_pod(pod_of(resources={"gpus": 8, "shm": "1Gi"}), "node-3", {"a": "1"})
+    plain = binding.admitted_pod(pod_of(resources={"gpus": 8, "shm": "1Gi"}), "node-3", {"a": "1"})
     assert plain["spec"]["nodeName"] == "node-3" and plain["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-3"
     assert "schedulingGates" not in plain["spec"] and plain["metadata"]["annotations"]["a"] == "1"
     ephemeral = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}
     for volume in (PVC_VOLUME, ephemeral):
         pod = pod_of({"spec": {"volumes": [volume]}})
-        assert not render.binds_directly(pod)
-        kept = render.admitted_pod(pod, "node-3", {})
+        assert not binding.binds_directly(pod)
+        kept = binding.admitted_pod(pod, "node-3", {})
         assert "nodeName" not in kept["spec"] and kept["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-3", volume["name"]
     claimed = {**plain, "spec": {**plain["spec"], "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": "llm-imex"}]}}
     del claimed["spec"]["nodeName"]
-    assert not render.binds_directly(claimed) and "nodeName" not in render.admitted_pod(claimed, "node-3", {})["spec"]
+    assert not binding.binds_directly(claimed) and "nodeName" not in binding.admitted_pod(claimed, "node-3", {})["spec"]
 
 
 def test_the_rendezvous_service_selects_rank_0_only():

@@ -27,7 +27,7 @@ from railtrain.crds import reasons
 from railtrain.crds.api import AdmissionRecord
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import nvlink
-from railtrain.operator.job import render
+from railtrain.operator.job import binding, render
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import is_gated, rank_of, restart_of
 from railtrain.operator.job.records import admission_record
@@ -54,7 +54,7 @@ def _create_missing(step: Step) -> None:
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
             pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
             if nodes is not None:  # an admitted rank whose create did not happen yet (e.g. the operator crashed after the record)
-                pod = render.admitted_pod(pod, nodes[rank], _rank_annotations(step, len(nodes), nodes[rank]))
+                pod = binding.admitted_pod(pod, nodes[rank], _rank_annotations(step, len(nodes), nodes[rank]))
             step.out.create_pods.append(pod)
     _with_gang_objects(step, "gated pods" if nodes is None else "pods pinned to their admitted nodes")
 
@@ -97,7 +97,7 @@ def _release(step: Step, placement: Placement, shift: int = 0) -> list[dict[str,
             where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
             out.annotate[name] = {**annotations, **(placement.annotations[where] if where < len(placement.annotations) else {})}
             out.ungate.append(name)
-        after.append(render.pin_to_node(p, out.pin[name]) if name in out.pin else p)
+        after.append(binding.pin_to_node(p, out.pin[name]) if name in out.pin else p)
     return after
 
 
@@ -146,7 +146,7 @@ def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]
         where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
         extra = placement.annotations[where] if where < len(placement.annotations) else {}
         pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
-        gang.append(render.admitted_pod(pod, node, {**render.gang_annotations(step.job.spec, size), **extra}))
+        gang.append(binding.admitted_pod(pod, node, {**render.gang_annotations(step.job.spec, size), **extra}))
     step.out.create_pods = gang
     step.out.status_first = True
     _with_gang_objects(step, "pods pinned to their admitted nodes")
