@@ -39,7 +39,8 @@ from placesim import JobState, SimNode, Simulator, node_manifest
 
 from railtrain.crds.times import format_micro_time
 from railtrain.operator.scheduling import snapshot as cluster_model
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 
 
 class Railtrain:

@@ -24,7 +24,8 @@ from typing import Any, Mapping
 from railtrain.operator.job import admit, ledger
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.nodefit import restrict
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import AVOIDED, queue_key
 from railtrain.crds.labels import HOSTNAME
 

@@ -121,7 +121,7 @@ def explaining_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 _HOLDERS = (re.compile(r"held by:? ([^;()]+?)\s*(?:[;)]|\.\s|\.?$)"), re.compile(r"ahead in the queue: ([^;]+);"), re.compile(r"admitted again: (.+)$"))
-"""Where the operator's waiting refusals name who holds the capacity (operator/scheduling/placement.py ``_held_by``, operator/scheduling/queue.py)."""
+"""Where the operator's waiting refusals name who holds the capacity (operator/scheduling/refusal.py ``held_by``, operator/scheduling/queue.py)."""
 
 
 def permanent_fix(message: str) -> str | None:

@@ -45,7 +45,8 @@ from railtrain.operator.job import admit, ledger, planner, resize
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.verbs import CREATE_CONCURRENCY, Kube, describe
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal
+from railtrain.operator.scheduling.placement import GangRequest, Placement
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import Decision
 
 log = logging.getLogger("railtrain.operator")

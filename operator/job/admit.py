@@ -27,7 +27,8 @@ from typing import Any, Iterable, Sequence
 from railtrain.operator.job import ledger
 from railtrain.operator.job.conditions import SCHEDULED
 from railtrain.operator.job.plansettings import PlanSettings
-from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, Refusal, with_node_values
+from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, with_node_values
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import Decision, apply_order, schedule
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot, snapshot
 

@@ -45,7 +45,8 @@ from railtrain.operator.job.observed import Observed, observe_job, observed, par
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 __all__ = ["Plan", "plan", "rejected_status", "REJECTED", "Observed", "observe_job", "parse_job", "admission_record", "promised_pods", "ended_pods", "hold_of", "admission_request", "gang_request", "current_gang", "status_patch", "missing_names"]
 

@@ -34,8 +34,9 @@ from railtrain.crds import contract, reasons
 from railtrain.crds.reasons import PINNED_NODE_UNAVAILABLE
 from railtrain.crds.fabric import FabricProfile, node_value_problems, rank_annotations
 from railtrain.operator.scheduling import domains as dom
-from railtrain.operator.scheduling.snapshot import ClusterSnapshot, NodeInfo, format_quantity
+from railtrain.operator.scheduling.snapshot import ClusterSnapshot, NodeInfo
 from railtrain.operator.scheduling.nodefit import PodNeeds, restrict
+from railtrain.operator.scheduling.refusal import Refusal, domain_shortfall, shortfall
 from railtrain.operator.scheduling.topology import NVLINK_DOMAIN_KEYS, level_name, nvlink_level
 
 
@@ -124,24 +125,6 @@ class Placement:
         return f"{head}: {self.explanation}" if self.explanation else head
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """Why a gang cannot be placed now: ``reason`` is CamelCase, ``message`` a sentence.
-
-    ``warning`` selects the Event type: a job waiting its turn is Normal.
-    ``permanent`` says the gang can never be placed on this cluster as it is, even empty (too few nodes big
-    enough, no domain of a required level big enough, a level or NVLink domain the operator does not know):
-    only a change of the job or of the cluster helps, and the message says :data:`~railtrain.crds.contract.NEVER_FITS`
-    and names the fix (``railtrain submit --wait`` stops on it, ``railtrain get`` shows it). Otherwise the
-    gang waits for capacity others hold, and the message names them where it can (:func:`_held_by`).
-    """
-
-    reason: str
-    message: str
-    warning: bool = True
-    permanent: bool = False
-
-
 def node_annotations(fabric: FabricProfile | None, node: Mapping[str, Any] | None) -> dict[str, str]:
     """The pod annotations of a rank placed on ``node`` that come from the node itself (pure).
 
@@ -172,92 +155,8 @@ def with_node_values(result: "Placement | Refusal", fabric: FabricProfile | None
     return replace(result, annotations=tuple(node_annotations(fabric, nodes.get(n)) for n in result.nodes), warnings=warnings)
 
 
-def cands_busy(request: GangRequest, cluster: ClusterSnapshot) -> list[NodeInfo]:
-    """Eligible nodes big enough for one pod of the gang that lack free GPUs now (what other jobs hold)."""
-    need = request.gpus_per_node
-    return [n for n in cluster.eligible() if n.gpus >= need and n.free_gpus < max(need, 1) and n.name not in request.fixed.values()]
-
-
-def _held_by(nodes: Sequence[NodeInfo], shown: int = 3) -> str:
-    """``"; the capacity is held by team/a, team/b and 2 more"`` from the holders of ``nodes`` ("" when none is known)."""
-    holders = sorted({h for n in nodes for h in n.holders})
-    if not holders:
-        return ""
-    more = f" and {len(holders) - shown} more" if len(holders) > shown else ""
-    return f"; the capacity is held by {', '.join(holders[:shown])}{more}"
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _wanted(request: GangRequest) -> str:
-    sizes = request.sizes
-    count = f"{sizes[0]}..{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
-    extra = "".join(f", {format_quantity(k, v)} {k}" for k, v in sorted(request.needs.requests.items()))
-    return f"gang needs {count} nodes with {request.gpus_per_node} free GPUs{extra} each"
-
-
-def _shortfall(request: GangRequest, cluster: ClusterSnapshot, fit: int) -> Refusal:
-    """The Unschedulable refusal: too few nodes fit cluster-wide; says which and why not."""
-    need = request.gpus_per_node
-    fixed = set(request.fixed.values())
-    why = Counter(n.why_ineligible for n in cluster.nodes.values() if not n.eligible)
-    small = [n for n in cluster.eligible() if n.gpus < need]
-    room = [n for n in cluster.eligible() if n.gpus >= need and n.name not in fixed]
-    busy = Counter(n.short for n in room if n.short and n.free_gpus >= need)
-    full = [n for n in room if n.free_gpus <= 0 < need]
-    partial = [n for n in room if 0 < n.free_gpus < need]
-    spread = sum(n.free_gpus for n in partial)
-    parts = []
-    if full:
-        parts.append(f"{len(full)} full")
-    if partial:
-        parts.append(f"{len(partial)} with fewer than {need} free GPUs ({spread} free across them)")
-    if small:
-        parts.append(f"{len(small)} with fewer than {need} GPUs allocatable")
-    parts += [f"{count} {reason}" for reason, count in sorted(busy.items())]
-    parts += [f"{count} {reason}" for reason, count in sorted(why.items())]
-    text = f"{_wanted(request)}; {fit + len(fixed)} of {len(cluster.nodes)} nodes fit now" + (f": {', '.join(parts)}" if parts else "")
-    missing = request.sizes[0] - fit - len(fixed)
-    if partial and spread >= missing * need:
-        text += f"; the free GPUs add up to enough but are spread over nodes, and each pod needs {need} on one node"
-    big_enough = sum(1 for n in cluster.eligible() if n.gpus >= need)
-    if big_enough < request.sizes[0]:
-        largest = max((n.gpus for n in cluster.eligible()), default=0)
-        what = f"{need} GPUs" + "".join(f", {format_quantity(k, v)} {k}" for k, v in sorted(request.needs.requests.items()))
-        text += (
-            f". {contract.NEVER_FITS} as it is: only {big_enough} eligible nodes have {what} allocatable (largest GPU count: {largest}); "
-            "ask for fewer nodes or less per pod, or add nodes"
-        )
-        return Refusal(reasons.UNSCHEDULABLE, text, permanent=True)
-    text += ". It waits until enough nodes free up" + _held_by(cands_busy(request, cluster))
-    return Refusal(reasons.UNSCHEDULABLE, text)
-
-
-def _domain_shortfall(request: GangRequest, cluster: ClusterSnapshot, level: int, fit_total: int, cands: Sequence[NodeInfo]) -> Refusal:
-    """The TopologyUnsatisfiable refusal of a required level: what each domain offers."""
-    levels, need = cluster.levels, request.gpus_per_node
-    name = level_name(levels[level])
-    free = Counter(dom.node_path(n, level) for n in cands)  # by the whole path: what search() groups by
-    ranked = sorted(free.items(), key=lambda kv: (-kv[1], kv[0]))
-    offer = ", ".join(f"{k[-1].lstrip(chr(0))}: {v}" for k, v in ranked[:4]) or "none"
-    size = Counter(dom.node_path(n, level) for n in cluster.eligible() if n.gpus >= need)
-    most = max(size.values(), default=0)
-    nvl = request.nvlink and levels[level] == nvlink_level(levels)
-    text = (
-        f"{_wanted(request)} inside one {levels[level]} ({'spec.topology.nvlinkDomain' if nvl else 'policy required'}); the most any {name} offers now is "
-        f"{max(free.values(), default=0)} ({offer}), {fit_total} nodes fit cluster-wide"
-    )
-    if most < request.sizes[0] - len(request.fixed):
-        advice = "ask for fewer nodes" if nvl else "use policy preferred or ask for fewer nodes"
-        unlabelled = sum(1 for n in cluster.eligible() if n.gpus >= need and n.domains[level] is None)
-        if unlabelled:
-            advice += f" or label the {unlabelled} eligible nodes that carry no {levels[level]} label (each is a {name} of its own)"
-        text += f". {contract.NEVER_FITS}: the largest {name} has {most} eligible nodes with {need} GPUs allocatable; {advice}"
-        return Refusal(reasons.TOPOLOGY_UNSATISFIABLE, text, permanent=True)
-    text += f". It waits for a {name} to free up" + ("" if nvl else f"; policy preferred would let it span {name}s") + _held_by(cands_busy(request, cluster))
-    return Refusal(reasons.TOPOLOGY_UNSATISFIABLE, text)
 
 
 def rail_alignment(request: GangRequest, nodes: Sequence[NodeInfo]) -> tuple[int | None, bool | None, str]:
@@ -404,6 +303,49 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
         why = ", ".join(f"rank {r} on {n} ({cluster.nodes[n].why_ineligible if n in cluster.nodes else 'node gone'})" for r, n in lost.items())
         return Refusal(PINNED_NODE_UNAVAILABLE, f"part of the gang is pinned to nodes it can no longer use: {why}; the gang is deleted and admitted again")
     notes: list[str] = []
+    floor = _floor(request, levels, notes)
+    if isinstance(floor, Refusal):
+        return floor
+    taken = set(request.fixed.values())
+    fixed = [cluster.nodes[n] for n in dict.fromkeys(request.fixed.values()) if n in cluster.nodes]
+    cands = [n for n in cluster.eligible() if n.free_gpus >= need and not n.short and n.name not in taken]
+    room = len(cands)
+    if floor >= 0:
+        must = {dom.node_path(f, floor) for f in fixed}
+        groups = Counter(dom.node_path(n, floor) for n in cands)
+        room = max((c for key, c in groups.items() if not must or {key} == must), default=0)
+    sizes = [c for c in request.sizes if c - len(request.fixed) <= room and c >= len(request.fixed)]
+    if not sizes:
+        if len(cands) + len(request.fixed) < request.sizes[0]:
+            return shortfall(request, cluster, len(cands))
+        return domain_shortfall(request, cluster, floor, len(cands) + len(request.fixed), cands)
+    size = sizes[-1]
+    choice = _choose(request, cands, fixed, size - len(request.fixed), len(levels), floor)
+    if choice is None:  # counts fit but a fixed node sits outside every domain that does
+        return domain_shortfall(request, cluster, max(floor, 0), len(cands) + len(request.fixed), cands)
+    new = iter(choice.nodes)
+    ranked = [cluster.nodes[request.fixed[r]] if r in request.fixed else next(new) for r in range(size)]
+    if size < request.sizes[-1]:
+        notes.append(f"elastic: admitted {size} of at most {request.sizes[-1]} nodes, the most that fit now")
+    if kept:
+        notes.append(f"restart: {kept} of {size} ranks back on the nodes they ran on (their node-local checkpoints)")
+    rails = rail_alignment(request, ranked)
+    notes.append(rails[2])
+    explanation = _explain(request, cluster, choice, size, notes)
+    per_rank = tuple({lv: v for lv, v in zip(levels, n.domains) if v is not None} for n in ranked)
+    summary = _summary(request, cluster, ranked, choice, rails)
+    return Placement(tuple(n.name for n in ranked), reasons.GANG_PLACED, per_rank, summary, explanation)
+
+
+def _floor(request: GangRequest, levels: Sequence[str], notes: list[str]) -> int | Refusal:
+    """The narrowest topology level the whole gang must sit inside, as an index into ``levels``.
+
+    ``dom.CLUSTER`` when nothing binds it; the ``required`` level of
+    ``spec.topology``, or the NVLink-domain level when ``request.nvlink``,
+    whichever is narrower. Returns a permanent :class:`Refusal` when a required
+    level or the NVLink domain is not among ``levels``; a ``preferred`` level the
+    operator does not know is ignored and said in ``notes`` (appended to).
+    """
     floor = dom.CLUSTER
     if request.policy != "none" and request.level and request.level not in levels:
         known = ", ".join(levels)
@@ -428,40 +370,24 @@ def _place(request: GangRequest, cluster: ClusterSnapshot, kept: int = 0) -> Pla
                 permanent=True,
             )
         floor = max(floor, levels.index(domain))
-    taken = set(request.fixed.values())
-    fixed = [cluster.nodes[n] for n in dict.fromkeys(request.fixed.values()) if n in cluster.nodes]
-    cands = [n for n in cluster.eligible() if n.free_gpus >= need and not n.short and n.name not in taken]
-    room = len(cands)
-    if floor >= 0:
-        must = {dom.node_path(f, floor) for f in fixed}
-        groups = Counter(dom.node_path(n, floor) for n in cands)
-        room = max((c for key, c in groups.items() if not must or {key} == must), default=0)
-    sizes = [c for c in request.sizes if c - len(request.fixed) <= room and c >= len(request.fixed)]
-    if not sizes:
-        if len(cands) + len(request.fixed) < request.sizes[0]:
-            return _shortfall(request, cluster, len(cands))
-        return _domain_shortfall(request, cluster, floor, len(cands) + len(request.fixed), cands)
-    size = sizes[-1]
-    k = size - len(request.fixed)
+    return floor
+
+
+def _choose(request: GangRequest, cands: Sequence[NodeInfo], fixed: Sequence[NodeInfo], k: int, depth: int, floor: int) -> dom.Choice | None:
+    """The ``k`` new nodes of the gang beside its ``fixed`` ones, one rail layout at a time first.
+
+    For a gang that requests GPUs, each rail count shared by the fixed nodes and
+    enough for ``procsPerNode`` is searched on its own (:func:`railtrain.operator.scheduling.domains.search`
+    over ``depth`` levels, no wider than ``floor``) and the :func:`_better` answer
+    kept, so data-parallel peers share rails; only if no single layout holds
+    the gang are ``cands`` searched together. Returns None when nothing fits.
+    """
+    need = request.gpus_per_node
     choice = None
-    if need > 0:  # one rail layout at a time first
+    if need > 0:
         layouts = sorted({n.rails for n in cands if n.rails >= request.procs_per_node and all(f.rails == n.rails for f in fixed)})
         for rails in layouts:
-            found = dom.search([n for n in cands if n.rails == rails], k, len(levels), need, fixed, floor)
+            found = dom.search([n for n in cands if n.rails == rails], k, depth, need, fixed, floor)
             if found and (choice is None or _better(found, choice)):
                 choice = found
-    choice = choice or dom.search(cands, k, len(levels), need, fixed, floor)
-    if choice is None:  # counts fit but a fixed node sits outside every domain that does
-        return _domain_shortfall(request, cluster, max(floor, 0), len(cands) + len(request.fixed), cands)
-    new = iter(choice.nodes)
-    ranked = [cluster.nodes[request.fixed[r]] if r in request.fixed else next(new) for r in range(size)]
-    if size < request.sizes[-1]:
-        notes.append(f"elastic: admitted {size} of at most {request.sizes[-1]} nodes, the most that fit now")
-    if kept:
-        notes.append(f"restart: {kept} of {size} ranks back on the nodes they ran on (their node-local checkpoints)")
-    rails = rail_alignment(request, ranked)
-    notes.append(rails[2])
-    explanation = _explain(request, cluster, choice, size, notes)
-    per_rank = tuple({lv: v for lv, v in zip(levels, n.domains) if v is not None} for n in ranked)
-    summary = _summary(request, cluster, ranked, choice, rails)
-    return Placement(tuple(n.name for n in ranked), reasons.GANG_PLACED, per_rank, summary, explanation)
+    return choice or dom.search(cands, k, depth, need, fixed, floor)

@@ -28,7 +28,8 @@ from typing import Mapping, Sequence
 
 from railtrain.crds import reasons
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 
 
 AVOIDED = "avoided by this job (named by one of its verdicts)"

@@ -13,7 +13,8 @@ from railtrain.cli import describe, logs, plan
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
 from railtrain.crds.validation import parse_manifest
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.trainer import preflight
 from tests.cli import manifests
 from tests.operator.builders import fabric, gang, job_obj, node, other_pod

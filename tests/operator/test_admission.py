@@ -2,7 +2,8 @@
 
 from railtrain.operator.scheduling.queue import apply_order, queue_key, schedule
 from railtrain.operator.scheduling.snapshot import snapshot
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal
+from railtrain.operator.scheduling.placement import GangRequest, Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 from .builders import fabric
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from railtrain.operator.job import admit
-from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal
+from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 REFUSAL = Refusal("Unschedulable", "gang needs 3 nodes with 8 free GPUs each; 0 of 4 nodes fit now: 4 full. It waits until enough nodes free up")
 

@@ -7,7 +7,8 @@ import pytest
 from railtrain.operator.scheduling.queue import schedule
 from railtrain.operator.scheduling.snapshot import pod_requests, snapshot
 from railtrain.operator.scheduling.nodefit import PodNeeds, pod_needs, restrict, term_matches, tolerates
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 
 from .builders import node, other_pod
 

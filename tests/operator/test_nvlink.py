@@ -9,7 +9,8 @@ from railtrain.operator.job import planner
 from railtrain.operator.job import render
 from railtrain.operator.scheduling.snapshot import snapshot
 from railtrain.crds.reasons import NO_NVLINK_DOMAIN_LEVEL as NO_NVLINK_LEVEL
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS, PRESETS, nvlink_level
 
 from .builders import job_obj, node

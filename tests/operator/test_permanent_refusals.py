@@ -13,7 +13,8 @@ from railtrain.operator.scheduling import queue
 from railtrain.operator.job import planner
 from railtrain.operator.scheduling.snapshot import snapshot
 from railtrain.operator.job.conditions import find
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.topology import PRESETS
 
 from .builders import gang, job_obj, node, other_pod

@@ -19,7 +19,8 @@ from railtrain.operator.job import planner
 from railtrain.operator.job.conditions import TERMINAL_PHASES, find
 from railtrain.operator.job.phases import ALL_PHASES, MACHINE
 from railtrain.operator.job.phases.agreement import PHASE_CONDITIONS
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 from .builders import fail, gang, job_obj
 

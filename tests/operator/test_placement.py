@@ -3,7 +3,8 @@
 import pytest
 
 from railtrain.operator.scheduling.snapshot import parse_quantity, snapshot
-from railtrain.operator.scheduling.placement import GangRequest, Placement, Refusal, place_gang
+from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.topology import PRESETS
 
 from .builders import BLOCK, HOST, RACK, fabric, node, other_pod

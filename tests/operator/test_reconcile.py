@@ -5,7 +5,8 @@ from datetime import datetime, timedelta, timezone
 from railtrain.crds import contract
 from railtrain.operator.job import planner
 from railtrain.operator.job.conditions import find
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 from .builders import fail, gang, job_obj
 

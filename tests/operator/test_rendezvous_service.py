@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from railtrain.operator.job import planner
-from railtrain.operator.scheduling.placement import Refusal
+from railtrain.operator.scheduling.refusal import Refusal
 
 from .builders import gang, job_obj
 

@@ -34,7 +34,8 @@ from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.phases import ownership
 from railtrain.operator.job.phases.step import Step, healthy
 from railtrain.operator.job.phases.transition import ACTIVE, Transition, always
-from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Placement, Refusal, node_annotations
+from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Placement, node_annotations
+from railtrain.operator.scheduling.refusal import Refusal
 
 
 

@@ -21,7 +21,8 @@ from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import phase, pod_phase, rank_of, restart_of
 from railtrain.operator.job.plansettings import PlanSettings
-from railtrain.operator.scheduling.placement import Placement, Refusal
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
 
 
 @dataclass
