@@ -26,7 +26,8 @@ from railtrain.operator import metrics
 from railtrain.operator.job import planner
 from railtrain.operator.job import resize
 from railtrain.operator.kube import connection as kubeclient
-from railtrain.operator.kube.verbs import Kube, Rejected, each
+from railtrain.operator.kube.pool import each
+from railtrain.operator.kube.verbs import Kube, Rejected
 from railtrain.operator.scheduling import quarantine
 
 log = logging.getLogger("railtrain.operator")

@@ -44,7 +44,8 @@ from railtrain.operator.coalescer import Coalescer
 from railtrain.operator.job import admit, ledger, planner, resize
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.kube.fence import NotLeader
-from railtrain.operator.kube.verbs import CREATE_CONCURRENCY, Kube, describe
+from railtrain.operator.kube.pool import CREATE_CONCURRENCY
+from railtrain.operator.kube.verbs import Kube, describe
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import Decision
@@ -60,7 +61,7 @@ Service, a status write, the creates and two Events, about 500 sequential round 
 POOL_WORKERS = DECIDE_CONCURRENCY + CREATE_CONCURRENCY
 """Threads of the one pool (:func:`call_pool`). A decision waits on its own per-pod calls in the same pool, so a pass
 never runs more than :data:`DECIDE_CONCURRENCY` decisions at once (:func:`fan_out`), leaving
-:data:`~railtrain.operator.kube.verbs.CREATE_CONCURRENCY` threads to the calls: no thread ever waits for a pool that
+:data:`~railtrain.operator.kube.pool.CREATE_CONCURRENCY` threads to the calls: no thread ever waits for a pool that
 has none left, and a gang's creates keep the concurrency they had."""
 
 

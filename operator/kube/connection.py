@@ -37,7 +37,7 @@ POOL_CONNECTIONS = 64
 5 × CPUs, 10 on a 2-CPU machine). urllib3 opens a connection beyond the pool when every kept one is in use and
 closes it after one request, so each request beyond the pool pays a TLS handshake on both ends. The operator holds
 up to five watches, 8 kopf handler threads, 4 admission deciders, 16 pod creators and 8 API callers at once
-(:data:`railtrain.operator.kube.verbs.CREATE_CONCURRENCY` and the pools beside it): a py-spy profile of 100 jobs × 8 pods
+(:data:`railtrain.operator.kube.pool.CREATE_CONCURRENCY` and the pools beside it): a py-spy profile of 100 jobs × 8 pods
 on the default pool found TLS handshakes in most pod creates."""
 NOT_A_KUBECONFIG = "it is not a kubeconfig (a YAML mapping whose clusters, contexts and users are lists of named entries)"
 

@@ -16,7 +16,6 @@ May import: ``railtrain.crds``, the kubernetes client and this wing (``operator/
 from __future__ import annotations
 
 import json
-import socket
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol, TypeVar
@@ -26,40 +25,17 @@ from kubernetes import client
 from railtrain.crds import contract
 from railtrain.crds import computedomain
 from railtrain.crds import labels
-from railtrain.crds import times
 from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, Rejected, call, or_none
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.connection import describe, patch_node, server_message, transient, unreachable
+from railtrain.operator.kube.events import event_manifest
+from railtrain.operator.kube.pool import CREATE_CONCURRENCY, each
 
-__all__ = ["COMPONENT", "FIELD_MANAGER", "Kube", "Observer", "Rejected", "describe", "each", "server_message", "transient", "unreachable"]
+__all__ = ["FIELD_MANAGER", "Kube", "Observer", "Rejected", "describe", "server_message", "transient", "unreachable"]
 
 T = TypeVar("T")
 
 FIELD_MANAGER = "railtrain-operator"
-COMPONENT = "railtrain-operator"
-CREATE_CONCURRENCY = 16
-"""Most object creates one operator has in flight at once (:meth:`Kube.create_many`): a 256-pod gang is 16 rounds of 16
-concurrent POSTs, enough to keep the API server busy without letting one gang queue hundreds of requests in its flow-control budget.
-The size of the pool a :class:`Kube` makes for itself when it is given none."""
-
-
-def each(calls: list[Callable[[], T]], pool: Executor) -> list[T]:
-    """Run independent calls at once on ``pool`` (one alone runs here); wait for every one to finish.
-
-    Returns:
-        Each call's answer, in order.
-
-    Raises:
-        The first error in ``calls`` order, after every call has finished.
-    """
-    if len(calls) <= 1:
-        return [c() for c in calls]
-    futures = [pool.submit(c) for c in calls]
-    errors = [f.exception() for f in futures]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-    return [f.result() for f in futures]
 
 
 class Observer(Protocol):
@@ -425,29 +401,8 @@ class Kube:
             self._fenced()
         except NotLeader:  # say nothing: the fence logged the lapse once
             return
-        meta = job["metadata"]
-        namespace = meta.get("namespace") or "default"
-        now = datetime.now(timezone.utc)
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": job.get("apiVersion", "v1"),
-                "kind": job["kind"],
-                "name": meta["name"],
-                "namespace": meta.get("namespace", ""),
-                "uid": meta.get("uid"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": times.format_time(now),
-            "lastTimestamp": times.format_time(now),
-            "count": 1,
-            "source": {"component": COMPONENT, "host": socket.gethostname()},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": socket.gethostname(),
-        }
+        body = event_manifest(job, type_, reason, message, datetime.now(timezone.utc))
         try:
-            call(self.core.create_namespaced_event, namespace, body, _preload_content=False)
+            call(self.core.create_namespaced_event, body["metadata"]["namespace"], body, _preload_content=False)
         except (ApiError, NotLeader):
             pass  # Events are best-effort by Kubernetes convention (NotLeader: the client's own last-moment fence).
