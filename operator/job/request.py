@@ -73,10 +73,26 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
     since = waiting_since(obj)
     if not ready and now is not None and since is not None and now - since > timedelta(seconds=spec.run_policy.gang_timeout_seconds):
         return None
+    return _queue_entry(seen, gang, n, fresh, now), ready
+
+
+def _queue_entry(seen: Observed, gang: list[dict[str, Any]], n: int, fresh: bool, now: datetime | None) -> GangRequest:
+    """The :class:`~railtrain.operator.scheduling.placement.GangRequest` of a job :func:`admission_request` found waiting.
+
+    Args:
+        seen: the job as observed (its spec usable, rank 0 rendered); gang: its current pods of rank below ``n``;
+        n: the gang size to place; fresh: no pod exists yet (a hold's nodes are then preferred); now: UTC or None.
+
+    Returns:
+        The request: pinned ranks kept where they are, an elastic job's admissible sizes unless a rank is
+        already released, the pod's needs besides GPUs, topology, priority, avoided and preferred nodes.
+    """
+    obj, status = seen.obj, seen.status
+    spec = seen.usable.spec
     released = any(not is_gated(p) for p in gang)
     par = spec.effective_parallelism()
     meta = obj["metadata"]
-    request = GangRequest(
+    return GangRequest(
         job=f"{meta.get('namespace', '')}/{meta['name']}",
         nodes=n,
         gpus_per_node=spec.resources.gpus,
@@ -94,7 +110,6 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
         nvlink=spec.topology.nvlink_domain,
         prefer=tuple(hold.nodes) if fresh and (hold := hold_record(status, now)) else (),
     )
-    return request, ready
 
 
 def gang_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]], now: datetime | None = None) -> GangRequest | None:
