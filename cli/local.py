@@ -559,8 +559,9 @@ class LocalGang:
                         held.append(line)
                         continue
                     launcher = bare.startswith(LAUNCHER_FAILED)
+                    noise = bool(SHUTDOWN_NOISE.search(bare))  # the rendezvous store closing under a rank: not the worker's own story
                     for kept in [*held, line]:
-                        self._emit(rank, kept, hidden=True, worker=not launcher and not CPP_STACK.match(WORKER_PREFIX.sub("", kept)))
+                        self._emit(rank, kept, hidden=True, worker=not launcher and not noise and not CPP_STACK.match(WORKER_PREFIX.sub("", kept)))
                     if launcher:
                         report, report_root = True, False
                     else:
