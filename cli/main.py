@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -207,24 +207,25 @@ def run(
     Example: railtrain run examples/tiny/trainingjob.yaml --local --steps 50
     """
     from railtrain.cli import local as local_run
+    from railtrain.cli import runlocal
 
     if not local:
         raise CliError("run needs --local: it runs the gang on this machine; to run on a cluster use 'railtrain submit FILE'", exit_code=2)
     if workdir is not None and not workdir.is_dir():
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
     given = {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
-    job, faults = _local_job(file, steps, given)
+    job, faults = runlocal.checked_job(file, steps, given)
     spec = job.spec
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     ports = local_run.free_ports(spec.nodes + 1)
     uid = local_run.new_local_uid()  # one run: its restarts share the node-local tiers, a new invocation does not
     nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults, uid=uid)
     logs = local_run.local_log_dir(job.metadata.name, uid)
-    _announce_local(job, nodes[0].argv, ports[0], base_dir, logs)
+    runlocal.announce(job, nodes[0].argv, ports[0], base_dir, logs)
     started = time.monotonic()
     from railtrain.cli.local_recovery import RecoveringRun
 
-    plan = _gang_plan(job, nodes, base_dir, faults, uid)
+    plan = runlocal.gang_plan(job, nodes, base_dir, faults, uid)
     from railtrain.cli.local_goodput import GoodputRecorder, summary
 
     notify = lambda s: say(s, style="yellow")  # noqa: E731
@@ -234,112 +235,10 @@ def run(
         runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started
-    _finish_local_tiers(job, uid, succeeded=code == 0)
+    runlocal.finish_tiers(job, uid, succeeded=code == 0)
     say(f"{job.metadata.name}: {summary(recorder.goodput())}")
-    _say_outcome(job, code, elapsed, runner.history)
+    runlocal.say_outcome(job, code, elapsed, runner.history)
     raise typer.Exit(code)
-
-
-def _gang_plan(job: Any, first: list[Any], base_dir: Path, faults: dict[str, str], uid: str) -> Callable[[int], list[Any]]:
-    """The plan of each local gang of run ``uid``, by restart count: ``first`` (the nodes already planned) for gang 0,
-    and for a restarted gang its nodes planned again on fresh ports, a new rendezvous as a new gang of pods gets."""
-    from railtrain.cli import local as local_run
-
-    def plan(restarts: int) -> list[Any]:
-        if not restarts:
-            return first
-        fresh = local_run.free_ports(job.spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
-        return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults, uid=uid)
-
-    return plan
-
-
-def _finish_local_tiers(job: Any, uid: str, succeeded: bool) -> None:
-    """Keep or remove the node-local checkpoint tiers of local run ``uid`` as :func:`railtrain.cli.local.finish_local_tiers`
-    decides for a run that ``succeeded`` or not, and say what is kept and how a new run resumes it."""
-    from railtrain.cli import local as local_run
-
-    spec = job.spec
-    kept = local_run.finish_local_tiers(local_run.job_run_roots(job, uid), succeeded=succeeded)
-    if kept:
-        run_id = spec.checkpoint.run_id or uid
-        resume = "another run with the same spec.checkpoint.runId resumes them" if spec.checkpoint.run_id else f"set spec.checkpoint.runId: {run_id} to resume them in a new run"
-        say(f"{kept} (run {run_id}; {resume}, or delete them)")
-
-
-def _local_job(file: Path, steps: int | None, given: dict[str, str | None]) -> tuple[Any, dict[str, str]]:
-    """``run --local``'s job and fault injection: the manifest ``file`` read and checked (``--steps`` applied when
-    not None), and the ``--fault-*`` flags ``given`` (kind → flag value or None) checked against it.
-
-    Returns:
-        ``(job, faults)``: the checked TrainingJob and the environment variables that inject the faults.
-
-    Raises:
-        CliError: the manifest is invalid, or a fault names a rank or step the job does not have (exit 2).
-    """
-    from railtrain.cli import local as local_run
-    from railtrain.cli import local_checks
-
-    parsed_faults = local_run.parse_fault_flags(given)
-    doc = manifest.read(file)
-    job = doc.job()
-    if steps is not None:
-        job = local_checks.with_steps(job, steps)
-    job = manifest.checked(job, doc.source)
-    local_checks.check_faults(parsed_faults, local_run.FAULT_FLAGS, job.spec.world_size, local_checks.job_steps(job))
-    return job, local_run.fault_environment(given)
-
-
-def _announce_local(job: Any, argv: list[str], rdzv_port: int, base_dir: Path, logs: Path) -> None:
-    """The lines ``run --local`` says before it starts: the gang's shape and rendezvous port, the command that
-    replaces the image (``argv``), where checkpoints (resolved against ``base_dir``) and ``logs`` go, and the
-    warnings about this machine's CPUs and memory."""
-    from railtrain.cli import local as local_run
-    from railtrain.cli import local_checks
-    from railtrain.cli.views import count
-
-    spec = job.spec
-    say(f"{job.metadata.name}: {count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')} (world size {spec.world_size}), rendezvous {local_run.LOCAL_ADDR}:{rdzv_port}")
-    say(f"the image {spec.image} is ignored locally: '{' '.join(argv)}' runs with this machine's Python")
-    if spec.checkpoint.location:
-        say(f"checkpoints: {local_run.resolve_location(spec.checkpoint.location, base_dir)}")
-    say(f"logs: {logs} (every line of every node; the screen shows rank 0, the others' warnings and a failed node's last lines)")
-    for warning in (local_checks.size_warning(spec.world_size, os.cpu_count()), local_checks.memory_warning(job, _memory_bytes())):
-        if warning:
-            say(warning, style="yellow")
-    say(f"starting {count(spec.world_size, 'rank')} on {count(spec.nodes, 'local node')}; the first lines come after torch has started in every process")
-
-
-def _say_outcome(job: Any, code: int, elapsed: float, history: list[Any]) -> None:
-    """``run --local``'s last line for exit status ``code`` after ``elapsed`` seconds: every node succeeded (with the
-    restarts taken, from ``history``), stopped by Ctrl-C (130), or failed with the last gang's verdict."""
-    name, nodes = job.metadata.name, job.spec.nodes
-    if code == 0:
-        say(f"{name}: all {nodes} nodes succeeded in {elapsed:.1f}s{_restarts_taken(history)}", style="green")
-    elif code == 130:
-        say(f"{name}: stopped after {elapsed:.1f}s", style="yellow")
-    else:
-        last = history[-1] if history else None
-        verdict = f"; verdict {last.verdict}: {last.blamed.detail()}" if last else ""
-        say(f"{name}: failed with exit status {code} after {elapsed:.1f}s{verdict}", style="red")
-
-
-def _restarts_taken(history: list[Any]) -> str:
-    """`` after 1 restart (retryable: rank 1 was killed ...)`` for a local run that recovered; "" when no gang failed."""
-    if not history:
-        return ""
-    from railtrain.cli.views import count
-
-    causes = "; ".join(f"{d.verdict}: {d.blamed.detail()}" for d in history[-3:])
-    return f" after {count(len(history), 'restart')} of the whole gang ({causes})"
-
-
-def _memory_bytes() -> int | None:
-    """This machine's physical memory in bytes (POSIX ``sysconf``), or ``None`` where unknown."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 @app.command()
