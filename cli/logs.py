@@ -22,7 +22,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from railtrain.cli.errors import CliError
@@ -171,16 +171,9 @@ DRAIN_S = 30.0
 
 
 def follow_job(
-    name: str,
-    watch_job: Callable[[], Iterator[dict[str, Any] | None]],
-    list_pods: Callable[[], list[dict[str, Any]]],
-    open_log: Callable[[dict[str, Any]], Iterator[str]],
-    emit: Callable[[str], None],
-    note: Callable[[str], None],
-    rank: int | None,
-    container: str,
-    retry_s: float = 2.0,
-    patience_s: float = 60.0,
+    name: str, watch_job: Callable[[], Iterator[dict[str, Any] | None]], list_pods: Callable[[], list[dict[str, Any]]],
+    open_log: Callable[[dict[str, Any]], Iterator[str]], emit: Callable[[str], None], note: Callable[[str], None],
+    rank: int | None, container: str, retry_s: float = 2.0, patience_s: float = 60.0,
 ) -> int:
     """Follow a job's logs across its gang's restarts until the job ends.
 
@@ -196,8 +189,7 @@ def follow_job(
             once the job is deleted). It is opened again after any other error.
         list_pods: every pod of the job (all attempts).
         open_log: a pod → its followed log, raw lines with the kubelet's timestamps; raises :class:`CliError`.
-        emit: prints one log line or marker (stdout).
-        note: prints one sentence of railtrain's own (stderr).
+        emit: prints one log line or marker (stdout); note: prints one sentence of railtrain's own (stderr).
         rank: one node rank, or None for every rank (then each line is prefixed ``[rank N]`` when the job has
             more than one node).
         container: the container whose log is read (for :func:`log_ready`).
@@ -211,103 +203,163 @@ def follow_job(
         CliError: the API server did not answer for ``patience_s``.
         KeyboardInterrupt: Ctrl-C (the caller exits 130; the job is untouched).
     """
-    from railtrain.cli.describe import failure_sentence
-
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop = threading.Event()
-
-    def watcher() -> None:
-        failing_since: float | None = None
-        while not stop.is_set():
-            try:
-                for obj in watch_job():
-                    failing_since = None
-                    events.put(("job", obj))
-                    if stop.is_set():
-                        return
-            except CliError as err:
-                if any("not found" in m for m in err.messages):
-                    events.put(("deleted", err))
-                    return
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > patience_s:
-                    events.put(("error", err))
-                    return
-                time.sleep(retry_s)
-            except BaseException as err:  # handed to the printing thread
-                events.put(("error", err))
-                return
-
-    def pump(pod: dict[str, Any]) -> None:
-        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
-        try:
-            for raw in open_log(pod):
-                events.put(("line", (pod_rank(pod), raw)))
-        except CliError as err:
-            events.put(("ended", (uid, " ".join(err.messages))))
-            return
-        except BaseException as err:  # handed to the printing thread
-            events.put(("ended", (uid, err)))
-            return
-        events.put(("ended", (uid, None)))
-
-    threading.Thread(target=watcher, daemon=True).start()
-    opened: set[str] = set()
-    reading: set[str] = set()
-    shown: int | None = None
-    prefix = False
-    job: dict[str, Any] | None = None
-    ended_at: float | None = None
+    threading.Thread(target=_watch_job, args=(events, stop, watch_job, retry_s, patience_s), daemon=True).start()
+    state = _Following()
     try:
         while True:
             kind, payload = events.get()
             if kind == "line":
-                r, raw = payload
-                text = split_timestamp(raw)[1]
-                emit(prefixed(r, text) if prefix else text)
+                emit(state.line(*payload))
                 continue
-            if kind == "ended":
-                uid, err = payload
-                reading.discard(uid)
-                if isinstance(err, BaseException):
-                    raise err
-                if err:
-                    note(err)
-            elif kind == "deleted":
+            if kind == "deleted":
                 note(f"trainingjob {name} was deleted while its logs were followed")
                 return 1
-            elif kind == "error":
+            if kind == "error":
                 raise payload
+            if kind == "ended":
+                state.ended(*payload, note)
             else:  # the job changed, or a tick: pods of the attempt may have started
-                job = payload if payload is not None else job
-                if job is None:
+                pods = state.update(payload, name, list_pods, rank, container, emit)
+                if pods is None:
                     continue
-                prefix = rank is None and int((job.get("spec") or {}).get("nodes") or 1) > 1
-                attempt = attempt_of(job)
-                try:
-                    every = list_pods()
-                except CliError:  # the API server did not answer this time: the next tick asks again (the watch has patience)
-                    continue
-                pods = [p for p in every if pod_restart(p) == attempt and (rank is None or pod_rank(p) == rank)]
-                for pod in sorted(pods, key=pod_rank):
-                    uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
-                    if uid in opened or not log_ready(pod, container):
-                        continue
-                    if shown is not None and attempt != shown:
-                        emit(attempt_marker(name, attempt))
-                    shown = attempt
-                    opened.add(uid)
-                    reading.add(uid)
-                    threading.Thread(target=pump, args=(pod,), daemon=True).start()
-            if job is None or (job.get("status") or {}).get("phase") not in FINISHED:
-                continue
-            ended_at = ended_at or time.monotonic()
-            if reading and time.monotonic() - ended_at < DRAIN_S:
-                continue  # the ended containers' streams close soon; their last lines come first
-            if job["status"]["phase"] == "Succeeded":
-                note(f"trainingjob {name} succeeded")
-                return 0
-            note(failure_sentence(job) or f"trainingjob {name} failed")
-            return 1
+                for pod in pods:
+                    threading.Thread(target=_pump_log, args=(events, open_log, pod), daemon=True).start()
+            if state.finished():
+                return _outcome(name, state.job, note)
     finally:
         stop.set()
+
+
+def _watch_job(
+    events: queue.Queue[tuple[str, Any]], stop: threading.Event, watch_job: Callable[[], Iterator[dict[str, Any] | None]], retry_s: float, patience_s: float,
+) -> None:
+    """The body of ``logs -f``'s watcher thread: the job's stream, opened again after an error, fed into ``events``.
+
+    Puts ``("job", obj)`` per object or tick (``None``) of ``watch_job``; ``("deleted", err)`` once the job is not
+    found; ``("error", err)`` when the API server failed for more than ``patience_s`` (retrying every ``retry_s``)
+    or on any other exception, which the printing thread raises. Returns when ``stop`` is set or after either.
+    """
+    failing_since: float | None = None
+    while not stop.is_set():
+        try:
+            for obj in watch_job():
+                failing_since = None
+                events.put(("job", obj))
+                if stop.is_set():
+                    return
+        except CliError as err:
+            if any("not found" in m for m in err.messages):
+                events.put(("deleted", err))
+                return
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > patience_s:
+                events.put(("error", err))
+                return
+            time.sleep(retry_s)
+        except BaseException as err:  # handed to the printing thread
+            events.put(("error", err))
+            return
+
+
+def _pod_key(pod: dict[str, Any]) -> str:
+    """The key ``logs -f`` tells pods apart by: the pod's uid, or its name when it has none."""
+    return pod["metadata"].get("uid") or pod["metadata"]["name"]
+
+
+def _pump_log(events: queue.Queue[tuple[str, Any]], open_log: Callable[[dict[str, Any]], Iterator[str]], pod: dict[str, Any]) -> None:
+    """The body of one pod's reader thread: each raw line of its followed log into ``events`` as ``("line", (rank, raw))``.
+
+    Ends with ``("ended", (key, why))``: ``why`` None when the stream closed, the sentence of a :class:`CliError`
+    (said once, following goes on), or any other exception (raised by the printing thread).
+    """
+    uid = _pod_key(pod)
+    try:
+        for raw in open_log(pod):
+            events.put(("line", (pod_rank(pod), raw)))
+    except CliError as err:
+        events.put(("ended", (uid, " ".join(err.messages))))
+        return
+    except BaseException as err:  # handed to the printing thread
+        events.put(("ended", (uid, err)))
+        return
+    events.put(("ended", (uid, None)))
+
+
+@dataclass
+class _Following:
+    """What ``logs -f`` knows while it follows a job: the job as last seen, whether lines get a ``[rank N]`` prefix,
+    the pods it has read (``opened``, by :func:`_pod_key`) and those whose stream is still open (``reading``),
+    ``shown``, the attempt whose pods it printed last (None before the first), and when the job was first seen
+    finished (``ended_at``, monotonic seconds)."""
+
+    job: dict[str, Any] | None = None
+    prefix: bool = False
+    opened: set[str] = field(default_factory=set)
+    reading: set[str] = field(default_factory=set)
+    shown: int | None = None
+    ended_at: float | None = None
+
+    def line(self, rank: int, raw: str) -> str:
+        """The printed form of one raw log line of ``rank``: its timestamp dropped, prefixed when :attr:`prefix`."""
+        text = split_timestamp(raw)[1]
+        return prefixed(rank, text) if self.prefix else text
+
+    def ended(self, uid: str, why: str | BaseException | None, note: Callable[[str], None]) -> None:
+        """A pod's stream closed (:func:`_pump_log`): a sentence is said (``note``), an exception raised."""
+        self.reading.discard(uid)
+        if isinstance(why, BaseException):
+            raise why
+        if why:
+            note(why)
+
+    def update(
+        self, seen: dict[str, Any] | None, name: str, list_pods: Callable[[], list[dict[str, Any]]], rank: int | None, container: str,
+        emit: Callable[[str], None],
+    ) -> list[dict[str, Any]] | None:
+        """The job changed (``seen``) or a tick came (None): the pods to start reading now (:meth:`take`), or None
+        when there is no job yet or ``list_pods`` failed this time (the next tick asks again)."""
+        self.job = seen if seen is not None else self.job
+        if self.job is None:
+            return None
+        self.prefix = rank is None and int((self.job.get("spec") or {}).get("nodes") or 1) > 1
+        try:
+            every = list_pods()
+        except CliError:  # the API server did not answer this time: the next tick asks again (the watch has patience)
+            return None
+        return self.take(name, attempt_of(self.job), every, rank, container, emit)
+
+    def take(self, name: str, attempt: int, pods: list[dict[str, Any]], rank: int | None, container: str, emit: Callable[[str], None]) -> list[dict[str, Any]]:
+        """The pods of ``attempt`` (of ``rank``, or all when None) among ``pods`` whose log can be read now and is not
+        read yet, in rank order, marked as read; the attempt marker is emitted first when the attempt moved on."""
+        new = []
+        for pod in sorted((p for p in pods if pod_restart(p) == attempt and (rank is None or pod_rank(p) == rank)), key=pod_rank):
+            uid = _pod_key(pod)
+            if uid in self.opened or not log_ready(pod, container):
+                continue
+            if self.shown is not None and attempt != self.shown:
+                emit(attempt_marker(name, attempt))
+            self.shown = attempt
+            self.opened.add(uid)
+            self.reading.add(uid)
+            new.append(pod)
+        return new
+
+    def finished(self) -> bool:
+        """Whether following is over: the job Succeeded or Failed and its open streams closed, or :data:`DRAIN_S` passed since."""
+        if self.job is None or (self.job.get("status") or {}).get("phase") not in FINISHED:
+            return False
+        self.ended_at = self.ended_at or time.monotonic()
+        return not (self.reading and time.monotonic() - self.ended_at < DRAIN_S)  # the ended streams close soon; their last lines come first
+
+
+def _outcome(name: str, job: dict[str, Any], note: Callable[[str], None]) -> int:
+    """Say how the finished ``job`` ended (``note``) and return ``logs -f``'s exit status: 0 Succeeded, 1 Failed."""
+    from railtrain.cli.describe import failure_sentence
+
+    if job["status"]["phase"] == "Succeeded":
+        note(f"trainingjob {name} succeeded")
+        return 0
+    note(failure_sentence(job) or f"trainingjob {name} failed")
+    return 1
