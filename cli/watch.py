@@ -32,18 +32,13 @@ ERROR_PATIENCE_S = 60.0
 
 
 def follow_job(
-    open_stream: Callable[[], Iterator[dict[str, Any] | None]],
-    console: Console,
-    name: str,
-    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    open_stream: Callable[[], Iterator[dict[str, Any] | None]], console: Console, name: str, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> int:
     """Follow one job until it is Succeeded or Failed.
 
     Args:
-        open_stream: starts a stream of the job: the object as it is, then after
-            every change, and ``None`` as a clock tick
-            (:func:`railtrain.cli.k8s_jobs.watch_job`); raises :class:`CliError`.
-            It is opened again after an error.
+        open_stream: starts a stream of the job: the object as it is, then after every change, and ``None`` as a
+            clock tick (:func:`railtrain.cli.k8s_jobs.watch_job`); raises :class:`CliError`. Opened again after an error.
         console: where the lines and the live area go (live only when it is a terminal).
         name: the job's name, for the sentences.
         clock: the current time (UTC), for ages and ETAs.
@@ -74,19 +69,10 @@ def follow_job(
                     for change in condition_changes(previous, job):
                         _say(console, live, Text(f"{now:%H:%M:%S} {change}", style="bold" if change.startswith("phase") else "dim"))
                     previous = job
-                    phase = (job.get("status") or {}).get("phase")
-                    if phase == "Succeeded":
+                    if (end := _ending(job, name, time.monotonic() - started)) is not None:
                         _stop(live)
-                        console.print(Text(f"trainingjob {name} succeeded (followed for {duration(time.monotonic() - started)})", style="green"), soft_wrap=True)
-                        return 0
-                    if phase == "Failed":
-                        _stop(live)
-                        console.print(Text(failure_sentence(job) or f"trainingjob {name} failed", style="red"), soft_wrap=True)
-                        return 1
-                    if (why := never_fits(job)) is not None:
-                        _stop(live)
-                        console.print(Text(f"stopped following; trainingjob {name} stays {phase or 'Pending'}: {why} ('railtrain delete {name}' removes it)", style="red"), soft_wrap=True)
-                        return 1
+                        console.print(end[1], soft_wrap=True)
+                        return end[0]
                     if live is not None:
                         live.update(live_view(job, now), refresh=True)
             except CliError as err:
@@ -100,12 +86,34 @@ def follow_job(
                 time.sleep(RETRY_S)
     except KeyboardInterrupt:
         _stop(live)
-        phase = ((previous or {}).get("status") or {}).get("phase")
-        state = {None: "keeps running", "Running": "keeps running", "Pending": "keeps waiting (Pending)"}.get(phase, f"keeps its phase ({phase})")
-        console.print(Text(f"stopped following; trainingjob {name} {state} ('railtrain delete {name}' stops it)", style="yellow"), soft_wrap=True)
+        console.print(_interrupted(previous, name), soft_wrap=True)
         return 130
     finally:
         _stop(live)
+
+
+def _ending(job: dict[str, Any], name: str, followed_s: float) -> tuple[int, Text] | None:
+    """How following ends on this sight of ``job``: ``(exit status, last line)``, or None while it goes on.
+
+    0 with how long it was followed (``followed_s``, seconds) when it Succeeded; 1 with the cause
+    (:func:`railtrain.cli.describe.failure_sentence`) when it Failed; 1 when the operator says it can never fit
+    (:func:`never_fits`), the job staying as it is.
+    """
+    phase = (job.get("status") or {}).get("phase")
+    if phase == "Succeeded":
+        return 0, Text(f"trainingjob {name} succeeded (followed for {duration(followed_s)})", style="green")
+    if phase == "Failed":
+        return 1, Text(failure_sentence(job) or f"trainingjob {name} failed", style="red")
+    if (why := never_fits(job)) is not None:
+        return 1, Text(f"stopped following; trainingjob {name} stays {phase or 'Pending'}: {why} ('railtrain delete {name}' removes it)", style="red")
+    return None
+
+
+def _interrupted(job: dict[str, Any] | None, name: str) -> Text:
+    """The last line after Ctrl-C: following stopped, and the phase the job (as last seen, or None) keeps."""
+    phase = ((job or {}).get("status") or {}).get("phase")
+    state = {None: "keeps running", "Running": "keeps running", "Pending": "keeps waiting (Pending)"}.get(phase, f"keeps its phase ({phase})")
+    return Text(f"stopped following; trainingjob {name} {state} ('railtrain delete {name}' stops it)", style="yellow")
 
 
 def never_fits(job: dict[str, Any]) -> str | None:
