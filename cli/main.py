@@ -26,27 +26,16 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
 from railtrain.cli import errors, helptext
 from railtrain.cli import manifest
+from railtrain.cli.options import say
+from railtrain.cli.options import stderr as _stderr
+from railtrain.cli.options import stdout as _stdout
 from railtrain.cli.errors import CliError
 from railtrain.crds.validation import ManifestError
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _stdout() -> Console:
-    return Console(highlight=False)
-
-
-def say(message: str, style: str = "dim") -> None:
-    """Print one status sentence of ``railtrain`` itself to stderr (stdout stays for results and process output)."""
-    _stderr().print(Text(message, style=style))
 
 
 class _Group(TyperGroup):
