@@ -57,6 +57,8 @@ def _try_lead(ctx: OperatorContext, now: datetime) -> tuple[bool, str | None]:
         return False, other
     if ctx.state.leader and not ctx.health.live()[0]:
         return False, None  # our resync loop is stuck: let the Lease expire so a standby takes over
+    if ctx.stop.is_set():  # stopping: release() may have given the Lease up since the read above; never take it back
+        return False, None
     if ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, peers.lease_spec(ctx.identity, now, int(s.lease_seconds), lease), lease):
         return True, None
     return False, None  # someone wrote it in between: read again at the next poll
@@ -129,13 +131,31 @@ def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: s
     metrics.LEADER.set(1 if ctx.state.leader else 0)
 
 
-def release(ctx: OperatorContext) -> None:
-    """Give the Lease up (a stopping leader), so a standby takes over at its next poll instead of after the lease duration; best effort."""
+RELEASE_ATTEMPTS = 3
+"""How many read-and-write rounds :func:`release` makes when its write meets a 409 (a renewal in flight)."""
+
+
+def release(ctx: OperatorContext) -> bool:
+    """Give the Lease up (a stopping leader), so a standby takes over at its next poll instead of after the lease duration; best effort.
+
+    A renewal of :func:`keep_lease` may still be running in its executor thread
+    when the stop cancels that task (a cancel does not stop the thread): its
+    write can land between this read and this write, which then gets a 409. The
+    Lease is read and written again, up to :data:`RELEASE_ATTEMPTS` rounds (each
+    call bounded by the Lease call timeout); the renewal does not take the Lease
+    back once ``ctx.stop`` is set (:func:`_try_lead`). Returns True when the Lease is
+    no longer held by this operator (given up now, or held by another, or gone).
+    """
     s = ctx.settings
     try:
-        lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
-        if lease and (lease.get("spec") or {}).get("holderIdentity") == ctx.identity:
+        for _ in range(RELEASE_ATTEMPTS):
+            lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
+            if not lease or (lease.get("spec") or {}).get("holderIdentity") != ctx.identity:
+                return True
             kept = {"leaseTransitions": int((lease.get("spec") or {}).get("leaseTransitions") or 0)}
-            ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, kept, lease)
+            if ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, kept, lease):
+                return True
+        log.info("could not give up the Lease %s/%s: written by someone else %d times meanwhile; it expires by itself", s.lease_namespace, peers.LEASE_NAME, RELEASE_ATTEMPTS)
     except Exception as err:  # the Lease expires by itself
         log.info("could not give up the Lease %s/%s: %s", s.lease_namespace, peers.LEASE_NAME, kube.describe(err))
+    return False

@@ -64,7 +64,8 @@ async def stop(memo: OperatorContext) -> None:
         memo.state.leader = False
         if memo.state.leadership is not None:
             memo.state.leadership.lost()  # a reconcile still in flight writes nothing more
-        await asyncio.get_running_loop().run_in_executor(None, leader.release, memo)
+        if not await asyncio.get_running_loop().run_in_executor(None, leader.release, memo):
+            return  # release() said why in one line; the Lease expires by itself
         where = f"{memo.settings.lease_namespace}/{peers.LEASE_NAME}"
         log.info("the operator stopped: the Lease %s is given up; a standby (or the next operator) picks up the jobs in flight", where)
 
