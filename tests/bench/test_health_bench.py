@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_health_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "health.json"
-    args = ["--only", "clean,overhead", "--clean-steps", "12", "--overhead-steps", "4", "--pairs", "1", "--json", str(out)]
+    args = ["--only", "clean,overhead", "--clean-steps", "12", "--overhead-steps", "2", "--pairs", "1", "--json", str(out)]
     proc = subprocess.run([sys.executable, "bench/health.py", *args], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "false positives over 12 clean steps" in proc.stdout and "step-time overhead" in proc.stdout
@@ -29,7 +29,7 @@ def test_health_bench_refuses_an_unknown_part() -> None:
 def test_health_bench_hangs_smoke(tmp_path: Path) -> None:
     """The hangs part at its smallest: one shape (detection time vs step time) and the gang stuck joining its process group."""
     out = tmp_path / "hangs.json"
-    args = ["--only", "hangs", "--hang-shapes", "64x8", "--hang-floor", "1", "--onset", "4", "--init-deadline", "3", "--json", str(out)]
+    args = ["--only", "hangs", "--hang-shapes", "64x8", "--hang-floor", "1", "--onset", "4", "--init-deadline", "1", "--json", str(out)]
     proc = subprocess.run([sys.executable, "bench/health.py", *args], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "hang detection time vs step time" in proc.stdout
