@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -34,8 +35,12 @@ def node_name(rank: int) -> str:
     return f"node-{rank}"
 
 
-def run_gang(workdir: Path, nnodes: int, *args: str, health: dict | None = None, faults: contract.Faults | None = None, parallelism: str = "") -> GangRun:
-    """``nnodes`` torchrun processes of one worker each, configured by the pod contract (node names ``node-<rank>``)."""
+def run_gang(workdir: Path, nnodes: int, *args: str, health: dict | None = None, faults: contract.Faults | None = None, parallelism: str = "", cpus: set[int] | None = None) -> GangRun:
+    """``nnodes`` torchrun processes of one worker each, configured by the pod contract (node names ``node-<rank>``).
+
+    ``cpus``: when given, every process (torchrun and its worker, which inherits it) runs on these CPUs only
+    (``sched_setaffinity``), so all ranks share one core's neighbours instead of each meeting its own.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     pod = contract.PodEnvironment(
         job_name="health", namespace="default", nnodes=nnodes, node_rank=0, procs_per_node=1,
@@ -51,7 +56,8 @@ def run_gang(workdir: Path, nnodes: int, *args: str, health: dict | None = None,
         env |= contract.health_env(settings) | contract.fault_env(faults or contract.Faults())
         env[contract.ENV_TERMINATION_MESSAGE_PATH] = str(term)
         log = (workdir / f"node{rank}.log").open("w+")
-        procs.append(subprocess.Popen([*_torchrun(), *COMMON, *args], cwd=workdir, env=_clean_env(env), stdout=log, stderr=subprocess.STDOUT, text=True))
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        procs.append(subprocess.Popen([*_torchrun(), *COMMON, *args], cwd=workdir, env=_clean_env(env), stdout=log, stderr=subprocess.STDOUT, text=True, preexec_fn=pin))
         logs.append(log)
         terms.append(term)
     rcs = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
