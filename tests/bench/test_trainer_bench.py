@@ -96,7 +96,8 @@ def test_gpu_check_refuses_fp8_on_the_cpu_without_emulation_in_one_sentence() ->
 
 def test_trainer_throughput_smallest_size(tmp_path: Path) -> None:
     out = tmp_path / "tt.json"
-    proc = run_script("trainer_throughput", "--layouts", "single,pp", "--steps", "1", "--repeats", "1", "--warmup", "1", "--seq-len", "64", "--json", str(out))
+    proc = run_script("trainer_throughput", "--layouts", "single,pp", "--steps", "1", "--repeats", "1", "--warmup", "0", "--seq-len", "32",
+                      "--batch-size", "2", "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "| layout" in proc.stdout
     record = json.loads(out.read_text())
