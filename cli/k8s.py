@@ -25,7 +25,7 @@ from urllib3.exceptions import HTTPError
 
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
-from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator.kube import connection
 from railtrain.operator.kube.errors import ApiError, Conflict, Invalid, NotFound, call, or_none
 
 REQUEST_TIMEOUT = (10, 60)
@@ -66,8 +66,8 @@ def connect(kubeconfig: str | None) -> Cluster:
             (:func:`railtrain.operator.kube.connection.connect`'s sentence).
     """
     try:
-        conn = kubeclient.connect(kubeconfig)
-    except kubeclient.ConnectError as err:
+        conn = connection.connect(kubeconfig)
+    except connection.ConnectError as err:
         raise CliError(str(err)) from None
     return Cluster(api=client.CustomObjectsApi(conn.api), namespace=conn.namespace, host=conn.host)
 
@@ -232,11 +232,11 @@ def describe_client_error(err: BaseException, host: str | None = None) -> CliErr
     Returns:
         A :class:`CliError` (exit status 1).
     """
-    return CliError(kubeclient.sentence(err, host))
+    return CliError(connection.sentence(err, host))
 
 
-_status_body = kubeclient.status_body
-_one_line = kubeclient.one_line
+_status_body = connection.status_body
+_one_line = connection.one_line
 
 
 def clear_quarantine(cluster: Cluster, node: str) -> str | None:
@@ -268,7 +268,7 @@ def clear_quarantine(cluster: Cluster, node: str) -> str | None:
         labels = {LABEL_KEY: None} if LABEL_KEY in (obj["metadata"].get("labels") or {}) else None
         return {"taints": taints_without(obj), "annotations": {ANNOTATION_AT: None}, "labels": labels}
 
-    outcome, obj = kubeclient.update_node(read, lambda n, **what: kubeclient.patch_node(core, n, timeout=REQUEST_TIMEOUT, **what), change)
+    outcome, obj = connection.update_node(read, lambda n, **what: connection.patch_node(core, n, timeout=REQUEST_TIMEOUT, **what), change)
     if outcome == "gone":
         raise CliError(f"node {node} does not exist (kubectl get nodes lists them)", exit_code=1)
     if outcome == "conflict":

@@ -25,7 +25,7 @@ from railtrain.crds import reasons
 from railtrain.operator import metrics
 from railtrain.operator.job import planner
 from railtrain.operator.job import resize
-from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator.kube import connection
 from railtrain.operator.kube.pool import each
 from railtrain.operator.kube.verbs import Kube, Rejected
 from railtrain.operator.scheduling import quarantine
@@ -134,7 +134,7 @@ def quarantine_node(kube: Kube, job: dict[str, Any], node_name: str, verdict: st
         taints = quarantine.taints_with(node, verdict)
         return None if taints is None else {"taints": taints, "annotations": {quarantine.ANNOTATION_AT: format_time(now)}}
 
-    outcome, _ = kubeclient.update_node(lambda: kube.get_node(node_name), kube.set_node_taints, change, attempts)
+    outcome, _ = connection.update_node(lambda: kube.get_node(node_name), kube.set_node_taints, change, attempts)
     if outcome == "changed":
         kube.emit_event(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": node_name}},

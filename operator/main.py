@@ -16,7 +16,7 @@ from kubernetes import client
 from railtrain.operator import handlers, metrics, serve# noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.kube import fence
 from railtrain.operator import kube
-from railtrain.operator.kube import connection as kubeclient
+from railtrain.operator.kube import connection
 from railtrain.operator import lease as peers
 from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.context import OperatorContext, RuntimeState
@@ -118,8 +118,8 @@ def preflight(
             still not ready after ``wait_seconds``.
     """
     try:
-        api = kubeclient.connect(kubeconfig, request_timeout=request_timeout, fence=fence).api  # the command line's kubeconfig rules and sentences
-    except kubeclient.ConnectError as err:
+        api = connection.connect(kubeconfig, request_timeout=request_timeout, fence=fence).api  # the command line's kubeconfig rules and sentences
+    except connection.ConnectError as err:
         raise OperatorError(str(err)) from None
     host = api.configuration.host
     deadline = time.monotonic() + wait_seconds
@@ -129,7 +129,7 @@ def preflight(
             return api
         except Exception as err:
             if kube.unreachable(err):
-                raise OperatorError(kubeclient.sentence(err, host)) from None  # the same sentence as railtrain get's
+                raise OperatorError(connection.sentence(err, host)) from None  # the same sentence as railtrain get's
             if not kube.transient(err):
                 raise OperatorError(f"the Kubernetes API server at {host} refused the operator: {kube.describe(err)}") from None
             if time.monotonic() >= deadline:
