@@ -33,7 +33,7 @@ from railtrain.operator import metrics
 from railtrain.operator.kube import fence
 from railtrain.operator import kube
 from railtrain.operator.kube.errors import Forbidden
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
 
 log = logging.getLogger("railtrain.operator")
@@ -51,15 +51,15 @@ def poll_seconds(lease_seconds: float) -> float:
 def _try_lead(ctx: OperatorContext, now: datetime) -> tuple[bool, str | None]:
     """One read-modify-write of the Lease; returns ``(leading, other holder)``."""
     s = ctx.settings
-    lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
-    other = peers.other_holder(lease, ctx.identity, now)
+    held = ctx.kube.get_lease(s.lease_namespace, lease.LEASE_NAME)
+    other = lease.other_holder(held, ctx.identity, now)
     if other is not None:
         return False, other
     if ctx.state.leader and not ctx.health.live()[0]:
         return False, None  # our resync loop is stuck: let the Lease expire so a standby takes over
     if ctx.stop.is_set():  # stopping: release() may have given the Lease up since the read above; never take it back
         return False, None
-    if ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, peers.lease_spec(ctx.identity, now, int(s.lease_seconds), lease), lease):
+    if ctx.kube.put_lease(s.lease_namespace, lease.LEASE_NAME, lease.lease_spec(ctx.identity, now, int(s.lease_seconds), held), held):
         return True, None
     return False, None  # someone wrote it in between: read again at the next poll
 
@@ -72,7 +72,7 @@ async def keep_lease(ctx: OperatorContext, wake: Callable[[], None]) -> None:
         wake: called when this operator starts leading (wakes the resync loop).
     """
     loop, s = asyncio.get_running_loop(), ctx.settings
-    where = f"{s.lease_namespace}/{peers.LEASE_NAME}"
+    where = f"{s.lease_namespace}/{lease.LEASE_NAME}"
     deadline = fence.renew_deadline(s.lease_seconds)
     renewed = time.monotonic()  # when the last successful take or renewal was sent
     said_holder: str | None = None
@@ -149,13 +149,13 @@ def release(ctx: OperatorContext) -> bool:
     s = ctx.settings
     try:
         for _ in range(RELEASE_ATTEMPTS):
-            lease = ctx.kube.get_lease(s.lease_namespace, peers.LEASE_NAME)
-            if not lease or (lease.get("spec") or {}).get("holderIdentity") != ctx.identity:
+            held = ctx.kube.get_lease(s.lease_namespace, lease.LEASE_NAME)
+            if not held or (held.get("spec") or {}).get("holderIdentity") != ctx.identity:
                 return True
-            kept = {"leaseTransitions": int((lease.get("spec") or {}).get("leaseTransitions") or 0)}
-            if ctx.kube.put_lease(s.lease_namespace, peers.LEASE_NAME, kept, lease):
+            kept = {"leaseTransitions": int((held.get("spec") or {}).get("leaseTransitions") or 0)}
+            if ctx.kube.put_lease(s.lease_namespace, lease.LEASE_NAME, kept, held):
                 return True
-        log.info("could not give up the Lease %s/%s: written by someone else %d times meanwhile; it expires by itself", s.lease_namespace, peers.LEASE_NAME, RELEASE_ATTEMPTS)
+        log.info("could not give up the Lease %s/%s: written by someone else %d times meanwhile; it expires by itself", s.lease_namespace, lease.LEASE_NAME, RELEASE_ATTEMPTS)
     except Exception as err:  # the Lease expires by itself
-        log.info("could not give up the Lease %s/%s: %s", s.lease_namespace, peers.LEASE_NAME, kube.describe(err))
+        log.info("could not give up the Lease %s/%s: %s", s.lease_namespace, lease.LEASE_NAME, kube.describe(err))
     return False

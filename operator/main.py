@@ -1,6 +1,6 @@
 """Run the railtrain operator in the foreground (``railtrain operator`` / ``railtrain-operator``).
 
-May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
+May import: any operator wing, ``railtrain.crds`` and kopf (the runtime sits above the wings); never the kubernetes client (that is ``operator/kube``) or torch.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ import time
 from typing import Callable
 
 import kopf
-from kubernetes import client
 
-from railtrain.operator import handlers, metrics, serve# noqa: F401 (handlers: registers the kopf handlers)
+from railtrain.operator import handlers, metrics, serve  # noqa: F401 (handlers: registers the kopf handlers)
 from railtrain.operator.kube import fence
 from railtrain.operator import kube
 from railtrain.operator.kube import connection
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from railtrain.operator.kube.cached import CachedKube
 from railtrain.operator.context import OperatorContext, RuntimeState
 from railtrain.operator.reconciler import Reconciler, call_pool
@@ -59,7 +58,7 @@ def run(settings: Settings) -> None:
     configure_logging(json_lines=settings.log_format == "json")
     # Every write is fenced by the Lease, as this process's own clock sees it: by each write verb, and by the client
     # right before the request is sent (operator/kube/fence.py, docs/operator.md "Leader fencing").
-    leadership = fence.Leadership(fence.renew_deadline(settings.lease_seconds), f"{settings.lease_namespace}/{peers.LEASE_NAME}")
+    leadership = fence.Leadership(fence.renew_deadline(settings.lease_seconds), f"{settings.lease_namespace}/{lease.LEASE_NAME}")
     try:
         api = preflight(settings.kubeconfig, request_timeout=request_timeout(settings), fence=leadership.check)
     except KeyboardInterrupt:  # Ctrl-C before kopf (and its signal handlers) started
@@ -97,7 +96,7 @@ def run(settings: Settings) -> None:
 def preflight(
     kubeconfig: str | None, wait_seconds: float = STARTUP_WAIT_SECONDS, request_timeout: tuple[float, float] | None = None,
     fence: Callable[[], None] | None = None,
-) -> client.ApiClient:
+) -> connection.ApiClient:
     """Connect and make one request, so that a bad kubeconfig or a dead server is one sentence before kopf starts.
 
     An API server that answers 429 ("storage is (re)initializing", right after
@@ -125,7 +124,7 @@ def preflight(
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            client.CoreV1Api(api).list_namespace(limit=1, _request_timeout=10, _preload_content=False)
+            connection.probe(api)
             return api
         except Exception as err:
             if kube.unreachable(err):
@@ -138,7 +137,7 @@ def preflight(
             time.sleep(1.0)
 
 
-def check_crd(api: client.ApiClient) -> None:
+def check_crd(api: connection.ApiClient) -> None:
     """Refuse to start when the served TrainingJob CRD lacks a field the operator writes (:func:`railtrain.operator.kube.crdcheck.check`).
 
     Raises:

@@ -22,7 +22,7 @@ import os
 import threading
 
 from railtrain.operator import kube, leader, metrics, progress
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.kube.errors import NotFound, classify
 from railtrain.operator.kube.fence import NotLeader
@@ -66,7 +66,7 @@ async def stop(memo: OperatorContext) -> None:
             memo.state.leadership.lost()  # a reconcile still in flight writes nothing more
         if not await asyncio.get_running_loop().run_in_executor(None, leader.release, memo):
             return  # release() said why in one line; the Lease expires by itself
-        where = f"{memo.settings.lease_namespace}/{peers.LEASE_NAME}"
+        where = f"{memo.settings.lease_namespace}/{lease.LEASE_NAME}"
         log.info("the operator stopped: the Lease %s is given up; a standby (or the next operator) picks up the jobs in flight", where)
 
 
@@ -159,7 +159,7 @@ def resync_pass(ctx: OperatorContext) -> None:
     server that is gone is noticed even when every other read comes from the
     watch-fed caches; a standby does nothing else.
     """
-    ctx.kube.get_lease(ctx.settings.lease_namespace, peers.LEASE_NAME)
+    ctx.kube.get_lease(ctx.settings.lease_namespace, lease.LEASE_NAME)
     if not ctx.state.leading():
         return
     try:

@@ -5,7 +5,8 @@ The rule (docs/architecture.md): ``railtrain.crds`` is the floor and imports no 
 kubernetes client or torch; ``operator/scheduling`` is pure and imports only ``crds`` and itself;
 ``operator/job`` is pure and imports ``crds``, ``scheduling`` and itself; ``operator/kube`` (the API edge)
 imports ``crds``, itself and the kubernetes client, never kopf or a domain wing; the runtime modules at the top
-of ``operator/`` may import any wing. Nothing in the operator imports torch; nothing in the trainer imports
+of ``operator/`` may import any wing and kopf, never the kubernetes client (only the edge talks to the API
+server). Nothing in the operator imports torch; nothing in the trainer imports
 kopf. The kubernetes client's ``ApiException`` is caught only in the API edge and ``cli/k8s*``.
 """
 
@@ -63,6 +64,12 @@ def test_each_wing_imports_only_what_sits_below_it(folder):
 def test_the_operator_never_imports_torch_and_the_trainer_never_imports_kopf():
     assert violations("operator", ("railtrain",), {"torch", "torchao"}) == []
     assert violations("trainer", ("railtrain",), {"kopf"}) == []
+
+
+def test_the_kubernetes_client_is_imported_only_by_the_api_edge():
+    """Outside ``operator/kube/`` no operator module imports the kubernetes client (the one API edge)."""
+    bad = [v for v in violations("operator", ("railtrain",), {"kubernetes"}) if not v.startswith("operator/kube/")]
+    assert bad == []
 
 
 def test_api_exception_is_caught_only_at_the_api_edge():

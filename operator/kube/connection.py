@@ -20,12 +20,13 @@ from typing import Any, Callable, Mapping
 import urllib3
 import yaml
 from kubernetes import client, config
+from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException
 
 from railtrain.crds.validation import yaml_cause
 from railtrain.operator.kube.errors import Conflict, NotFound, Transient, Unreachable, call, classify, one_line, server_message, status_body
 
-__all__ = ["ConnectError", "Connection", "GuardedApiClient", "connect", "describe", "one_line", "patch_node", "sentence", "server_message", "status_body", "transient", "unreachable", "update_node"]
+__all__ = ["ApiClient", "ConnectError", "Connection", "GuardedApiClient", "connect", "describe", "one_line", "patch_node", "probe", "sentence", "server_message", "status_body", "transient", "unreachable", "update_node"]
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -169,6 +170,20 @@ def connect(
     # urllib3's default retries a read timeout of a GET/PUT/DELETE 3 more times: 4 x the timeout per call.
     cfg.retries = urllib3.Retry(total=3, read=0, redirect=3)
     return Connection(GuardedApiClient(cfg, request_timeout, fence), namespace, cfg.host)
+
+
+def probe(api: ApiClient, timeout_seconds: float = 10) -> None:
+    """Make the cheapest read the operator is allowed (a namespace list of one item, body not decoded).
+
+    Args:
+        api: a connected client (:func:`connect`'s ``.api``).
+        timeout_seconds: the call's own timeout.
+
+    Raises:
+        Whatever the client raised (``ApiException``, urllib3 errors): callers sort it with
+        :func:`unreachable`, :func:`transient` and :func:`describe`.
+    """
+    client.CoreV1Api(api).list_namespace(limit=1, _request_timeout=timeout_seconds, _preload_content=False)
 
 
 def describe(err: BaseException) -> str:

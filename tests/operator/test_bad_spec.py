@@ -211,11 +211,11 @@ def test_kopf_routine_lines_are_quieted():
 def test_a_lease_renewed_by_another_operator_is_noticed_and_an_expired_one_is_not():
     from datetime import timedelta
 
-    from railtrain.operator import lease as peers
+    from railtrain.operator import lease
 
-    lease = {"spec": peers.lease_spec("other-host/7", NOW - timedelta(seconds=5))}
-    assert peers.other_holder(lease, "me/1", NOW) == "other-host/7"
-    assert peers.other_holder(lease, "other-host/7", NOW) is None  # our own
-    assert peers.other_holder(lease, "me/1", NOW + timedelta(seconds=peers.LEASE_SECONDS)) is None  # it stopped renewing
-    assert peers.other_holder(None, "me/1", NOW) is None
-    assert peers.other_holder({"spec": {"holderIdentity": "x", "renewTime": "garbage"}}, "me/1", NOW) is None
+    held = {"spec": lease.lease_spec("other-host/7", NOW - timedelta(seconds=5))}
+    assert lease.other_holder(held, "me/1", NOW) == "other-host/7"
+    assert lease.other_holder(held, "other-host/7", NOW) is None  # our own
+    assert lease.other_holder(held, "me/1", NOW + timedelta(seconds=lease.LEASE_SECONDS)) is None  # it stopped renewing
+    assert lease.other_holder(None, "me/1", NOW) is None
+    assert lease.other_holder({"spec": {"holderIdentity": "x", "renewTime": "garbage"}}, "me/1", NOW) is None

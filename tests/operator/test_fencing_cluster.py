@@ -25,7 +25,7 @@ from railtrain.cli.controlplane.cluster import LocalCluster
 from railtrain.cli.controlplane.operator_process import OperatorProcess
 from railtrain.crds import contract, times
 from railtrain.operator.reconciler import Reconciler
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from railtrain.operator.kube.verbs import Kube
 from tests.polling import wait_for
 
@@ -42,14 +42,14 @@ def identity(op: OperatorProcess) -> str:
     return f"{socket.gethostname()}/{op.proc.pid}"
 
 
-def lease(coordination: client.CoordinationV1Api, namespace: str) -> dict:
-    return coordination.api_client.sanitize_for_serialization(coordination.read_namespaced_lease(peers.LEASE_NAME, namespace))
+def read_lease(coordination: client.CoordinationV1Api, namespace: str) -> dict:
+    return coordination.api_client.sanitize_for_serialization(coordination.read_namespaced_lease(lease.LEASE_NAME, namespace))
 
 
 def holder(coordination: client.CoordinationV1Api, namespace: str) -> str | None:
     """The live holder of the test's Lease now, or None."""
     try:
-        return peers.holder(lease(coordination, namespace), datetime.now(timezone.utc))
+        return lease.holder(read_lease(coordination, namespace), datetime.now(timezone.utc))
     except client.ApiException as err:
         if err.status == 404:
             return None
@@ -58,7 +58,7 @@ def holder(coordination: client.CoordinationV1Api, namespace: str) -> str | None
 
 def expires(coordination: client.CoordinationV1Api, namespace: str) -> float:
     """When (time.monotonic()) the Lease expires unless renewed: its renewTime + leaseDurationSeconds, by this host's clock."""
-    spec = lease(coordination, namespace)["spec"]
+    spec = read_lease(coordination, namespace)["spec"]
     end = times.parse_time(spec["renewTime"]) + timedelta(seconds=int(spec["leaseDurationSeconds"]))
     return time.monotonic() + (end - datetime.now(timezone.utc)).total_seconds()
 

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timedelta, timezone
 
 from railtrain.operator import handlers, leader, resync
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.serve import Health
 from railtrain.operator.settings import Settings
@@ -29,25 +29,25 @@ async def until_leading(ctx: OperatorContext, seconds: float = 4.0) -> None:
 
 
 def test_lease_spec_renews_keeping_acquire_time_and_counts_takeovers():
-    first = peers.lease_spec("a/1", NOW, 10)
+    first = lease.lease_spec("a/1", NOW, 10)
     assert first["holderIdentity"] == "a/1" and first["leaseDurationSeconds"] == 10 and first["leaseTransitions"] == 0
-    renewed = peers.lease_spec("a/1", NOW + timedelta(seconds=2), 10, {"spec": first})
+    renewed = lease.lease_spec("a/1", NOW + timedelta(seconds=2), 10, {"spec": first})
     assert renewed["acquireTime"] == first["acquireTime"] and renewed["renewTime"] != first["renewTime"] and renewed["leaseTransitions"] == 0
-    taken = peers.lease_spec("b/2", NOW + timedelta(seconds=20), 10, {"spec": renewed})
+    taken = lease.lease_spec("b/2", NOW + timedelta(seconds=20), 10, {"spec": renewed})
     assert taken["acquireTime"] == taken["renewTime"] and taken["leaseTransitions"] == 1
-    assert peers.holder({"spec": renewed}, NOW + timedelta(seconds=11)) == "a/1"
-    assert peers.holder({"spec": renewed}, NOW + timedelta(seconds=12)) is None  # not renewed for 10 s: gone
+    assert lease.holder({"spec": renewed}, NOW + timedelta(seconds=11)) == "a/1"
+    assert lease.holder({"spec": renewed}, NOW + timedelta(seconds=12)) is None  # not renewed for 10 s: gone
 
 
 def test_try_lead_takes_a_free_or_expired_lease_never_a_held_one():
     kube = FakeKube([], [])
     ns = Settings().lease_namespace
-    kube.put_lease(ns, peers.LEASE_NAME, peers.lease_spec("other/7", NOW, 10), None)
+    kube.put_lease(ns, lease.LEASE_NAME, lease.lease_spec("other/7", NOW, 10), None)
     me = context(kube)
     assert leader._try_lead(me, NOW + timedelta(seconds=5)) == (False, "other/7")
-    assert kube.get_lease(ns, peers.LEASE_NAME)["spec"]["holderIdentity"] == "other/7"
+    assert kube.get_lease(ns, lease.LEASE_NAME)["spec"]["holderIdentity"] == "other/7"
     assert leader._try_lead(me, NOW + timedelta(seconds=10)) == (True, None)
-    assert kube.get_lease(ns, peers.LEASE_NAME)["spec"]["holderIdentity"] == "me/1"
+    assert kube.get_lease(ns, lease.LEASE_NAME)["spec"]["holderIdentity"] == "me/1"
 
 
 def test_a_leader_whose_resync_is_stale_stops_renewing():
@@ -64,14 +64,14 @@ def test_a_leader_whose_resync_is_stale_stops_renewing():
     me.state.leader = True
     clock.t = 31  # no resync pass for 31 s
     assert leader._try_lead(me, NOW + timedelta(seconds=2)) == (False, None)
-    assert kube.get_lease(me.settings.lease_namespace, peers.LEASE_NAME)["spec"]["renewTime"] == peers.lease_spec("x", NOW)["renewTime"]
+    assert kube.get_lease(me.settings.lease_namespace, lease.LEASE_NAME)["spec"]["renewTime"] == lease.lease_spec("x", NOW)["renewTime"]
 
 
 def test_the_loop_stands_by_then_leads_and_wakes_the_resync_when_the_holder_gives_up(caplog):
     kube = FakeKube([], [])
     ns = Settings().lease_namespace
     now = datetime.now(timezone.utc)
-    kube.put_lease(ns, peers.LEASE_NAME, peers.lease_spec("other/7", now, 10), None)
+    kube.put_lease(ns, lease.LEASE_NAME, lease.lease_spec("other/7", now, 10), None)
     me = context(kube, lease_seconds=2.5)  # polls every 0.31 s
     woken = []
 
@@ -79,7 +79,7 @@ def test_the_loop_stands_by_then_leads_and_wakes_the_resync_when_the_holder_give
         task = asyncio.create_task(leader.keep_lease(me, lambda: woken.append(True)))
         await asyncio.sleep(1.2)
         assert not me.state.leader and not woken
-        kube.put_lease(ns, peers.LEASE_NAME, {}, kube.get_lease(ns, peers.LEASE_NAME))  # the holder stops and gives it up
+        kube.put_lease(ns, lease.LEASE_NAME, {}, kube.get_lease(ns, lease.LEASE_NAME))  # the holder stops and gives it up
         await until_leading(me)
         task.cancel()
 

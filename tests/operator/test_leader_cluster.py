@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from railtrain.cli.controlplane.operator_process import OperatorProcess
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from tests.polling import wait_for
 
 from .clusterkit import all_running, job_body
@@ -25,12 +25,12 @@ TAKEOVER_SECONDS = 15.0
 def holder(leases, now: datetime) -> str | None:
     """The live holder of the session operator's Lease (default/railtrain-operator) at ``now``, or None."""
     try:
-        lease = leases.read_namespaced_lease(peers.LEASE_NAME, "default")
+        held = leases.read_namespaced_lease(lease.LEASE_NAME, "default")
     except client.ApiException as err:
         if err.status == 404:
             return None
         raise
-    return peers.holder(leases.api_client.sanitize_for_serialization(lease), now)
+    return lease.holder(leases.api_client.sanitize_for_serialization(held), now)
 
 
 def said(op: OperatorProcess, words: str) -> bool:

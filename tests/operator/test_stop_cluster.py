@@ -9,7 +9,7 @@ import time
 import pytest
 from kubernetes.client.rest import ApiException
 
-from railtrain.operator import lease as peers
+from railtrain.operator import lease
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, job_body, job_status, phase_is, pods_of
@@ -19,12 +19,12 @@ pytestmark = pytest.mark.cluster
 
 def lease_holder(kube) -> str | None:
     try:
-        lease = kube.coordination.read_namespaced_lease(peers.LEASE_NAME, "default")
+        held = kube.coordination.read_namespaced_lease(lease.LEASE_NAME, "default")
     except ApiException as err:
         if err.status == 404:  # not taken yet
             return None
         raise
-    return lease.spec.holder_identity if lease.spec else None
+    return held.spec.holder_identity if held.spec else None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
