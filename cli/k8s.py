@@ -26,7 +26,7 @@ from urllib3.exceptions import HTTPError
 from railtrain.cli.errors import CliError
 from railtrain.crds import contract
 from railtrain.operator.kube import connection
-from railtrain.operator.kube.errors import ApiError, Conflict, Invalid, NotFound, call, or_none
+from railtrain.operator.kube.errors import ApiError, Conflict, Invalid, NotFound, call, one_line, or_none, status_body
 
 REQUEST_TIMEOUT = (10, 60)
 """Connect and read timeouts of every request, in seconds."""
@@ -217,7 +217,7 @@ def refusal_sentences(name: str, status: dict[str, Any], err: ApiError | None = 
         out.append(f"{prefix}: {message}" if not field or field in message else f"{prefix}: {field}: {message}")
     if not out:
         message = status.get("message") or (err.reason if err is not None else "") or "invalid object"
-        out.append(f"{prefix}: {_one_line(message)}")
+        out.append(f"{prefix}: {one_line(message)}")
     return out
 
 
@@ -235,8 +235,7 @@ def describe_client_error(err: BaseException, host: str | None = None) -> CliErr
     return CliError(connection.sentence(err, host))
 
 
-_status_body = connection.status_body
-_one_line = connection.one_line
+_status_body = status_body
 
 
 def clear_quarantine(cluster: Cluster, node: str) -> str | None:

@@ -27,7 +27,8 @@ from railtrain.operator.job import planner
 from railtrain.operator.job import resize
 from railtrain.operator.kube import connection
 from railtrain.operator.kube.pool import each
-from railtrain.operator.kube.verbs import Kube, Rejected
+from railtrain.operator.kube.errors import Rejected
+from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.scheduling import quarantine
 
 log = logging.getLogger("railtrain.operator")

@@ -45,7 +45,8 @@ from railtrain.operator.job import admit, ledger, planner, resize
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.pool import CREATE_CONCURRENCY
-from railtrain.operator.kube.verbs import Kube, describe
+from railtrain.operator.kube.connection import describe
+from railtrain.operator.kube.verbs import Kube
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import Decision
@@ -159,7 +160,7 @@ class Reconciler:
             railtrain.operator.kube.fence.NotLeader: this operator may no longer write.
             railtrain.operator.kube.errors.ApiError: the API server refused a call other than the tolerated 404/409
             (the handler logs one line; the next event or resync retries). A pod or Service refused
-            as invalid (400/422, :class:`~railtrain.operator.kube.verbs.Rejected`) is not raised:
+            as invalid (400/422, :class:`~railtrain.operator.kube.errors.Rejected`) is not raised:
             the job fails with reason PodRejected and a Warning Event.
         """
         started = time.monotonic()

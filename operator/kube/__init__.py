@@ -16,9 +16,10 @@ May import: ``railtrain.crds`` and the kubernetes client; never kopf, never the
 The names below are the edge's public surface.
 """
 
-from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Gone, Invalid, NotFound, ServerError, Throttled, Transient, Unreachable
+from railtrain.operator.kube.connection import describe, transient, unreachable
+from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Gone, Invalid, NotFound, Rejected, ServerError, Throttled, Transient, Unreachable, server_message
 from railtrain.operator.kube.events import COMPONENT
-from railtrain.operator.kube.verbs import FIELD_MANAGER, Kube, Rejected, describe, server_message, transient, unreachable
+from railtrain.operator.kube.verbs import FIELD_MANAGER, Kube
 
 __all__ = [
     "COMPONENT", "FIELD_MANAGER", "Kube", "Rejected", "describe", "server_message", "transient", "unreachable",

@@ -31,7 +31,8 @@ from kubernetes import client
 
 from railtrain.crds import contract
 from railtrain.operator.kube.informer import Informer, Store
-from railtrain.operator.kube.verbs import Kube, describe
+from railtrain.operator.kube.connection import describe
+from railtrain.operator.kube.verbs import Kube
 
 T = TypeVar("T")
 

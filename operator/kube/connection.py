@@ -24,9 +24,9 @@ from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException
 
 from railtrain.crds.validation import yaml_cause
-from railtrain.operator.kube.errors import Conflict, NotFound, Transient, Unreachable, call, classify, one_line, server_message, status_body
+from railtrain.operator.kube.errors import Conflict, NotFound, Transient, Unreachable, call, classify, one_line
 
-__all__ = ["ApiClient", "ConnectError", "Connection", "GuardedApiClient", "connect", "describe", "one_line", "patch_node", "probe", "sentence", "server_message", "status_body", "transient", "unreachable", "update_node"]
+__all__ = ["ApiClient", "ConnectError", "Connection", "GuardedApiClient", "connect", "describe", "patch_node", "probe", "sentence", "transient", "unreachable", "update_node"]
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")

@@ -27,11 +27,11 @@ from railtrain.crds import computedomain
 from railtrain.crds import labels
 from railtrain.operator.kube.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, Rejected, call, or_none
 from railtrain.operator.kube.fence import NotLeader
-from railtrain.operator.kube.connection import describe, patch_node, server_message, transient, unreachable
+from railtrain.operator.kube.connection import patch_node
 from railtrain.operator.kube.events import event_manifest
 from railtrain.operator.kube.pool import CREATE_CONCURRENCY, each
 
-__all__ = ["FIELD_MANAGER", "Kube", "Observer", "Rejected", "describe", "server_message", "transient", "unreachable"]
+__all__ = ["FIELD_MANAGER", "Kube", "Observer"]
 
 T = TypeVar("T")
 

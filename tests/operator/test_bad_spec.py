@@ -22,7 +22,7 @@ from railtrain.operator.scheduling import snapshot as cluster
 from railtrain.operator.job import planner
 from railtrain.operator.job.conditions import find
 from railtrain.operator.context import OperatorContext
-from railtrain.operator.kube.verbs import Rejected
+from railtrain.operator.kube.errors import Rejected
 from railtrain.operator.settings import Settings
 
 from .builders import job_obj, node
