@@ -35,6 +35,7 @@ from railtrain.cli.options import say
 from railtrain.cli.options import stderr as _stderr
 from railtrain.cli.options import stdout as _stdout
 from railtrain.cli.errors import CliError
+from railtrain.crds.process import leave_process
 from railtrain.crds.validation import ManifestError
 
 
@@ -375,8 +376,15 @@ def operator(ctx: typer.Context) -> None:
         raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
     try:
         operator_main.run(settings)
+        code = 0
     except operator_main.OperatorError as err:
-        raise CliError(str(err)) from None
+        code = _report(CliError(str(err)))
+    if operator_main.threads_left():
+        # Its watch threads may still be blocked in calls to an API server that stopped answering: leave without
+        # interpreter finalization, as the railtrain-operator script does (railtrain.crds.process.leave_process).
+        leave_process(code)
+    if code:
+        raise typer.Exit(code)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Callable
 
@@ -91,6 +92,13 @@ def run(settings: Settings) -> None:
         # interpreter shuts down, which aborts it (SIGABRT, "could not acquire lock for <stderr>"): they log nothing more.
         logging.disable(logging.CRITICAL)
         raise OperatorError(ctx.state.fatal)
+
+
+def threads_left() -> bool:
+    """Whether a thread the operator started (its caches' watches, the cache refresher, the metrics server: each
+    named ``railtrain-*``) is still alive, e.g. blocked in a call to an API server that stopped answering. A caller
+    that ran :func:`run` in its own process then leaves with :func:`railtrain.crds.process.leave_process`."""
+    return any(t.name.startswith("railtrain-") and t.is_alive() for t in threading.enumerate())
 
 
 def preflight(
