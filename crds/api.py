@@ -25,7 +25,7 @@ from railtrain.crds import contract, parallel
 from railtrain.crds.base import Model as _Model
 from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified_name_error  # noqa: F401  (DNS_1035 and MAX_NAME_LENGTH re-exported)
 from railtrain.crds.goodput import Goodput, Progress
-from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
+from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, InPlaceRecord, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds import launcher
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
@@ -167,6 +167,7 @@ class RunPolicy(_Model):
     max_infrastructure_restarts: int = Field(10, ge=0, le=1000, description="Infrastructure restarts (a node lost, quarantined or avoided, a rank evicted or refused by its node, a rank's pod deleted, an elastic grow) allowed before the job is Failed with reason InfrastructureRestartLimitExceeded; they do not spend backoffLimit.")
     infrastructure_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second infrastructure restart; each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate.")
     restart_backoff_seconds: int = Field(10, ge=0, le=3600, description="Wait before the second job restart (one that spends backoffLimit); each further one waits twice as long, at most 300 s (or this value when larger). The first is immediate; 0 restarts at once. As batch/v1 Job's pod failure backoff (10 s doubling).")
+    restart_in_place: bool = Field(False, description="When true, a restart that needs no node out (a retryable crash, a hang or straggler whose node is neither quarantined nor avoided, a data fault whose rule restarts) restarts the training processes inside the running pods (the pod-side supervisor, python -m railtrain.crds.supervisor, is the container's entry); a node out, or an in-place restart whose attempt fails again, restarts the whole gang. Both spend the same backoffLimit and maxInfrastructureRestarts.")
 
 
 class Elastic(_Model):
@@ -419,6 +420,8 @@ class TrainingJobStatus(_Model):
     restarts: int = Field(0, ge=0, description="Times the gang was restarted, for any cause (the restart count pods carry).")
     job_restarts: int = Field(0, ge=0, description="Restarts caused by the job (retryable and hang verdicts, a failed rank without verdict); only these spend runPolicy.backoffLimit.")
     infrastructure_restarts: int = Field(0, ge=0, description="Restarts caused by the infrastructure (node lost, node quarantined or avoided, a rank's pod deleted, evicted or preempted); they do not spend backoffLimit.")
+    in_place_restarts: int = Field(0, ge=0, description="Restarts made inside the running pods (runPolicy.restartInPlace), counted in jobRestarts or infrastructureRestarts like gang restarts.")
+    in_place: InPlaceRecord | None = Field(None, description="The current gang's in-place restarts counted so far (the attempt every rank agrees on).")
     quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
     suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
     avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")

@@ -134,3 +134,13 @@ class NodeFailureRecord(Model):
 
     node: str = Field(description="The Kubernetes node.")
     count: int = Field(ge=1, description="Pods of this job the node's kubelet evicted or refused, or lost with the node.")
+
+
+class InPlaceRecord(Model):
+    """The current gang's in-place restarts the operator has counted (``status.inPlace``; crds/inplace.py's ledger)."""
+
+    restarts: int = Field(ge=0, description="The gang's restart count (status.restarts) this record belongs to.")
+    attempt: int = Field(0, ge=0, description="The gang's attempt counted so far (0 before its first in-place restart); every rank of the gang agrees on it.")
+    job_restarts: int = Field(0, ge=0, description="Of them, in-place restarts that spent runPolicy.backoffLimit (counted in status.jobRestarts).")
+    infrastructure_restarts: int = Field(0, ge=0, description="Of them, in-place restarts counted in status.infrastructureRestarts.")
+    causes: dict[str, int] = Field(default_factory=dict, description="In-place restarts by the verdict that caused them.")

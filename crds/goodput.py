@@ -12,7 +12,10 @@ so the parts add up to the wall time by construction:
 * lost, by cause:
   ``restart_<cause>``: from an attempt's last step to the next attempt's first
   step (teardown, re-admission, pod start, checkpoint load), by why the attempt
-  ended (``job``, ``node_lost``, ``quarantine``, ``elastic``);
+  ended (``job``, ``node_lost``, ``quarantine``, ``elastic``); an attempt that
+  ended with an in-place restart (processes restarted inside the running pods,
+  crds/inplace.py) loses ``restart_in_place_<verdict>`` instead (e.g.
+  ``restart_in_place_retryable``), so the two paths' costs are told apart;
   ``recompute``: steps done again because the next attempt resumed from an
   older checkpoint (steps lost × that attempt's mean step time);
   ``checkpoint``: seconds the step loop was blocked by checkpoint saves.
@@ -85,6 +88,7 @@ class AttemptRecord(Model):
     end_reason: str | None = Field(None, description="The condition reason it was stopped with.")
     resumed_from: int = Field(0, ge=0, description="The checkpoint step this attempt resumed from.")
     blocked_seconds: float = Field(0, ge=0, description="Seconds its step loop waited for checkpoint saves.")
+    in_place: str | None = Field(None, description="The verdict of the in-place restart that ended it (processes restarted inside the running pods); None when it ended otherwise.")
 
 
 MAX_ATTEMPTS = 100
@@ -100,7 +104,7 @@ class Goodput(Model):
     training_seconds: float = Field(0, ge=0, description="Steps kept: from each attempt's first step to its last, less recomputed steps and checkpoint-blocked time.")
     lost_seconds: dict[str, float] = Field(
         default_factory=dict,
-        description="Lost time by cause: restart_job, restart_node_lost, restart_quarantine, restart_elastic (downtime from an attempt's last step to the next one's first), recompute (steps done again after an older checkpoint was restored), checkpoint (step loop blocked by saves).",
+        description="Lost time by cause: restart_job, restart_node_lost, restart_quarantine, restart_elastic, restart_in_place_<verdict> (downtime from an attempt's last step to the next one's first), recompute (steps done again after an older checkpoint was restored), checkpoint (step loop blocked by saves).",
     )
     ratio: float = Field(0, ge=0, le=1, description="trainingSeconds / wallSeconds.")
     last_update_time: datetime = Field(description="The time the breakdown was computed for (RFC 3339).")
@@ -121,6 +125,7 @@ class Attempt:
         end_reason: the Scheduled condition reason of its restart (see :func:`restart_cause`), when it ended.
         resumed_from: the step this attempt resumed from (the restored checkpoint's; 0 for a fresh start).
         blocked_seconds: seconds its step loop waited for checkpoint saves.
+        in_place: the verdict of the in-place restart that ended it (None: it did not end in place).
     """
 
     released: datetime
@@ -132,6 +137,7 @@ class Attempt:
     end_reason: str | None = None
     resumed_from: int = 0
     blocked_seconds: float = 0.0
+    in_place: str | None = None
 
 
 STALL_FLOOR_SECONDS = 60.0
@@ -194,6 +200,8 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
         if a.ended is not None:
             cause = restart_cause(a.end_reason)
             bucket = {"suspended": "queued", "starting": "starting"}.get(cause, f"restart_{cause}")
+            if a.in_place:
+                bucket = f"restart_in_place_{a.in_place}"
     if bucket == "active":
         a = attempts[-1]
         last = max(a.last_step_at or t, t)
@@ -239,5 +247,5 @@ def to_attempts(records: list[dict]) -> list[Attempt]:
     out = []
     for r in records:
         m = AttemptRecord.model_validate(r)
-        out.append(Attempt(m.released, m.first_step, m.first_step_at, m.last_step, m.last_step_at, m.ended, m.end_reason, m.resumed_from, m.blocked_seconds))
+        out.append(Attempt(m.released, m.first_step, m.first_step_at, m.last_step, m.last_step_at, m.ended, m.end_reason, m.resumed_from, m.blocked_seconds, m.in_place))
     return out

@@ -200,6 +200,8 @@ class Decision:
         budget_spent: nodes due for quarantine that the cluster's bound kept untainted (avoided only).
         counters: the counters after this decision (write them to status).
         backoff_seconds: how long to wait before the next gang is admitted.
+        path: how a restart restarts: ``"gang"`` (every pod recreated) unless :func:`railtrain.crds.inplace.decide_path`
+            chose ``"in-place"`` (or ``"none"`` for a failure).
     """
 
     action: str
@@ -213,6 +215,7 @@ class Decision:
     budget_spent: tuple[str, ...] = ()
     counters: Counters = field(default_factory=Counters)
     backoff_seconds: int = 0
+    path: str = "gang"
 
     def status(self) -> dict[str, Any]:
         """The ``status`` fields this decision sets (counters, suspects, quarantines, avoided nodes, rank rotation)."""
