@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
+from railtrain.crds import times
 from railtrain.operator.job import admit, ledger
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.nodefit import restrict
@@ -74,7 +75,7 @@ def make_snapshot(objects: Mapping[str, list[dict[str, Any]]], taken: datetime) 
 
     return {
         "kind": SNAPSHOT_KIND,
-        "taken": taken.isoformat().replace("+00:00", "Z"),
+        "taken": times.format_micro_time(taken),
         **{key: [clean(o) for o in objects.get(key) or []] for key in ("nodes", "pods", "trainingjobs")},
     }
 
@@ -115,7 +116,7 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
         A :class:`PlanResult`. A job of the same name and namespace in
         ``objects`` is replaced by the manifest (planned as if created anew).
     """
-    meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": now.isoformat().replace("+00:00", "Z")}
+    meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": times.format_micro_time(now)}
     new = {**manifest, "metadata": meta, "status": {}}
     me = f"{namespace}/{meta.get('name', '')}"
     every = objects.get("pods") or []
