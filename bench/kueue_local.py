@@ -1,20 +1,12 @@
-"""Stock Kueue (sigs.k8s.io/kueue) as a local process beside railtrain on one local control plane.
+"""Stock Kueue (sigs.k8s.io/kueue) as a local process beside railtrain on one local control plane, for the benchmark.
 
-``bench/install-kueue.sh`` builds the ``kueue`` binary from the Go module
-proxy into the railtrain cache (``~/.cache/railtrain/kueue/kueue-<version>``)
-with the CRDs and webhook manifests of the same module next to it.
-:class:`LocalKueue` then runs it off-cluster, as /work/shared/KUEUE.md
-records a run that worked on these machines:
-
-* a CA and a serving certificate for ``127.0.0.1`` made with ``openssl``;
-  internal certificate management off, webhooks served on 127.0.0.1;
-* the CRDs applied server-side with their conversion webhooks, and the
-  webhook configurations (job, pod, workload, clusterqueue, resourceflavor,
-  cohort only) rewritten from a Service to ``https://127.0.0.1:<port>``; the
-  pod webhooks limited to namespaces labelled :data:`NS_LABEL` so the floor's
-  and railtrain's pods pay no webhook round trip;
-* a Topology (block, rack, hostname), a TAS ResourceFlavor over the KWOK
-  nodes, one ClusterQueue with the GPUs as quota, a LocalQueue per namespace.
+The process, certificates, CRDs and webhooks are
+:mod:`railtrain.cli.controlplane.kueue`'s (shared with the cluster-tier tests);
+this module adds the benchmark's queue objects: a Topology (block, rack,
+hostname), a TAS ResourceFlavor over the KWOK nodes, one ClusterQueue with the
+GPUs as quota, a LocalQueue per namespace, and the plain-pod groups
+(:func:`pod_group`). Kueue runs with the ``batch/job`` and ``pod`` integrations;
+its pod webhook sees only namespaces labelled :data:`NS_LABEL`.
 
 Nothing of Kueue is changed: its fixed 1 s TAS batching wait
 (``constants.UpdatesBatchPeriod``) stays and is reported by the benchmark.
@@ -22,83 +14,19 @@ Nothing of Kueue is changed: its fixed 1 s TAS batching wait
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from railtrain.cli.controlplane import LocalCluster, wait_until
+from railtrain.cli.controlplane import LocalCluster
+from railtrain.cli.controlplane import kueue as shared
+from railtrain.cli.controlplane.kueue import GROUP, NS_LABEL, cached_root, ensure_kueue, free_port  # noqa: F401 (the bench scripts import them from here)
 from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
-from railtrain.cli.controlplane.cluster import ClusterError, stop_process
-from railtrain.cli.controlplane.binaries import cache_root
 
-REPO = Path(__file__).resolve().parents[1]
-INSTALL = REPO / "bench" / "install-kueue.sh"
-VERSION = os.environ.get("RAILTRAIN_KUEUE_VERSION", "v0.17.0")
-GROUP, API = "kueue.x-k8s.io", "v1beta2"
-NS_LABEL = "railtrain.dev/bench-kueue"
 QUEUE = "bench"
 TOPOLOGY_LEVELS = (RAILTRAIN_BLOCK, RAILTRAIN_RACK, HOSTNAME)
-CONVERTED = {"localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters"}
-KEEP_WEBHOOKS = {"job", "pod", "workload", "clusterqueue", "resourceflavor", "cohort"}
-METRICS_CERTS = Path("/etc/kueue/metrics/certs")
-"""Kueue v0.17.0 exits without a certificate here when internal cert management is off (even with metrics off)."""
 
 
-def cached_root() -> Path | None:
-    """The Kueue cache folder when the binary is already built, else None (never builds)."""
-    root = cache_root() / "kueue" / f"kueue-{VERSION}"
-    return root if (root / ".complete").exists() else None
-
-
-def ensure_kueue() -> tuple[Path | None, str]:
-    """Build Kueue with ``install-kueue.sh`` unless cached.
-
-    Returns:
-        (the cache folder, "") when it is there; (None, reason) when Go or the
-        module proxy cannot serve it (the script's exit 3), so the caller can
-        skip the Kueue half with that reason.
-
-    Raises:
-        RuntimeError: the build itself failed (with the script's last output).
-    """
-    root = cached_root()
-    if root:
-        return root, ""
-    proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True)
-    if proc.returncode == 3:
-        return None, proc.stderr.strip().splitlines()[-1]
-    if proc.returncode != 0:
-        raise RuntimeError(f"install-kueue.sh exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1]), ""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def make_certs(folder: Path) -> bytes:
-    """Write ``ca.crt`` and a serving ``tls.crt``/``tls.key`` (SAN 127.0.0.1, localhost) into ``folder``; return the CA PEM."""
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=railtrain-bench-ca")
-    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost")
-    ssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "san.ext")
-    return (folder / "ca.crt").read_bytes()
-
-
-class LocalKueue:
+class LocalKueue(shared.LocalKueue):
     """Kueue's manager against ``cluster``, with the TAS objects for its KWOK nodes.
 
     Args:
@@ -109,151 +37,27 @@ class LocalKueue:
     """
 
     def __init__(self, cluster: LocalCluster, root: Path, gpus: int, log_path: Path):
-        self.cluster, self.root, self.gpus, self.log_path = cluster, root, gpus, log_path
-        self.tmp = Path(tempfile.mkdtemp(prefix="railtrain-kueue-"))
-        self.port, self.health = free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
-        self.placed_metrics_certs = False
+        super().__init__(cluster, root, log_path, frameworks=("batch/job", "pod"))
+        self.gpus = gpus
 
-    # --- set-up ----------------------------------------------------------------
     def start(self, timeout: float = 180) -> None:
-        """Certificates, CRDs, webhooks, the manager process, then the TAS queue objects.
+        """The manager (:meth:`railtrain.cli.controlplane.kueue.LocalKueue.start`), then the TAS queue objects.
 
         Raises:
             TimeoutError: the manager was not ready, or its webhooks did not
                 answer, within ``timeout`` s (the log tail is in the message).
         """
-        import base64
-
-        ca = base64.b64encode(make_certs(self.tmp)).decode()
-        url = f"https://127.0.0.1:{self.port}"
-        self._install_crds(url, ca)
-        self._install_webhooks(url, ca)
-        if not (METRICS_CERTS / "tls.crt").exists():
-            METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-            for name in ("tls.crt", "tls.key"):
-                (METRICS_CERTS / name).write_bytes((self.tmp / name).read_bytes())
-            self.placed_metrics_certs = True
-        config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": "kueue-system",
-            "manageJobsWithoutQueueName": False,
-            "managedJobsNamespaceSelector": {"matchLabels": {NS_LABEL: "true"}},
-            "internalCertManagement": {"enable": False},
-            "webhook": {"host": "127.0.0.1", "port": self.port, "certDir": str(self.tmp)},
-            "leaderElection": {"leaderElect": False},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
-            "integrations": {"frameworks": ["batch/job", "pod"]},
-        }
-        (self.tmp / "config.yaml").write_text(yaml.safe_dump(config))
-        self.cluster.kubectl("create", "namespace", "kueue-system", check=False)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self.root / "bin" / "kueue"), "--config", str(self.tmp / "config.yaml"), "--feature-gates=VisibilityOnDemand=false"],
-                stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"KUBECONFIG": str(self.cluster.kubeconfig)},
-            )
-        try:
-            wait_until(self._ready, timeout, "the Kueue manager ready")
-            self._apply_until_accepted(self._queue_objects(), timeout)
-        except ClusterError:
-            raise
-        except BaseException:
-            raise TimeoutError(f"Kueue did not come up; its log ends:\n{self.tail()}") from None
-
-    def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise ClusterError(f"Kueue exited with {self.proc.returncode}:\n{self.tail()}")  # wait_until stops at once
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/readyz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def _install_crds(self, url: str, ca: str) -> None:
-        docs = []
-        for path in sorted((self.root / "crd").glob("*.yaml")):
-            for crd in yaml.safe_load_all(path.read_text()):
-                if not crd or crd.get("kind") != "CustomResourceDefinition":
-                    continue
-                if crd["spec"]["names"]["plural"] in CONVERTED:  # Kueue's kustomize patches add these conversion webhooks
-                    crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
-                        "clientConfig": {"url": f"{url}/convert", "caBundle": ca}, "conversionReviewVersions": ["v1"]}}
-                docs.append(crd)
-        path = self.tmp / "crds.yaml"
-        path.write_text(yaml.safe_dump_all(docs))
-        self.cluster.install_crds([path], timeout=120)  # Kueue exits at start if a kind is not served yet
-
-    def _install_webhooks(self, url: str, ca: str) -> None:
-        docs = []
-        for doc in yaml.safe_load_all((self.root / "webhook" / "manifests.yaml").read_text()):
-            if not doc or not doc.get("kind", "").endswith("WebhookConfiguration"):
-                continue
-            kept = []
-            for hook in doc.get("webhooks") or []:
-                if hook["name"].removesuffix(".kb.io")[1:] not in KEEP_WEBHOOKS:
-                    continue
-                hook["clientConfig"] = {"url": url + hook["clientConfig"]["service"]["path"], "caBundle": ca}
-                if hook["name"][1:].startswith("pod."):
-                    hook["namespaceSelector"] = {"matchLabels": {NS_LABEL: "true"}}
-                kept.append(hook)
-            doc["metadata"]["name"] = "railtrain-bench-" + doc["metadata"]["name"]
-            doc["webhooks"] = kept
-            docs.append(doc)
-        self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-
-    def _queue_objects(self) -> list[dict[str, Any]]:
-        av = f"{GROUP}/{API}"
-        return [
-            {"apiVersion": av, "kind": "Topology", "metadata": {"name": "railtrain"},
-             "spec": {"levels": [{"nodeLabel": level} for level in TOPOLOGY_LEVELS]}},
-            {"apiVersion": av, "kind": "ResourceFlavor", "metadata": {"name": "tas"},
-             "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "railtrain"}},
-            {"apiVersion": av, "kind": "ClusterQueue", "metadata": {"name": QUEUE},
-             "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                 {"name": "tas", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": self.gpus}]}]}]}},
-        ]
-
-    def _apply_until_accepted(self, docs: list[dict[str, Any]], timeout: float) -> None:
-        """kubectl apply, retried while the webhooks (failurePolicy Fail) are not answering yet."""
-        deadline = time.monotonic() + timeout
-        while True:
-            proc = self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), check=False)
-            if proc.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(proc.stderr)
-            time.sleep(1)
+        super().start(timeout)
+        self.apply([
+            shared.topology("railtrain", TOPOLOGY_LEVELS),
+            shared.resource_flavor("tas", {"type": "kwok"}, "railtrain"),
+            shared.cluster_queue(QUEUE, "tas", {"nvidia.com/gpu": self.gpus}),
+        ], timeout)
 
     def enrol(self, namespace: str) -> None:
         """Label ``namespace`` for Kueue's pod webhook and give it a LocalQueue named :data:`QUEUE`."""
         self.cluster.kubectl("label", "namespace", namespace, f"{NS_LABEL}=true", "--overwrite")
-        lq = {"apiVersion": f"{GROUP}/{API}", "kind": "LocalQueue", "metadata": {"name": QUEUE, "namespace": namespace},
-              "spec": {"clusterQueue": QUEUE}}
-        self._apply_until_accepted([lq], 60)
-
-    # --- running ---------------------------------------------------------------
-    def check(self) -> None:
-        """Raise RuntimeError with the log tail if the manager has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"Kueue exited with {self.proc.returncode}:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the manager's log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-    def stop(self) -> None:
-        """Stop the manager, remove the webhook configurations and any metrics certificate this run placed."""
-        stop_process(self.proc, grace=20)
-        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-            self.cluster.kubectl("delete", kind, f"railtrain-bench-{kind.split('webhook')[0]}-webhook-configuration",
-                                 "--ignore-not-found", check=False)
-        if self.placed_metrics_certs:
-            for name in ("tls.crt", "tls.key"):
-                (METRICS_CERTS / name).unlink(missing_ok=True)
+        self.apply([shared.local_queue(QUEUE, namespace, QUEUE)])
 
 
 def pod_group(pods: list[dict[str, Any]], group: str, topology: str = RAILTRAIN_RACK, mode: str = "preferred") -> list[dict[str, Any]]:
