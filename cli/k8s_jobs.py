@@ -119,16 +119,22 @@ def read_log(cluster: Cluster, namespace: str, pod: str, previous: bool = False,
     Raises:
         CliError: the kubelet has no log for it (the sentence says why), or the server cannot be reached.
     """
+    resp = _open_log(cluster, namespace, pod, previous=previous, timestamps=timestamps, _request_timeout=REQUEST_TIMEOUT)
+    return resp.data.decode("utf-8", errors="replace")
+
+
+def _open_log(cluster: Cluster, namespace: str, pod: str, **options: Any) -> Any:
+    """The log request for the training container of ``pod`` (``options``: the client's log parameters), answer unread.
+
+    Raises:
+        CliError: the kubelet has no log for it (the sentence says why), or the server cannot be reached.
+    """
     try:
-        resp = call(
-            _core(cluster).read_namespaced_pod_log,
-            pod, namespace, container=TRAINER, previous=previous, timestamps=timestamps, _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-        )
+        return call(_core(cluster).read_namespaced_pod_log, pod, namespace, container=TRAINER, _preload_content=False, **options)
     except ApiError as err:
         raise CliError(f"no log of pod {pod}: {_log_refusal(err)}") from None
     except HTTPError as err:
         raise describe_client_error(err, cluster.host) from None
-    return resp.data.decode("utf-8", errors="replace")
 
 
 # (connect, read) seconds for a followed log. The client (kubernetes 37.x) validates ``_request_timeout`` as
@@ -143,15 +149,7 @@ def stream_log(cluster: Cluster, namespace: str, pod: str, timestamps: bool = Tr
     Raises:
         CliError: as :func:`read_log`, or the stream broke off after it was opened.
     """
-    try:
-        resp = call(
-            _core(cluster).read_namespaced_pod_log,
-            pod, namespace, container=TRAINER, follow=True, timestamps=timestamps, _preload_content=False, _request_timeout=FOLLOW_TIMEOUT,
-        )
-    except ApiError as err:
-        raise CliError(f"no log of pod {pod}: {_log_refusal(err)}") from None
-    except HTTPError as err:
-        raise describe_client_error(err, cluster.host) from None
+    resp = _open_log(cluster, namespace, pod, follow=True, timestamps=timestamps, _request_timeout=FOLLOW_TIMEOUT)
     try:
         for raw in resp.stream(decode_content=True):
             yield from raw.decode("utf-8", errors="replace").splitlines()
