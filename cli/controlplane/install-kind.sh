@@ -39,6 +39,7 @@ KIND_CACHE="$CACHE/kind"
 mkdir -p "$KIND_CACHE"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 log() { echo "[kind-bits] $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/k8smod.sh"
 need() { command -v "$1" >/dev/null || { echo "install-kind.sh: $1 is required ($2)" >&2; exit 1; }; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -59,33 +60,7 @@ NODE_BIN="$KIND_CACHE/k8s-$K8S_VERSION/bin"
 if [[ ! -x "$NODE_BIN/kubelet" || ! -x "$NODE_BIN/kubeadm" || ! -x "$NODE_BIN/kube-proxy" ]]; then
   need go "to build kubelet, kubeadm and kube-proxy"
   log "building kubelet, kubeadm, kube-proxy $K8S_VERSION (cold: about 4-8 min on 2 cores)"
-  mkdir -p "$NODE_BIN" "$WORK/k8s" && cd "$WORK/k8s"
-  # Same wrapper module as install.sh: k8s.io/kubernetes pins its staging
-  # modules to v0.0.0 with local replaces, so each is pinned to v0.X.Y here.
-  staging_ver="v0.${K8S_VERSION#v1.}"
-  go mod init railtrain.dev/kindnode >/dev/null 2>&1
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
-  modfile="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
-  {
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk -v v="$staging_ver" '{print "replace " $1 " => " $1 " " v}'
-  } >> go.mod
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kubeadm"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-GO
-  go mod tidy -e >&2 || true
-  go get "k8s.io/kubernetes@$K8S_VERSION" >&2
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  go build -trimpath -ldflags "$ldflags" -o "$NODE_BIN/" \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy >&2
+  build_kubernetes_commands "$K8S_VERSION" railtrain.dev/kindnode "$WORK/k8s" "$NODE_BIN" kubelet kubeadm kube-proxy  # k8smod.sh
   # pause: the sandbox container, kubernetes' own C program, linked statically.
   need gcc "to build the pause container"
   pause_c="$(go env GOMODCACHE)/k8s.io/kubernetes@$K8S_VERSION/build/pause/linux/pause.c"

@@ -30,6 +30,7 @@ trap 'rm -rf "$WORK"' EXIT
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 log() { echo "[controlplane] $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/k8smod.sh"
 
 # --- kube-apiserver, kube-scheduler, kube-controller-manager, kubectl ---------
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
@@ -37,35 +38,7 @@ log() { echo "[controlplane] $*" >&2; }
 # staging module to the matching published v0.X.Y release instead.
 if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kube-scheduler" || ! -x "$BIN/kube-controller-manager" || ! -x "$BIN/kubectl" ]]; then
   log "building Kubernetes $K8S_VERSION (cold: 10-25 min on 2 cores)"
-  staging_ver="v0.${K8S_VERSION#v1.}"
-  mkdir -p "$WORK/k8s" && cd "$WORK/k8s"
-  go mod init railtrain.dev/controlplane >/dev/null 2>&1
-  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
-  modfile="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
-  {
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk -v v="$staging_ver" '{print "replace " $1 " => " $1 " " v}'
-  } >> go.mod
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
-  go mod tidy -e >&2 || true
-  go get "k8s.io/kubernetes@$K8S_VERSION" >&2
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  go build -trimpath -ldflags "$ldflags" -o "$BIN/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl >&2
+  build_kubernetes_commands "$K8S_VERSION" railtrain.dev/controlplane "$WORK/k8s" "$BIN" kube-apiserver kube-controller-manager kube-scheduler kubectl
 fi
 
 # --- etcd -------------------------------------------------------------------
