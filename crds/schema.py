@@ -124,14 +124,10 @@ def _list_map(schema: dict[str, Any], key: str) -> None:
     schema["x-kubernetes-list-map-keys"] = [key]
 
 
-def crd() -> dict[str, Any]:
-    """Build the complete ``apiextensions.k8s.io/v1`` CustomResourceDefinition.
-
-    Returns:
-        The CRD as a dict: structural schema with descriptions, CEL rules from
-        :data:`railtrain.crds.api.SPEC_RULES`, the status subresource and
-        printer columns (Phase, Nodes, Restarts (job), Infra-Restarts, Age).
-    """
+def spec_schema() -> dict[str, Any]:
+    """The structural schema of ``spec``: :class:`~railtrain.crds.api.TrainingJobSpec` with its CEL rules
+    (:data:`railtrain.crds.api.SPEC_RULES` and the pod template's), integers kept integers, list-map keys, and
+    ``{}`` defaults on the nested objects so the server fills their own defaults."""
     spec = structural_schema(TrainingJobSpec)
     spec["x-kubernetes-validations"] = [
         {"rule": r.cel, "message": r.message, "fieldPath": r.field_path, "reason": "FieldValueInvalid"} for r in (*SPEC_RULES, *TEMPLATE_RULES)
@@ -144,7 +140,13 @@ def crd() -> dict[str, Any]:
     # CEL rules can read e.g. self.resources.gpus when the user omitted it.
     for name in ("resources", "topology", "checkpoint", "runPolicy"):
         spec["properties"][name]["default"] = {}
+    return spec
 
+
+def status_schema() -> dict[str, Any]:
+    """The structural schema of ``status``: :class:`~railtrain.crds.api.TrainingJobStatus` without defaults, except
+    the restart counters (0, so the printer columns show 0 rather than a blank), with conditions and placement as
+    list-maps keyed by ``type`` and ``rank``."""
     status = _strip_defaults(structural_schema(TrainingJobStatus))
     # The restart counters are the printer columns' RESTARTS and INFRA-RESTARTS: a job whose status the
     # operator has written shows 0 there, not a blank (the server fills these defaults on every read and write).
@@ -152,7 +154,17 @@ def crd() -> dict[str, Any]:
         status["properties"][name]["default"] = 0
     _list_map(status["properties"]["conditions"], "type")
     _list_map(status["properties"]["placement"], "rank")
+    return status
 
+
+def crd() -> dict[str, Any]:
+    """Build the complete ``apiextensions.k8s.io/v1`` CustomResourceDefinition.
+
+    Returns:
+        The CRD as a dict: structural schema with descriptions, CEL rules from
+        :data:`railtrain.crds.api.SPEC_RULES`, the status subresource and
+        printer columns (Phase, Nodes, Restarts (job), Infra-Restarts, Age).
+    """
     root = {
         "type": "object",
         "description": "TrainingJob runs one distributed training program as an all-or-nothing, topology-aware gang of pods.",
@@ -161,8 +173,8 @@ def crd() -> dict[str, Any]:
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": spec_schema(),
+            "status": status_schema(),
         },
         "x-kubernetes-validations": [
             *mutability.cel_rules(),
