@@ -22,10 +22,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from railtrain.operator.job import ledger
-from railtrain.operator.job.conditions import SCHEDULED
+from railtrain.operator.job import kueueadmit, ledger
+from railtrain.operator.job.kueueadmit import KueueAdmission
+from railtrain.operator.job.workload import queue_name
+from railtrain.operator.job.conditions import SCHEDULED, condition_of
+from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, GangRequest, Placement, with_node_values
 from railtrain.operator.scheduling.refusal import Refusal
@@ -74,7 +77,10 @@ def read_queue(jobs: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], a
     return found
 
 
-def decide(queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]], settings: PlanSettings) -> Admissions:
+def decide(
+    queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]], settings: PlanSettings,
+    kueue: Mapping[str, KueueAdmission] | None = None,
+) -> Admissions:
     """Schedule every waiting job of ``queue`` (pure).
 
     Args:
@@ -82,24 +88,29 @@ def decide(queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequen
         active: every non-terminal pod (the promised pods of ``queue`` are added here).
         nodes: every v1 Node.
         settings: the topology levels, and the fabric profile whose per-node values placed ranks get.
+        kueue: ``namespace/name`` → the Workload of each waiting job labelled ``kueue.x-k8s.io/queue-name``
+            (:mod:`railtrain.operator.job.kueueadmit`: such jobs are decided first, inside Kueue's admission;
+            one missing here waits for its Workload).
 
     Returns:
         The :class:`Admissions`.
     """
     requests: dict[str, list[GangRequest]] = defaultdict(list)
-    for _, _, request in queue.waiting.values():
-        requests[request.gpu_resource].append(request)
+    kueues: dict[str, list[GangRequest]] = defaultdict(list)
+    for job, _, request in queue.waiting.values():
+        (kueues if queue_name(job) else requests)[request.gpu_resource].append(request)
     taken = [*active, *queue.promised]  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
     decisions: list[Decision] = []
     snapshots: dict[str, ClusterSnapshot] = {}
-    for resource, group in sorted(requests.items()):
-        snapshots[resource] = snapshot(nodes, taken, resource, settings.levels)
-        decisions.extend(schedule(group, snapshots[resource], queue.holds_for(resource)))
+    for resource in sorted(set(requests) | set(kueues)):
+        theirs, snapshots[resource] = kueueadmit.place(kueues[resource], kueue or {}, snapshot(nodes, taken, resource, settings.levels))
+        decisions.extend(theirs)  # Kueue's admitted capacity is taken before railtrain's own queue is placed
+        decisions.extend(schedule(requests[resource], snapshots[resource], queue.holds_for(resource)))
     by_name = {n["metadata"]["name"]: n for n in nodes}
     writes = [
         Decision(d.job, with_node_values(d.result, settings.fabric, by_name))
         for d in apply_order(decisions)
-        if queue.waiting[d.job][1] and not already_refused(queue.waiting[d.job][0], d.result)
+        if queue.waiting[d.job][1] and not already_refused(queue.observed.get(d.job, queue.waiting[d.job][0]), d.result)
     ]
     return Admissions(queue, decisions, snapshots, writes)
 
@@ -112,7 +123,7 @@ def admission_pass(
     return decide(read_queue(jobs, pods, active, now), active, nodes, settings)
 
 
-def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
+def already_refused(job: Observed | dict[str, Any], result: Placement | Refusal) -> bool:
     """Whether ``result`` is a refusal the job's Scheduled condition already states word for word (pure).
 
     Such a decision would write nothing, so the pass skips it, and with it the
@@ -125,5 +136,5 @@ def already_refused(job: dict[str, Any], result: Placement | Refusal) -> bool:
     """
     if not isinstance(result, Refusal) or result.reason == PINNED_NODE_UNAVAILABLE:
         return False
-    found = next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == SCHEDULED), None)
-    return found is not None and found.get("status") == "False" and found.get("reason") == result.reason and found.get("message") == result.message
+    found = condition_of(observed(job).status, SCHEDULED)
+    return found is not None and found.status == "False" and found.reason == result.reason and found.message == result.message

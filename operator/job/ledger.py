@@ -69,7 +69,7 @@ class Ledger:
         """
         mine = by_job(active)
         for k, (job, ready, request) in list(self.waiting.items()):
-            if ready and k in mine and lingering(job, mine[k]):
+            if ready and k in mine and lingering(self.observed.get(k, job), mine[k]):
                 if k in self.holds:
                     del self.waiting[k]
                 else:
@@ -112,7 +112,7 @@ def read(jobs: Iterable[Observed | dict[str, Any]], pods_by_job: Mapping[str, li
         pods = pods_by_job.get(k, [])
         try:
             out.promised.extend(promised_pods(seen, pods))
-            out.promised.extend(ended_pods(job, pods))
+            out.promised.extend(ended_pods(seen, pods))
             if (hold := hold_of(seen, now)) is not None:
                 out.holds[k] = hold
         except Exception as err:

@@ -41,7 +41,8 @@ from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
 from railtrain.operator.job.request import admission_request, gang_request
-from railtrain.operator.job.observed import Observed, observe_job, observed, parse_job
+from railtrain.crds.api import TrainingJobStatus
+from railtrain.operator.job.observed import Observed, observe_job, observed, parse_job, read_status
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries
@@ -73,10 +74,10 @@ def observe(
     """The :class:`~railtrain.operator.job.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     seen = observed(obj)
     obj = seen.obj
-    old = dict(obj.get("status") or {})
+    old = dict(obj.get("status") or {})  # as stored: the base of this pass's status patch (read through seen.status)
     status: dict[str, Any] = {"restarts": 0, **old}
     mine = owned(obj, pods)
-    step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(status.get("conditions") or []), settings=settings)
+    step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(old.get("conditions") or []), settings=settings, seen=seen)
     step.foreign = in_the_way(obj, pods)
     if isinstance(service_exists, dict) and controller_uid(service_exists) != obj["metadata"].get("uid"):
         step.foreign.insert(0, {"kind": "Service", **service_exists})
@@ -85,8 +86,8 @@ def observe(
     step.job, step.spec_error = seen.usable, seen.spec_error
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
-    step.gang = current_gang(obj, mine)
-    step.status["succeededRanks"] = finished_ranks(status, mine, int(status["restarts"]))
+    step.gang = current_gang(seen, mine)
+    step.status["succeededRanks"] = finished_ranks(seen.status, mine, seen.status.restarts)
     step.n = step.job.spec.nodes if step.job else 0
     return step
 
@@ -116,11 +117,11 @@ def rejected_status(obj: dict[str, Any], message: str, now: datetime) -> dict[st
     return {**old, "phase": cond.FAILED, "conditions": conds, "observedGeneration": generation, "completionTime": old.get("completionTime") or format_time(now)}
 
 
-def gang_ever_created(status: dict[str, Any] | None) -> bool:
+def gang_ever_created(status: TrainingJobStatus | dict[str, Any] | None) -> bool:
     """Whether a job's status shows that a gang of it was ever admitted or created (pure).
 
     Args:
-        status: the job's ``status`` as read (None: never written).
+        status: the job's ``status``, read through the model or as stored (None: never written).
 
     Returns:
         False only for a job waiting for its first admission: phase Pending (or
@@ -129,10 +130,10 @@ def gang_ever_created(status: dict[str, Any] | None) -> bool:
         so a rank's name missing from its label list can only be held by
         someone else's pod.
     """
-    s = status or {}
-    if s.get("phase") not in (None, "Pending"):
+    s = read_status(status)
+    if s.phase not in (None, cond.PENDING):
         return True
-    return any(s.get(k) for k in ("admission", "placement", "admittedNodes", "hold", "startTime", "succeededRanks", "restarts", "requeues"))
+    return any((s.admission, s.placement, s.admitted_nodes, s.hold, s.start_time, s.succeeded_ranks, s.restarts, s.requeues))
 
 
 def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
@@ -147,8 +148,8 @@ def finish(step: Step, phase: str) -> Plan:
     st["phase"] = phase
     st["conditions"] = step.conds
     st["observedGeneration"] = step.meta.get("generation")
-    staying = [p for p in current_gang(step.obj, step.pods) if p["metadata"]["name"] not in out.delete_pods]  # pods deleted now hold no node
-    st["placement"] = placement_entries(staying, step.old.get("placement") or [], step.placed) or st.get("placement", [])
+    staying = [p for p in current_gang(step.observed_job, step.pods) if p["metadata"]["name"] not in out.delete_pods]  # pods deleted now hold no node
+    st["placement"] = placement_entries(staying, step.observed.placement, step.placed) or st.get("placement", [])
     st["admittedNodes"] = step.released
     if phase in cond.TERMINAL_PHASES and not st.get("completionTime"):
         st["completionTime"] = format_time(step.now)

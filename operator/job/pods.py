@@ -19,6 +19,7 @@ from railtrain.crds import contract, reasons
 from railtrain.crds.api import TrainingJobSpec
 from railtrain.crds.podtemplate import TRAINER
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.scheduling.snapshot import pod_node
 
 
@@ -127,9 +128,9 @@ def in_the_way(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str
     return sorted((p for p in pods if id(p) not in mine and p["metadata"]["name"] in names), key=lambda p: p["metadata"]["name"])
 
 
-def current_gang(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods of the job's current restart count, not being deleted, ordered by rank."""
-    restarts = int((obj.get("status") or {}).get("restarts", 0))
+def current_gang(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods of the job's current restart count (``status.restarts`` of ``job``, as observed or as read), not being deleted, ordered by rank."""
+    restarts = observed(job).status.restarts
     live = [p for p in pods if restart_of(p) == restarts and not p["metadata"].get("deletionTimestamp")]
     return sorted(live, key=rank_of)
 
@@ -150,7 +151,7 @@ def admitted_nodes(spec: TrainingJobSpec, gang: list[dict[str, Any]]) -> int:
     return spec.nodes
 
 
-def ended_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ended_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The current gang's pods that ended (Succeeded or Failed) while their job goes on, as pods that still hold their node (pure).
 
     A pod in a terminal phase holds nothing in kube-scheduler's accounting, but its job has not
@@ -160,21 +161,24 @@ def ended_pods(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str
     the node of a rank that just failed. A job that is finished, suspended or being deleted holds
     nothing.
 
+    Args:
+        job: the TrainingJob as observed in this pass, or as read; pods: its pods.
+
     Returns:
         Copies of those pods with phase ``Running`` (what the admission pass's ledger counts).
     """
-    status = obj.get("status") or {}
-    if status.get("phase") in (*cond.TERMINAL_PHASES, "Suspended") or obj["metadata"].get("deletionTimestamp"):
+    seen = observed(job)
+    status = seen.status
+    if status.phase in (*cond.TERMINAL_PHASES, cond.SUSPENDED) or seen.meta.get("deletionTimestamp"):
         return []
-    restarts = int(status.get("restarts") or 0)
     return [
         p | {"status": {**(p.get("status") or {}), "phase": "Running"}}
-        for p in owned(obj, pods)
-        if pod_phase(p) in ("Succeeded", "Failed") and restart_of(p) == restarts and pod_node(p)
+        for p in owned(seen.obj, pods)
+        if pod_phase(p) in ("Succeeded", "Failed") and restart_of(p) == status.restarts and pod_node(p)
     ]
 
 
-def lingering(obj: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-    """Whether a pod of the job not in its current gang (an earlier restart's, or being deleted) still holds a rank's name."""
-    restarts = int((obj.get("status") or {}).get("restarts", 0))
-    return any(restart_of(p) != restarts or p["metadata"].get("deletionTimestamp") for p in owned(obj, pods))
+def lingering(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Whether a pod of the job (as observed, or as read) not in its current gang (an earlier restart's, or being deleted) still holds a rank's name."""
+    seen = observed(job)
+    return any(restart_of(p) != seen.status.restarts or p["metadata"].get("deletionTimestamp") for p in owned(seen.obj, pods))

@@ -11,13 +11,12 @@ May import: ``railtrain.crds`` and the pure ``railtrain.operator.scheduling`` an
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
+from typing import Any, Mapping
 
 from railtrain.crds.times import parse_time
-from railtrain.crds.api import AdmissionRecord, HoldRecord
+from railtrain.crds.api import AdmissionRecord, HoldRecord, TrainingJobStatus
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job.observed import read_status
 
 
 
@@ -29,28 +28,21 @@ REQUEUE_MAX_SECONDS = 600
 """Longest backoff between gang timeouts."""
 
 
-def _stored(model: type[BaseModel], value: Any) -> Any:
-    """``value`` parsed as ``model`` (an :class:`~railtrain.crds.api.AdmissionRecord` or
-    :class:`~railtrain.crds.api.HoldRecord`), or None when it is absent or does not match the model."""
-    if not isinstance(value, dict):
-        return None
-    try:
-        return model.model_validate(value)
-    except ValidationError:
-        return None
+StatusLike = TrainingJobStatus | Mapping[str, Any]
+"""A status read through the model, or as stored (then read by :func:`~railtrain.operator.job.observed.read_status`)."""
 
 
-def stored_admission(status: dict[str, Any]) -> AdmissionRecord | None:
+def stored_admission(status: StatusLike) -> AdmissionRecord | None:
     """``status.admission`` as stored, parsed (in force or not), or None when absent or malformed (pure)."""
-    return _stored(AdmissionRecord, status.get("admission"))
+    return read_status(status).admission
 
 
-def _in_force(record: AdmissionRecord | HoldRecord, status: dict[str, Any]) -> bool:
+def _in_force(record: AdmissionRecord | HoldRecord, status: TrainingJobStatus) -> bool:
     """Whether a record belongs to the current gang (its ``restarts`` is ``status.restarts``) of a job neither finished nor suspended."""
-    return record.restarts == int(status.get("restarts") or 0) and status.get("phase") not in (*cond.TERMINAL_PHASES, cond.SUSPENDED)
+    return record.restarts == status.restarts and status.phase not in (*cond.TERMINAL_PHASES, cond.SUSPENDED)
 
 
-def admission_record(status: dict[str, Any]) -> AdmissionRecord | None:
+def admission_record(status: StatusLike) -> AdmissionRecord | None:
     """The admitted placement of the current gang (``status.admission``) while it is in force, else None (pure).
 
     A record is in force while its ``restarts`` equals ``status.restarts``, the
@@ -59,19 +51,20 @@ def admission_record(status: dict[str, Any]) -> AdmissionRecord | None:
     way) sets Scheduled False or raises the restart count, which voids it.
 
     Args:
-        status: the job's ``status`` as stored (may be empty).
+        status: the job's ``status`` (:data:`StatusLike`; may be empty).
 
     Returns:
         The record (:class:`~railtrain.crds.api.AdmissionRecord`: ``restarts``, ``nodes`` by rank,
         ``created``), or None (also for a record without nodes or that does not match the model).
     """
-    record = stored_admission(status)
+    status = read_status(status)
+    record = status.admission
     if record is None or not record.nodes or not _in_force(record, status):
         return None
-    return record if cond.is_true(status.get("conditions") or [], cond.SCHEDULED) else None
+    return record if cond.true_of(status, cond.SCHEDULED) else None
 
 
-def hold_record(status: dict[str, Any], now: datetime | None = None) -> HoldRecord | None:
+def hold_record(status: StatusLike, now: datetime | None = None) -> HoldRecord | None:
     """The nodes a restarting gang holds (``status.hold``) while the hold is in force, else None (pure).
 
     A hold is in force while its ``restarts`` equals ``status.restarts``, no
@@ -81,11 +74,15 @@ def hold_record(status: dict[str, Any], now: datetime | None = None) -> HoldReco
     ``runPolicy.gangTimeoutSeconds``: a gang that cannot come back does not
     keep its nodes forever). ``now`` None skips the time rule.
 
+    Args:
+        status: the job's ``status`` (:data:`StatusLike`); now: UTC, or None.
+
     Returns:
         The record (:class:`~railtrain.crds.api.HoldRecord`: ``restarts``, ``nodes`` by rank, "" where
         none is held, ``until``), or None (also for a record that holds no node or does not match the model).
     """
-    record = _stored(HoldRecord, status.get("hold"))
+    status = read_status(status)
+    record = status.hold
     if record is None or not any(record.nodes) or not _in_force(record, status):
         return None
     if admission_record(status) is not None:
@@ -100,9 +97,9 @@ def requeue_delay(requeues: int) -> timedelta:
     return timedelta(seconds=min(REQUEUE_MAX_SECONDS, REQUEUE_BASE_SECONDS * 2 ** max(0, requeues - 1)))
 
 
-def waiting_since(obj: dict[str, Any]) -> datetime | None:
-    """When the job started waiting for its current gang: Scheduled turning False, else creation."""
-    c = cond.find((obj.get("status") or {}).get("conditions") or [], cond.SCHEDULED)
-    if c and c.get("status") != "True":
-        return parse_time(c.get("lastTransitionTime"))
-    return parse_time(obj["metadata"].get("creationTimestamp"))
+def waiting_since(status: StatusLike, meta: Mapping[str, Any]) -> datetime | None:
+    """When the job started waiting for its current gang: Scheduled turning False, else creation (``meta.creationTimestamp``)."""
+    c = cond.condition_of(read_status(status), cond.SCHEDULED)
+    if c is not None and c.status != "True":
+        return c.last_transition_time
+    return parse_time(meta.get("creationTimestamp"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from railtrain.crds.times import parse_time
 from railtrain.crds import parallel
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import binding, render
@@ -50,27 +49,27 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
     """
     seen = observed(job)
     obj, status = seen.obj, seen.status
-    if status.get("phase") in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
+    if status.phase in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
         return None
     if seen.usable is None or seen.pod0 is None:
         return None  # the models refuse it or it cannot become pods: the reconcile fails it with InvalidSpec; it never takes a turn in the queue
     spec = seen.usable.spec
-    after = parse_time(status.get("requeueAfter"))
+    after = status.requeue_after
     if now is not None and after is not None and now < after:
         return None
     if admission_record(status) is not None:
         return None  # admitted: its pods are being created pinned, and the record holds its nodes
-    gang = current_gang(obj, owned(obj, pods))
+    gang = current_gang(seen, owned(obj, pods))
     n = admitted_nodes(spec, gang)
     gang = [p for p in gang if 0 <= rank_of(p) < n]
-    ranks = {rank_of(p) for p in gang} | {int(r) for r in status.get("succeededRanks") or [] if 0 <= int(r) < n}  # exited 0 earlier: complete
+    ranks = {rank_of(p) for p in gang} | {r for r in status.succeeded_ranks if 0 <= r < n}  # exited 0 earlier: complete
     fresh = not ranks  # no pod yet: placed from the spec alone, then created pinned and ungated (admit before creating)
-    scheduled = cond.find(status.get("conditions") or [], cond.SCHEDULED) or {}
-    blocked = scheduled.get("reason") in NAME_TAKEN  # the reconcile reported a pod or Service in the way of the gang's names
-    ready = len(ranks) == n or (fresh and not blocked and not lingering(obj, pods))
+    scheduled = cond.condition_of(status, cond.SCHEDULED)
+    blocked = scheduled is not None and scheduled.reason in NAME_TAKEN  # the reconcile reported a pod or Service in the way of the gang's names
+    ready = len(ranks) == n or (fresh and not blocked and not lingering(seen, pods))
     if not fresh and len(ranks) == n and not any(is_gated(p) for p in gang):
         return None
-    since = waiting_since(obj)
+    since = waiting_since(status, obj["metadata"])
     if not ready and now is not None and since is not None and now - since > timedelta(seconds=spec.run_policy.gang_timeout_seconds):
         return None
     return _queue_entry(seen, gang, n, fresh, now), ready
@@ -106,7 +105,7 @@ def _queue_entry(seen: Observed, gang: list[dict[str, Any]], n: int, fresh: bool
         created=meta.get("creationTimestamp", ""),
         gpu_resource=spec.resources.gpu_resource_name,
         needs=pod_needs(seen.pod0, spec.resources.gpu_resource_name),
-        avoid=frozenset(status.get("avoidNodes") or []),
+        avoid=frozenset(status.avoid_nodes),
         nvlink=spec.topology.nvlink_domain,
         prefer=tuple(hold.nodes) if fresh and (hold := hold_record(status, now)) else (),
     )
@@ -140,7 +139,7 @@ def promised_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) ->
     record = admission_record(status)
     if record is None or record.created or seen.job is None:
         return []
-    live = {rank_of(p) for p in current_gang(obj, owned(obj, pods))} | {int(r) for r in status.get("succeededRanks") or []}
+    live = {rank_of(p) for p in current_gang(seen, owned(obj, pods))} | set(status.succeeded_ranks)
     meta = seen.meta
     return [
         binding.pin_to_node(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), node)

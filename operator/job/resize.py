@@ -15,38 +15,41 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Sequence
 
-from railtrain.crds.times import parse_time
 from railtrain.crds import contract
-from railtrain.crds.api import TrainingJobSpec
+from railtrain.crds.api import TrainingJobSpec, TrainingJobStatus
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.queue import Hold, schedule
-from railtrain.operator.job.observed import observe_job
+from railtrain.operator.job.observed import Observed, observed, read_status
 from railtrain.operator.job.request import admission_request
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
 
 
-def wants_to_grow(obj: dict[str, Any]) -> bool:
-    """Whether ``obj`` is a Running elastic job admitted below ``spec.nodes`` (cheap: no parsing beyond the dict)."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    admitted, nodes = status.get("admittedNodes"), spec.get("nodes", 1)
-    return bool(spec.get("elastic")) and status.get("phase") == "Running" and isinstance(admitted, int) and admitted < nodes
+def wants_to_grow(job: Observed | dict[str, Any]) -> bool:
+    """Whether ``job`` (as observed, or as read) is a Running elastic job admitted below ``spec.nodes`` (cheap: the spec is
+    read from the dict, not validated; the status through the model)."""
+    seen = observed(job)
+    spec, status = seen.obj.get("spec") or {}, seen.status
+    admitted, nodes = status.admitted_nodes, spec.get("nodes", 1)
+    return bool(spec.get("elastic")) and status.phase == "Running" and admitted is not None and admitted < nodes
 
 
-def grow_due(spec: TrainingJobSpec, status: Mapping[str, Any], now: datetime) -> bool:
+def grow_due(spec: TrainingJobSpec, status: TrainingJobStatus | Mapping[str, Any], now: datetime) -> bool:
     """Whether a grow may happen now by the clock (pure): ``spec.elastic.growIntervalSeconds`` have passed since the gang
     last started (``status.lastResizeTime``, else ``startTime``; neither: at once). The elastic row
     (:mod:`railtrain.operator.job.phases.elastic`) grows only then, so :func:`grow_size` is needed only then.
 
     Args:
-        spec: the parsed spec of an elastic job (``spec.elastic`` set); status: its status as read; now: UTC.
+        spec: the parsed spec of an elastic job (``spec.elastic`` set); status: its status (read through the model by
+            :func:`~railtrain.operator.job.observed.read_status` when given as stored); now: UTC.
     """
-    since = parse_time(status.get("lastResizeTime")) or parse_time(status.get("startTime"))
+    status = read_status(status)
+    since = status.last_resize_time or status.start_time
     return since is None or now >= since + timedelta(seconds=spec.elastic.grow_interval_seconds)
 
 
 def grow_size(
-    obj: dict[str, Any],
+    job: Observed | dict[str, Any],
     nodes: list[dict[str, Any]],
     active: list[dict[str, Any]],
     levels: tuple[str, ...] = DEFAULT_LEVELS,
@@ -65,7 +68,7 @@ def grow_size(
     would not give it.
 
     Args:
-        obj: the TrainingJob.
+        job: the TrainingJob as observed in this pass (its spec parsed once), or as read.
         nodes: every v1 Node.
         active: every non-terminal pod of the cluster.
         levels: the operator's topology levels.
@@ -76,10 +79,10 @@ def grow_size(
     Returns:
         The number of nodes, or None when the queue leaves it no admissible size.
     """
-    meta = obj["metadata"]
-    asked = {k: v for k, v in (obj.get("status") or {}).items() if k not in ("phase", "admission")}  # as if the gang waited afresh
-    seen = observe_job(obj | {"status": asked})
-    entry = admission_request(seen, [], None)
+    seen = observed(job)
+    meta = seen.meta
+    asked = seen.with_status(seen.status.model_copy(update={"phase": None, "admission": None}))  # as if the gang waited afresh
+    entry = admission_request(asked, [], None)
     if entry is None:
         return None
     request = entry[0]

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from railtrain.crds.api import TrainingJob
+from railtrain.crds.api import Condition, RankPlacement, TrainingJob, TrainingJobStatus
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job.observed import Observed, read_status
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import phase, pod_phase, rank_of, restart_of
 from railtrain.operator.job.plansettings import PlanSettings
@@ -82,9 +83,9 @@ class Step:
         service_uid: its uid when it is the job's own and was read as an object ("" otherwise).
         now: the time of this observation (UTC, timezone-aware).
         placement: the admission pass's answer, when it was asked.
-        old: the observed ``status``.
-        status: the new status being built (``restarts`` always present).
-        conds: the new ``status.conditions``.
+        old: the observed ``status`` as stored (the base of the status patch; read it through :attr:`observed`).
+        status: the new status being built (``restarts`` always present; read it through :attr:`state`).
+        conds: the new ``status.conditions`` (read one through :meth:`condition`).
         gang: the live pods of the current restart count, by rank (the
             transitions narrow it, e.g. to the admitted size).
         n: the gang size (admitted, else ``spec.nodes``).
@@ -95,6 +96,7 @@ class Step:
         foreign: pods the job does not own that hold one of its ranks' names.
         settings: the operator's plan settings (:class:`~railtrain.operator.job.plansettings.PlanSettings`),
             given when the step is built; :attr:`fabric` and :attr:`quarantine_limit` read them.
+        seen: the job as observed in this pass (its status read through the model once), when the step was built from one.
     """
 
     obj: dict[str, Any]
@@ -117,6 +119,7 @@ class Step:
     foreign: list[dict[str, Any]] = field(default_factory=list)
     settings: PlanSettings = field(default_factory=PlanSettings)
     service_uid: str = ""
+    seen: Observed | None = None
 
     @property
     def fabric(self) -> FabricProfile | None:
@@ -134,14 +137,34 @@ class Step:
         return self.obj["metadata"]
 
     @property
+    def observed_job(self) -> Observed:
+        """The job as observed at the start of the pass (:attr:`seen`, else :attr:`obj` observed now)."""
+        return self.seen if self.seen is not None else Observed(self.obj)
+
+    @property
+    def observed(self) -> TrainingJobStatus:
+        """The status observed at the start of the pass, read through the model (once per pass, by :class:`Observed`)."""
+        return self.observed_job.status
+
+    @property
+    def state(self) -> TrainingJobStatus:
+        """The status as this pass has built it so far (:attr:`status` with :attr:`conds`), read through the model
+        (:func:`~railtrain.operator.job.observed.read_status`, read again on each call: the pass keeps changing it)."""
+        return read_status(self.status | {"conditions": self.conds})
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of ``type_`` as this pass has set it so far, read through the model (None: absent)."""
+        return cond.read_condition(cond.find(self.conds, type_))
+
+    @property
     def restarts(self) -> int:
-        """The restart count of the current gang (``status.restarts``)."""
-        return int(self.status["restarts"])
+        """The restart count of the current gang (``status.restarts``, raised by a restart in this pass)."""
+        return self.state.restarts
 
     @property
     def old_phase(self) -> str:
         """The phase observed at the start of the pass (Pending when none)."""
-        return self.old.get("phase") or cond.PENDING
+        return self.observed.phase or cond.PENDING
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str, event: str | None = None) -> None:
         """Set one condition (see :func:`railtrain.operator.job.conditions.set_condition`); queue an Event of type ``event`` if it changed."""
@@ -169,7 +192,7 @@ class Step:
     @property
     def done(self) -> set[int]:
         """Ranks of the current gang whose trainer exited 0 (``status.succeededRanks``): complete for this attempt even when their pods are gone."""
-        return {int(r) for r in self.status.get("succeededRanks") or []}
+        return set(self.state.succeeded_ranks)
 
     def complete(self) -> bool:
         """Whether every rank below the gang size has a live pod, or exited 0 earlier in this attempt."""
@@ -177,20 +200,20 @@ class Step:
         return bool(self.gang or self.done) and self.n > 0 and all(r in covered for r in range(self.n))
 
 
-def finished_ranks(status: dict[str, Any], pods: list[dict[str, Any]], restarts: int) -> list[int] | None:
+def finished_ranks(status: TrainingJobStatus, pods: list[dict[str, Any]], restarts: int) -> list[int] | None:
     """``status.succeededRanks`` after this observation: the recorded ranks plus those of the current gang seen Succeeded now.
 
     A rank that exited 0 stays complete for its attempt: its pod deleted afterwards (by a person, ``kubectl drain``,
     the pod garbage collector) is not a vanished rank (docs/operator.md, "Recovery").
 
     Args:
-        status: the observed status; pods: the job's pods (any restart count, terminating ones included);
+        status: the observed status (read through the model); pods: the job's pods (any restart count, terminating ones included);
         restarts: the current restart count.
 
     Returns:
         The sorted ranks, or None when there are none (the key is then left out).
     """
-    done = {int(r) for r in status.get("succeededRanks") or []}
+    done = set(status.succeeded_ranks)
     done |= {rank_of(p) for p in pods if restart_of(p) == restarts and phase(p) == "Succeeded"}
     return sorted(done) or None
 
@@ -204,9 +227,10 @@ def healthy(step: Step) -> bool:
     return step.complete() and all(p in HEALTHY_POD_PHASES for p in step.phases())
 
 
-def placement_entries(gang: list[dict[str, Any]], old: list[dict[str, Any]], placed: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
-    """``status.placement`` from the pinned pods, keeping the domains known for the same rank and node."""
-    known = {(e.get("rank"), e.get("node")): e.get("domains") for e in old}
+def placement_entries(gang: list[dict[str, Any]], old: list[RankPlacement], placed: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+    """``status.placement`` (a patch's list of dicts) from the pinned pods, keeping the domains known (``old``: the observed
+    placement, read through the model) for the same rank and node."""
+    known = {(e.rank, e.node): e.domains for e in old}
     out = []
     for p in gang:
         node = pod_node(p)

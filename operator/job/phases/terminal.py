@@ -14,8 +14,8 @@ from railtrain.operator.job.phases.transition import ACTIVE, Transition, always
 
 def _stay(step: Step) -> str:
     if step.old_phase == cond.FAILED:  # a failed job's remaining ranks are stopped (idempotent)
-        step.stop(current_gang(step.obj, step.pods))
-    step.released = step.old.get("admittedNodes")
+        step.stop(current_gang(step.observed_job, step.pods))
+    step.released = step.observed.admitted_nodes
     if not step.is_true(step.old_phase):  # a status written without its condition: repair the summary, keep the phase
         step.set_condition(step.old_phase, True, step.old_phase, f"status.phase is {step.old_phase}")
     return step.old_phase
