@@ -128,8 +128,8 @@ def read_status(raw: Mapping[str, Any] | TrainingJobStatus | None) -> TrainingJo
 
     * a condition needs only its type (:class:`ObservedCondition`: the operator
       decides on conditions, and read partial ones before the models did);
-    * a null value is unset (a pass's own status under construction holds
-      nulls for the keys its patch deletes);
+    * a null or empty value is unset (a pass's own status under construction
+      holds nulls for the keys its patch deletes);
     * a missing field, an unknown field, a value outside its field's enum or
       bounds, a record or summary the model refuses (``admission``, ``hold``,
       ``topology``...) is left out, as if never written (its default is read),
@@ -154,7 +154,7 @@ def read_status(raw: Mapping[str, Any] | TrainingJobStatus | None) -> TrainingJo
     """
     if isinstance(raw, TrainingJobStatus):
         return raw
-    data = {k: v for k, v in raw.items() if v is not None} if isinstance(raw, Mapping) else {}
+    data = {k: v for k, v in raw.items() if v is not None and v != ""} if isinstance(raw, Mapping) else {}
     while True:
         try:
             return ObservedStatus.model_validate(data)

@@ -111,7 +111,7 @@ def rank_shift(step: Step, size: int) -> int:
     """
     if any(pod_node(p) for p in step.gang):
         return 0
-    return int(step.status.get("rankShift") or 0) % max(1, size)
+    return step.state.rank_shift % max(1, size)
 
 
 def _refused(step: Step) -> bool:
@@ -180,7 +180,7 @@ def _mark_scheduled(step: Step) -> None:
 
 
 def _run(step: Step) -> str:
-    if not step.status.get("startTime"):
+    if step.state.start_time is None:
         step.status["startTime"] = format_time(step.now)
     done = len(step.done & set(range(step.n)))
     if done:  # ranks may finish at different times: the gang is still healthy

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from railtrain.crds.times import parse_time
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job.phases.step import Step
@@ -16,7 +15,7 @@ from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
 def _passed(step: Step) -> bool:
     deadline = step.job.spec.run_policy.active_deadline_seconds
-    started = parse_time(step.status.get("startTime"))
+    started = step.state.start_time
     return bool(deadline and started and step.now >= started + timedelta(seconds=deadline))
 
 

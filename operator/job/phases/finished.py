@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from railtrain.crds.times import parse_time
+from railtrain.crds.times import format_time
 from railtrain.crds.failure_policy import CleanPodPolicy
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
@@ -69,14 +69,14 @@ def _clean(step: Step) -> None:
 def ttl_due(step: Step) -> bool:
     """Whether ``ttlSecondsAfterFinished`` has passed since ``completionTime``."""
     ttl = _run_policy(step).get("ttlSecondsAfterFinished")
-    done = parse_time(step.old.get("completionTime"))
+    done = step.observed.completion_time
     return isinstance(ttl, int) and done is not None and step.now >= done + timedelta(seconds=ttl)
 
 
 def _expire(step: Step) -> None:
     step.out.delete_job = True
     ttl = _run_policy(step)["ttlSecondsAfterFinished"]
-    step.out.events.append(("Normal", reasons.TTL_EXPIRED, f"deleting the job: it finished at {step.old.get('completionTime')} and runPolicy.ttlSecondsAfterFinished is {ttl}"))
+    step.out.events.append(("Normal", reasons.TTL_EXPIRED, f"deleting the job: it finished at {format_time(step.observed.completion_time)} and runPolicy.ttlSecondsAfterFinished is {ttl}"))
 
 
 CLEAN_FINISHED = Transition(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from railtrain.crds.times import format_time, parse_time
+from railtrain.crds.times import format_time
 from railtrain.crds import contract
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
@@ -31,8 +31,8 @@ from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
 def released_at(step: Step) -> datetime | None:
     """When the current gang was released: the Scheduled condition's last turn to True, else None."""
-    scheduled = cond.find(step.conds, cond.SCHEDULED)
-    return parse_time(scheduled.get("lastTransitionTime")) if scheduled and scheduled.get("status") == "True" else None
+    scheduled = step.condition(cond.SCHEDULED)
+    return scheduled.last_transition_time if scheduled is not None and scheduled.status == "True" else None
 
 
 def ran_since(step: Step, since: datetime) -> bool:
@@ -43,11 +43,11 @@ def ran_since(step: Step, since: datetime) -> bool:
     condition that is True now, or that turned False again after ``since``,
     records that the gang did run.
     """
-    running = cond.find(step.conds, cond.RUNNING)
-    if not running:
+    running = step.condition(cond.RUNNING)
+    if running is None:
         return False
-    changed = parse_time(running.get("lastTransitionTime"))
-    return running.get("status") == "True" or bool(changed and changed > since)
+    changed = running.last_transition_time
+    return running.status == "True" or bool(changed and changed > since)
 
 
 def _timed_out(step: Step) -> bool:
@@ -62,8 +62,9 @@ def _timed_out(step: Step) -> bool:
 def _requeue(step: Step) -> str:
     n, timeout = step.n, step.job.spec.run_policy.gang_timeout_seconds
     running = sum(1 for p in step.phases() if p == "Running")
-    requeues = int(step.status.get("requeues", 0)) + 1
-    step.status["requeues"], step.status["requeueAfter"] = requeues, format_time(step.now + requeue_delay(requeues))
+    requeues = step.state.requeues + 1
+    after = format_time(step.now + requeue_delay(requeues))
+    step.status["requeues"], step.status["requeueAfter"] = requeues, after
     step.delete(step.gang)
     step.released = None  # every node is freed: no admitted gang any more
     step.set_condition(cond.RUNNING, False, reasons.GANG_TIMEOUT, f"{running} of {n} ranks were Running")
@@ -75,7 +76,7 @@ def _requeue(step: Step) -> str:
         quoted += f"; pod {pod['metadata']['name']}: {why}" + (f" (and {len(blocked) - 1} more pods)" if len(blocked) > 1 else "")
     message = (
         f"the gang was not fully Running within runPolicy.gangTimeoutSeconds={timeout} after release ({running} of {n} ranks Running{quoted}); "
-        f"released all {n} nodes and re-queued, next admission attempt after {step.status['requeueAfter']} (requeue {requeues})"
+        f"released all {n} nodes and re-queued, next admission attempt after {after} (requeue {requeues})"
     )
     never = next((why for _, why, permanent in blocked if permanent), None)
     if never:

@@ -65,7 +65,7 @@ def apply(step: Step, d: recovery.Decision) -> str:
     Returns:
         The next phase: Failed, or Restarting.
     """
-    shift = int(step.status.get("rankShift") or 0)  # the rotation the failed gang was admitted with
+    shift = step.state.rank_shift  # the rotation the failed gang was admitted with
     step.status.update(d.status())
     if d.ignored:
         text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
@@ -107,8 +107,9 @@ def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | N
     Returns:
         The record's patch (:class:`~railtrain.crds.api.HoldRecord` as stored: ``restarts``, ``nodes``, ``until``), or None when no node is held.
     """
-    record = stored_admission(step.status)
-    nodes: dict[int, str] = {int(e["rank"]): str(e["node"]) for e in step.status.get("placement") or [] if isinstance(e, dict) and e.get("node") and "rank" in e}
+    state = step.state
+    record = stored_admission(state)
+    nodes: dict[int, str] = {e.rank: e.node for e in state.placement if e.node}
     if record is not None and record.restarts == step.restarts:
         nodes |= {r: n for r, n in enumerate(record.nodes) if n}
     nodes |= {rank_of(p): node for p in step.gang if (node := pod_node(p))}

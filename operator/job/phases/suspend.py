@@ -51,8 +51,8 @@ def _resume(step: Step) -> None:
     admitted = step.is_true(cond.SCHEDULED)
     said = "the job was admitted again" if admitted else "the job waits for admission"
     step.set_condition(cond.SUSPENDED, False, reasons.RESUMED, f"runPolicy.suspend is false: {said}", "Normal")
-    running = cond.find(step.conds, cond.RUNNING)
-    if running is not None and running.get("status") == "False" and running.get("reason") in (reasons.SUSPENDED, reasons.RESUMED):
+    running = step.condition(cond.RUNNING)
+    if running is not None and running.status == "False" and running.reason in (reasons.SUSPENDED, reasons.RESUMED):
         if admitted:
             step.set_condition(cond.RUNNING, False, reasons.RANKS_NOT_RUNNING, not_running_detail(step))
         else:

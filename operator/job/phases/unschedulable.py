@@ -120,17 +120,19 @@ def _replace(step: Step) -> str:
         said = f"kube-scheduler: {words}" if words else "not bound yet"
         parts.append(f"pod {p['metadata']['name']} (rank {rank_of(p)}) on node {node}: {ours + '; ' if ours else ''}{said}")
     avoid = sorted({node for _, node, ours, words in refused if words and not ours})
+    state = step.state
     if avoid:
-        step.status["avoidNodes"] = sorted(set(step.status.get("avoidNodes") or []) | set(avoid))
-    requeues = int(step.status.get("requeues", 0)) + 1
+        step.status["avoidNodes"] = sorted(set(state.avoid_nodes) | set(avoid))
+    requeues = state.requeues + 1
     step.status["requeues"] = requeues
+    after = format_time(step.now + requeue_delay(requeues - 1))
     if requeues > 1:
-        step.status["requeueAfter"] = format_time(step.now + requeue_delay(requeues - 1))
+        step.status["requeueAfter"] = after
     else:
         step.status.pop("requeueAfter", None)
     step.delete(step.gang)
     step.released = None
-    when = f"next admission attempt after {step.status['requeueAfter']}" if requeues > 1 else "re-placing it now"
+    when = f"next admission attempt after {after}" if requeues > 1 else "re-placing it now"
     avoided = f"; this job avoids {', '.join(avoid)} from now on" if avoid else ""
     step.set_condition(cond.RUNNING, False, reasons.FAILED_SCHEDULING, f"{len(refused)} of {n} ranks could not be bound")
     step.set_condition(
