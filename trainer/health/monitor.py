@@ -99,10 +99,10 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         if not enabled and not faults.any():
             return  # nothing to time or inject: no hooks at all (the "off" baseline of bench/health.py)
         model.register_forward_hook(self._post_forward)
-        for module in model.modules():
-            if isinstance(module, (Attention, FeedForward)):
-                module.register_forward_pre_hook(self._pre_compute)
-                module.register_forward_hook(self._post_compute)
+        # the built-in model's blocks are timed one by one; a model without them (a user's own) as a whole
+        for module in [m for m in model.modules() if isinstance(m, (Attention, FeedForward))] or [model]:
+            module.register_forward_pre_hook(self._pre_compute)
+            module.register_forward_hook(self._post_compute)
 
 
     # -- life cycle ---------------------------------------------------------------------------
