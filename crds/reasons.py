@@ -113,3 +113,11 @@ FABRIC_DEVICE_MISSING = "FabricDeviceMissing"
 """Warning Event: the operator's fabric profile expects an RDMA device this multi-node job does not request (emitted once, with the first gang)."""
 FABRIC_NODE_VALUE_INVALID = "FabricNodeValueInvalid"
 """Warning Event: a node's per-node fabric annotation (``railtrain.dev/hcas``) cannot be used."""
+
+# Kueue's admission (a job labelled kueue.x-k8s.io/queue-name; docs/kueue.md).
+WAITING_FOR_KUEUE = "WaitingForKueue"
+"""Scheduled False (refusal, a Normal Event): the job's Workload is not admitted by Kueue yet; the message quotes Kueue's reason."""
+OUTSIDE_KUEUE_ASSIGNMENT = "OutsideKueueAssignment"
+"""Scheduled False (refusal): Kueue admitted the Workload, but its assigned nodes cannot hold the gang now."""
+EVICTED_BY_KUEUE = "EvictedByKueue"
+"""Scheduled False: Kueue evicted the job's Workload (preempted, deactivated, ...); the whole gang was stopped and the job waits to be admitted again."""

@@ -39,9 +39,9 @@ from datetime import datetime, timezone
 from itertools import groupby
 from typing import Any, Callable
 
-from railtrain.operator import controller, metrics
+from railtrain.operator import controller, kueue, metrics
 from railtrain.operator.coalescer import Coalescer
-from railtrain.operator.job import admit, ledger, planner, resize
+from railtrain.operator.job import admit, kueuestatus, ledger, planner, resize, workload
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.pool import CREATE_CONCURRENCY
@@ -206,7 +206,10 @@ class Reconciler:
         nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
         grow_to = self._grow_to(job, nodes, at) if nodes is not None else None
         seen = planner.observe_job(job)  # its spec parsed and checked once for the plan and the queue question
-        p = planner.plan(seen, pods, kube.get_service(namespace, name), at, nodes=nodes, grow_to=grow_to, settings=self.settings)
+        kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)
+        stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", job, pods)  # Kueue evicted it: the gang stops whole
+        p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings)
+        kueue.dress(kube, job, p)
         waits = planner.gang_request(seen, pods, at) is not None
         if admit and waits and controller.first_write_left_to_the_pass(job, p):
             return p, True
@@ -268,7 +271,7 @@ class Reconciler:
             return []  # holds matter only to a job that is being placed
         nodes = kube.list_nodes()
         metrics.observe_nodes(nodes)
-        found = admit.decide(queue, active, nodes, self.settings)
+        found = admit.decide(queue, active, nodes, self.settings, kueue.admissions(kube, [job for job, _, _ in queue.waiting.values()]))
         self._write(found, at)
         return found.decisions
 
@@ -324,6 +327,7 @@ class Reconciler:
                 return  # changed since the pass listed it; the next pass decides again
             nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
             p = planner.plan(fresh, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings)
+            kueue.dress(kube, job, p)
             if not controller.apply_or_reject(kube, job, p, now, self.pool):
                 return
             for type_, reason, message in p.events:

@@ -18,6 +18,7 @@ keeps its failure, success and startup policies):
 ``housekeeping``    stale pods, the rendezvous Service (with the gang), the admitted gang size
 ``suspend``         runPolicy.suspend and resuming
 ``deadline``        runPolicy.activeDeadlineSeconds
+``kueue``           Kueue evicted the job's Workload: the whole gang stopped
 ``node_loss``       pods on lost nodes force-deleted; a lost node restarts the gang
 ``finished``        a finished job's pods (cleanPodPolicy) and its TTL
 ``vanished``        a released rank's pod deleted/evicted/preempted: gang restart; an admitted gang gone: re-admitted
@@ -59,6 +60,7 @@ from railtrain.operator.job.phases import (
     finished,
     gang_timeout,
     housekeeping,
+    kueue,
     node_loss,
     ownership,
     success,
@@ -82,6 +84,7 @@ MACHINE: tuple[Transition, ...] = (
     suspend.SUSPEND,
     suspend.RESUME,
     deadline.DEADLINE,
+    kueue.KUEUE_EVICTED,
     vanished.GANG_GONE,
     housekeeping.ADMITTED_SIZE,
     node_loss.NODE_LOST,

@@ -1,0 +1,184 @@
+"""Where a Kueue job's Workload stands (pure): pending with Kueue's reason, admitted to which nodes, evicted, finished; and the status writes railtrain owes it.
+
+:func:`view` reads a ``kueue.x-k8s.io/v1beta2`` Workload (as stored; None when
+there is none) into a :class:`KueueView`: its state from the conditions Kueue
+writes (``QuotaReserved``, ``Admitted``, ``Evicted``, ``Finished``;
+``apis/kueue/v1beta2/workload_types.go``), Kueue's own reason and message while
+it waits, and, once admitted, the ClusterQueue, the flavor of each resource
+and the decoded topology assignment
+(:func:`railtrain.operator.scheduling.kueue.expand`).
+
+What the owning controller writes back (as Kueue's ``jobframework`` does):
+after an eviction, once the gang is stopped, :func:`requeued_status` (the
+``Requeued`` condition, the quota reservation cleared: ``QuotaReserved`` False
+reason ``Pending``, ``Admitted`` False, no ``admission``), so Kueue queues it
+again; when the job ends, :func:`finished_status` (``Finished`` True, reason
+``Succeeded`` or ``Failed``).
+
+May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from railtrain.crds import reasons
+from railtrain.crds.times import format_time
+from railtrain.operator.scheduling.kueue import expand
+from railtrain.operator.scheduling.refusal import Refusal
+
+MISSING, PENDING, ADMITTED, EVICTED, FINISHED = "Missing", "Pending", "Admitted", "Evicted", "Finished"
+"""The states of :class:`KueueView` (a Workload with quota reserved but admission checks still open is Pending)."""
+
+
+@dataclass(frozen=True)
+class KueueView:
+    """One Workload as the operator acts on it.
+
+    Attributes:
+        name: the Workload's name ("" when missing).
+        state: one of :data:`MISSING`, :data:`PENDING`, :data:`ADMITTED`, :data:`EVICTED`, :data:`FINISHED`.
+        reason, message: Kueue's words for the state (the Evicted or QuotaReserved condition's), "" when none.
+        cluster_queue: the ClusterQueue that admitted it ("" unless admitted).
+        flavors: resource name → ResourceFlavor name of the admitted pod set.
+        levels, domains: the decoded topology assignment (:func:`railtrain.operator.scheduling.kueue.expand`); empty without TAS.
+        reserved: whether ``status.admission`` is set (quota still reserved).
+        deleting: the Workload has a deletionTimestamp.
+        topology: its pod set's ``topologyRequest`` (empty without one).
+    """
+
+    name: str = ""
+    state: str = MISSING
+    reason: str = ""
+    message: str = ""
+    cluster_queue: str = ""
+    flavors: Mapping[str, str] = field(default_factory=dict)
+    levels: tuple[str, ...] = ()
+    domains: tuple[tuple[tuple[str, ...], int], ...] = ()
+    reserved: bool = False
+    deleting: bool = False
+    topology: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def admitted(self) -> bool:
+        """Whether Kueue admitted the Workload and has not evicted it."""
+        return self.state == ADMITTED
+
+
+def condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The Workload's condition of ``type_``, or None."""
+    return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def _true(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    found = condition(workload, type_)
+    return found if found is not None and found.get("status") == "True" else None
+
+
+def view(workload: Mapping[str, Any] | None) -> KueueView:
+    """Read a Workload as stored (pure; None: there is none).
+
+    Raises:
+        ValueError: an admitted Workload whose topology assignment does not decode (named).
+    """
+    if not workload:
+        return KueueView()
+    meta, status = workload.get("metadata") or {}, workload.get("status") or {}
+    podset = next(iter((workload.get("spec") or {}).get("podSets") or []), {})
+    base = {"name": str(meta.get("name", "")), "reserved": bool(status.get("admission")), "deleting": bool(meta.get("deletionTimestamp")),
+            "topology": dict(podset.get("topologyRequest") or {})}
+    if (done := _true(workload, "Finished")) is not None:
+        return KueueView(state=FINISHED, reason=str(done.get("reason", "")), message=str(done.get("message", "")), **base)
+    if base["deleting"]:
+        return KueueView(state=EVICTED, reason="WorkloadDeleted", message="the Workload is being deleted", **base)
+    if (evicted := _true(workload, "Evicted")) is not None:
+        return KueueView(state=EVICTED, reason=str(evicted.get("reason", "")), message=str(evicted.get("message", "")), **base)
+    admission = status.get("admission") or {}
+    if _true(workload, "Admitted") is not None and admission:
+        assignment = next(iter(admission.get("podSetAssignments") or []), {})
+        levels, domains = expand(assignment.get("topologyAssignment"))
+        return KueueView(state=ADMITTED, cluster_queue=str(admission.get("clusterQueue", "")), flavors=dict(assignment.get("flavors") or {}),
+                         levels=levels, domains=tuple(domains), **base)
+    if (workload.get("spec") or {}).get("active") is False:
+        return KueueView(state=PENDING, reason="Inactive", message="the Workload is deactivated (spec.active is false)", **base)
+    waiting = condition(workload, "QuotaReserved") or {}
+    if waiting.get("status") == "True":
+        checks = [c for c in status.get("admissionChecks") or [] if c.get("state") != "Ready"]
+        said = "; ".join(f"{c.get('name')}: {c.get('state')} {c.get('message', '')}".strip() for c in checks)
+        return KueueView(state=PENDING, reason="AdmissionChecks", message=f"quota is reserved; waiting for admission checks ({said or 'none named'})", **base)
+    return KueueView(state=PENDING, reason=str(waiting.get("reason", "")), message=str(waiting.get("message", "")), **base)
+
+
+def pending_sentence(v: KueueView, queue: str) -> str:
+    """The Scheduled condition's message for a job Kueue has not admitted (pure): the Workload, the LocalQueue, and Kueue's own words."""
+    if v.state == MISSING:
+        return f"waiting for its Workload in LocalQueue {queue} to be created"
+    said = f"{v.reason}: {v.message}" if v.reason and v.message else (v.message or v.reason or "no reason given yet")
+    if v.state == EVICTED:
+        return f"Kueue evicted Workload {v.name} (LocalQueue {queue}): {said}; waiting to be admitted again"
+    return f"waiting for Kueue to admit Workload {v.name} from LocalQueue {queue}: {said}"
+
+
+def _set(conditions: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str, now: datetime, generation: Any) -> list[dict[str, Any]]:
+    """``conditions`` with ``type_`` set (lastTransitionTime kept unless the status changes)."""
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.get("type") == type_), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value and old.get("lastTransitionTime") else format_time(now)
+    new = {"type": type_, "status": value, "reason": reason, "message": message[:32768], "lastTransitionTime": since}
+    if generation is not None:
+        new["observedGeneration"] = generation
+    return [c for c in conditions if c.get("type") != type_] + [new]
+
+
+def requeued_status(workload: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The status an evicted Workload gets once its gang is stopped (pure; a merge-patch body for ``workloads/status``).
+
+    ``Requeued`` is True for an eviction by preemption or node failures (Kueue queues it again at once), False
+    otherwise (e.g. deactivated); the quota reservation is cleared: ``QuotaReserved`` False reason ``Pending``
+    with the eviction's message, ``Admitted`` False, ``admission`` removed (Kueue's
+    ``workload.UnsetQuotaReservationWithCondition``).
+    """
+    evicted = _true(workload, "Evicted") or {}
+    reason, message = str(evicted.get("reason", "Evicted")), str(evicted.get("message", "evicted"))
+    gen = (workload.get("metadata") or {}).get("generation")
+    conds = list((workload.get("status") or {}).get("conditions") or [])
+    conds = _set(conds, "Requeued", reason in ("Preempted", "NodeFailures"), reason, message, now, gen)
+    conds = _set(conds, "QuotaReserved", False, "Pending", message, now, gen)
+    if condition(workload, "Admitted") is not None:
+        conds = _set(conds, "Admitted", False, "NoReservation", "The workload has no reservation", now, gen)
+    return {"conditions": conds, "admission": None}
+
+
+def finished_status(workload: Mapping[str, Any], succeeded: bool, message: str, now: datetime) -> dict[str, Any]:
+    """The status of a Workload whose job ended (pure): ``Finished`` True, reason ``Succeeded`` or ``Failed``, the job's sentence."""
+    gen = (workload.get("metadata") or {}).get("generation")
+    conds = list((workload.get("status") or {}).get("conditions") or [])
+    return {"conditions": _set(conds, "Finished", True, "Succeeded" if succeeded else "Failed", message or "the job ended", now, gen)}
+
+
+def stop_for(v: KueueView | None, queue: str, obj: Mapping[str, Any], pods: list[dict[str, Any]]) -> Refusal | None:
+    """The order to stop a Kueue job's gang, when its Workload no longer admits it (pure).
+
+    Args:
+        v: the Workload's view (None: the job is not Kueue's).
+        queue: the LocalQueue the job names.
+        obj: the TrainingJob as read; pods: its pods.
+
+    Returns:
+        A :class:`~railtrain.operator.scheduling.refusal.Refusal` with reason
+        :data:`~railtrain.crds.reasons.EVICTED_BY_KUEUE` (the planner's ``kueue-evicted`` row stops the whole gang
+        on it, :mod:`railtrain.operator.job.phases.kueue`) when the Workload is evicted, deleted, deactivated or
+        gone while the job holds nodes (Scheduled True, or a pod of it not being deleted); None otherwise.
+    """
+    if v is None or v.admitted or v.state == FINISHED:
+        return None
+    scheduled = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Scheduled"), {})
+    uid = (obj.get("metadata") or {}).get("uid")
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and any(r.get("uid") == uid and r.get("controller") for r in (p.get("metadata") or {}).get("ownerReferences") or [])
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    if scheduled.get("status") != "True" and not live:
+        return None
+    return Refusal(reasons.EVICTED_BY_KUEUE, pending_sentence(v, queue), warning=True)

@@ -1,0 +1,179 @@
+"""The runtime half of Kueue's external-framework protocol: the Workload of each Kueue job kept, read and answered.
+
+A TrainingJob labelled ``kueue.x-k8s.io/queue-name`` is Kueue's to admit
+(docs/kueue.md). The pure wings decide everything: the Workload it should have
+(:mod:`railtrain.operator.job.workload`), where it stands and what it is owed
+(:mod:`railtrain.operator.job.kueuestatus`), its placement inside the admission
+(:mod:`railtrain.operator.job.kueueadmit`). Here, through the API edge
+(:mod:`railtrain.operator.kube.kueue`):
+
+* :func:`sync`, at each reconcile of a Kueue job: create its one Workload,
+  replace it when the job changed while it waits, answer an eviction once the
+  gang is stopped (the quota reservation cleared), mark it Finished when the job
+  ends and then drop railtrain's finalizer; returns the Workload's view;
+* :func:`admissions`, once per admission pass: each waiting Kueue job's
+  Workload with its admitted flavors' node labels and tolerations;
+* :func:`dress`, before a plan creates a Kueue job's pods: the flavors' node
+  selector and tolerations, and Kueue's workload annotation and pod-set label.
+
+May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes client (the runtime sits above the wings); never torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Sequence
+
+from railtrain.crds import kueue as names
+from railtrain.operator.job import conditions as cond
+from railtrain.operator.job import kueuestatus, workload
+from railtrain.operator.job.kueueadmit import KueueAdmission
+from railtrain.operator.job.kueuestatus import KueueView
+from railtrain.operator.job.observed import Observed
+from railtrain.operator.job.phases.step import Plan
+from railtrain.operator.kube.errors import ApiError, Invalid, NotFound
+from railtrain.operator.kube.kueue import KueueVerbs
+
+log = logging.getLogger("railtrain.operator")
+
+NOT_INSTALLED = (
+    f"the Workload API ({names.GROUP}/{names.VERSION}) is not served on this cluster: Kueue is not installed; "
+    f"install Kueue, or remove the {names.QUEUE_LABEL} label to use railtrain's own queue"
+)
+
+
+def priority(verbs: KueueVerbs, job: dict[str, Any], seen: Observed) -> workload.Priority:
+    """The Workload's priority: the job's WorkloadPriorityClass label, else the template's PriorityClass, else ``spec.priority``.
+
+    A class that does not exist falls back to ``spec.priority`` (Kueue's own webhook then judges the Workload).
+    """
+    label = ((job["metadata"].get("labels") or {}).get(names.PRIORITY_LABEL))
+    if label and (wpc := verbs.get_cluster_object(names.WORKLOAD_PRIORITY_CLASSES, label)) is not None:
+        return workload.Priority(int(wpc.get("value") or 0), {"group": names.GROUP, "kind": "WorkloadPriorityClass", "name": label})
+    pc_name = ((seen.pod0 or {}).get("spec") or {}).get("priorityClassName")
+    if pc_name and (pc := verbs.get_priority_class(pc_name)) is not None:
+        return workload.Priority(int(pc.get("value") or 0), {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc_name})
+    return workload.Priority(int(seen.usable.spec.priority if seen.usable else 0))
+
+
+def _live(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> bool:
+    """Whether any pod the job owns still exists and has not ended (Kueue's ``IsActive``)."""
+    uid = job["metadata"].get("uid")
+    return any(
+        any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or []) and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        for p in pods
+    )
+
+
+def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], pods: Sequence[dict[str, Any]], now: datetime) -> KueueView | None:
+    """Keep a Kueue job's one Workload and answer it (see the module docstring); None when the job is not Kueue's.
+
+    Returns:
+        The Workload's view after this call's writes: :data:`~railtrain.operator.job.kueuestatus.MISSING` with a
+        reason and sentence when it could not be created (Kueue not installed, refused by Kueue's webhook).
+
+    Raises:
+        railtrain.operator.kube.errors.ApiError: an API error other than those named (the next reconcile retries).
+    """
+    queue = workload.queue_name(job)
+    if queue is None:
+        return None
+    verbs = KueueVerbs(kube)
+    meta = job["metadata"]
+    name = workload.workload_name(meta)
+    stored = verbs.get_workload(meta["namespace"], name)
+    phase = (job.get("status") or {}).get("phase")
+    if phase in cond.TERMINAL_PHASES:
+        return _finish(verbs, job, stored, phase == cond.SUCCEEDED, now, pods)
+    if stored is not None and stored["metadata"].get("deletionTimestamp"):
+        if not _live(job, pods):  # the gang is stopped: let the deletion finish (jobframework: stopJob, then RemoveFinalizer)
+            verbs.remove_finalizer(stored)
+        return kueuestatus.view(stored)
+    if seen.usable is None or seen.pod0 is None:
+        return kueuestatus.view(stored)  # the planner fails the job (InvalidSpec); no Workload for a spec that cannot become pods
+    want = workload.desired(seen, levels, priority(verbs, job, seen))
+    if stored is None:
+        return _create(verbs, want)
+    current = kueuestatus.view(stored)
+    if not workload.equivalent(stored, want) and not current.reserved:
+        log.info("%s/%s: the job changed while waiting for Kueue; replacing Workload %s", meta["namespace"], meta["name"], name)
+        verbs.remove_finalizer(stored)
+        verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
+        return KueueView(name=name, reason="Replaced", message="the job changed while it waited; its Workload is being replaced")
+    if current.state == kueuestatus.EVICTED and current.reserved and not _live(job, pods):
+        verbs.patch_workload_status(stored, kueuestatus.requeued_status(stored, now))  # stopped: Kueue may queue it again
+    return current
+
+
+def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:
+    """Create the Workload; a refusal becomes a view with Kueue's (or the API server's) sentence."""
+    try:
+        made = verbs.create_workload(want)
+    except NotFound:
+        return KueueView(reason="KueueNotInstalled", message=NOT_INSTALLED)
+    except Invalid as err:
+        return KueueView(reason="WorkloadRefused", message=f"the API server refused the Workload: {err.message}")
+    return kueuestatus.view(made) if made is not None else KueueView(name=want["metadata"]["name"])
+
+
+def _finish(verbs: KueueVerbs, job: dict[str, Any], stored: dict[str, Any] | None, succeeded: bool, now: datetime,
+            pods: Sequence[dict[str, Any]]) -> KueueView:
+    """A finished job's Workload: ``Finished`` written, then railtrain's finalizer dropped (Kueue's ``jobframework`` order)."""
+    if stored is None:
+        return KueueView()
+    current = kueuestatus.view(stored)
+    if current.state != kueuestatus.FINISHED and not stored["metadata"].get("deletionTimestamp"):
+        ended = cond.find((job.get("status") or {}).get("conditions") or [], cond.SUCCEEDED if succeeded else cond.FAILED) or {}
+        if verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, str(ended.get("message") or ""), now)):
+            return KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
+        return current
+    if names.FINALIZER in (stored["metadata"].get("finalizers") or []) and not _live(job, pods):
+        verbs.remove_finalizer(stored)
+    return current
+
+
+def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]]) -> dict[str, KueueAdmission]:
+    """``namespace/name`` → :class:`~railtrain.operator.job.kueueadmit.KueueAdmission` of each waiting Kueue job in ``waiting``.
+
+    One GET of the Workload per waiting Kueue job, and one per admitted flavor; a job whose Workload cannot be
+    read is left out (it waits this pass, with its Workload unknown).
+    """
+    verbs = KueueVerbs(kube)
+    out: dict[str, KueueAdmission] = {}
+    for each in waiting:
+        job = each.obj if isinstance(each, Observed) else each
+        queue = workload.queue_name(job)
+        if queue is None:
+            continue
+        meta = job["metadata"]
+        try:
+            v = kueuestatus.view(verbs.get_workload(meta["namespace"], workload.workload_name(meta)))
+            labels, tolerations = flavor_terms(verbs, v)
+        except (ApiError, ValueError) as err:
+            log.warning("%s/%s: its Workload could not be read this pass: %s", meta["namespace"], meta["name"], err)
+            continue
+        out[f"{meta['namespace']}/{meta['name']}"] = KueueAdmission(queue, v, labels, tolerations)
+    return out
+
+
+def flavor_terms(verbs: KueueVerbs, v: KueueView) -> tuple[dict[str, str], tuple[dict[str, Any], ...]]:
+    """The admitted flavors' ``spec.nodeLabels`` together and their ``spec.tolerations`` (empty until admitted)."""
+    labels: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    for flavor in sorted(set(v.flavors.values())) if v.admitted else ():
+        spec = (verbs.get_cluster_object(names.RESOURCE_FLAVORS, flavor) or {}).get("spec") or {}
+        labels.update(spec.get("nodeLabels") or {})
+        tolerations.extend(t for t in spec.get("tolerations") or [] if t not in tolerations)
+    return labels, tuple(tolerations)
+
+
+def dress(kube: Any, job: dict[str, Any], plan: Plan) -> None:
+    """Give the pods ``plan`` creates for a Kueue job what Kueue's admission asks of them (in place; nothing for other jobs)."""
+    if not plan.create_pods or workload.queue_name(job) is None:
+        return
+    verbs = KueueVerbs(kube)
+    name = workload.workload_name(job["metadata"])
+    v = kueuestatus.view(verbs.get_workload(job["metadata"]["namespace"], name))
+    labels, tolerations = flavor_terms(verbs, v)
+    plan.create_pods[:] = [workload.dress_pod(p, name, labels, tolerations, v.topology) for p in plan.create_pods]

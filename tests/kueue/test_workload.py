@@ -1,0 +1,148 @@
+"""The pure half of Kueue's external-framework protocol (no cluster): the Workload built, read, decoded, and the gang placed inside it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from railtrain.crds import kueue as names
+from railtrain.crds import reasons
+from railtrain.operator.job import admit, kueuestatus, ledger, planner, workload
+from railtrain.operator.job.kueueadmit import KueueAdmission
+from railtrain.operator.job.observed import observe_job
+from railtrain.operator.job.plansettings import PlanSettings
+from railtrain.operator.scheduling.kueue import assigned_nodes, expand, place_in_assignment
+from railtrain.operator.scheduling.placement import Placement
+from railtrain.operator.scheduling.refusal import Refusal
+from railtrain.operator.scheduling.snapshot import snapshot
+from tests.operator.builders import BLOCK, HOST, RACK, fabric, gang, job_obj
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def kueue_job(name="llm", nodes=2, **spec):
+    obj = job_obj(name, nodes=nodes, **spec)
+    obj["metadata"]["labels"] = {names.QUEUE_LABEL: "team-q"}
+    obj["metadata"]["creationTimestamp"] = "2026-12-03T11:00:00Z"
+    return obj
+
+
+def admitted(name, hosts, flavor="gpu"):
+    """A Workload admitted with a TAS assignment of one pod on each of ``hosts`` (hostname level only, compressed with a prefix)."""
+    return {
+        "metadata": {"name": name, "namespace": "team", "generation": 1, "resourceVersion": "7"},
+        "spec": {"queueName": "team-q", "active": True},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
+                           {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "ok"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [{
+                "name": "main", "flavors": {"nvidia.com/gpu": flavor}, "count": len(hosts),
+                "topologyAssignment": {"levels": [HOST], "slices": [{
+                    "domainCount": len(hosts), "valuesPerLevel": [{"individual": {"prefix": "b0r1n", "roots": [h.removeprefix("b0r1n") for h in hosts]}}],
+                    "podCounts": {"universal": 1}}]}}]},
+        },
+    }
+
+
+def test_expand_decodes_universal_and_individual_values_with_prefix_suffix_and_counts():
+    levels, domains = expand({"levels": [BLOCK, RACK], "slices": [
+        {"domainCount": 2, "valuesPerLevel": [{"universal": "b0"}, {"individual": {"prefix": "b0-r", "suffix": "x", "roots": ["0", "1"]}}],
+         "podCounts": {"individual": [3, 1]}},
+        {"domainCount": 1, "valuesPerLevel": [{"universal": "b1"}, {"universal": "b1-r0"}], "podCounts": {"universal": 2}},
+    ]})
+    assert levels == (BLOCK, RACK)
+    assert domains == [(("b0", "b0-r0x"), 3), (("b0", "b0-r1x"), 1), (("b1", "b1-r0"), 2)]
+    with pytest.raises(ValueError, match=r"slices\[0\].podCounts.individual has 1 values; domainCount is 2"):
+        expand({"levels": [HOST], "slices": [{"domainCount": 2, "valuesPerLevel": [{"universal": "n"}], "podCounts": {"individual": [1]}}]})
+
+
+def test_gang_is_placed_inside_the_assignment_in_rail_order_and_refused_when_crowded():
+    nodes, pods = fabric(blocks=1, racks=2, per_rack=4)
+    snap = snapshot(nodes, pods, "nvidia.com/gpu", LEVELS)
+    request = admit.read_queue([kueue_job(nodes=3)], [], [], NOW).waiting["team/llm"][2]
+    v = kueuestatus.view(admitted("w", ["b0r1n3", "b0r1n1", "b0r1n2"]))
+    hosts = assigned_nodes(snap, v.levels, v.domains)
+    assert hosts == {"b0r1n1": 1, "b0r1n2": 1, "b0r1n3": 1}
+    result = place_in_assignment(request, snap, hosts, {})
+    assert isinstance(result, Placement) and sorted(result.nodes) == ["b0r1n1", "b0r1n2", "b0r1n3"]
+    crowded = place_in_assignment(request, snap, {"b0r1n1": 2, "b0r1n2": 1}, {})
+    assert isinstance(crowded, Refusal) and crowded.reason == reasons.OUTSIDE_KUEUE_ASSIGNMENT and "one rank per node" in crowded.message
+
+
+def test_workload_carries_the_protocols_fields_and_the_real_pod_template():
+    obj = kueue_job(template={"spec": {"nodeSelector": {"pool": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]}},
+                    topology={"policy": "required", "level": RACK}, priority=5)
+    want = workload.desired(observe_job(obj), LEVELS, workload.Priority(5))
+    meta, spec = want["metadata"], want["spec"]
+    assert meta["finalizers"] == [names.FINALIZER] and meta["labels"] == {names.JOB_UID_LABEL: "uid-llm"}
+    assert meta["ownerReferences"][0] | {} == {"apiVersion": "railtrain.dev/v1alpha1", "kind": "TrainingJob", "name": "llm", "uid": "uid-llm",
+                                              "controller": True, "blockOwnerDeletion": True}
+    assert want["apiVersion"] == "kueue.x-k8s.io/v1beta2" and spec["queueName"] == "team-q" and spec["priority"] == 5
+    podset = spec["podSets"][0]
+    assert podset["count"] == 2 and podset["topologyRequest"] == {"required": RACK, "podIndexLabel": "railtrain.dev/node-rank"}
+    pod = podset["template"]["spec"]
+    assert pod["nodeSelector"]["pool"] == "a" and {"key": "gpu", "operator": "Exists"} in pod["tolerations"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8" and "schedulingGates" not in pod
+    assert workload.equivalent(want, want)
+    bigger = workload.desired(observe_job(kueue_job(nodes=3, topology={"policy": "required", "level": RACK}, priority=5)), LEVELS, workload.Priority(5))
+    assert not workload.equivalent(want, bigger)
+    preferred = workload.desired(observe_job(kueue_job()), LEVELS, workload.Priority(0, {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "hi"}))
+    assert preferred["spec"]["podSets"][0]["topologyRequest"]["preferred"] == RACK and preferred["spec"]["priorityClassRef"]["name"] == "hi"
+
+
+def test_view_reads_pending_admitted_evicted_and_answers_them():
+    pending = {"metadata": {"name": "w"}, "spec": {}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "insufficient quota for nvidia.com/gpu in flavor gpu"}]}}
+    v = kueuestatus.view(pending)
+    assert v.state == kueuestatus.PENDING and kueuestatus.pending_sentence(v, "q") == (
+        "waiting for Kueue to admit Workload w from LocalQueue q: Pending: insufficient quota for nvidia.com/gpu in flavor gpu")
+    ok = kueuestatus.view(admitted("w", ["b0r1n1"]))
+    assert ok.admitted and ok.cluster_queue == "cq" and ok.flavors == {"nvidia.com/gpu": "gpu"} and ok.domains == ((("b0r1n1",), 1),)
+    evicted = admitted("w", ["b0r1n1"])
+    evicted["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload"})
+    assert kueuestatus.view(evicted).state == kueuestatus.EVICTED
+    after = kueuestatus.requeued_status(evicted, NOW)
+    by = {c["type"]: c for c in after["conditions"]}
+    assert after["admission"] is None and by["Requeued"]["status"] == "True" and by["QuotaReserved"]["reason"] == "Pending" and by["Admitted"]["status"] == "False"
+    done = kueuestatus.finished_status(evicted, True, "all ranks exited 0", NOW)
+    assert {c["type"]: c for c in done["conditions"]}["Finished"]["reason"] == "Succeeded"
+
+
+def test_eviction_stops_the_whole_gang_and_says_kueues_reason():
+    obj = kueue_job(status={"phase": "Running", "restarts": 0, "conditions": [
+        {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "m", "lastTransitionTime": "2026-12-03T11:00:00Z"},
+        {"type": "Running", "status": "True", "reason": "AllRanksRunning", "message": "m", "lastTransitionTime": "2026-12-03T11:00:00Z"}]})
+    pods = gang(obj, phase="Running", gated=False, nodes=["b0r1n1", "b0r1n2"])
+    gone = kueuestatus.view({"metadata": {"name": "w"}, "spec": {"active": False}, "status": {"conditions": [
+        {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "The workload is deactivated"}]}})
+    stop = kueuestatus.stop_for(gone, "team-q", obj, pods)
+    assert stop is not None and stop.reason == reasons.EVICTED_BY_KUEUE
+    p = planner.plan(obj, pods, True, NOW, stop)
+    assert p.delete_pods == ["llm-0", "llm-1"] and p.status["phase"] == "Pending"
+    scheduled = next(c for c in p.status["conditions"] if c["type"] == "Scheduled")
+    assert scheduled["status"] == "False" and scheduled["reason"] == reasons.EVICTED_BY_KUEUE and "Deactivated: The workload is deactivated" in scheduled["message"]
+    assert kueuestatus.stop_for(kueuestatus.view(admitted("w", ["b0r1n1"])), "team-q", obj, pods) is None  # still admitted: nothing to stop
+
+
+def test_pass_keeps_kueue_jobs_waiting_and_takes_their_admitted_nodes_from_railtrains_queue():
+    nodes, pods = fabric(blocks=1, racks=2, per_rack=2)  # b0r0n0..1, b0r1n0..1
+    waiting_job, placed_job, own = kueue_job("waits", nodes=1), kueue_job("kq", nodes=2), job_obj("own", nodes=4)
+    queue = admit.read_queue([waiting_job, placed_job, own], [], [], NOW)
+    views = {
+        "team/waits": KueueAdmission("team-q", kueuestatus.view({"metadata": {"name": "w1"}, "spec": {}, "status": {"conditions": [
+            {"type": "QuotaReserved", "status": "False", "reason": "Inadmissible", "message": "LocalQueue team-q doesn't exist"}]}})),
+        "team/kq": KueueAdmission("team-q", kueuestatus.view(admitted("w2", ["b0r1n0", "b0r1n1"]))),
+    }
+    found = admit.decide(queue, pods, nodes, PlanSettings(levels=LEVELS), views)
+    by = {d.job: d.result for d in found.decisions}
+    assert by["team/waits"].reason == reasons.WAITING_FOR_KUEUE and "LocalQueue team-q doesn't exist" in by["team/waits"].message
+    assert sorted(by["team/kq"].nodes) == ["b0r1n0", "b0r1n1"]
+    assert isinstance(by["team/own"], Refusal)  # 4 nodes exist, but Kueue admitted two of them: railtrain's own job waits
+    assert isinstance(admit.decide(queue, pods, nodes, PlanSettings(levels=LEVELS)).decisions[0].result, Refusal)  # no Workload known: waits
+    dressed = workload.dress_pod(gang(placed_job)[0], "w2", {"pool": "a"}, [{"key": "k", "operator": "Exists"}], {"preferred": RACK})
+    assert dressed["spec"]["nodeSelector"]["pool"] == "a" and {"key": "k", "operator": "Exists"} in dressed["spec"]["tolerations"]
+    assert dressed["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] == RACK  # Kueue's TAS counts it as the Workload's, not again
+    assert dressed["metadata"]["annotations"][names.WORKLOAD_ANNOTATION] == "w2" and dressed["metadata"]["labels"][names.PODSET_LABEL] == "main"
+    assert ledger.key(own) == "team/own"
