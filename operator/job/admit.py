@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from railtrain.operator.job import ledger
+from railtrain.operator.job import kueueadmit, ledger
+from railtrain.operator.job.kueueadmit import KueueAdmission
+from railtrain.operator.job.workload import queue_name
 from railtrain.operator.job.conditions import SCHEDULED, condition_of
 from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.job.plansettings import PlanSettings
@@ -75,7 +77,10 @@ def read_queue(jobs: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], a
     return found
 
 
-def decide(queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]], settings: PlanSettings) -> Admissions:
+def decide(
+    queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequence[dict[str, Any]], settings: PlanSettings,
+    kueue: Mapping[str, KueueAdmission] | None = None,
+) -> Admissions:
     """Schedule every waiting job of ``queue`` (pure).
 
     Args:
@@ -83,19 +88,24 @@ def decide(queue: ledger.Ledger, active: Sequence[dict[str, Any]], nodes: Sequen
         active: every non-terminal pod (the promised pods of ``queue`` are added here).
         nodes: every v1 Node.
         settings: the topology levels, and the fabric profile whose per-node values placed ranks get.
+        kueue: ``namespace/name`` → the Workload of each waiting job labelled ``kueue.x-k8s.io/queue-name``
+            (:mod:`railtrain.operator.job.kueueadmit`: such jobs are decided first, inside Kueue's admission;
+            one missing here waits for its Workload).
 
     Returns:
         The :class:`Admissions`.
     """
     requests: dict[str, list[GangRequest]] = defaultdict(list)
-    for _, _, request in queue.waiting.values():
-        requests[request.gpu_resource].append(request)
+    kueues: dict[str, list[GangRequest]] = defaultdict(list)
+    for job, _, request in queue.waiting.values():
+        (kueues if queue_name(job) else requests)[request.gpu_resource].append(request)
     taken = [*active, *queue.promised]  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
     decisions: list[Decision] = []
     snapshots: dict[str, ClusterSnapshot] = {}
-    for resource, group in sorted(requests.items()):
-        snapshots[resource] = snapshot(nodes, taken, resource, settings.levels)
-        decisions.extend(schedule(group, snapshots[resource], queue.holds_for(resource)))
+    for resource in sorted(set(requests) | set(kueues)):
+        theirs, snapshots[resource] = kueueadmit.place(kueues[resource], kueue or {}, snapshot(nodes, taken, resource, settings.levels))
+        decisions.extend(theirs)  # Kueue's admitted capacity is taken before railtrain's own queue is placed
+        decisions.extend(schedule(requests[resource], snapshots[resource], queue.holds_for(resource)))
     by_name = {n["metadata"]["name"]: n for n in nodes}
     writes = [
         Decision(d.job, with_node_values(d.result, settings.fabric, by_name))
