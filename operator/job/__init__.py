@@ -1,7 +1,8 @@
 """One job's lifecycle, pure: its request, plan, pods, records and conditions.
 
 Modules: :mod:`.observed` (a job as one pass reads it: its spec parsed and checked
-once), :mod:`.request` (the gang request, the hold, the promised pods),
+once, its status read through the models), :mod:`.stored` (a stored status read back
+leniently as the crds models), :mod:`.request` (the gang request, the hold, the promised pods),
 :mod:`.pods` (what the pods say: rank, restart, phase, gate), :mod:`.records`
 (the admission and hold records in status, as the crds models), :mod:`.planner` (one pass's plan
 for one job, through the :mod:`.phases` table), :mod:`.render` (pods and the

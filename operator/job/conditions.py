@@ -69,7 +69,7 @@ def condition_of(status: TrainingJobStatus, type_: str) -> Condition | None:
 
 def read_condition(raw: dict[str, Any] | None) -> ObservedCondition | None:
     """One condition as stored or being set (a :func:`set_condition` entry) read through the model, None when absent or
-    unreadable (as :func:`~railtrain.operator.job.observed.read_status` leaves out an entry it cannot read)."""
+    unreadable (as :func:`~railtrain.operator.job.stored.read_status` leaves out an entry it cannot read)."""
     if raw is None:
         return None
     try:

@@ -7,11 +7,10 @@ machine). :func:`observe_job` does the reading once per job per pass, and
 those places take the resulting :class:`Observed` (they still accept the raw
 object, which they observe themselves, for callers that hold only that).
 
-The status is read through :class:`~railtrain.crds.api.TrainingJobStatus` by
-:func:`read_status`, leniently: a stored status may be partial (written by
-hand, by a test, or by an older operator) or carry fields this version does
-not know, and a pass must never fail on it, so what the model cannot read is
-left out field by field (as if never written) rather than refusing the whole.
+The status is read through :class:`~railtrain.crds.api.TrainingJobStatus`
+leniently (:func:`railtrain.operator.job.stored.read_status`): a stored status
+may be partial, older or carry fields this version does not know, and a pass
+must never fail on it; what the model cannot read is left out field by field.
 
 May import: ``railtrain.crds`` and the pure ``railtrain.operator.scheduling`` and
 ``railtrain.operator.job`` modules; never kopf, the kubernetes client or ``operator/kube``.
@@ -21,23 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from railtrain.crds.api import TrainingJob, TrainingJobStatus
-from railtrain.operator.job.conditions import ObservedCondition
 from railtrain.crds.validation import format_validation_error
 from railtrain.operator.job import render
+from railtrain.operator.job.stored import status_and_problem
 from railtrain.operator.scheduling.snapshot import parse_quantity
-
-
-class ObservedStatus(TrainingJobStatus):
-    """A TrainingJob's ``status`` as read back (the read side of :class:`~railtrain.crds.api.TrainingJobStatus`): its
-    conditions are :class:`~railtrain.operator.job.conditions.ObservedCondition` (only ``type`` required); every other
-    field is the API model's. :func:`read_status` builds it."""
-
-    conditions: list[ObservedCondition] = Field(default_factory=list, description="Latest observations, one per type.")
 
 
 @dataclass(frozen=True)
@@ -56,19 +47,26 @@ class Observed:
         return self.obj["metadata"]
 
     @cached_property
-    def status(self) -> TrainingJobStatus:
-        """``status`` read through the model (:func:`read_status`: what it cannot read is left out; all defaults when never written).
+    def _status(self) -> tuple[TrainingJobStatus, str]:
+        return status_and_problem(self.obj.get("status"))
 
-        Raises:
-            ValueError: a corrupt status (:func:`read_status`); the reader names the job and leaves it out.
-        """
-        return read_status(self.obj.get("status"))
+    @property
+    def status(self) -> TrainingJobStatus:
+        """``status`` read through the model, once (:func:`~railtrain.operator.job.stored.read_status`: what it cannot
+        read is left out; all defaults when never written)."""
+        return self._status[0]
+
+    @property
+    def status_error(self) -> str:
+        """Why the stored status is corrupt (a top-level value not of its type, left out of :attr:`status`), "" when
+        it is not; the admission pass names such a job and leaves it out (:func:`~railtrain.operator.job.request.admission_request`)."""
+        return self._status[1]
 
     def with_status(self, status: TrainingJobStatus) -> "Observed":
         """The same job with ``status`` in place of the stored one, sharing what was derived from the spec (parsed,
         checked and rendered at most once for both)."""
         other = Observed(self.obj | {"status": status.to_api()})
-        other.__dict__.update(_read=self._read, status=status)  # the cached_property slots: nothing read twice
+        other.__dict__.update(_read=self._read, _status=(status, ""))  # the cached_property slots: nothing read twice
         return other
 
     @cached_property
@@ -114,87 +112,6 @@ def parse_job(obj: dict[str, Any]) -> TrainingJob:
         pydantic.ValidationError: the stored spec does not match the models.
     """
     return TrainingJob.model_validate({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": obj["metadata"]["name"]}})
-
-
-def read_status(raw: Mapping[str, Any] | TrainingJobStatus | None) -> TrainingJobStatus:
-    """A TrainingJob's ``status`` read through the API model, leniently (pure).
-
-    The models are strict (``extra="forbid"``, required fields) because they
-    also generate the CRD schema, but a stored status need not match them: a
-    partial status written by hand or by a test (a placement summary without
-    ``topology.policy``, a condition without a reason), one written by an older
-    operator, or a field or phase this version does not know. A pass must never
-    fail on that, so:
-
-    * a condition needs only its type (:class:`ObservedCondition`: the operator
-      decides on conditions, and read partial ones before the models did);
-    * a null or empty value is unset (a pass's own status under construction
-      holds nulls for the keys its patch deletes);
-    * a missing field, an unknown field, a value outside its field's enum or
-      bounds, a record or summary the model refuses (``admission``, ``hold``,
-      ``topology``...) is left out, as if never written (its default is read),
-      and in a list field only the refused entries are. A record it cannot
-      read is absent, as the operator read records before the models did.
-
-    What is left is a top-level value that is not of its field's type at all
-    (``requeueAfter: "not a time"``, ``restarts: "many"``): not a partial or
-    older status but a corrupt one, which the operator refused before the
-    models read it (a time or a count it could not parse) and still refuses,
-    so the pass names the job and leaves it out rather than acting on a guess.
-
-    Args:
-        raw: the ``status`` object as read (None or not a mapping: never written), or a model already read.
-
-    Returns:
-        An :class:`ObservedStatus` (a :class:`~railtrain.crds.api.TrainingJobStatus` whose conditions need only a
-        type), all defaults when nothing is readable.
-
-    Raises:
-        ValueError: a top-level field holds a value not of its type (one sentence naming the field).
-    """
-    if isinstance(raw, TrainingJobStatus):
-        return raw
-    data = {k: v for k, v in raw.items() if v is not None and v != ""} if isinstance(raw, Mapping) else {}
-    while True:
-        try:
-            return ObservedStatus.model_validate(data)
-        except ValidationError as err:
-            kept = _without_refused(data, err)
-        if kept == data:
-            return ObservedStatus()
-        data = kept
-
-
-def _corrupt(error: Any) -> bool:
-    """Whether a validation error is a top-level value that is not of its field's type (a parse or type failure,
-    not an enum, a bound, a missing or an unknown field)."""
-    return len(error["loc"]) == 1 and str(error["type"]).endswith(("_parsing", "_type")) and error["type"] != "model_type"
-
-
-def _without_refused(data: dict[str, Any], err: ValidationError) -> dict[str, Any]:
-    """``data`` less what ``err`` refuses: the refused entries of a list field, else the whole top-level field.
-
-    Raises:
-        ValueError: a top-level value is corrupt (:func:`_corrupt`).
-    """
-    fields: set[str] = set()
-    entries: dict[str, set[int]] = {}
-    for e in err.errors():
-        loc = e["loc"]
-        if not loc:
-            continue
-        key = str(loc[0])
-        if _corrupt(e):
-            raise ValueError(f"status.{key}: {data.get(key)!r} cannot be read ({e['msg']})") from None
-        if len(loc) > 1 and isinstance(loc[1], int) and isinstance(data.get(key), list):
-            entries.setdefault(key, set()).add(loc[1])
-        else:
-            fields.add(key)
-    out = {k: v for k, v in data.items() if k not in fields}
-    for key, bad in entries.items():
-        if key in out:
-            out[key] = [v for i, v in enumerate(out[key]) if i not in bad]
-    return out
 
 
 def observe_job(obj: dict[str, Any]) -> Observed:

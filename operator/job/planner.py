@@ -42,7 +42,8 @@ from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
 from railtrain.operator.job.request import admission_request, gang_request
 from railtrain.crds.api import TrainingJobStatus
-from railtrain.operator.job.observed import Observed, observe_job, observed, parse_job, read_status
+from railtrain.operator.job.observed import Observed, observe_job, observed, parse_job
+from railtrain.operator.job.stored import read_status
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.job.phases.step import finished_ranks, placement_entries

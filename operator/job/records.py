@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from railtrain.crds.times import parse_time
 from railtrain.crds.api import AdmissionRecord, HoldRecord, TrainingJobStatus
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.observed import read_status
+from railtrain.operator.job.stored import read_status
 
 
 
@@ -29,7 +29,7 @@ REQUEUE_MAX_SECONDS = 600
 
 
 StatusLike = TrainingJobStatus | Mapping[str, Any]
-"""A status read through the model, or as stored (then read by :func:`~railtrain.operator.job.observed.read_status`)."""
+"""A status read through the model, or as stored (then read by :func:`~railtrain.operator.job.stored.read_status`)."""
 
 
 def stored_admission(status: StatusLike) -> AdmissionRecord | None:

@@ -46,9 +46,15 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
         so holds back later jobs, for at most ``runPolicy.gangTimeoutSeconds``
         after it started waiting; after that it is left out, so a job whose pods
         cannot be created never blocks the queue.
+
+    Raises:
+        ValueError: the stored status is corrupt (:attr:`~railtrain.operator.job.observed.Observed.status_error`):
+            the pass names the job and leaves it out rather than act on a guess.
     """
     seen = observed(job)
     obj, status = seen.obj, seen.status
+    if seen.status_error:
+        raise ValueError(seen.status_error)
     if status.phase in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
         return None
     if seen.usable is None or seen.pod0 is None:

@@ -19,7 +19,8 @@ from railtrain.crds import contract
 from railtrain.crds.api import TrainingJobSpec, TrainingJobStatus
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.queue import Hold, schedule
-from railtrain.operator.job.observed import Observed, observed, read_status
+from railtrain.operator.job.observed import Observed, observed
+from railtrain.operator.job.stored import read_status
 from railtrain.operator.job.request import admission_request
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.topology import DEFAULT_LEVELS
@@ -41,7 +42,7 @@ def grow_due(spec: TrainingJobSpec, status: TrainingJobStatus | Mapping[str, Any
 
     Args:
         spec: the parsed spec of an elastic job (``spec.elastic`` set); status: its status (read through the model by
-            :func:`~railtrain.operator.job.observed.read_status` when given as stored); now: UTC.
+            :func:`~railtrain.operator.job.stored.read_status` when given as stored); now: UTC.
     """
     status = read_status(status)
     since = status.last_resize_time or status.start_time

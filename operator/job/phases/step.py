@@ -18,7 +18,8 @@ from typing import Any
 from railtrain.crds.api import Condition, RankPlacement, TrainingJob, TrainingJobStatus
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.observed import Observed, read_status
+from railtrain.operator.job.observed import Observed
+from railtrain.operator.job.stored import read_status
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import phase, pod_phase, rank_of, restart_of
 from railtrain.operator.job.plansettings import PlanSettings
@@ -149,7 +150,7 @@ class Step:
     @property
     def state(self) -> TrainingJobStatus:
         """The status as this pass has built it so far (:attr:`status` with :attr:`conds`), read through the model
-        (:func:`~railtrain.operator.job.observed.read_status`, read again on each call: the pass keeps changing it)."""
+        (:func:`~railtrain.operator.job.stored.read_status`, read again on each call: the pass keeps changing it)."""
         return read_status(self.status | {"conditions": self.conds})
 
     def condition(self, type_: str) -> Condition | None:
