@@ -25,6 +25,7 @@ from railtrain.crds import reasons
 from railtrain.operator import metrics
 from railtrain.operator.job import planner
 from railtrain.operator.job import resize
+from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.kube import connection
 from railtrain.operator.kube.pool import each
 from railtrain.operator.kube.errors import Rejected
@@ -108,12 +109,13 @@ def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:
     return sorted({(p["metadata"]["namespace"], (p["metadata"].get("labels") or {})[contract.LABEL_JOB_NAME]) for p in kube.list_railtrain_pods(node)})
 
 
-def needs_nodes(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+def needs_nodes(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> bool:
     """Whether this pass must see the Nodes: some pod is bound to one (node loss), some is pinned to one but
     not bound yet (a node unusable before binding), ranks are to be created from status.admission (their
-    nodes' fabric values), or the job may grow."""
-    admitted = planner.admission_record(job.get("status") or {})
-    return resize.wants_to_grow(job) or (admitted is not None and not admitted.created) or any(
+    nodes' fabric values), or the job (as observed in this pass, or as read) may grow."""
+    seen = observed(job)
+    admitted = planner.admission_record(seen.status)
+    return resize.wants_to_grow(seen) or (admitted is not None and not admitted.created) or any(
         (p.get("spec") or {}).get("nodeName") or ((p.get("spec") or {}).get("nodeSelector") or {}).get(labels.HOSTNAME) for p in pods
     )
 

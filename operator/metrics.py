@@ -20,7 +20,11 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from railtrain.crds import reasons
 from railtrain.crds.goodput import REASON_CAUSE
+from railtrain.crds.api import TrainingJobStatus
 from railtrain.crds.times import parse_time_or_none
+from railtrain.operator.job.conditions import RUNNING, SCHEDULED, condition_of
+from railtrain.operator.job.observed import Observed, observed
+from railtrain.operator.job.stored import read_status
 from railtrain.operator.kube.connection import unreachable
 from railtrain.operator.kube.errors import classify
 from railtrain.operator.scheduling.quarantine import is_quarantined
@@ -83,13 +87,14 @@ def observe_nodes(nodes: Iterable[dict[str, Any]]) -> int:
     return count
 
 
-def phase_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Jobs per status.phase (pure): every phase of :data:`PHASES` is a key, 0 when none; no phase yet counts as Pending."""
-    tally = Tally(((j.get("status") or {}).get("phase") or "Pending") for j in jobs)
+def phase_counts(jobs: Iterable[Observed | Mapping[str, Any]]) -> dict[str, int]:
+    """Jobs (as observed, or as read) per status.phase (pure): every phase of :data:`PHASES` is a key, 0 when none;
+    no phase yet counts as Pending."""
+    tally = Tally((observed(j).status.phase or "Pending") for j in jobs)
     return {phase: tally.get(phase, 0) for phase in PHASES}
 
 
-def observe_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def observe_jobs(jobs: Iterable[Observed | Mapping[str, Any]]) -> dict[str, int]:
     """Set :data:`JOBS` from a TrainingJob listing; returns :func:`phase_counts`."""
     counts = phase_counts(jobs)
     for phase, count in counts.items():
@@ -110,33 +115,35 @@ def error_kind(err: BaseException) -> str:
     return "unreachable" if unreachable(err) else "internal"
 
 
-def observe_transition(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None) -> None:
+def observe_transition(old: TrainingJobStatus | Mapping[str, Any], new: TrainingJobStatus | Mapping[str, Any], created: str | None) -> None:
     """Record what one written status change means (restart reasons, gang timeouts, time to Running).
 
     Args:
-        old: the status before the write (camelCase dict, may be empty).
-        new: the status written.
+        old: the status before the write; new: the status written (each read through the model, or as stored:
+            :func:`~railtrain.operator.job.stored.read_status`).
         created: the job's metadata.creationTimestamp (RFC 3339), or None.
     """
-    if int(new.get("restarts", 0)) > int(old.get("restarts", 0)):
-        scheduled = next((c for c in new.get("conditions") or [] if c.get("type") == "Scheduled"), {})
-        RESTARTS.labels(scheduled.get("reason", "Unknown")).inc()
-    if int(new.get("requeues", 0)) > int(old.get("requeues", 0)):
+    old, new = read_status(old), read_status(new)
+    if new.restarts > old.restarts:
+        scheduled = condition_of(new, SCHEDULED)
+        RESTARTS.labels(scheduled.reason if scheduled is not None and scheduled.reason else "Unknown").inc()
+    if new.requeues > old.requeues:
         GANG_TIMEOUTS.inc()
     seconds = time_to_running(old, new, created)
     if seconds is not None:
         TIME_TO_RUNNING.observe(seconds)
 
 
-def time_to_running(old: Mapping[str, Any], new: Mapping[str, Any], created: str | None) -> float | None:
+def time_to_running(old: TrainingJobStatus | Mapping[str, Any], new: TrainingJobStatus | Mapping[str, Any], created: str | None) -> float | None:
     """Seconds from creation to the first all-Running gang when this status change is that moment, else None (pure).
 
     The moment is status.startTime appearing on a job that never had a Running
-    condition (a resumed or restarted gang does not count again).
+    condition (a resumed or restarted gang does not count again). Both statuses are read through the model.
     """
-    if not new.get("startTime") or old.get("startTime") or any(c.get("type") == "Running" for c in old.get("conditions") or []):
+    old, new = read_status(old), read_status(new)
+    if new.start_time is None or old.start_time is not None or condition_of(old, RUNNING) is not None:
         return None
-    start, born = parse_time_or_none(new["startTime"]), parse_time_or_none(created)
+    start, born = new.start_time, parse_time_or_none(created)
     if start is None or born is None:
         return None
     return max(0.0, (start - born).total_seconds())

@@ -29,10 +29,12 @@ from typing import Any, Callable, Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from railtrain.crds import contract
+from railtrain.crds.api import TrainingJobStatus
 from railtrain.crds.goodput import Progress
 from railtrain.operator import metrics
 from railtrain.operator.job import attempts
-from railtrain.crds.times import parse_time_or_none
+from railtrain.operator.job.observed import observe_job
+from railtrain.operator.job.stored import read_status
 
 log = logging.getLogger("railtrain.operator")
 
@@ -49,11 +51,15 @@ def interval(running_jobs: int) -> float:
     return max(MIN_SECONDS, running_jobs / MAX_WRITES_PER_SECOND)
 
 
-def due(status: Mapping[str, Any], now: datetime, running_jobs: int) -> bool:
-    """Whether a Running job's progress should be read again at ``now`` (its status.progress.lastUpdateTime is old enough)."""
-    if status.get("phase") != "Running":
+def due(status: TrainingJobStatus | Mapping[str, Any], now: datetime, running_jobs: int) -> bool:
+    """Whether a Running job's progress should be read again at ``now`` (its status.progress.lastUpdateTime is old enough).
+
+    ``status`` is read through the model (:func:`~railtrain.operator.job.stored.read_status` when given as stored).
+    """
+    s = read_status(status)
+    if s.phase != "Running":
         return False
-    last = parse_time_or_none((status.get("progress") or {}).get("lastUpdateTime"))
+    last = s.progress.last_update_time if s.progress is not None else None
     return last is None or (now - last).total_seconds() >= interval(running_jobs)
 
 
@@ -148,21 +154,21 @@ class Reader:
 
     def poll(self, kube: Any, jobs: list[dict[str, Any]], now: datetime, lock_for: Callable[[str, str], Any]) -> list[Future]:
         """Start a read for every Running job that is due (:func:`due`) and not being read; returns the started reads."""
-        running = [j for j in jobs if (j.get("status") or {}).get("phase") == "Running"]
+        running = [seen for seen in map(observe_job, jobs) if seen.status.phase == "Running"]
         started = []
         with self._guard:
-            for job in running:
-                meta = job["metadata"]
+            for seen in running:
+                meta = seen.meta
                 key = (meta["namespace"], meta["name"])
                 tried = self._tried.get(key)
-                if key in self._busy or not due(job.get("status") or {}, now, len(running)):
+                if key in self._busy or not due(seen.status, now, len(running)):
                     continue
                 if tried is not None and (now - tried).total_seconds() < interval(len(running)):
                     continue
                 self._busy.add(key)
                 self._tried[key] = now
                 started.append(self._pool.submit(self._one, kube, key, now, lock_for))
-            self._tried = {k: v for k, v in self._tried.items() if k in {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in running}}
+            self._tried = {k: v for k, v in self._tried.items() if k in {(s.meta["namespace"], s.meta["name"]) for s in running}}
         return started
 
     def _one(self, kube: Any, key: tuple[str, str], now: datetime, lock_for: Callable[[str, str], Any]) -> bool:
@@ -182,11 +188,11 @@ class Reader:
                 return False
             with lock_for(namespace, name):
                 job = kube.get_job(namespace, name)
-                status = (job or {}).get("status") or {}
-                if job is None or status.get("phase") != "Running":
+                if job is None or observe_job(job).status.phase != "Running":
                     return False
                 patch: dict[str, Any] = {"progress": found}
-                recorded = attempts.with_progress(status, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now)
+                stored = job.get("status") or {}  # as stored: the goodput patch extends its attempts
+                recorded = attempts.with_progress(stored, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now)
                 if recorded is not None:
                     patch["goodput"] = recorded
                 written = bool(kube.patch_status(namespace, name, patch, resource_version=job["metadata"].get("resourceVersion")))  # 409: changed since read, next interval

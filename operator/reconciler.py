@@ -203,9 +203,9 @@ class Reconciler:
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None, False
         pods = controller.job_pods(kube, job)
-        nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
-        grow_to = self._grow_to(job, nodes, at) if nodes is not None else None
-        seen = planner.observe_job(job)  # its spec parsed and checked once for the plan and the queue question
+        seen = planner.observe_job(job)  # its spec parsed and checked, its status read, once for the whole pass
+        nodes = kube.list_nodes() if controller.needs_nodes(seen, pods) else None
+        grow_to = self._grow_to(seen, nodes, at) if nodes is not None else None
         kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)
         stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", job, pods)  # Kueue evicted it: the gang stops whole
         p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings)
@@ -217,22 +217,23 @@ class Reconciler:
             return p, False
         return p, waits
 
-    def _grow_to(self, job: dict[str, Any], nodes: list[dict[str, Any]], at: datetime) -> int | None:
+    def _grow_to(self, seen: planner.Observed, nodes: list[dict[str, Any]], at: datetime) -> int | None:
         """How large the job's gang could be now (:func:`railtrain.operator.job.resize.grow_size`), read only when a grow
         is due: a Running elastic job below ``spec.nodes`` whose grow interval has passed (:func:`~railtrain.operator.job.resize.grow_due`);
         before that the planner would not grow whatever the answer. Then the queue, the promised pods and the holds are
-        read as the pass reads them, without the pass's hold-back of jobs whose old pods linger."""
-        if not resize.wants_to_grow(job):
+        read as the pass reads them, without the pass's hold-back of jobs whose old pods linger. ``seen``: the job as
+        observed in this pass (its spec is not parsed again; one the models refuse never grows)."""
+        if not resize.wants_to_grow(seen) or seen.job is None:
             return None
-        spec = planner.parse_job(job).spec
-        if not resize.grow_due(spec, job.get("status") or {}, at):
+        spec = seen.job.spec
+        if not resize.grow_due(spec, seen.status, at):
             return None
         jobs, pods = self._listed()
         found = ledger.read(jobs, ledger.by_job(pods), at)
         self._log_problems(found)
         queue = [request for _, _, request in found.waiting.values()]
         active = self.kube.list_active_pods() + found.promised
-        return resize.grow_size(job, nodes, active, self.settings.levels, queue, found.holds_for(spec.resources.gpu_resource_name))
+        return resize.grow_size(seen, nodes, active, self.settings.levels, queue, found.holds_for(spec.resources.gpu_resource_name))
 
     def admission_pass(self) -> list[Decision]:
         """Admit waiting gangs across all jobs in queue order, and apply the decisions of ready ones.
@@ -265,7 +266,7 @@ class Reconciler:
         jobs, pods = self._listed()
         queue = admit.read_queue(jobs, pods, active, at)
         self._log_problems(queue)
-        metrics.observe_jobs(jobs)
+        metrics.observe_jobs(queue.observed.values())  # every job listed, its status read once for the queue and the count
         metrics.ADMISSION_QUEUE.set(len(queue.waiting))
         if not queue.waiting:
             return []  # holds matter only to a job that is being placed
@@ -325,7 +326,7 @@ class Reconciler:
             fresh = planner.observe_job(job)  # its spec parsed and checked once for both questions below
             if planner.gang_request(fresh, pods, now) != request:
                 return  # changed since the pass listed it; the next pass decides again
-            nodes = kube.list_nodes() if controller.needs_nodes(job, pods) else None
+            nodes = kube.list_nodes() if controller.needs_nodes(fresh, pods) else None
             p = planner.plan(fresh, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings)
             kueue.dress(kube, job, p)
             if not controller.apply_or_reject(kube, job, p, now, self.pool):

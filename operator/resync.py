@@ -24,6 +24,8 @@ import threading
 from railtrain.operator import kube, leader, metrics, progress
 from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.job.conditions import SUCCEEDED
+from railtrain.operator.job.observed import observe_job
 from railtrain.operator.kube.errors import NotFound, classify
 from railtrain.operator.kube.fence import NotLeader
 
@@ -168,7 +170,7 @@ def resync_pass(ctx: OperatorContext) -> None:
         log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
         return
     for job in jobs:
-        if (job.get("status") or {}).get("phase") == "Succeeded" and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
+        if observe_job(job).status.phase == SUCCEEDED and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
             continue  # nothing left to do for a Succeeded job unless its TTL will delete it
         meta = job["metadata"]
         try:
