@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from railtrain.cli.errors import CliError
-from railtrain.crds import contract, fabric, threads
+from railtrain.crds import contract, fabric, launcher, threads
 from railtrain.crds.api import TrainingJob
 from railtrain.operator.job import render
 
@@ -108,6 +108,9 @@ def local_argv(command: list[str], args: list[str], python: str = sys.executable
     """
     if not command:
         raise CliError("spec.command is empty: a local run needs the command to start, because the image's entrypoint is not known here")
+    prefix, command = launcher.supervised(list(command))
+    if prefix:  # the pod-side supervisor (spec.runPolicy.restartInPlace) runs the command: both from this interpreter
+        return [python, *prefix[1:], *local_argv(command, args, python)]
     head, rest = command[0], list(command[1:])
     if head == "torchrun":
         return [python, "-m", "torch.distributed.run", *rest, *args]

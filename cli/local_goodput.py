@@ -21,6 +21,8 @@ from railtrain.crds.goodput import Attempt, Goodput, breakdown
 STEP = re.compile(r"\bstep=(\d+) loss=")
 RESUMED = re.compile(r"\bresumed from step (\d+)")
 BLOCKED = re.compile(r"\bcheckpoint step=\d+ .*\bblocked_s=([0-9.]+)")
+IN_PLACE = re.compile(r"railtrain supervisor: attempt \d+: .*\[path in-place, verdict ([a-z-]+)\]")
+"""Node rank 0's supervisor's line for an in-place restart (crds/supervisor.py): the attempt ends, the next one starts."""
 
 ACTION_REASON = {"restart-job": "Restarting", "restart-infrastructure": "NodeQuarantined", "suspend": "Suspended"}
 """A local restart decision (cli/local_recovery.py) → the condition reason the operator writes for the same restart."""
@@ -60,6 +62,12 @@ class GoodputRecorder:
     def line(self, rank: int, text: str) -> None:
         """One line node ``rank`` printed; only rank 0's step, resume and checkpoint lines count."""
         if rank != 0 or not self.attempts:
+            return
+        if m := IN_PLACE.search(text):
+            with self._lock:
+                a, now = self.attempts[-1], self.clock()
+                self.attempts[-1] = replace(a, ended=now, end_reason="Restarting", in_place=m.group(1))
+                self.attempts.append(Attempt(released=now))
             return
         step, resumed, blocked = STEP.search(text), RESUMED.search(text), BLOCKED.search(text)
         if not (step or resumed or blocked):

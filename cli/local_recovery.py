@@ -27,6 +27,7 @@ step 100) still happens in the restarted gang.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,9 @@ from typing import Callable, Protocol
 
 from railtrain.cli.local import local_node_name
 from railtrain.cli.local_goodput import GoodputRecorder
-from railtrain.crds import contract, recovery
+from railtrain.crds import contract, inplace, recovery
+from railtrain.crds.supervisor import ENV_SPENT, ENV_SUPERVISOR_PORT, supervisor_env as _supervisor_items
+from railtrain.crds.faults import spent_faults  # noqa: F401  (re-exported: the supervisor drops met faults the same way)
 from railtrain.crds.api import TrainingJob
 
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank")
@@ -135,36 +138,6 @@ def local_failures(
     return recovery.GangFailure(tuple(failures), nodes, frozenset(nodes.values()))
 
 
-_FAULT_KIND_OF = {
-    contract.ENV_FAULT_BITFLIP: "bitflip", contract.ENV_FAULT_SLOW: "slow", contract.ENV_FAULT_HANG: "hang",
-    contract.ENV_FAULT_KILL: "kill", contract.ENV_FAULT_BAD_BATCH: "bad_batch",
-}  # fmt: skip
-
-
-def spent_faults(env: dict[str, str], messages: list[str | None]) -> set[str]:
-    """The fault variables of ``env`` that a failed gang has met: step ≤ its verdict's step, or all without a step.
-
-    Args:
-        env: a node's environment.
-        messages: the failed gang's termination messages.
-    """
-    steps = [v["step"] for m in messages if (v := contract.parse_termination_message(m)) and v["step"] is not None]
-    present = {k for k in env if k in contract.FAULT_VARIABLES}
-    if not steps:
-        return present
-    reached, out = max(steps), set()
-    for variable in present:
-        kind = _FAULT_KIND_OF.get(variable)
-        try:
-            fault = contract.parse_fault(kind, env[variable]) if kind else None
-        except contract.ContractError:
-            fault = None
-        at = getattr(fault, "step", getattr(fault, "from_step", None)) if fault is not None else None
-        if at is None or at <= reached:
-            out.add(variable)
-    return out
-
-
 @dataclass
 class RecoveringRun:
     """Runs local gangs until one succeeds, is interrupted, or the failure decision says stop.
@@ -194,6 +167,8 @@ class RecoveringRun:
     spent: set[str] = field(default_factory=set)
     """Fault variables already met (dropped from the next gangs)."""
     recorder: GoodputRecorder | None = None
+    in_place: list[inplace.Ledger] = field(default_factory=list)
+    """Each failed supervised gang's in-place ledger (``spec.runPolicy.restartInPlace``)."""
     """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
 
     @property
@@ -208,14 +183,29 @@ class RecoveringRun:
 
     def _nodes(self) -> tuple[list, list[Path]]:
         nodes, files = [], []
-        for node in self.plan(self.restarts):
+        planned = self.plan(self.restarts)
+        taken = {n.env.get(k) for n in planned for k in (contract.ENV_RDZV_PORT, contract.ENV_METRICS_PORT)}
+        supervised = supervisor_env(self.job, self.counters, taken) if self.job.spec.run_policy.restart_in_place else {}
+        for node in planned:
             path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
             path.write_text("")  # the kubelet creates the file before the container starts; so do we
-            env = dict(node.env) | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
+            env = dict(node.env) | supervised | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
             env = {k: v for k, v in env.items() if k not in self.spent}
             nodes.append(replace(node, env=env))
             files.append(path)
         return nodes, files
+
+    def _count_in_place(self, messages: list[str | None]) -> None:
+        """Spend the failed gang's in-place restarts (the supervisors' ledger in the termination messages) before deciding,
+        as the operator does: one job-wide budget for both paths."""
+        ledgers = [g for m in messages if (g := inplace.ledger_in_message(m)) is not None]
+        if not ledgers:
+            return
+        ledger = max(ledgers, key=lambda g: g.attempt)
+        self.counters = inplace.spend(self.counters, ledger)
+        self.in_place.append(ledger)
+        if ledger.attempt:
+            self.notify(f"{ledger.attempt} in-place restart(s) in this gang ({', '.join(f'{k} {n}' for k, n in sorted(ledger.causes.items()))})")
 
     def _show_tail(self, rank: int) -> None:
         """After the decision's sentence: the blamed node's last lines (:meth:`~railtrain.cli.local.LocalGang.show_tail`)."""
@@ -241,6 +231,7 @@ class RecoveringRun:
             ended = getattr(self.current, "ended", None) or {}
             written = {n.rank: p.stat().st_mtime for n, p in zip(nodes, files) if messages[nodes.index(n)]}
             evidence = local_failures(messages, code, first, causes, ended, written)
+            self._count_in_place(messages)
             d = recovery.decide(evidence, self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
             self.history.append(d)
             self.counters = d.counters
@@ -258,3 +249,15 @@ class RecoveringRun:
                     self.sleep(d.backoff_seconds)
                 except KeyboardInterrupt:
                     return 130
+
+
+def supervisor_env(job: TrainingJob, counters: recovery.Counters, taken: set[str | None]) -> dict[str, str]:
+    """The pod-side supervisor's variables for a local gang of ``job`` (``spec.runPolicy.restartInPlace``): the run
+    policy, what the job spent so far (``counters``), and a free port for the gang's coordinator, not one of the
+    gang's planned ports (``taken``, as text: planned, not yet bound)."""
+    from railtrain.cli.local import free_ports
+
+    items = {e["name"]: e["value"] for e in _supervisor_items(job.spec.run_policy)}
+    spent = {"jobRestarts": counters.job_restarts, "infrastructureRestarts": counters.infrastructure_restarts}
+    port = next(p for p in free_ports(len(taken) + 1) if str(p) not in taken)
+    return items | {ENV_SPENT: json.dumps(spent), ENV_SUPERVISOR_PORT: str(port)}

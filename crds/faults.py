@@ -165,3 +165,34 @@ def read_faults(environ: Mapping[str, str]) -> Faults:
     if hold:
         kwargs["hold_checkpoint_step"] = coerce(int, hold, ENV_FAULT_HOLD_CHECKPOINT_STEP)
     return Faults(**kwargs)
+
+
+def spent_faults(env: Mapping[str, str], messages: list[str | None]) -> set[str]:
+    """The fault variables of ``env`` that a failed attempt has met: step ≤ its verdict's step, or all without a step.
+
+    A fault is an event, not a property of the job: a restarted attempt that met it again at the same step
+    would never finish. ``railtrain run --local`` drops these for its next gangs, the pod-side supervisor for
+    its next in-place attempts.
+
+    Args:
+        env: a node's environment.
+        messages: the failed attempt's termination messages (None: none written).
+    """
+    from railtrain.crds.verdicts import parse_termination_message
+
+    steps = [v["step"] for m in messages if (v := parse_termination_message(m)) and v["step"] is not None]
+    present = {k for k in env if k in FAULT_VARIABLES}
+    if not steps:
+        return present
+    kind_of = {variable: kind for kind, (variable, _) in _FAULT_KINDS.items()}
+    reached, out = max(steps), set()
+    for variable in present:
+        kind = kind_of.get(variable)
+        try:
+            fault = parse_fault(kind, env[variable]) if kind else None
+        except ContractError:
+            fault = None
+        at = getattr(fault, "step", getattr(fault, "from_step", None)) if fault is not None else None
+        if at is None or at <= reached:
+            out.add(variable)
+    return out

@@ -79,7 +79,7 @@ def restart_path(d: recovery.Decision, before: recovery.Counters, streak: int | 
     if streak is None:
         return PATH_GANG, ""
     if streak >= ESCALATE_AFTER:
-        return PATH_GANG, f"escalated: the attempt restarted in place failed again ({streak} in-place restart(s) in a row)"
+        return PATH_GANG, "escalated: the attempt restarted in place failed again"
     return PATH_IN_PLACE, ""
 
 

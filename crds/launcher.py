@@ -113,3 +113,22 @@ def env_detail(spec: Any) -> str:
 
 ENV_CEL = f"!has(self.env) || self.env.all(e, e.name != '{RESTART_ENV}' || !has(e.value) || e.value in {list(NO_RESTARTS)!r})"
 """The environment rule as CEL."""
+
+
+SUPERVISOR = ("python", "-m", "railtrain.crds.supervisor", "--")
+"""The entry of a gang pod whose job restarts in place (``spec.runPolicy.restartInPlace``): the pod-side supervisor
+(:mod:`railtrain.crds.supervisor`) runs ``spec.command`` + ``spec.args`` after it, and restarts them in the running pod
+when the one rule says so. It needs ``python`` with railtrain installed in the image, as ``railtrain.trainer`` does."""
+
+
+def entry_command(spec: Any) -> list[str]:
+    """The training container's ``command`` for a :class:`railtrain.crds.api.TrainingJobSpec`: ``spec.command``, behind
+    :data:`SUPERVISOR` when ``spec.runPolicy.restartInPlace`` is true (``[]``: the image's ENTRYPOINT, never supervised)."""
+    command = list(spec.command)
+    return [*SUPERVISOR, *command] if command and spec.run_policy.restart_in_place else command
+
+
+def supervised(command: list[str]) -> tuple[list[str], list[str]]:
+    """``(supervisor prefix, the command it runs)`` of a container command; the prefix is ``[]`` when not supervised."""
+    n = len(SUPERVISOR)
+    return (list(SUPERVISOR), command[n:]) if tuple(command[:n]) == SUPERVISOR else ([], command)

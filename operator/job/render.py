@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from railtrain.crds import contract, fabric, threads
+from railtrain.crds import contract, fabric, launcher, supervisor, threads
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER
 from railtrain.crds.precision import contract_values
@@ -317,7 +317,9 @@ def trainer_container(job: TrainingJob, env_items: list[dict[str, Any]], mounts:
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.command:
-        container["command"] = list(spec.command)
+        container["command"] = launcher.entry_command(spec)
+        if spec.run_policy.restart_in_place:
+            container["env"] = [*env_items, *supervisor.supervisor_env(job.spec.run_policy, job.status)]
     if spec.args:
         container["args"] = list(spec.args)
     resources = _resources(spec)

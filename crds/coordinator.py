@@ -1,0 +1,189 @@
+"""The gang's in-place restart coordinator: one small HTTP store on node rank 0's supervisor that every rank's supervisor reaches.
+
+Why a store of its own, not torchrun's: torchrun's c10d/static store lives in
+node rank 0's *agent*, which is one of the processes an in-place restart ends;
+and torchelastic counts restarts per agent, so a node that rejoins fast resets
+its own count (pytorch/pytorch#108158, #147064) and ranks can disagree on the
+attempt after a partial restart (#135712). This store lives in the supervisor,
+which outlives every attempt of its gang, and it alone numbers the attempts:
+a supervisor asks it which attempt to start and never counts by itself, and a
+report that names any other attempt than the current one is dropped, so
+nothing from attempt N is read in attempt N+1. If node rank 0's pod is lost
+the store goes with it, and so does every in-place restart: the other
+supervisors find the store gone and exit, and the operator restarts the gang.
+
+The protocol (JSON over HTTP, :mod:`http.server` in a thread):
+
+* ``GET /state``: ``{"attempt", "failed", "decisions": {attempt: decision}, "ledger", "final"}``;
+* ``POST /report``: ``{"attempt", "rank", "code", "message", "finished", "stopped", "node"}``: how one rank's
+  workers of that attempt ended (``stopped``: by its supervisor, because a peer failed).
+
+Once a rank of the current attempt failed, the others stop their workers and
+report; when every rank reported (or :data:`SETTLE_SECONDS` passed), the
+coordinator decides once with :func:`railtrain.crds.inplace.decide_path`
+(the one rule, the job-wide counters the pods were created with plus this
+gang's in-place restarts) and publishes the decision: an in-place restart
+opens attempt N+1; anything else is final and every supervisor exits.
+
+May import: the standard library and ``railtrain.crds`` only (the pod side runs without torch).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from railtrain.crds import contract, inplace, recovery
+
+SETTLE_SECONDS = 30.0
+"""After the first failure of an attempt, how long the coordinator waits for every rank's report (their supervisors
+stop their workers with SIGTERM, then SIGKILL after a grace); a rank still silent then is lost: the gang restarts."""
+DONE = "done"
+"""The path of a gang whose every rank succeeded."""
+
+
+def rank_failure(report: dict[str, Any]) -> recovery.Failure | None:
+    """One rank's report as the one rule's evidence, or None for a rank that succeeded or was only stopped.
+
+    Args:
+        report: a ``POST /report`` body: ``code`` (the worker's exit status; 128+N for signal N), ``message``
+            (its termination message), ``finished`` (``time.time()``), ``stopped``, ``rank``, ``node``.
+    """
+    code, text = int(report.get("code", 1)), report.get("message") or ""
+    v = contract.parse_termination_message(text)
+    if code == 0 or (report.get("stopped") and v is None):
+        return None
+    base = dict(rank=int(report["rank"]), code=code, node=str(report.get("node") or ""), signalled=code > 128, finished=f"{float(report.get('finished') or 0):017.6f}")
+    if v:
+        return recovery.Failure(verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), reported=True, **base)
+    return recovery.unreported(message="", **base)
+
+
+@dataclass
+class Coordinator:
+    """The state of one gang's attempts (thread-safe) and its decisions.
+
+    Args:
+        nnodes: ranks in the gang; run_policy: the job's ``RunPolicy``; counters: the job-wide counters when the
+            gang's pods were created; ledger: this gang's in-place ledger (its ``restarts`` set).
+    """
+
+    nnodes: int
+    run_policy: Any
+    counters: recovery.Counters
+    ledger: inplace.Ledger
+    settle_seconds: float = SETTLE_SECONDS
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
+    decisions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failed_at: float | None = None
+    final: bool = False
+    seen_final: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def state(self, rank: int | None = None) -> dict[str, Any]:
+        """What ``GET /state`` answers (``rank``: who asks, to know when every rank saw the final decision)."""
+        with self.lock:
+            if self.final and rank is not None:
+                self.seen_final.add(rank)
+            return {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
+                    "ledger": self.ledger.to_json(), "final": self.final}  # fmt: skip
+
+    def report(self, body: dict[str, Any]) -> bool:
+        """Record one rank's report; False (dropped) when it names another attempt than the current one."""
+        with self.lock:
+            if self.final or int(body.get("attempt", -1)) != self.ledger.attempt or not 0 <= int(body.get("rank", -1)) < self.nnodes:
+                return False
+            self.reports[int(body["rank"])] = dict(body)
+            if int(body.get("code", 1)) != 0 and self.failed_at is None:
+                self.failed_at = time.monotonic()
+            return True
+
+    def step(self, now: float | None = None) -> dict[str, Any] | None:
+        """Decide the current attempt when it is time (every rank reported after a failure, or the settle time passed,
+        or every rank succeeded); returns the decision made, else None."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            if self.final:
+                return None
+            attempt, reports = self.ledger.attempt, dict(self.reports)
+            if self.failed_at is None:
+                if len(reports) == self.nnodes and all(int(r.get("code", 1)) == 0 for r in reports.values()):
+                    return self._publish(attempt, {"path": DONE, "message": "every rank succeeded"}, final=True)
+                return None
+            if len(reports) < self.nnodes and now - self.failed_at < self.settle_seconds:
+                return None
+            return self._decide(attempt, reports)
+
+    def _decide(self, attempt: int, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        failures = tuple(f for r in reports.values() if (f := rank_failure(r)) is not None)
+        if not failures:  # only stopped ranks reported: the failed one's report was lost
+            failures = (recovery.unreported(rank=min(set(range(self.nnodes)) - set(reports), default=0), code=contract.EXIT_FAILED),)
+        nodes = {int(r["rank"]): str(r.get("node") or "") for r in reports.values()}
+        evidence = recovery.GangFailure(failures, nodes, None)
+        missing = sorted(set(range(self.nnodes)) - set(reports))
+        streak = None if missing else self.ledger.streak  # a silent rank's supervisor is gone: only the gang can restart it
+        d = inplace.decide_path(evidence, self.run_policy, self.counters, datetime.now(timezone.utc), streak)
+        record = {"path": d.path, "action": d.action, "verdict": d.verdict, "reason": d.reason, "message": d.message, "rank": d.blamed.rank}
+        if missing:
+            record["missing"] = missing
+        if d.path == inplace.PATH_IN_PLACE:
+            self.counters, self.ledger = d.counters, self.ledger.after(d)
+            self.reports, self.failed_at = {}, None
+            return self._publish(attempt, record | {"next": self.ledger.attempt}, final=False)
+        return self._publish(attempt, record, final=True)
+
+    def _publish(self, attempt: int, record: dict[str, Any], final: bool) -> dict[str, Any]:
+        self.decisions = {k: v for k, v in self.decisions.items() if k >= attempt - 2} | {attempt: record}
+        self.final = final
+        return record
+
+    def everyone_saw_the_end(self) -> bool:
+        """Whether every other rank fetched the final decision (node rank 0's supervisor may leave then)."""
+        with self.lock:
+            return self.final and self.seen_final >= set(range(1, self.nnodes))
+
+
+def serve(coordinator: Coordinator, port: int, host: str = "") -> ThreadingHTTPServer:
+    """Serve ``coordinator`` on ``host:port`` in a daemon thread; returns the server (``shutdown()`` to stop).
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # quiet: the trainer's output is the pod's log
+            pass
+
+        def _answer(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path, _, query = self.path.partition("?")
+            if path not in ("/state", "/ledger"):
+                return self._answer(404, {"error": "unknown path"})
+            rank = next((int(v) for k, _, v in (p.partition("=") for p in query.split("&")) if k == "rank" and v.isdigit()), None)
+            self._answer(200, coordinator.state(rank))
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path != "/report":
+                return self._answer(404, {"error": "unknown path"})
+            try:
+                body = json.loads(self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16)) or b"{}")
+            except ValueError:
+                return self._answer(400, {"error": "not JSON"})
+            self._answer(200, {"accepted": isinstance(body, dict) and coordinator.report(body)})
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="railtrain-coordinator", daemon=True).start()
+    return server

@@ -1,0 +1,257 @@
+"""``python -m railtrain.crds.supervisor -- COMMAND...``: a gang pod's entry when ``spec.runPolicy.restartInPlace`` is true.
+
+It runs the training command (torchrun and its workers) as a child, and when
+the command of any rank ends with a failure it asks the one rule, through the
+gang's coordinator on node rank 0 (:mod:`railtrain.crds.coordinator`), whether
+the attempt restarts in place (:func:`railtrain.crds.inplace.decide_path`):
+
+* **in place**: every rank's supervisor has stopped its workers (SIGTERM to
+  their process group, SIGKILL after :data:`GRACE_SECONDS`) and starts the
+  command again for attempt N+1 in the same pod: no pod deleted or created,
+  node-local checkpoint tiers where they are. Each attempt gets a fresh
+  termination-message file and a fresh rendezvous id (``PET_RDZV_ID``
+  ``<job>-<restarts>-<attempt>``), and the workers are told the attempt
+  (:data:`ENV_ATTEMPT`); fault-injection variables the failed attempt met are
+  dropped (:func:`railtrain.crds.faults.spent_faults`).
+* **otherwise** (a node out, a second in-place failure in a row, the budget
+  spent, every rank succeeded): the supervisor exits with its command's status
+  and writes the pod's termination message: its last attempt's verdict plus
+  the gang's in-place ledger (:data:`railtrain.crds.inplace.LEDGER_KEY`), so the
+  operator counts every in-place restart in the job-wide budget before it
+  decides the gang restart (or the failure) itself.
+
+Trainer pods hold no API token: the operator learns about in-place restarts
+from what the pods expose, the coordinator's ``GET /ledger`` on node rank 0
+(:data:`ENV_SUPERVISOR_PORT`) and the termination messages.
+
+What it reads (besides the pod contract, :mod:`railtrain.crds.contract`):
+:data:`ENV_RUN_POLICY` (``spec.runPolicy`` as JSON) and :data:`ENV_SPENT`
+(``status.jobRestarts``/``infrastructureRestarts`` when the pod was created).
+
+May import: the standard library and ``railtrain.crds`` only (it starts before torch is imported, and never imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from railtrain.crds import contract, inplace, recovery
+from railtrain.crds.faults import spent_faults
+
+ENV_ATTEMPT = "RAILTRAIN_ATTEMPT"
+"""The workers' attempt within their gang (0, then 1 after the first in-place restart ...); every rank agrees on it."""
+ENV_SUPERVISOR_PORT = "RAILTRAIN_SUPERVISOR_PORT"
+"""The port of the coordinator on node rank 0 (at :data:`railtrain.crds.contract.ENV_RDZV_ADDR`)."""
+ENV_RUN_POLICY = "RAILTRAIN_RUN_POLICY"
+"""``spec.runPolicy`` as JSON (camelCase): the bounds and the failure policy the one rule applies."""
+ENV_SPENT = "RAILTRAIN_RESTARTS_SPENT"
+"""``{"jobRestarts": J, "infrastructureRestarts": I}`` when the pod was created: what the job had spent."""
+ENV_RDZV_ID = "PET_RDZV_ID"
+"""torchrun's ``--rdzv-id``, set per attempt."""
+DEFAULT_SUPERVISOR_PORT = 29510
+GRACE_SECONDS = 10.0
+"""SIGTERM → SIGKILL for a stopped attempt's workers (a pod's terminationGracePeriodSeconds is 30 s by default)."""
+POLL_SECONDS = 0.2
+"""How often a supervisor looks at its workers and the coordinator."""
+UNREACHABLE_SECONDS = 30.0
+"""How long the coordinator may stay unreachable once reached (node rank 0 lost): then the supervisor exits."""
+USAGE = "usage: python -m railtrain.crds.supervisor -- COMMAND [ARGS...]"
+
+
+def coordinator_url(environ: Mapping[str, str]) -> str:
+    """``http://<rank 0's address>:<port>`` of the gang's coordinator."""
+    host = environ.get(contract.ENV_RDZV_ADDR) or "127.0.0.1"
+    return f"http://{host}:{environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT}"
+
+
+def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    with urllib.request.urlopen(request, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def supervisor_env(run_policy: Any, status: Any = None) -> list[dict[str, str]]:
+    """The supervisor's variables as a container's ``env`` items: ``run_policy`` (a :class:`~railtrain.crds.api.RunPolicy`)
+    and what the job had spent of its restart budget (``status``: a :class:`~railtrain.crds.api.TrainingJobStatus` or None)."""
+    spent = {"jobRestarts": status.job_restarts if status else 0, "infrastructureRestarts": status.infrastructure_restarts if status else 0}
+    return [{"name": ENV_RUN_POLICY, "value": json.dumps(run_policy.to_api(), separators=(",", ":"))},
+            {"name": ENV_SPENT, "value": json.dumps(spent, separators=(",", ":"))}]  # fmt: skip
+
+
+def start_coordinator(environ: Mapping[str, str]) -> Any:
+    """Node rank 0: the coordinator for this gang, served on :data:`ENV_SUPERVISOR_PORT` (returns the Coordinator)."""
+    from railtrain.crds.api import RunPolicy  # pydantic: only where the decision is made
+    from railtrain.crds.coordinator import Coordinator, serve
+
+    policy = RunPolicy.model_validate(json.loads(environ.get(ENV_RUN_POLICY) or "{}"))
+    spent = json.loads(environ.get(ENV_SPENT) or "{}")
+    counters = recovery.Counters(job_restarts=int(spent.get("jobRestarts", 0)), infrastructure_restarts=int(spent.get("infrastructureRestarts", 0)))
+    c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), policy, counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)))
+    c.server = serve(c, int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT))
+    return c
+
+
+class Supervisor:
+    """One rank's supervisor: runs ``command`` attempt after attempt as the coordinator decides.
+
+    Args:
+        command: the training command (argv).
+        environ: the pod's environment.
+        coordinator: node rank 0's own :class:`~railtrain.crds.coordinator.Coordinator` (it also steps it), else None.
+    """
+
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str], coordinator: Any = None) -> None:
+        self.command, self.env = list(command), dict(environ)
+        self.rank = int(environ.get(contract.ENV_NODE_RANK) or 0)
+        self.url = coordinator_url(environ)
+        self.coordinator = coordinator
+        self.final_path = environ.get(contract.ENV_TERMINATION_MESSAGE_PATH) or contract.TERMINATION_MESSAGE_PATH
+        self.dir = Path(tempfile.mkdtemp(prefix="railtrain-attempts-"))
+        self.ledger = inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0))
+        self.wait_first = float(json.loads(environ.get(ENV_RUN_POLICY) or "{}").get("gangTimeoutSeconds", 300))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def terminate(self, *_: Any) -> None:
+        """SIGTERM to the supervisor (the pod deleted, ``run --local`` stopping a node): stop the workers, then leave."""
+        if self.proc is not None and self.proc.poll() is None:
+            stop(self.proc)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    def _state(self, deadline: float) -> dict[str, Any]:
+        """The coordinator's state; raises TimeoutError once it stayed unreachable until ``deadline`` (monotonic)."""
+        while True:
+            if self.coordinator is not None:
+                self.coordinator.step()
+            try:
+                state = _call(f"{self.url}/state?rank={self.rank}")
+                self.ledger = inplace.Ledger.from_json(state.get("ledger")) or self.ledger
+                return state
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
+                time.sleep(POLL_SECONDS)
+
+    def _attempt_env(self, attempt: int, spent: set[str], message: Path) -> dict[str, str]:
+        job = self.env.get(contract.ENV_JOB_NAME) or "job"
+        env = {k: v for k, v in self.env.items() if k not in spent}
+        return env | {ENV_ATTEMPT: str(attempt), ENV_RDZV_ID: f"{job}-{self.ledger.restarts}-{attempt}", contract.ENV_TERMINATION_MESSAGE_PATH: str(message)}
+
+    def run(self) -> int:
+        """Run attempts until the gang's decision is final; returns the exit status for the pod."""
+        spent: set[str] = set()
+        try:
+            attempt = int(self._state(time.monotonic() + self.wait_first)["attempt"])
+        except TimeoutError as err:
+            return self._leave(contract.EXIT_FAILED, None, str(err))
+        while True:
+            message = self.dir / f"attempt-{attempt}.msg"
+            message.write_text("")  # the kubelet creates the file before the container starts; so do we, per attempt
+            self.proc = proc = subprocess.Popen(self.command, env=self._attempt_env(attempt, spent, message), start_new_session=True)
+            code, stopped = self._watch(proc, attempt)
+            if stopped:
+                code = contract.EXIT_FAILED  # stopped for a peer's failure: never blamed before the rank that failed
+            text = message.read_text() or None
+            report = {"attempt": attempt, "rank": self.rank, "code": code, "message": text, "finished": time.time(), "stopped": stopped,
+                      "node": self.env.get(contract.ENV_NODE_NAME, "")}  # fmt: skip
+            try:
+                decision = self._decision(attempt, report)
+            except TimeoutError as err:
+                return self._leave(code or contract.EXIT_FAILED, text, str(err))
+            if self.coordinator is not None and decision.get("path") != "done":
+                print(f"railtrain supervisor: attempt {attempt}: {decision.get('message')} [path {decision.get('path')}, verdict {decision.get('verdict')}]", file=sys.stderr, flush=True)
+            if decision.get("path") != inplace.PATH_IN_PLACE:
+                return self._leave(0 if decision.get("path") == "done" and code == 0 else (code or contract.EXIT_FAILED), text, "")
+            spent |= spent_faults({k: v for k, v in self.env.items() if k not in spent}, [text])
+            attempt = int(decision["next"])
+
+    def _watch(self, proc: subprocess.Popen[bytes], attempt: int) -> tuple[int, bool]:
+        """Wait for the attempt's workers to end, or stop them once a peer failed; returns ``(exit status, stopped)``."""
+        deadline = time.monotonic() + UNREACHABLE_SECONDS
+        while (rc := proc.poll()) is None:
+            try:
+                state = self._state(deadline)
+                deadline = time.monotonic() + UNREACHABLE_SECONDS
+            except TimeoutError:
+                state = {"attempt": attempt, "failed": True}  # node rank 0 is gone: this gang cannot restart in place
+            if int(state["attempt"]) != attempt or state.get("failed"):
+                return stop(proc), True
+            time.sleep(POLL_SECONDS)
+        return (128 - rc if rc < 0 else rc), False
+
+    def _decision(self, attempt: int, report: dict[str, Any]) -> dict[str, Any]:
+        """Report how this rank's attempt ended and wait for the coordinator's decision on it."""
+        deadline = time.monotonic() + UNREACHABLE_SECONDS
+        while True:
+            try:
+                _call(f"{self.url}/report", report)
+                break
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
+                time.sleep(POLL_SECONDS)
+        while True:
+            state = self._state(time.monotonic() + UNREACHABLE_SECONDS)
+            decision = (state.get("decisions") or {}).get(str(attempt))
+            if decision is not None:
+                return decision
+            time.sleep(POLL_SECONDS)
+
+    def _leave(self, code: int, verdict: str | None, why: str) -> int:
+        """Write the pod's termination message (the last verdict plus the ledger) and return ``code``."""
+        if why:
+            print(f"railtrain supervisor (rank {self.rank}): {why}", file=sys.stderr, flush=True)
+        try:
+            if os.path.isfile(self.final_path):
+                Path(self.final_path).write_text(inplace.with_ledger(verdict, self.ledger) if code else (verdict or ""))
+        except OSError:
+            pass
+        if self.coordinator is not None:  # the others read the final decision from here: stay until they did
+            end = time.monotonic() + UNREACHABLE_SECONDS
+            while not self.coordinator.everyone_saw_the_end() and time.monotonic() < end:
+                time.sleep(POLL_SECONDS)
+        return code
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = GRACE_SECONDS) -> int:
+    """Stop a worker command's process group: SIGTERM, SIGKILL after ``grace`` s; returns its exit status (128+N for signal N)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            rc = proc.wait(wait)
+            return 128 - rc if rc < 0 else rc
+        except subprocess.TimeoutExpired:
+            continue
+    return 128 + signal.SIGKILL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point: ``-- COMMAND...`` after the options; returns the pod's exit status (2: usage)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print(USAGE, file=sys.stderr)
+        return contract.EXIT_USER_ERROR
+    environ = dict(os.environ)
+    coordinator = start_coordinator(environ) if int(environ.get(contract.ENV_NODE_RANK) or 0) == 0 else None
+    supervisor = Supervisor(args, environ, coordinator)
+    signal.signal(signal.SIGTERM, supervisor.terminate)  # the workers run in their own session: they hear it from here
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
