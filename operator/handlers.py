@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 
 from railtrain.crds import contract
-from railtrain.operator import controller, metrics, resync
+from railtrain.operator import controller, kueue, metrics, resync
 from railtrain.operator import kube
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.kube.fence import NotLeader
@@ -103,6 +103,8 @@ def on_job_event(
         memo.reconciler.forget(namespace, name)
     if event and isinstance(event.get("object"), dict):
         memo.kube.observe_event("jobs", type or "MODIFIED", event["object"])
+    if type == "DELETED" and memo.state.leading() and event and isinstance(event.get("object"), dict):
+        kueue.release(memo.kube, event["object"])  # a Kueue job's Workload goes with it (operator/kueue.py)
     if type == "DELETED" or not memo.state.leading():
         return
     _reconcile_quietly(memo, namespace, name)

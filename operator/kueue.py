@@ -177,3 +177,22 @@ def dress(kube: Any, job: dict[str, Any], plan: Plan) -> None:
     v = kueuestatus.view(verbs.get_workload(job["metadata"]["namespace"], name))
     labels, tolerations = flavor_terms(verbs, v)
     plan.create_pods[:] = [workload.dress_pod(p, name, labels, tolerations, v.topology) for p in plan.create_pods]
+
+
+def release(kube: Any, job: dict[str, Any]) -> None:
+    """A deleted Kueue job's Workload: railtrain's finalizer dropped and the Workload deleted (its gang's pods go by garbage collection).
+
+    Without this the Workload, whose finalizer only its job's controller removes, would outlive the job and hold
+    its namespace's deletion. An API error is logged, not raised (the job is gone; nothing retries it).
+    """
+    if workload.queue_name(job) is None:
+        return
+    meta = job.get("metadata") or {}
+    verbs = KueueVerbs(kube)
+    try:
+        stored = verbs.get_workload(meta.get("namespace", ""), workload.workload_name(meta))
+        if stored is not None:
+            verbs.remove_finalizer(stored)
+            verbs.delete_workload(stored["metadata"]["namespace"], stored["metadata"]["name"], stored["metadata"].get("uid", ""))
+    except ApiError as err:
+        log.warning("%s/%s: its Workload could not be released: %s", meta.get("namespace"), meta.get("name"), err)

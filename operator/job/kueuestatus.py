@@ -115,7 +115,7 @@ def pending_sentence(v: KueueView, queue: str) -> str:
     """The Scheduled condition's message for a job Kueue has not admitted (pure): the Workload, the LocalQueue, and Kueue's own words."""
     if v.state == MISSING:
         return f"waiting for its Workload in LocalQueue {queue} to be created"
-    said = f"{v.reason}: {v.message}" if v.reason and v.message else (v.message or v.reason or "no reason given yet")
+    said = f"{v.reason}: {v.message}" if v.reason and v.message else (v.message or v.reason or "Kueue has not considered it yet")
     if v.state == EVICTED:
         return f"Kueue evicted Workload {v.name} (LocalQueue {queue}): {said}; waiting to be admitted again"
     return f"waiting for Kueue to admit Workload {v.name} from LocalQueue {queue}: {said}"

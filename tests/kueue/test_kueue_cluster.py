@@ -1,0 +1,72 @@
+"""TrainingJobs admitted by stock Kueue v0.17.0 (a local process) through the external-framework protocol, on the real control plane.
+
+One scene, lean: 4 KWOK nodes of 8 GPUs in 2 racks, a ClusterQueue with 16 GPUs of quota over them.
+The first job is admitted and lands on the nodes of Kueue's topology assignment, in one rack, rail
+aligned; the second waits on quota with Kueue's reason in its condition; a job naming a LocalQueue
+that does not exist says so; deactivating the first job's Workload (an eviction) stops its whole gang,
+frees the quota, and the second is admitted.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from railtrain.crds import kueue as names
+from railtrain.crds import reasons
+from railtrain.operator.job.workload import workload_name
+from railtrain.operator.scheduling.kueue import expand
+from tests.operator.clusterkit import G, P, V, condition, job_body, job_status, pods_of
+from tests.polling import wait_for
+
+TAG = "railtrain.dev/kueue-test"
+
+
+def kueue_job(name, queue, nodes=2):
+    body = job_body(name, nodes=nodes, topology={"policy": "preferred", "level": "railtrain.dev/rack"})
+    body["metadata"]["labels"] = {names.QUEUE_LABEL: queue}
+    return body
+
+
+def scheduled(custom, ns, name, reason):
+    """The Scheduled condition when its reason is ``reason``, else None (a ``wait_for`` check)."""
+    found = condition(job_status(custom, ns, name), "Scheduled")
+    return found if found and found.get("reason") == reason else None
+
+
+def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_evicted(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(4, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("first", queue))
+    bound = wait_for(lambda: (ps := pods_of(core, namespace, "first")) and len(ps) == 2 and all(p.spec.node_name for p in ps) and ps,
+                     90, "the first job's two pods bound")
+    job = custom.get_namespaced_custom_object(G, V, namespace, P, "first")
+    wl_name = workload_name(job["metadata"])
+    wl = custom.get_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS, wl_name)
+    levels, domains = expand(wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"])
+    hosts = {values[levels.index("kubernetes.io/hostname")] for values, _ in domains}
+    assert {p.spec.node_name for p in bound} == hosts  # the gang sits exactly on Kueue's assignment
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"] and names.FINALIZER in wl["metadata"]["finalizers"]
+    for pod in bound:
+        assert pod.metadata.annotations[names.WORKLOAD_ANNOTATION] == wl_name and pod.spec.node_selector[TAG] == tag
+    status = wait_for(lambda: (s := job_status(custom, namespace, "first")).get("topology") and s, 30, "the first job's placement")
+    assert status["topology"]["spread"]["railtrain.dev/rack"] == 1 and status["topology"].get("railAligned") is True
+
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("second", queue))
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("lost", "no-such-queue", nodes=1))
+    waiting = wait_for(lambda: (c := scheduled(custom, namespace, "second", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"] and c,
+                       60, "the second job waiting for Kueue's quota, with Kueue's reason")
+    assert "insufficient unused quota for nvidia.com/gpu" in waiting["message"], waiting["message"]
+    lost = wait_for(lambda: (c := scheduled(custom, namespace, "lost", reasons.WAITING_FOR_KUEUE)) and "no-such-queue" in c["message"] and c,
+                    60, "the job naming a missing LocalQueue to say so")
+    assert "doesn't exist" in lost["message"], lost["message"]
+    assert pods_of(core, namespace, "second") == [] and pods_of(core, namespace, "lost") == []
+
+    custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS, wl_name, {"spec": {"active": False}})
+    stopped = wait_for(lambda: scheduled(custom, namespace, "first", reasons.EVICTED_BY_KUEUE), 60, "the first job stopped by the eviction")
+    assert "evicted" in stopped["message"]
+    wait_for(lambda: all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "first")), 30, "every pod of the first gang deleted")
+    wait_for(lambda: (ps := pods_of(core, namespace, "second")) and len(ps) == 2 and all(p.spec.node_name for p in ps) and ps,
+                      90, "the second job admitted once the quota was freed")
