@@ -231,3 +231,16 @@ def test_rbac_covers_the_operator_and_the_lease_only_by_name(helm, cluster, name
         for d in docs:
             if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
                 cluster.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], check=False)
+
+
+def test_kueue_rbac_only_when_enabled(helm):
+    def kueue_rules(*sets: str) -> dict[str, list[str]]:
+        role = of_kind(render(helm, "railtrain-system", *sets), "ClusterRole")[0]
+        return {r: rule["verbs"] for rule in role["rules"] if set(rule["apiGroups"]) & {"kueue.x-k8s.io", "scheduling.k8s.io"} for r in rule["resources"]}
+
+    assert kueue_rules() == {}  # off by default: the operator may not touch Kueue's objects
+    rules = kueue_rules("kueue.enabled=true")
+    assert set(rules["workloads"]) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert set(rules["workloads/status"]) >= {"update", "patch"} and rules["workloads/finalizers"] == ["update"]
+    for read_only in ("resourceflavors", "workloadpriorityclasses", "localqueues", "priorityclasses"):
+        assert rules[read_only] == ["get", "list", "watch"], read_only
