@@ -25,21 +25,33 @@ from typing import Any, Mapping
 
 from railtrain.crds import reasons
 from railtrain.crds.goodput import MAX_ATTEMPTS, breakdown, to_attempts
+from railtrain.crds.api import Condition, TrainingJobStatus
 from railtrain.crds.times import format_micro_time, parse_time_or_none
+from railtrain.operator.job.conditions import SCHEDULED, condition_of, true_of
+from railtrain.operator.job.stored import read_status
 
 TERMINAL = ("Succeeded", "Failed")
 
 
-def _scheduled(status: Mapping[str, Any]) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
+def _scheduled(status: TrainingJobStatus) -> Condition | None:
+    return condition_of(status, SCHEDULED)
 
 
-def goodput(status: Mapping[str, Any], attempts: list[dict[str, Any]], created: str | None, now: datetime) -> dict[str, Any] | None:
-    """status.goodput (camelCase) for these attempts at ``now`` (the completion time once finished); None without a creation time or with a malformed record."""
+def _attempts(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``status.goodput.attempts`` as stored (camelCase dicts, copied): the patch this module builds extends them."""
+    return [dict(a) for a in (status.get("goodput") or {}).get("attempts") or []]
+
+
+def goodput(status: TrainingJobStatus | Mapping[str, Any], attempts: list[dict[str, Any]], created: str | None, now: datetime) -> dict[str, Any] | None:
+    """status.goodput (camelCase) for these attempts at ``now`` (the completion time once finished); None without a creation time or with a malformed record.
+
+    ``status`` is read through the model (:func:`~railtrain.operator.job.stored.read_status` when given as stored).
+    """
     born = parse_time_or_none(created)
     if born is None:
         return None
-    end = parse_time_or_none(status.get("completionTime")) if status.get("phase") in TERMINAL else None
+    s = read_status(status)
+    end = s.completion_time if s.phase in TERMINAL else None
     try:
         records = to_attempts(attempts)
     except ValueError:
@@ -54,29 +66,34 @@ def goodput(status: Mapping[str, Any], attempts: list[dict[str, Any]], created: 
     return g.to_api() | {"attempts": attempts}
 
 
-def track(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime, created: str | None) -> dict[str, Any] | None:
+def track(
+    old: TrainingJobStatus | Mapping[str, Any], new: Mapping[str, Any], now: datetime, created: str | None, read: TrainingJobStatus | None = None,
+) -> dict[str, Any] | None:
     """The new status.goodput when this pass released or stopped a gang, else None (nothing to write).
 
     Args:
-        old: the status as read; new: the status this pass writes (camelCase dicts).
+        old: the status as read (through the model, or as stored); new: the status this pass writes (camelCase dicts: the goodput patch extends the
+            attempts of ``new``; everything else is read through the model, :func:`~railtrain.operator.job.stored.read_status`).
         now: the pass's time; created: metadata.creationTimestamp.
+        read: ``new`` already read through the model, when the caller has it (else it is read here).
     """
-    attempts = [dict(a) for a in (new.get("goodput") or {}).get("attempts") or []]
+    attempts = _attempts(new)
+    before, after = read_status(old), read if read is not None else read_status(new)
     current = attempts[-1] if attempts and not attempts[-1].get("ended") else None
     changed = False
     stopped = None
-    if int(new.get("restarts", 0)) > int(old.get("restarts", 0)) or int(new.get("requeues", 0)) > int(old.get("requeues", 0)):
-        stopped = _scheduled(new).get("reason") or reasons.RESTARTING
-    elif new.get("phase") == "Suspended" and old.get("phase") != "Suspended":
+    if after.restarts > before.restarts or after.requeues > before.requeues:
+        stopped = (s.reason if (s := _scheduled(after)) is not None else "") or reasons.RESTARTING
+    elif after.phase == "Suspended" and before.phase != "Suspended":
         stopped = reasons.SUSPENDED
     if stopped and current is not None:
         current.update(ended=format_micro_time(now), endReason=stopped)
         current, changed = None, True
-    released = _scheduled(new).get("status") == "True" and _scheduled(old).get("status") != "True"
+    released = true_of(after, SCHEDULED) and not true_of(before, SCHEDULED)
     if released and current is None:
         attempts.append({"released": format_micro_time(now)})
         changed = True
-    if new.get("phase") in TERMINAL and old.get("phase") not in TERMINAL:
+    if after.phase in TERMINAL and before.phase not in TERMINAL:
         changed = True  # the final breakdown, to the completion time
     if not changed:
         return None
@@ -85,7 +102,7 @@ def track(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime, created
         attempts[0] = first | {k: second.get(k) for k in ("lastStep", "lastStepAt", "ended", "endReason")} | {
             "blockedSeconds": float(first.get("blockedSeconds", 0)) + float(second.get("blockedSeconds", 0))
         }
-    return goodput(new, attempts, created, now)
+    return goodput(after, attempts, created, now)
 
 
 def with_progress(status: Mapping[str, Any], progress: Mapping[str, Any], resumed_from: int | None, blocked_seconds: float | None, created: str | None, now: datetime) -> dict[str, Any] | None:
@@ -95,7 +112,7 @@ def with_progress(status: Mapping[str, Any], progress: Mapping[str, Any], resume
         resumed_from: the checkpoint step rank 0 resumed from (``railtrain_resumed_step``), when it says.
         blocked_seconds: rank 0's checkpoint-blocked seconds so far in this attempt (its process's counter).
     """
-    attempts = [dict(a) for a in (status.get("goodput") or {}).get("attempts") or []]
+    attempts = _attempts(status)
     if not attempts or attempts[-1].get("ended") or "step" not in progress:
         return None
     a, at = attempts[-1], progress.get("lastUpdateTime") or format_micro_time(now)

@@ -46,7 +46,7 @@ from railtrain.operator.job.observed import Observed, observe_job, observed, par
 from railtrain.operator.job.stored import read_status
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
-from railtrain.operator.job.phases.step import finished_ranks, placement_entries
+from railtrain.operator.job.phases.step import StatusPatch, finished_ranks, placement_entries
 from railtrain.operator.scheduling.placement import Placement
 from railtrain.operator.scheduling.refusal import Refusal
 
@@ -76,7 +76,7 @@ def observe(
     seen = observed(obj)
     obj = seen.obj
     old = dict(obj.get("status") or {})  # as stored: the base of this pass's status patch (read through seen.status)
-    status: dict[str, Any] = {"restarts": 0, **old}
+    status = StatusPatch({"restarts": 0, **old})
     mine = owned(obj, pods)
     step = Step(obj, None, mine, bool(service_exists), now, placement, old, status, list(old.get("conditions") or []), settings=settings, seen=seen)
     step.foreign = in_the_way(obj, pods)
@@ -154,7 +154,7 @@ def finish(step: Step, phase: str) -> Plan:
     st["admittedNodes"] = step.released
     if phase in cond.TERMINAL_PHASES and not st.get("completionTime"):
         st["completionTime"] = format_time(step.now)
-    recorded = attempts.track(step.old, st, step.now, step.meta.get("creationTimestamp"))  # status.goodput (operator/job/attempts.py)
+    recorded = attempts.track(step.observed, st, step.now, step.meta.get("creationTimestamp"), step.state)  # status.goodput (operator/job/attempts.py)
     if recorded is not None:
         st["goodput"] = recorded
     out.status = {k: v for k, v in st.items() if v is not None}

@@ -43,7 +43,7 @@ from railtrain.operator.scheduling.refusal import Refusal
 def _create_missing(step: Step) -> None:
     if ownership.service_in_the_way(step):  # the rendezvous name would resolve to someone else's Service
         return
-    record = admission_record(step.status)
+    record = admission_record(step.state)
     if record is None and not step.gang and not step.done:
         return  # admit before creating: the pass places the gang from its spec, then its pods are created pinned
     present = {rank_of(p) for p in step.gang} | step.done

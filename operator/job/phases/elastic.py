@@ -38,7 +38,7 @@ def _due(step: Step) -> bool:
     elastic = step.job.spec.elastic if step.job else None
     if elastic is None or step.grow_to is None or step.grow_to <= step.n or not healthy(step) or step.released is None:
         return False
-    return grow_due(step.job.spec, step.status, step.now)
+    return grow_due(step.job.spec, step.state, step.now)
 
 
 def _grow(step: Step) -> str:

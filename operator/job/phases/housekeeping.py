@@ -39,7 +39,7 @@ def service_change(step: Step) -> str:
         return ""
     if _gang_after(step):
         return "" if step.service_exists else "create"
-    if step.service_exists and step.service_uid and hold_record(step.status, step.now) is None:
+    if step.service_exists and step.service_uid and hold_record(step.state, step.now) is None:
         return "delete"
     return ""
 
@@ -52,7 +52,7 @@ def _service(step: Step) -> None:
 
 
 def _admitted_size(step: Step) -> None:
-    record = admission_record(step.status)
+    record = admission_record(step.state)
     step.n = len(record.nodes) if record is not None else admitted_nodes(step.job.spec, step.gang)
     step.delete([p for p in step.gang if rank_of(p) >= step.n])  # an elastic gang's ranks above its admitted size
     step.gang = [p for p in step.gang if rank_of(p) < step.n]

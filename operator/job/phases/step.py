@@ -27,6 +27,36 @@ from railtrain.operator.scheduling.placement import Placement
 from railtrain.operator.scheduling.refusal import Refusal
 
 
+class StatusPatch(dict):  # type: ignore[type-arg]
+    """The status one pass builds (a plain ``dict`` of camelCase keys, the content of its status patch) that counts
+    its changes in :attr:`version`, so :attr:`Step.state` reads it through the model again only after one.
+
+    Rows replace values (``status[key] = ...``, ``update``, ``pop``), never change one in place.
+    """
+
+    version = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def pop(self, *args: Any) -> Any:
+        self.version += 1
+        return super().pop(*args)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.version += 1
+        return super().setdefault(key, default)
+
+
 @dataclass
 class Plan:
     """What to do for one job in this pass.
@@ -121,6 +151,7 @@ class Step:
     settings: PlanSettings = field(default_factory=PlanSettings)
     service_uid: str = ""
     seen: Observed | None = None
+    _state: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def fabric(self) -> FabricProfile | None:
@@ -149,9 +180,26 @@ class Step:
 
     @property
     def state(self) -> TrainingJobStatus:
-        """The status as this pass has built it so far (:attr:`status` with :attr:`conds`), read through the model
-        (:func:`~railtrain.operator.job.stored.read_status`, read again on each call: the pass keeps changing it)."""
-        return read_status(self.status | {"conditions": self.conds})
+        """The status as this pass has built it so far (:attr:`status`; its conditions are the observed ones until
+        :func:`~railtrain.operator.job.planner.finish` writes :attr:`conds` into it), read through the model.
+
+        Read again only after the pass changed it (:class:`StatusPatch` counts the changes), and then only what it
+        changed: a key whose value is still the observed
+        object is taken from :attr:`observed` (read once per pass), the others are read by
+        :func:`~railtrain.operator.job.stored.read_status`. Rows ask per pod (:attr:`restarts`), so a 64-rank job's
+        placement and goodput are not parsed again for each question.
+        """
+        version = getattr(self.status, "version", None)
+        cached = self._state
+        if cached is not None and version is not None and cached[0] == version:
+            return cached[1]
+        changed = {k: v for k, v in self.status.items() if k not in self.old or self.old[k] is not v}
+        gone = set(self.old) - set(self.status)
+        part = read_status(changed)
+        update = {name: getattr(part, name) for name, f in type(part).model_fields.items() if (f.alias or name) in changed or (f.alias or name) in gone}
+        state = self.observed.model_copy(update=update)
+        self._state = (version, state)  # a plain dict (no version) is read every time
+        return state
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of ``type_`` as this pass has set it so far, read through the model (None: absent)."""

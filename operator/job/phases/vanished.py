@@ -49,7 +49,7 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     """``(rank, description)`` of every rank below the gang size whose pod is gone or being deleted, in a released gang."""
     if step.released is None or not step.is_true(cond.SCHEDULED):
         return []
-    record = admission_record(step.status)
+    record = admission_record(step.state)
     if record is not None and not record.created:
         return []  # admitted ranks still being created (or to be created after an operator crash): not vanished
     job = step.meta["name"]
@@ -85,7 +85,7 @@ def _gang_gone(step: Step) -> bool:
     after its deletions: the write is dropped, the deletions are not), or someone removed every pod at once. Ranks
     that exited 0 do not count as gone: a gang all of whose ranks exited 0 is the success row's.
     """
-    record = admission_record(step.status)
+    record = admission_record(step.state)
     if record is None or not record.created or any(not is_gated(p) for p in step.gang):
         return False
     size = len(record.nodes)
