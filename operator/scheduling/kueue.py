@@ -135,7 +135,7 @@ def place_in_assignment(request: GangRequest, cluster: ClusterSnapshot, nodes: M
             + "; railtrain runs one rank per node: request a whole node's GPUs per rank, or use a ResourceFlavor whose nodes fit one rank each"
         ))
     needs = replace(request.needs, tolerations=tuple(request.needs.tolerations) + tuple(tolerations))
-    narrowed = replace(request, needs=needs, prefer=())  # the same topology request Kueue admitted it with (operator/job/workload.py)
+    narrowed = replace(request, needs=needs)  # the same topology request Kueue admitted it with (operator/job/workload.py)
     result = place_gang(narrowed, inside(cluster, nodes, node_labels))
     if isinstance(result, Refusal):
         return Refusal(reasons.OUTSIDE_KUEUE_ASSIGNMENT, f"Kueue admitted the Workload, but its nodes cannot hold the gang now: {result.message}", warning=result.warning)

@@ -4,7 +4,8 @@ One scene, lean: 4 KWOK nodes of 8 GPUs in 2 racks, a ClusterQueue with 16 GPUs 
 The first job is admitted and lands on the nodes of Kueue's topology assignment, in one rack, rail
 aligned; the second waits on quota with Kueue's reason in its condition; a job naming a LocalQueue
 that does not exist says so; deactivating the first job's Workload (an eviction) stops its whole gang,
-frees the quota, and the second is admitted.
+frees the quota, and the second is admitted; a job changed while it waits gets a new Workload; a finished job's
+Workload is Finished and loses railtrain's finalizer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from railtrain.crds import kueue as names
 from railtrain.crds import reasons
 from railtrain.operator.job.workload import workload_name
 from railtrain.operator.scheduling.kueue import expand
-from tests.operator.clusterkit import G, P, V, condition, job_body, job_status, pods_of
+from tests.operator.clusterkit import G, P, V, all_running, condition, finish, job_body, job_status, pods_of
 from tests.polling import wait_for
 
 TAG = "railtrain.dev/kueue-test"
@@ -25,6 +26,18 @@ def kueue_job(name, queue, nodes=2):
     body = job_body(name, nodes=nodes, topology={"policy": "preferred", "level": "railtrain.dev/rack"})
     body["metadata"]["labels"] = {names.QUEUE_LABEL: queue}
     return body
+
+
+def workload_of(custom, ns, name):
+    """The Workload ``ns/name`` as stored, or None."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return custom.get_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.WORKLOADS, name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 def scheduled(custom, ns, name, reason):
@@ -63,10 +76,17 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
                     60, "the job naming a missing LocalQueue to say so")
     assert "doesn't exist" in lost["message"], lost["message"]
     assert pods_of(core, namespace, "second") == [] and pods_of(core, namespace, "lost") == []
+    lost_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "lost")["metadata"])
+    custom.patch_namespaced_custom_object(G, V, namespace, P, "lost", {"spec": {"priority": 7}})  # changed while waiting: its Workload is replaced
+    wait_for(lambda: (w := workload_of(custom, namespace, lost_wl)) and w["spec"].get("priority") == 7, 60, "the waiting job's Workload replaced")
 
     custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS, wl_name, {"spec": {"active": False}})
     stopped = wait_for(lambda: scheduled(custom, namespace, "first", reasons.EVICTED_BY_KUEUE), 60, "the first job stopped by the eviction")
     assert "evicted" in stopped["message"]
     wait_for(lambda: all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "first")), 30, "every pod of the first gang deleted")
-    wait_for(lambda: (ps := pods_of(core, namespace, "second")) and len(ps) == 2 and all(p.spec.node_name for p in ps) and ps,
-                      90, "the second job admitted once the quota was freed")
+    wait_for(lambda: all_running(core, namespace, "second", 2), 90, "the second job admitted once the quota was freed, and Running")
+    finish(core, namespace, "second")
+    second_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "second")["metadata"])
+    done = wait_for(lambda: (w := workload_of(custom, namespace, second_wl)) and names.FINALIZER not in (w["metadata"].get("finalizers") or []) and w,
+                    60, "the finished job's Workload Finished and its finalizer gone")
+    assert condition(done["status"], "Finished")["reason"] == "Succeeded"
