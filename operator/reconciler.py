@@ -229,7 +229,8 @@ class Reconciler:
         if not resize.grow_due(spec, seen.status, at):
             return None
         jobs, pods = self._listed()
-        found = ledger.read(jobs, ledger.by_job(pods), at)
+        own = ledger.key(seen.obj)
+        found = ledger.read([seen if ledger.key(j) == own else j for j in jobs], ledger.by_job(pods), at)  # its own entry as observed: its spec parsed once
         self._log_problems(found)
         queue = [request for _, _, request in found.waiting.values()]
         active = self.kube.list_active_pods() + found.promised
