@@ -67,3 +67,22 @@ def test_the_records_are_read_back_as_the_api_models():
     record = hold_record(held, NOW)
     assert isinstance(record, HoldRecord) and record.nodes == ["n0", ""] and record.until == NOW + timedelta(seconds=100)
     assert admission_record(admitted | {"admission": {"restarts": 0, "nodes": ["n0"], "typo": 1}}) is None  # not the model: absent
+
+
+def test_a_partial_older_or_unknown_status_is_read_leniently_and_a_corrupt_one_is_named():
+    stored = {
+        "phase": "Running", "restarts": 2, "futureField": {"x": 1},  # a field this version does not know
+        "topology": {"level": "rack"},  # a summary without its policy: left out
+        "conditions": [{"type": "Scheduled", "status": "True"}],  # no reason, no time: read (only the type is needed)
+        "placement": [{"rank": 0, "node": "n0"}, {"node": "n1"}],  # the entry without a rank is left out
+        "progress": {"lastUpdateTime": "2026-01-01T00:00:00Z"},
+        "hold": None,
+    }
+    seen = observe_job(job_obj("partial", status=stored))
+    s = seen.status
+    assert (s.phase, s.restarts, s.topology, [p.node for p in s.placement], seen.status_error) == ("Running", 2, None, ["n0"], "")
+    assert s.conditions[0].status == "True" and s.conditions[0].reason == "" and s.progress.last_update_time == NOW
+    corrupt = observe_job(job_obj("odd", status={"phase": "Pending", "requeueAfter": "not a time"}))
+    assert corrupt.status.phase == "Pending" and corrupt.status.requeue_after is None and "status.requeueAfter" in corrupt.status_error
+    with pytest.raises(ValueError, match="status.requeueAfter"):
+        planner.admission_request(corrupt, [], NOW)
