@@ -132,6 +132,7 @@ def local_failures(
             failures.append(recovery.Failure(verdict=v["verdict"], reason=v["reason"], message=v["message"], nodes=tuple(v["nodes"]), reported=True, **base))
         elif rank == first or signalled or (own is not None and own[1] != 0):
             failures.append(recovery.unreported(message=cause, **base))
+    failures = inplace.without_stopped(tuple(failures), {r for r, text in enumerate(messages) if inplace.stopped_in_message(text)})  # type: ignore[assignment]
     if not failures:  # the first failing node is unknown and none wrote anything
         failures.append(recovery.unreported(rank=0, code=code, node=local_node_name(0)))
     nodes = {rank: local_node_name(rank) for rank in range(len(messages))}

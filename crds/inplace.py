@@ -54,6 +54,7 @@ IN_PLACE_WORDS = "restarting in place"
 LEDGER_KEY = "inPlace"
 """The termination-message key (next to the verdict's) that carries a gang's :class:`Ledger`."""
 KINDS = ("job", "infrastructure")
+STOPPED_KEY = "stopped"
 
 
 def restart_path(d: recovery.Decision, before: recovery.Counters, streak: int | None) -> tuple[str, str]:
@@ -158,8 +159,9 @@ def ledger_in_message(text: str | None) -> Ledger | None:
     return Ledger.from_json(data.get(LEDGER_KEY)) if isinstance(data, dict) else None
 
 
-def with_ledger(message: str | None, ledger: Ledger) -> str:
-    """The termination message ``message`` (a verdict's JSON, or nothing) with ``ledger`` added under :data:`LEDGER_KEY`.
+def with_ledger(message: str | None, ledger: Ledger, stopped: bool = False) -> str:
+    """The termination message ``message`` (a verdict's JSON, or nothing) with ``ledger`` added under :data:`LEDGER_KEY`,
+    and ``"stopped": true`` for a rank whose workers its supervisor stopped because a peer failed (never the one to blame).
 
     A message that is not a JSON object (a log tail) is kept as nothing: the ledger is what is left to read.
     """
@@ -170,7 +172,24 @@ def with_ledger(message: str | None, ledger: Ledger) -> str:
     if not isinstance(data, dict):
         data = {}
     data[LEDGER_KEY] = ledger.to_json()
+    if stopped:
+        data[STOPPED_KEY] = True
     return json.dumps(data, separators=(",", ":"))
+
+
+def stopped_in_message(text: str | None) -> bool:
+    """Whether a supervisor's termination message says its rank was only stopped for a peer's failure."""
+    try:
+        data = json.loads(text.strip()) if text else None
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get(STOPPED_KEY) is True
+
+
+def without_stopped(failures: tuple[recovery.Failure, ...], stopped: set[int]) -> tuple[recovery.Failure, ...]:
+    """``failures`` less the ranks in ``stopped`` (their supervisors stopped them for a peer), unless none would remain."""
+    kept = tuple(f for f in failures if f.rank not in stopped)
+    return kept or failures
 
 
 def uncounted(ledger: Ledger, counted: Mapping[str, Any] | None) -> Ledger:

@@ -167,11 +167,11 @@ class Supervisor:
             try:
                 decision = self._decision(attempt, report)
             except TimeoutError as err:
-                return self._leave(code or contract.EXIT_FAILED, text, str(err))
+                return self._leave(code or contract.EXIT_FAILED, text, str(err), stopped)
             if self.coordinator is not None and decision.get("path") != "done":
                 print(f"railtrain supervisor: attempt {attempt}: {decision.get('message')} [path {decision.get('path')}, verdict {decision.get('verdict')}]", file=sys.stderr, flush=True)
             if decision.get("path") != inplace.PATH_IN_PLACE:
-                return self._leave(0 if decision.get("path") == "done" and code == 0 else (code or contract.EXIT_FAILED), text, "")
+                return self._leave(0 if decision.get("path") == "done" and code == 0 else (code or contract.EXIT_FAILED), text, "", stopped)
             spent |= spent_faults({k: v for k, v in self.env.items() if k not in spent}, [text])
             attempt = int(decision["next"])
 
@@ -207,13 +207,13 @@ class Supervisor:
                 return decision
             time.sleep(POLL_SECONDS)
 
-    def _leave(self, code: int, verdict: str | None, why: str) -> int:
+    def _leave(self, code: int, verdict: str | None, why: str, stopped: bool = False) -> int:
         """Write the pod's termination message (the last verdict plus the ledger) and return ``code``."""
         if why:
             print(f"railtrain supervisor (rank {self.rank}): {why}", file=sys.stderr, flush=True)
         try:
             if os.path.isfile(self.final_path):
-                Path(self.final_path).write_text(inplace.with_ledger(verdict, self.ledger) if code else (verdict or ""))
+                Path(self.final_path).write_text(inplace.with_ledger(verdict, self.ledger, stopped) if code else (verdict or ""))
         except OSError:
             pass
         if self.coordinator is not None:  # the others read the final decision from here: stay until they did

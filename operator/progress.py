@@ -19,6 +19,7 @@ May import: any operator wing, ``railtrain.crds``, kopf and the kubernetes clien
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import urllib.request
@@ -28,11 +29,12 @@ from typing import Any, Callable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from railtrain.crds import contract
-from railtrain.crds.api import TrainingJobStatus
+from railtrain.crds import contract, inplace, launcher, supervisor
+from railtrain.crds.api import RunPolicy, TrainingJobStatus
 from railtrain.crds.goodput import Progress
 from railtrain.operator import metrics
 from railtrain.operator.job import attempts
+from railtrain.operator.job import inplace as job_inplace
 from railtrain.operator.job.observed import observe_job
 from railtrain.operator.job.stored import read_status
 
@@ -178,24 +180,32 @@ class Reader:
             url = endpoint(pod) if pod else None
             if url is None:
                 return False
+            ledger = self._ledger(pod, key)
             try:
                 text = self._fetch(url)
             except OSError as err:
                 log.debug("%s/%s: no progress from %s: %s", namespace, name, url, err)
-                return False
+                text = ""
             found = parse(text, now)
-            if found is None:
+            if found is None and ledger is None:
                 return False
             with lock_for(namespace, name):
                 job = kube.get_job(namespace, name)
                 if job is None or observe_job(job).status.phase != "Running":
                     return False
-                patch: dict[str, Any] = {"progress": found}
                 stored = job.get("status") or {}  # as stored: the goodput patch extends its attempts
-                recorded = attempts.with_progress(stored, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now)
+                patch, counted = self._in_place(job, stored, ledger, now)
+                stored = {**stored, **patch}
+                recorded = attempts.with_progress(stored, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now) if found else None
+                patch |= {"progress": found} if found else {}
                 if recorded is not None:
                     patch["goodput"] = recorded
+                if not patch:
+                    return False
                 written = bool(kube.patch_status(namespace, name, patch, resource_version=job["metadata"].get("resourceVersion")))  # 409: changed since read, next interval
+                if written and counted:
+                    log.info("%s/%s in-place reason=%s: %s", namespace, name, job_inplace.IN_PLACE_RESTART, counted)
+                    kube.emit_event(job, "Normal", job_inplace.IN_PLACE_RESTART, counted)
             if written and recorded is not None:
                 metrics.observe_goodput(namespace, name, recorded)
             return written
@@ -205,3 +215,33 @@ class Reader:
         finally:
             with self._guard:
                 self._busy.discard(key)
+
+    def _ledger(self, pod: Mapping[str, Any], key: tuple[str, str]) -> inplace.Ledger | None:
+        """The in-place ledger node rank 0's supervisor serves (a job with runPolicy.restartInPlace), or None."""
+        url = ledger_endpoint(pod)
+        if url is None:
+            return None
+        try:
+            return inplace.Ledger.from_json(json.loads(self._fetch(url)).get("ledger"))
+        except (OSError, ValueError, AttributeError) as err:
+            log.debug("%s/%s: no in-place ledger from %s: %s", *key, url, err)
+            return None
+
+    @staticmethod
+    def _in_place(job: Mapping[str, Any], stored: Mapping[str, Any], ledger: inplace.Ledger | None, now: datetime) -> tuple[dict[str, Any], str]:
+        """The status patch that counts ``ledger``'s new in-place restarts (:func:`railtrain.operator.job.inplace.count`) and its Event's sentence."""
+        if ledger is None:
+            return {}, ""
+        policy = RunPolicy.model_validate((job.get("spec") or {}).get("runPolicy") or {})
+        counted = job_inplace.count(stored, ledger, policy, now, job["metadata"].get("creationTimestamp"))
+        return (dict(counted[0]), counted[1]) if counted else ({}, "")
+
+
+def ledger_endpoint(pod: Mapping[str, Any]) -> str | None:
+    """``http://IP:PORT/ledger`` of node rank 0's supervisor (crds/supervisor.py), or None for a pod not supervised or without an IP."""
+    ip = (pod.get("status") or {}).get("podIP")
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not ip or not any(tuple(c.get("command") or ())[: len(launcher.SUPERVISOR)] == launcher.SUPERVISOR for c in containers):
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{supervisor.DEFAULT_SUPERVISOR_PORT}/ledger"

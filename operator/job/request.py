@@ -17,6 +17,7 @@ from typing import Any
 from railtrain.crds import parallel
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import binding, render
+from railtrain.operator.job import inplace as job_inplace
 from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.scheduling.nodefit import pod_needs
@@ -148,7 +149,7 @@ def promised_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) ->
     live = {rank_of(p) for p in current_gang(seen, owned(obj, pods))} | set(status.succeeded_ranks)
     meta = seen.meta
     return [
-        binding.pin_to_node(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), node)
+        binding.pin_to_node(job_inplace.with_spent(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), status), node)
         for rank, node in enumerate(record.nodes) if rank not in live
     ]
 

@@ -28,6 +28,7 @@ from railtrain.crds.api import AdmissionRecord
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import nvlink
 from railtrain.operator.job import binding, render
+from railtrain.operator.job import inplace as job_inplace
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.job.pods import is_gated, rank_of, restart_of
 from railtrain.operator.job.records import admission_record
@@ -53,7 +54,7 @@ def _create_missing(step: Step) -> None:
     nodes = record.nodes if record is not None and not record.created else None
     for rank in range(len(nodes) if nodes is not None else step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
-            pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
+            pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), step.status)
             if nodes is not None:  # an admitted rank whose create did not happen yet (e.g. the operator crashed after the record)
                 pod = binding.admitted_pod(pod, nodes[rank], _rank_annotations(step, len(nodes), nodes[rank]))
             step.out.create_pods.append(pod)
@@ -146,7 +147,7 @@ def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]
     for rank, node in enumerate(nodes):
         where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
         extra = placement.annotations[where] if where < len(placement.annotations) else {}
-        pod = render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric)
+        pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), step.status)
         gang.append(binding.admitted_pod(pod, node, {**render.gang_annotations(step.job.spec, size), **extra}))
     step.out.create_pods = gang
     step.out.status_first = True

@@ -30,9 +30,12 @@ import json
 from typing import Any
 
 from railtrain.crds import contract, recovery
+from railtrain.crds import inplace as crds_inplace
 from railtrain.crds.podtemplate import TRAINER
+from railtrain.crds.times import parse_time_or_none
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job import inplace
 from railtrain.operator.job.pods import phase, rank_of
 from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step
@@ -83,6 +86,7 @@ def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
         if term and cs.get("name") == TRAINER:  # a sidecar's exit says nothing about the rank
             code = int(term.get("exitCode", contract.EXIT_FAILED))
             raw, finished = (term.get("message") or "").strip(), term.get("finishedAt") or ""
+            raw = "" if raw and contract.parse_termination_message(raw) is None and crds_inplace.ledger_in_message(raw) else raw  # only the supervisor's ledger
             v = contract.parse_termination_message(raw)
             if v:
                 evidence = json.dumps(v["evidence"], sort_keys=True)[:300] if v["evidence"] else ""
@@ -92,19 +96,55 @@ def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
     return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), **base)
 
 
+def _trainer_message(pod: dict[str, Any]) -> str:
+    return next((((cs.get("state") or {}).get("terminated") or {}).get("message") or "" for cs in (pod.get("status") or {}).get("containerStatuses") or [] if cs.get("name") == TRAINER), "")
+
+
 def gang_failure(step: Step) -> recovery.GangFailure:
     """The evidence of the failed attempt: every Failed rank, the nodes the gang's pods ran on, the nodes that exist."""
-    failures = tuple(rank_failure(p) for p in step.gang if phase(p) == "Failed")
+    failed = [p for p in step.gang if phase(p) == "Failed"]
+    stopped = {rank_of(p) for p in failed if crds_inplace.stopped_in_message(_trainer_message(p))}
+    failures = crds_inplace.without_stopped(tuple(rank_failure(p) for p in failed), stopped)  # a supervisor stopped them for a peer
     ran = {rank_of(p): node for p in step.gang if (node := (p.get("spec") or {}).get("nodeName"))}
     return recovery.GangFailure(failures, ran, frozenset(step.nodes) if step.nodes is not None else None)
 
 
+STOPPED_WAIT_SECONDS = 30
+"""How long the operator waits for the rank to blame once only ranks that their supervisors stopped for a peer's
+failure have ended (the supervisors of one gang exit together after their final decision; a failing rank's pod
+that stays Running longer than this is not waited for)."""
+
+
 def _any_failed(step: Step) -> bool:
-    return any(phase(p) == "Failed" for p in step.gang)
+    failed = [p for p in step.gang if phase(p) == "Failed"]
+    if not failed or any(not crds_inplace.stopped_in_message(_trainer_message(p)) for p in failed):
+        return bool(failed)
+    if all(phase(p) in ("Failed", "Succeeded") for p in step.gang):
+        return True
+    ended = [t for p in failed if (t := parse_time_or_none(_trainer_finished(p))) is not None]
+    return not ended or (step.now - min(ended)).total_seconds() >= STOPPED_WAIT_SECONDS
+
+
+def _trainer_finished(pod: dict[str, Any]) -> str:
+    return next((((cs.get("state") or {}).get("terminated") or {}).get("finishedAt") or "" for cs in (pod.get("status") or {}).get("containerStatuses") or [] if cs.get("name") == TRAINER), "")
+
+
+def count_in_place(step: Step) -> None:
+    """Count the in-place restarts the failed gang's termination messages report and the operator has not counted
+    (:mod:`railtrain.operator.job.inplace`) before deciding: one job-wide budget for both paths."""
+    ledger = inplace.gang_ledger(step.gang, step.restarts)
+    counted = inplace.count(step.status, ledger, step.job.spec.run_policy, step.now, step.job.metadata.creation_timestamp) if ledger else None
+    if counted is None:
+        return
+    patch, sentence = counted
+    step.status.update(patch)
+    step.out.events.append(("Normal", inplace.IN_PLACE_RESTART, sentence))
+    step.out.log.append(f"in-place reason={inplace.IN_PLACE_RESTART}: {sentence}")
 
 
 def _decide(step: Step) -> str:
     step.stop(step.gang)
+    count_in_place(step)
     d = recovery.decide(gang_failure(step), step.job.spec.run_policy, counters(step), step.now)
     step.set_condition(cond.RUNNING, False, reasons.POD_FAILED, d.blamed.detail())
     return apply(step, d)

@@ -1,0 +1,108 @@
+"""In-place restarts the pods report, counted into the job's status (pure): the operator's half of crds/inplace.py.
+
+A gang whose job has ``spec.runPolicy.restartInPlace`` restarts its processes
+inside the running pods (the pod-side supervisor, :mod:`railtrain.crds.supervisor`)
+and the operator never saw a pod fail. Trainer pods hold no API token, so the
+operator learns of those restarts from what the pods expose: node rank 0's
+coordinator (``GET /ledger``, read with the progress endpoint by
+:mod:`railtrain.operator.progress`) while the gang runs, and the termination
+message of every rank when it ends (:data:`railtrain.crds.inplace.LEDGER_KEY`).
+Either way the report is a claim, checked (:meth:`railtrain.crds.inplace.Ledger.from_json`)
+and counted once: :func:`count` adds only what ``status.inPlace`` does not hold
+yet, into the same job-wide ``jobRestarts``/``infrastructureRestarts`` that
+gang restarts spend, so the one budget bounds both paths, and ends the running
+goodput attempt with the in-place cause.
+
+May import: ``railtrain.crds`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Mapping
+
+from railtrain.crds import inplace, recovery, supervisor
+from railtrain.crds.podtemplate import TRAINER
+from railtrain.crds.times import format_micro_time
+from railtrain.operator.job import attempts as goodput_attempts
+from railtrain.operator.job.pods import restart_of
+
+IN_PLACE_RESTART = "InPlaceRestart"
+"""Event reason (Normal): the gang's processes restarted inside their pods, counted in the job's budget."""
+
+
+def pod_ledger(pod: Mapping[str, Any]) -> inplace.Ledger | None:
+    """The in-place ledger a gang pod's trainer container left in its termination message, or None."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and cs.get("name") == TRAINER:
+            return inplace.ledger_in_message(term.get("message"))
+    return None
+
+
+def gang_ledger(pods: list[Mapping[str, Any]], restarts: int) -> inplace.Ledger | None:
+    """The newest ledger among the gang's pods of restart count ``restarts`` (the highest attempt), or None."""
+    found = [g for p in pods if restart_of(p) == restarts and (g := pod_ledger(p)) is not None and g.restarts == restarts]
+    return max(found, key=lambda g: g.attempt, default=None)
+
+
+def count(status: Mapping[str, Any], ledger: inplace.Ledger, run_policy: Any, now: datetime, created: str | None = None) -> tuple[dict[str, Any], str] | None:
+    """The status fields after counting ``ledger``'s in-place restarts not yet counted, and the Event's sentence.
+
+    Args:
+        status: the job's status (camelCase), with ``restarts`` (the current gang) and ``inPlace`` (counted so far).
+        ledger: what the gang's pods report; a ledger of another gang than the current one is ignored.
+        run_policy: the job's ``RunPolicy`` (for the bounds in the sentence).
+        now: when it was read (the running goodput attempt ends then); created: the job's creationTimestamp (for goodput).
+
+    Returns:
+        ``(patch, sentence)``, or None when nothing is new.
+    """
+    if ledger.restarts != int(status.get("restarts", 0)):
+        return None
+    delta = inplace.uncounted(ledger, status.get("inPlace"))
+    if delta.attempt <= 0:
+        return None
+    before = recovery.Counters.from_status(status)
+    after = inplace.spend(before, delta)
+    patch: dict[str, Any] = {
+        "jobRestarts": after.job_restarts, "infrastructureRestarts": after.infrastructure_restarts,
+        "inPlaceRestarts": int(status.get("inPlaceRestarts", 0)) + delta.attempt, "inPlace": inplace.counted_record(ledger),
+    }  # fmt: skip
+    causes = ", ".join(f"{k} {n}" for k, n in sorted(delta.causes.items())) or "unknown"
+    sentence = (f"the gang restarted in place {delta.attempt} time(s) ({causes}), now at attempt {ledger.attempt}: no pod recreated; "
+                f"{recovery.counters_text(after, run_policy.backoff_limit, run_policy.max_infrastructure_restarts)}")  # fmt: skip
+    attempts = _attempts_after(status, delta, now)
+    recorded = goodput_attempts.goodput(status, attempts, created, now) if attempts is not None else None
+    if recorded is not None:
+        patch["goodput"] = recorded
+    return patch, sentence
+
+
+def _attempts_after(status: Mapping[str, Any], delta: inplace.Ledger, now: datetime) -> list[dict[str, Any]] | None:
+    """status.goodput.attempts with the running attempt ended by the in-place restart (its cause: the verdict) and a new
+    one started now; None when no attempt is running."""
+    attempts = [dict(a) for a in (status.get("goodput") or {}).get("attempts") or []]
+    if not attempts or attempts[-1].get("ended"):
+        return None
+    at = format_micro_time(now)
+    verdict = next(iter(sorted(delta.causes)), "retryable")
+    attempts[-1].update(ended=at, endReason="Restarting", inPlace=verdict)
+    return [*attempts, {"released": at}]
+
+
+def with_spent(pod: dict[str, Any], status: Any) -> dict[str, Any]:
+    """A rendered gang pod whose supervisor (if any) is told what the job has spent of its restart budget now.
+
+    Args:
+        pod: from :func:`railtrain.operator.job.render.render_pod` (changed in place and returned).
+        status: the job's status being written (camelCase dict) or a :class:`~railtrain.crds.api.TrainingJobStatus`.
+    """
+    get = status.get if isinstance(status, Mapping) else (lambda k, d=0: getattr(status, {"jobRestarts": "job_restarts", "infrastructureRestarts": "infrastructure_restarts"}[k], d))
+    spent = json.dumps({"jobRestarts": int(get("jobRestarts", 0) or 0), "infrastructureRestarts": int(get("infrastructureRestarts", 0) or 0)}, separators=(",", ":"))
+    for c in pod["spec"]["containers"]:
+        for e in c.get("env") or []:
+            if e.get("name") == supervisor.ENV_SPENT:
+                e["value"] = spent
+    return pod
