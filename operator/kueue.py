@@ -83,9 +83,9 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
     meta = job["metadata"]
     name = workload.workload_name(meta)
     stored = verbs.get_workload(meta["namespace"], name)
-    phase = (job.get("status") or {}).get("phase")
+    phase = seen.status.phase
     if phase in cond.TERMINAL_PHASES:
-        return _finish(verbs, job, stored, phase == cond.SUCCEEDED, now, pods)
+        return _finish(verbs, seen, stored, phase == cond.SUCCEEDED, now, pods)
     if stored is not None and stored["metadata"].get("deletionTimestamp"):
         if not _live(job, pods):  # the gang is stopped: let the deletion finish (jobframework: stopJob, then RemoveFinalizer)
             verbs.remove_finalizer(stored)
@@ -117,15 +117,17 @@ def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:
     return kueuestatus.view(made) if made is not None else KueueView(name=want["metadata"]["name"])
 
 
-def _finish(verbs: KueueVerbs, job: dict[str, Any], stored: dict[str, Any] | None, succeeded: bool, now: datetime,
+def _finish(verbs: KueueVerbs, seen: Observed, stored: dict[str, Any] | None, succeeded: bool, now: datetime,
             pods: Sequence[dict[str, Any]]) -> KueueView:
-    """A finished job's Workload: ``Finished`` written, then railtrain's finalizer dropped (Kueue's ``jobframework`` order)."""
+    """A finished job's Workload (``seen``: the job as observed): ``Finished`` written, then railtrain's finalizer dropped
+    (Kueue's ``jobframework`` order)."""
+    job = seen.obj
     if stored is None:
         return KueueView()
     current = kueuestatus.view(stored)
     if current.state != kueuestatus.FINISHED and not stored["metadata"].get("deletionTimestamp"):
-        ended = cond.find((job.get("status") or {}).get("conditions") or [], cond.SUCCEEDED if succeeded else cond.FAILED) or {}
-        if verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, str(ended.get("message") or ""), now)):
+        ended = cond.condition_of(seen.status, cond.SUCCEEDED if succeeded else cond.FAILED)
+        if verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, ended.message if ended is not None else "", now)):
             return KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
         return current
     if names.FINALIZER in (stored["metadata"].get("finalizers") or []) and not _live(job, pods):

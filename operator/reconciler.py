@@ -207,7 +207,7 @@ class Reconciler:
         nodes = kube.list_nodes() if controller.needs_nodes(seen, pods) else None
         grow_to = self._grow_to(seen, nodes, at) if nodes is not None else None
         kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)
-        stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", job, pods)  # Kueue evicted it: the gang stops whole
+        stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", seen, pods)  # Kueue evicted it: the gang stops whole
         p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings)
         kueue.dress(kube, job, p)
         waits = planner.gang_request(seen, pods, at) is not None

@@ -26,6 +26,8 @@ from typing import Any, Mapping
 
 from railtrain.crds import reasons
 from railtrain.crds.times import format_time
+from railtrain.operator.job.conditions import SCHEDULED, true_of
+from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.scheduling.kueue import expand
 from railtrain.operator.scheduling.refusal import Refusal
 
@@ -158,13 +160,13 @@ def finished_status(workload: Mapping[str, Any], succeeded: bool, message: str, 
     return {"conditions": _set(conds, "Finished", True, "Succeeded" if succeeded else "Failed", message or "the job ended", now, gen)}
 
 
-def stop_for(v: KueueView | None, queue: str, obj: Mapping[str, Any], pods: list[dict[str, Any]]) -> Refusal | None:
+def stop_for(v: KueueView | None, queue: str, obj: Observed | Mapping[str, Any], pods: list[dict[str, Any]]) -> Refusal | None:
     """The order to stop a Kueue job's gang, when its Workload no longer admits it (pure).
 
     Args:
         v: the Workload's view (None: the job is not Kueue's).
         queue: the LocalQueue the job names.
-        obj: the TrainingJob as read; pods: its pods.
+        obj: the TrainingJob as observed in this pass, or as read; pods: its pods.
 
     Returns:
         A :class:`~railtrain.operator.scheduling.refusal.Refusal` with reason
@@ -174,11 +176,11 @@ def stop_for(v: KueueView | None, queue: str, obj: Mapping[str, Any], pods: list
     """
     if v is None or v.admitted or v.state == FINISHED:
         return None
-    scheduled = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Scheduled"), {})
-    uid = (obj.get("metadata") or {}).get("uid")
+    seen = observed(obj)
+    uid = (seen.obj.get("metadata") or {}).get("uid")
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
             and any(r.get("uid") == uid and r.get("controller") for r in (p.get("metadata") or {}).get("ownerReferences") or [])
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    if scheduled.get("status") != "True" and not live:
+    if not true_of(seen.status, SCHEDULED) and not live:
         return None
     return Refusal(reasons.EVICTED_BY_KUEUE, pending_sentence(v, queue), warning=True)
