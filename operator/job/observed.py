@@ -33,7 +33,8 @@ from railtrain.operator.scheduling.snapshot import parse_quantity
 
 @dataclass(frozen=True)
 class Observed:
-    """A TrainingJob read from the API server, with what a pass derives from its spec (each derived once, when first read).
+    """A TrainingJob read from the API server, with what a pass derives from its spec and status (each derived once,
+    when first read: the spec model or its error, the status model, rank 0's pod).
 
     Attributes:
         obj: the object as read (metadata, spec, status); never modified.
