@@ -174,6 +174,9 @@ def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[
     policy = spec.get("runPolicy") or {}
     extra.add_row("Run policy:", f"backoffLimit {policy.get('backoffLimit', 3)}" + (", suspended" if policy.get("suspend") else ""))
     restarts = f"{status.get('restarts', 0)} (job {status.get('jobRestarts', 0)}, infrastructure {status.get('infrastructureRestarts', 0)})"
+    if status.get("inPlaceRestarts"):  # runPolicy.restartInPlace: counted in job/infrastructure above, pods not recreated
+        causes = ", ".join(f"{k} {n}" for k, n in sorted(((status.get("inPlace") or {}).get("causes") or {}).items()))
+        restarts += f"; {status['inPlaceRestarts']} of them in place" + (f" (this gang: {causes})" if causes else "")
     reasons = restart_reasons(events)
     if reasons:
         restarts += "; by reason: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))

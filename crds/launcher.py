@@ -8,8 +8,10 @@ at the rendezvous while the other nodes' ranks sit in their collective
 ("Gloo connectFullMesh failed" for the whole ``gangTimeoutSeconds`` or longer),
 and the operator never sees a failed rank to restart the gang for. Restarts are
 the operator's: it restarts the whole gang on every node, bounded by
-``spec.runPolicy.backoffLimit`` (and ``spec.runPolicy.failurePolicy``). So,
-until railtrain owns in-place restarts, a nonzero torchrun restart count is
+``spec.runPolicy.backoffLimit`` (and ``spec.runPolicy.failurePolicy``), or,
+with ``spec.runPolicy.restartInPlace``, railtrain's own pod-side supervisor
+restarts every rank's processes in place by the same rule
+(:data:`SUPERVISOR`, :mod:`railtrain.crds.supervisor`). So a nonzero torchrun restart count is
 refused by ``railtrain validate`` and ``submit`` and by the operator (a job
 created with kubectl: phase Failed, reason InvalidSpec, the same sentence), from
 :data:`railtrain.crds.api.MODEL_RULES`. The API server does not check the flag:

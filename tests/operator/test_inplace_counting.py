@@ -58,3 +58,14 @@ def test_a_ledger_of_another_gang_or_a_malformed_one_counts_nothing():
         [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)]
         assert kube.jobs[("team", "ip")]["status"].get("inPlaceRestarts") is None
         kube.jobs[("team", "ip")]["status"].pop("progress", None)
+
+
+def test_describe_says_how_many_restarts_were_in_place():
+    from tests.cli.test_jobviews import render
+    from railtrain.cli import describe
+
+    obj = job_obj("ip", status={"phase": "Running", "restarts": 1, "jobRestarts": 3, "inPlaceRestarts": 2,
+                                "inPlace": {"restarts": 1, "attempt": 1, "jobRestarts": 1, "causes": {"hang": 1}}})  # fmt: skip
+    obj["metadata"]["creationTimestamp"] = "2026-11-29T11:59:00Z"
+    text = " ".join(render(describe.describe_view(obj, [], [], NOW), width=200).split())
+    assert "Restarts: 1 (job 3, infrastructure 0); 2 of them in place (this gang: hang 1)" in text
