@@ -126,12 +126,16 @@ def resource_flavor(name: str, node_labels: Mapping[str, str], topology_name: st
     return {"apiVersion": f"{GROUP}/{API}", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
 
 
-def cluster_queue(name: str, flavor: str, quotas: Mapping[str, Any], namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A ``ClusterQueue`` with one flavor and ``quotas`` (resource name → nominal quota, e.g. ``{"nvidia.com/gpu": 16}``)."""
-    return {"apiVersion": f"{GROUP}/{API}", "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {"namespaceSelector": dict(namespace_selector or {}), "resourceGroups": [{
-                "coveredResources": list(quotas),
-                "flavors": [{"name": flavor, "resources": [{"name": r, "nominalQuota": q} for r, q in quotas.items()]}]}]}}
+def cluster_queue(name: str, flavor: str, quotas: Mapping[str, Any], namespace_selector: Mapping[str, Any] | None = None,
+                  preemption: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A ``ClusterQueue`` with one flavor and ``quotas`` (resource name → nominal quota, e.g. ``{"nvidia.com/gpu": 16}``),
+    and ``spec.preemption`` when given (e.g. ``{"withinClusterQueue": "LowerPriority"}``)."""
+    spec: dict[str, Any] = {"namespaceSelector": dict(namespace_selector or {}), "resourceGroups": [{
+        "coveredResources": list(quotas),
+        "flavors": [{"name": flavor, "resources": [{"name": r, "nominalQuota": q} for r, q in quotas.items()]}]}]}
+    if preemption:
+        spec["preemption"] = dict(preemption)
+    return {"apiVersion": f"{GROUP}/{API}", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
 
 
 def local_queue(name: str, namespace: str, cluster_queue_name: str) -> dict[str, Any]:

@@ -8,9 +8,10 @@
   script's reason, only where Go or the module proxy cannot serve it.
 - ``kueue_queue`` (function): factory ``kueue_queue(namespace, node_labels, gpus)``
   giving ``namespace`` a LocalQueue on a fresh ClusterQueue with ``gpus``
-  ``nvidia.com/gpu`` of quota and a TAS ResourceFlavor over the nodes carrying
-  ``node_labels``; returns the LocalQueue's name (the ClusterQueue's and the
-  flavor's too); deletes the ClusterQueue and flavor afterwards.
+  ``nvidia.com/gpu`` of quota (preempting lower priorities within it) and a TAS
+  ResourceFlavor over the nodes carrying ``node_labels``, and a
+  WorkloadPriorityClass ``<name>-high`` (1000); returns the LocalQueue's name
+  (the ClusterQueue's and the flavor's too); deletes them afterwards.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def kueue_queue(local_kueue, request) -> Iterator[Callable[..., str]]:
         name = f"q-{uuid.uuid4().hex[:8]}"
         local_kueue.apply([
             kq.resource_flavor(name, node_labels, TOPOLOGY, tolerations),
-            kq.cluster_queue(name, name, {"nvidia.com/gpu": gpus}),
+            kq.cluster_queue(name, name, {"nvidia.com/gpu": gpus}, preemption={"withinClusterQueue": "LowerPriority"}),
+            kq.workload_priority_class(f"{name}-high", 1000),
             kq.local_queue(name, namespace, name),
         ])
         made.append(name)
@@ -60,5 +62,6 @@ def kueue_queue(local_kueue, request) -> Iterator[Callable[..., str]]:
     for name in made:
         local_kueue.cluster.kubectl("delete", "clusterqueue", name, "--ignore-not-found", "--wait=false", check=False)
         local_kueue.cluster.kubectl("delete", "resourceflavor", name, "--ignore-not-found", "--wait=false", check=False)
+        local_kueue.cluster.kubectl("delete", "workloadpriorityclass", f"{name}-high", "--ignore-not-found", "--wait=false", check=False)
     if request.node.stash.get(_FAILED, False):
         print("---- Kueue log tail ----\n" + local_kueue.tail())

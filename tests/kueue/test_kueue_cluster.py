@@ -4,7 +4,8 @@ One scene, lean: 4 KWOK nodes of 8 GPUs in 2 racks, a ClusterQueue with 16 GPUs 
 The first job is admitted and lands on the nodes of Kueue's topology assignment, in one rack, rail
 aligned; the second waits on quota with Kueue's reason in its condition; a job naming a LocalQueue
 that does not exist says so; deactivating the first job's Workload (an eviction) stops its whole gang,
-frees the quota, and the second is admitted; a job changed while it waits gets a new Workload; a finished job's
+frees the quota, and the second is admitted; a job of a higher WorkloadPriorityClass preempts it (its gang stops
+whole, its quota is released to the urgent job); a job changed while it waits gets a new Workload; a finished job's
 Workload is Finished and loses railtrain's finalizer.
 """
 
@@ -46,7 +47,7 @@ def scheduled(custom, ns, name, reason):
     return found if found and found.get("reason") == reason else None
 
 
-def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_evicted(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_evicted_or_preempted(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
     core, custom = kube.core, kube.custom
     tag = uuid.uuid4().hex[:8]
     gpu_nodes(4, labels={TAG: tag}, nodes_per_rack=2)
@@ -72,9 +73,9 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
     waiting = wait_for(lambda: (c := scheduled(custom, namespace, "second", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"] and c,
                        60, "the second job waiting for Kueue's quota, with Kueue's reason")
     assert "insufficient unused quota for nvidia.com/gpu" in waiting["message"], waiting["message"]
-    lost = wait_for(lambda: (c := scheduled(custom, namespace, "lost", reasons.WAITING_FOR_KUEUE)) and "no-such-queue" in c["message"] and c,
-                    60, "the job naming a missing LocalQueue to say so")
-    assert "doesn't exist" in lost["message"], lost["message"]
+    lost = wait_for(lambda: (c := scheduled(custom, namespace, "lost", reasons.WAITING_FOR_KUEUE)) and "doesn't exist" in c["message"] and c,
+                    60, "the job naming a missing LocalQueue to say so, in Kueue's words")
+    assert "LocalQueue no-such-queue doesn't exist" in lost["message"], lost["message"]
     assert pods_of(core, namespace, "second") == [] and pods_of(core, namespace, "lost") == []
     lost_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "lost")["metadata"])
     custom.patch_namespaced_custom_object(G, V, namespace, P, "lost", {"spec": {"priority": 7}})  # changed while waiting: its Workload is replaced
@@ -85,8 +86,18 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
     assert "evicted" in stopped["message"]
     wait_for(lambda: all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "first")), 30, "every pod of the first gang deleted")
     wait_for(lambda: all_running(core, namespace, "second", 2), 90, "the second job admitted once the quota was freed, and Running")
-    finish(core, namespace, "second")
-    second_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "second")["metadata"])
-    done = wait_for(lambda: (w := workload_of(custom, namespace, second_wl)) and names.FINALIZER not in (w["metadata"].get("finalizers") or []) and w,
+
+    urgent = kueue_job("urgent", queue)
+    urgent["metadata"]["labels"][names.PRIORITY_LABEL] = f"{queue}-high"
+    custom.create_namespaced_custom_object(G, V, namespace, P, urgent)
+    preempted = wait_for(lambda: scheduled(custom, namespace, "second", reasons.EVICTED_BY_KUEUE), 120, "the second job preempted by the urgent one")
+    assert "Preempted" in preempted["message"], preempted["message"]
+    wait_for(lambda: all_running(core, namespace, "urgent", 2), 90, "the urgent job admitted on the preempted quota, and Running")
+    assert all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "second"))  # the preempted gang stopped whole
+    urgent_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "urgent")["metadata"])
+    assert workload_of(custom, namespace, urgent_wl)["spec"]["priority"] == 1000
+
+    finish(core, namespace, "urgent")
+    done = wait_for(lambda: (w := workload_of(custom, namespace, urgent_wl)) and names.FINALIZER not in (w["metadata"].get("finalizers") or []) and w,
                     60, "the finished job's Workload Finished and its finalizer gone")
     assert condition(done["status"], "Finished")["reason"] == "Succeeded"
