@@ -36,18 +36,6 @@ class KueueVerbs:
         """The Workload, or None when there is none (or the kind is not served: see :meth:`served`)."""
         return or_none(self.custom.get_namespaced_custom_object, names.GROUP, names.VERSION, namespace, names.WORKLOADS, name)
 
-    def served(self) -> bool:
-        """Whether the API server serves ``workloads.kueue.x-k8s.io/v1beta2`` (Kueue's CRDs are installed).
-
-        Raises:
-            railtrain.operator.kube.errors.ApiError: any answer but 200 and 404.
-        """
-        try:
-            call(self.custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.WORKLOADS, limit=1)
-            return True
-        except NotFound:
-            return False
-
     def create_workload(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create a Workload; returns it as stored, or None when one of that name exists already (409).
 
@@ -102,10 +90,6 @@ class KueueVerbs:
     def get_cluster_object(self, plural: str, name: str) -> dict[str, Any] | None:
         """A cluster-scoped Kueue object (``resourceflavors``, ``workloadpriorityclasses``), or None when missing or not served."""
         return or_none(self.custom.get_cluster_custom_object, names.GROUP, names.VERSION, plural, name)
-
-    def get_local_queue(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The LocalQueue ``namespace/name``, or None when missing or not served."""
-        return or_none(self.custom.get_namespaced_custom_object, names.GROUP, names.VERSION, namespace, names.LOCAL_QUEUES, name)
 
     def get_priority_class(self, name: str) -> dict[str, Any] | None:
         """The ``scheduling.k8s.io/v1`` PriorityClass, or None when missing."""

@@ -242,5 +242,5 @@ def test_kueue_rbac_only_when_enabled(helm):
     rules = kueue_rules("kueue.enabled=true")
     assert set(rules["workloads"]) >= {"get", "list", "watch", "create", "update", "patch", "delete"}
     assert set(rules["workloads/status"]) >= {"update", "patch"} and rules["workloads/finalizers"] == ["update"]
-    for read_only in ("resourceflavors", "workloadpriorityclasses", "localqueues", "priorityclasses"):
+    for read_only in ("resourceflavors", "workloadpriorityclasses", "priorityclasses"):
         assert rules[read_only] == ["get", "list", "watch"], read_only
