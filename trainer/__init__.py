@@ -31,7 +31,7 @@ _EXPORTS = {
     "ContractError": "railtrain.crds.contract",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["Contract", "ContractError", "HealthVerdict", "JobCheckpointer", "StepHook", "exit_with_verdict", "read_contract", "write_verdict"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,25 +19,13 @@ does not.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Sequence
 
-import torch
-
-from railtrain.crds.contract import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USER_ERROR,
-    REASON_CHECKPOINT_MISMATCH,
-    REASON_NON_FINITE_UPDATE,
-    VERDICT_RETRYABLE,
-    VERDICT_USER_ERROR,
-    write_termination_message,
-)
-from railtrain.trainer.checkpoint import CheckpointMismatch, NonFiniteState
+from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR, VERDICT_USER_ERROR, write_termination_message
 from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
+from railtrain.trainer.outcome import expected, failure_verdict, verdict_of, write_verdict  # noqa: F401  (verdict_of: tests import it from here)
 from railtrain.crds.process import leave_process
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
@@ -69,48 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as err:  # noqa: BLE001 - every way out leaves a verdict
         if isinstance(err, SystemExit) and err.code in (None, 0):
             raise
-        verdict = err if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
-        if verdict is None:
-            write_termination_message(*failure_verdict(err))
-            if isinstance(err, (CheckpointMismatch, NonFiniteState)):  # bad input, not a bug: one line, no traceback
-                print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
-                return EXIT_USER_ERROR
-            raise
-        # a finding, not a bug: one line, no traceback
-        print(f"railtrain.trainer: health: verdict={verdict.verdict} reason={verdict.reason} ranks={verdict.ranks} nodes={verdict.nodes} step={verdict.step}: {verdict.message}", file=sys.stderr, flush=True)
-        write_termination_message(verdict.verdict, verdict.reason, verdict.message, **verdict.details())
-        return EXIT_USER_ERROR if verdict.verdict == VERDICT_USER_ERROR else EXIT_FAILED
+        shared = None if isinstance(err, HealthVerdict) else trainer.health.shared_hang()
+        # the library's verdict writer (railtrain.trainer.outcome): a finding or bad input is one line and its exit code
+        code = write_verdict(err, shared=shared, prog="railtrain.trainer")
+        if not expected(err, shared):
+            raise  # a bug: its traceback is the evidence
+        return code
     finally:
         trainer.close()
     return EXIT_OK
-
-
-def verdict_of(err: BaseException) -> tuple[str, str]:
-    """``(verdict, reason)`` of an exception raised while training."""
-    if isinstance(err, torch.OutOfMemoryError):
-        return VERDICT_USER_ERROR, "OutOfMemory"
-    if isinstance(err, CheckpointMismatch):
-        return VERDICT_USER_ERROR, REASON_CHECKPOINT_MISMATCH
-    if isinstance(err, NonFiniteState):
-        return VERDICT_USER_ERROR, REASON_NON_FINITE_UPDATE
-    if isinstance(err, FloatingPointError):
-        return VERDICT_RETRYABLE, "LossNotFinite"
-    name = type(err).__name__
-    return VERDICT_RETRYABLE, name if re.fullmatch(r"[A-Z][A-Za-z0-9]*", name) else "TrainerFailed"
-
-
-def failure_verdict(err: BaseException) -> tuple[str, str, str]:
-    """``(verdict, reason, message)`` of an exception that ended the trainer (:func:`verdict_of`).
-
-    The message is the exception's own text; it names the class only when the reason does
-    not (``"ValueError: ..."`` under ``TrainerFailed``), and says so when the text is empty.
-    """
-    kind, reason = verdict_of(err)
-    try:
-        text = str(err).strip() or f"{type(err).__name__} with no message"
-    except Exception:  # noqa: BLE001 - a library's __str__ that fails must not cost the verdict
-        text = repr(err)
-    return kind, reason, text if reason == type(err).__name__ or isinstance(err, (CheckpointMismatch, NonFiniteState)) else f"{type(err).__name__}: {text}"
 
 
 if __name__ == "__main__":

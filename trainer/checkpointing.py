@@ -12,14 +12,13 @@ Imports: torch, the trainer's checkpoint package and :mod:`railtrain.trainer.pod
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.distributed as dist
-from torch import nn
-
 from railtrain.trainer.checkpoint import Checkpointer, Observer, TierConfig
 from railtrain.trainer.pod_contract import Contract, read_contract
+from torch import nn
 
 
 class JobCheckpointer:
@@ -65,7 +64,7 @@ class JobCheckpointer:
         cuda = any(p.is_cuda for p in model.parameters())
         self.checkpointer = Checkpointer(
             chosen, rank=c.rank, world_size=c.world_size, local_world_size=c.local_world_size,
-            distributed=dist.is_available() and dist.is_initialized() and c.world_size > 1, layout=layout or f"world={c.world_size}",
+            distributed=dist.is_available() and dist.is_initialized(), layout=layout or f"world={c.world_size}",
             async_save=async_save, cuda=cuda, log=self.log, observe=observe, hold_step=c.faults.hold_checkpoint_step, run_id=c.run_id,
         )  # fmt: skip
 

@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from prometheus_client import Counter
-from torch import nn
-
 from railtrain.trainer.health.monitor import HealthMonitor
 from railtrain.trainer.health.verdict import HealthVerdict
 from railtrain.trainer.metrics import TrainerMetrics
 from railtrain.trainer.pod_contract import Contract, read_contract
+from torch import nn
 
 Reduce = Callable[[torch.Tensor, "torch.Tensor | None"], "tuple[float, list[float] | None]"]
 """``reduce(local_loss, extra) -> (mean loss over the job, sum of extra over ranks or None)``: one collective."""
@@ -74,7 +74,7 @@ class StepHook:
     ) -> None:  # fmt: skip
         self.contract = c = contract or read_contract()
         self.log = log or (_stderr if c.rank == 0 else (lambda line: None))
-        self.distributed = dist.is_available() and dist.is_initialized() and c.world_size > 1
+        self.distributed = dist.is_available() and dist.is_initialized()
         self.tokens_per_step = tokens_per_step
         self.reduce = reduce or self._mean_over_ranks
         self.metrics = TrainerMetrics(flops_per_token, peak_flops, c.world_size)
@@ -84,8 +84,8 @@ class StepHook:
         if serve_metrics and c.metrics_port and c.local_rank == 0:
             try:
                 self.metrics.serve(c.metrics_port)
-            except OSError as err:
-                self.log(f"warning: metrics port {c.metrics_port}: {err}; no metrics endpoint")
+            except OSError as err:  # every node's local rank 0 says so
+                _stderr(f"warning: metrics port {c.metrics_port}: {err}; no metrics endpoint")
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
         coords = list(coordinates) if coordinates is not None else [{"dp_replicate": r} for r in range(c.world_size)]
         self.monitor = HealthMonitor(

@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 import torch
-
 from railtrain.crds import contract
 from railtrain.trainer.checkpoint.state import CheckpointMismatch, NonFiniteState
 from railtrain.trainer.health.verdict import HealthVerdict
-
 
 _WRITTEN = "_railtrain_verdict_written"
 """Attribute set on an exception whose verdict :func:`exit_with_verdict` has written."""
@@ -134,7 +133,7 @@ def exit_with_verdict(hook: _SharesHang | None = None, prog: str = "railtrain") 
         yield
     except SystemExit:  # the loop's own exit code (or an inner exit_with_verdict's): the operator reads it as is
         raise
-    except BaseException as err:  # noqa: BLE001 - every way out leaves a verdict
+    except BaseException as err:
         if getattr(err, _WRITTEN, False):  # an inner exit_with_verdict wrote it
             raise
         shared = hook.shared_hang() if hook is not None else None

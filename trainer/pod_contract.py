@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from railtrain.crds import contract
 from railtrain.crds.checkpoint import TierConfig

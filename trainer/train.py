@@ -10,11 +10,11 @@ global batch.) A resumed run first prints ``resumed from step N``.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
 import os
-import socket
 import sys
 import time
 from typing import Callable, Mapping
@@ -28,9 +28,10 @@ from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState
 from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, read_launch_context
 from railtrain.trainer.data import ByteCorpus, WindowSampler
-from railtrain.trainer.health.monitor import HealthMonitor, HealthVerdict, process_group_timeout_s
+from railtrain.trainer.health.monitor import HealthVerdict, process_group_timeout_s
 from railtrain.trainer.health.watchdog import arm_start_deadline
-from railtrain.trainer.metrics import TrainerMetrics
+from railtrain.trainer.hook import StepHook
+from railtrain.trainer.pod_contract import Contract, read_contract
 from railtrain.trainer.model import PRESETS, Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
@@ -164,29 +165,27 @@ def build_checkpointer(
     )  # fmt: skip
 
 
-def build_metrics(config: TrainConfig, info: DistInfo) -> TrainerMetrics:
-    """Prometheus metrics, served on ``--metrics-port`` by local rank 0 (a port that is taken only costs a warning)."""
-    metrics = TrainerMetrics(PRESETS[config.preset].flops_per_token(config.seq_len), config.peak_tflops * 1e12, info.world_size)
-    metrics.total_steps.set(config.steps)
-    if config.metrics_port and info.local_rank == 0:
-        try:
-            metrics.serve(config.metrics_port)
-        except OSError as err:
-            print(f"warning: metrics port {config.metrics_port}: {err}; no metrics endpoint", file=sys.stderr, flush=True)
-    return metrics
-
-
-def build_health(config: TrainConfig, info: DistInfo, dims: ParallelDims, model: nn.Module, metrics: TrainerMetrics, environ: Mapping[str, str], node: str, settings: contract.HealthSettings, log: Callable[[str], None]) -> HealthMonitor:
-    """The health checks of this rank (docs/health.md): settings from ``RAILTRAIN_HEALTH_*``, faults from ``RAILTRAIN_FAULT_*``.
-
-    Raises:
-        ValueError: a malformed health or fault variable (named).
+def build_hook(config: TrainConfig, info: DistInfo, dims: ParallelDims, model: nn.Module, pod: Contract, log: Callable[[str], None]) -> StepHook:
+    """This rank's :class:`~railtrain.trainer.hook.StepHook` (the library's, docs/library.md): the health checks of
+    docs/health.md with the contract's ``RAILTRAIN_HEALTH_*`` settings and ``RAILTRAIN_FAULT_*`` faults (``--no-health``
+    turns them off too), and the Prometheus metrics served on ``--metrics-port`` by local rank 0 (a port that is
+    taken only costs a warning). Compute times ride on the trainer's own pipeline-aware loss all-reduce.
     """
-    enabled = config.health and environ.get(contract.ENV_HEALTH, "1") != "0"
-    return HealthMonitor(
-        settings, contract.read_faults(environ), model, rank=info.rank, world_size=info.world_size, distributed=info.distributed,
-        device=info.device, coordinates=[dims.coordinates(r) for r in range(info.world_size)], node=node,
-        registry=metrics.registry, enabled=enabled, log=log, settings_file=environ.get(contract.ENV_HEALTH_FILE, ""),
+    tokens = config.batch_size * config.seq_len
+
+    def reduce(loss: torch.Tensor, extra: torch.Tensor | None) -> tuple[float, list[float] | None]:
+        if extra is not None:  # the straggler check's compute times ride on the loss all-reduce
+            mean, times = mean_loss_and_sum(loss, dims, info, extra)
+            return mean.item(), times.tolist()
+        return mean_loss(loss, dims, info).item(), None
+
+    here = dataclasses.replace(
+        pod, rank=info.rank, world_size=info.world_size, local_rank=info.local_rank, local_world_size=info.local_world_size,
+        metrics_port=config.metrics_port, health_enabled=config.health and pod.health_enabled,
+    )  # fmt: skip
+    return StepHook(
+        model, here, total_steps=config.steps, tokens_per_step=tokens, flops_per_token=PRESETS[config.preset].flops_per_token(config.seq_len),
+        peak_flops=config.peak_tflops * 1e12, coordinates=[dims.coordinates(r) for r in range(info.world_size)], reduce=reduce, log=log,
     )  # fmt: skip
 
 
@@ -230,9 +229,10 @@ class Trainer:
         ctx = read_launch_context(dict(environ))
         self.config = config = apply_launch_context(config, ctx)
         self.corpus = ByteCorpus.load(config.data)
-        health_settings = contract.read_health(environ)
+        self.contract = read_contract(environ)  # health settings, faults, node: the library's one reading of the contract
+        health_settings = self.contract.health
         # a gang stuck before its watchdog runs (process group set-up) is a hang too (docs/health.md, "Hang deadlines")
-        self.start_deadline = arm_start_deadline(health_settings, config.health and environ.get(contract.ENV_HEALTH, "1") != "0", environ,
+        self.start_deadline = arm_start_deadline(health_settings, config.health and self.contract.health_enabled, environ,
                                                  (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, ""))
         self.info = info = init_distributed(resolve_device(config.device), process_group_timeout_s(health_settings))
         self.threads_line = threads_line(set_threads(config, info, environ), environ)
@@ -257,10 +257,9 @@ class Trainer:
         self.forward_backward = build_forward_backward(config, dims, info, self.model, self.mesh, self.bf16, self.microbatches)
         self.pp_group = self.mesh["pp"].get_group() if self.mesh is not None and dims.pp > 1 else None
         self.optimizer = build_optimizer(self.model, config)
-        self.prometheus = build_metrics(config, info)
+        self.health = build_hook(config, info, dims, self.model, self.contract, self.log)
+        self.prometheus = self.health.metrics
         self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
-        node = (ctx.pod.node_name if ctx.pod else "") or environ.get(contract.ENV_NODE_NAME, "") or socket.gethostname()
-        self.health = build_health(config, info, dims, self.model, self.prometheus, environ, node, health_settings, self.log)
         self.step = 0
 
     def log(self, line: str) -> None:
@@ -289,21 +288,16 @@ class Trainer:
         self.health.before_collective(step)
         max_norm = self.config.grad_clip or float("inf")
         grad_norm = float(clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group))
-        if self.health.timing_due(step):  # the straggler check's compute times ride on the loss all-reduce
-            mean, times = mean_loss_and_sum(loss, self.dims, self.info, self.health.timing_vector())
-            loss_value = mean.item()
-            self.health.record_times(times.tolist())
-        else:
-            loss_value = mean_loss(loss, self.dims, self.info).item()
 
         def recompute() -> torch.Tensor:
             self.optimizer.zero_grad(set_to_none=True)
             return self.forward_backward(inputs, targets).detach()
 
-        skip = self.health.check_numeric(step, loss_value, grad_norm, loss, recompute)
+        loss_value, hold = self.health.check(step, loss, grad_norm, recompute)
+        skip = hold and self.health.monitor.enabled  # skipped as a data anomaly (with the checks off, only not finite)
         # Never an update from a non-finite gradient norm or loss, whatever the health checks said (or if they are
         # off): the values on every rank are the all-reduced ones, so every rank takes the same branch.
-        if not skip and math.isfinite(grad_norm) and math.isfinite(loss_value):
+        if not hold and math.isfinite(grad_norm) and math.isfinite(loss_value):
             self.optimizer.step()
             if self.fp8:
                 float8.precompute_scales(self.model)
@@ -343,7 +337,7 @@ class Trainer:
             float8.precompute_scales(self.model)  # the loaded weights' float8 scales, before the first forward
         self.prometheus.resumed_step.set(self.step)
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
-        faults = self.health.injector.faults
+        faults = self.contract.faults
         missed = [f"{kind} at step {f.step}" for kind in ("bitflip", "hang", "kill", "bad_batch") if (f := getattr(faults, kind)) is not None and f.step <= self.step]
         if missed:
             self.log(f"warning: injected fault(s) {', '.join(missed)} come at or before the resumed step {self.step}: they will not fire")
@@ -391,18 +385,17 @@ class Trainer:
                 loss_value, grad_norm, lr, skipped = self.train_step(self.step)
                 step_s = time.perf_counter() - t0
                 tokens_per_s = tokens_per_step / step_s
-                self.prometheus.observe_step(self.step, loss_value, tokens_per_s, step_s)
-                self.health.end_step(self.step, step_s)
+                self.health.end_step(self.step, step_s)  # progress metrics, then the checks due
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)) and not skipped:  # the health checks are off
                     raise FloatingPointError(f"loss is {loss_value}, gradient norm {grad_norm} at step {self.step}; the update was not applied")
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
                     record = {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "tokens_per_s": tokens_per_s, "step_s": step_s}
-                    if self.health.enabled:
-                        record["health_s"] = self.health.spent_s
-                    if self.health.last_times:
-                        record["compute_s"] = self.health.last_times  # per rank, from the straggler check
+                    if self.health.monitor.enabled:
+                        record["health_s"] = self.health.monitor.spent_s
+                    if self.health.monitor.last_times:
+                        record["compute_s"] = self.health.monitor.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):
@@ -414,7 +407,7 @@ class Trainer:
                 if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):
                     self.log(line)
         finally:
-            self.health.stop(failed=sys.exc_info()[0] is not None)
+            self.health.monitor.stop(failed=sys.exc_info()[0] is not None)  # the metrics endpoint stays up until close()
             if metrics:
                 metrics.close()
         self.log(f"done step={self.step} elapsed_s={time.perf_counter() - start:.1f}")
@@ -423,12 +416,10 @@ class Trainer:
         """Leave the process group and free the model and optimizer (idempotent)."""
         if getattr(self, "start_deadline", None) is not None:
             self.start_deadline.cancel()
-        if getattr(self, "health", None) is not None:
-            self.health.stop()
         if getattr(self, "checkpointer", None) is not None:
             self.checkpointer.close()
-        if getattr(self, "prometheus", None) is not None:
-            self.prometheus.close()
+        if getattr(self, "health", None) is not None:
+            self.health.close()  # the watchdog and the metrics endpoint
         shutdown_distributed()
         # Free FSDP2 modules, DTensors and optimizer state now, while the interpreter is fully
         # alive: left to interpreter finalization they abort the process now and then

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from torch import nn
-
 import railtrain.trainer as rt
+import torch
 from railtrain.crds import contract
 from railtrain.crds.checkpoint import TierConfig
+from torch import nn
 
 
 def pod(**kw):
