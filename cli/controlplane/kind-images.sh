@@ -206,8 +206,12 @@ wheelhouse() { # repo extra drop-regex dest
   local repo="$1" extra="$2" drop="$3" dest="$4" py="$1/.venv/bin/python" deps
   [[ -x "$py" ]] || py=python3
   mkdir -p "$dest"
-  # A fixed timestamp makes the wheel (and so the image layer) the same for the same code.
-  SOURCE_DATE_EPOCH=315532800 "$py" -m pip wheel -q --no-deps -w "$dest" "$repo" >&2
+  # A fixed timestamp makes the wheel (and so the image layer) the same for the
+  # same code. Built once per run (10-20 s): both images install the same wheel.
+  if ! compgen -G "$WORK/railtrain-wheel/railtrain-*.whl" >/dev/null; then
+    SOURCE_DATE_EPOCH=315532800 "$py" -m pip wheel -q --no-deps -w "$WORK/railtrain-wheel" "$repo" >&2
+  fi
+  cp "$WORK/railtrain-wheel"/railtrain-*.whl "$dest/"
   deps="$KIND_CACHE/wheels/$extra-$( { dependency_spec "$py" "$repo" "$extra"; echo "$drop"; } | sha256sum | cut -c1-12)"
   if [[ ! -f "$deps/.complete" ]]; then
     log "resolving and downloading the dependencies of railtrain[$extra]"
