@@ -259,6 +259,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     Rule(cel=FP8_NEEDS_GPUS[0], check=fp8_has_gpus, message=FP8_NEEDS_GPUS[1], field_path=FP8_NEEDS_GPUS[2]),
     # torchrun's own restarts hang a gang; restarts are the operator's (crds/launcher.py)
     Rule(cel=launcher.ENV_CEL, check=launcher.no_restart_env, message=launcher.ENV_MESSAGE, field_path=".env", detail=launcher.env_detail),
+    Rule(cel=launcher.IN_PLACE_CEL, check=launcher.in_place_has_command, message=launcher.IN_PLACE_MESSAGE, field_path=".runPolicy.restartInPlace"),
 )
 
 

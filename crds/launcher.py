@@ -134,3 +134,16 @@ def supervised(command: list[str]) -> tuple[list[str], list[str]]:
     """``(supervisor prefix, the command it runs)`` of a container command; the prefix is ``[]`` when not supervised."""
     n = len(SUPERVISOR)
     return (list(SUPERVISOR), command[n:]) if tuple(command[:n]) == SUPERVISOR else ([], command)
+
+
+IN_PLACE_CEL = "!has(self.runPolicy) || !has(self.runPolicy.restartInPlace) || !self.runPolicy.restartInPlace || (has(self.command) && size(self.command) > 0)"
+"""``spec.runPolicy.restartInPlace`` needs ``spec.command``: the supervisor runs it (the image's ENTRYPOINT is not known)."""
+IN_PLACE_MESSAGE = (
+    "spec.runPolicy.restartInPlace needs spec.command: the pod-side supervisor (python -m railtrain.crds.supervisor) runs the "
+    "command and restarts it in place, and the image's ENTRYPOINT is not known to it; set spec.command or restartInPlace: false"
+)
+
+
+def in_place_has_command(spec: Any) -> bool:
+    """The rule over a :class:`railtrain.crds.api.TrainingJobSpec`: True unless ``restartInPlace`` is set without ``command``."""
+    return not spec.run_policy.restart_in_place or bool(spec.command)
