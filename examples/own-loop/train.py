@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import time
 
+import railtrain.trainer as rt  # railtrain
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-
-import railtrain.trainer as rt  # railtrain
 
 FEATURES, HIDDEN, BATCH = 16, 64, 32
 
@@ -43,7 +42,7 @@ def train(args: argparse.Namespace, contract: rt.Contract) -> None:
                 hook.begin_step(step)  # railtrain
                 x, y = (t.to(device) for t in batch(step, contract.rank))
 
-                def forward_backward() -> torch.Tensor:
+                def forward_backward(x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
                     optimizer.zero_grad(set_to_none=True)
                     loss = nn.functional.mse_loss(ddp(x), y)
                     loss.backward()
