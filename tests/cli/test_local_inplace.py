@@ -23,7 +23,7 @@ SCRIPT = f"""
 import os, sys
 rank, restart, attempt = (int(os.environ[k]) for k in ({contract.ENV_NODE_RANK!r}, {contract.ENV_RESTART_COUNT!r}, {ENV_ATTEMPT!r}))
 print(f"rank {{rank}} restart {{restart}} attempt {{attempt}} pid {{os.getppid()}}", flush=True)
-if rank == 1 and (restart, attempt) in {{FAIL}}:
+if (rank, restart, attempt) in {{FAIL}}:
     sys.exit(3)
 """
 
@@ -48,7 +48,7 @@ def supervisors(out: str, restart: int) -> set[str]:
 
 def test_killed_rank_restarts_in_place_then_twice_in_a_row_escalates(tmp_path):
     # attempt 0 fails: in place (attempt 1, same supervisors); attempt 1 fails again: the whole gang (restart 1)
-    proc = run_script(tmp_path, {(0, 0), (0, 1)})
+    proc = run_script(tmp_path, {(1, 0, 0), (1, 0, 1)})
     out = proc.stdout + proc.stderr + logged(proc)
     assert proc.returncode == 0, out
     assert "rank 0 restart 0 attempt 1" in out and "rank 1 restart 0 attempt 1" in out  # both ranks agree on the attempt
@@ -60,8 +60,17 @@ def test_killed_rank_restarts_in_place_then_twice_in_a_row_escalates(tmp_path):
     assert "rank 0 restart 1 attempt 0" in out and "restart 1 attempt 1" not in out
 
 
+def test_the_rendezvous_hosts_process_killed_restarts_in_place_too(tmp_path):
+    # node rank 0's workers host torchrun's store; the coordinator lives in its supervisor, which outlives them
+    proc = run_script(tmp_path, {(0, 0, 0)})
+    out = proc.stdout + proc.stderr + logged(proc)
+    assert proc.returncode == 0, out
+    assert "attempt 0: rank 0 exited with code 3; restarting in place" in out and "rank 1 restart 0 attempt 1" in out
+    assert "restart 1 attempt" not in out  # no gang restart
+
+
 def test_budget_spent_by_in_place_restarts_alone_fails_the_job(tmp_path):
-    proc = run_script(tmp_path, {(0, 0), (0, 1), (1, 0)}, backoff_limit=1)
+    proc = run_script(tmp_path, {(1, 0, 0), (1, 0, 1), (1, 1, 0)}, backoff_limit=1)
     out = proc.stdout + proc.stderr + logged(proc)
     assert proc.returncode != 0, out
     assert "restarting in place (job restarts 1/1" in out
