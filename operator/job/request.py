@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from railtrain.crds import parallel
+from railtrain.crds.api import TopologyPolicy
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import binding, render
 from railtrain.operator.job import inplace as job_inplace
@@ -106,7 +107,7 @@ def _queue_entry(seen: Observed, gang: list[dict[str, Any]], n: int, fresh: bool
         counts=(n,) if released else tuple(spec.node_counts()),
         procs_per_node=spec.procs_per_node,
         dp_stride=parallel.dp_stride(par),
-        policy=str(spec.topology.policy),
+        policy=TopologyPolicy(spec.topology.policy).value,  # the default is the enum member (use_enum_values applies to given values only)
         level=spec.topology.level,
         priority=spec.priority,
         created=meta.get("creationTimestamp", ""),
