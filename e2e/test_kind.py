@@ -1,10 +1,10 @@
 """Real pods on a real kind cluster: the operator in-cluster (Helm), the trainer in containers, torchrun rendezvous over DNS.
 
 Case numbers follow the issue that asked for them: 1 the tiny example to
-Succeeded, 2 a killed and then a deleted rank → gang restart → resume (one
-job takes both), 4 the memory
-tier on the node survives the restart and is used, 5 get/describe/Events (with
-``railtrain logs`` and ``railtrain describe``). The chart runs two operator
+Succeeded, 2 a killed and then a deleted rank → gang restart → resume (one job
+takes both), 5 get/describe/Events (with ``railtrain logs`` and ``railtrain
+describe``); case 4 (the memory tier) shares case 3's job in
+``test_kind_node_loss.py``. The chart runs two operator
 replicas (e2e/kind_support.py); the last tests run ``helm test`` and delete the
 leader's pod, and a job submitted at once is admitted by the standby.
 """
@@ -174,23 +174,6 @@ def test_a_lost_rank_killed_then_its_pod_deleted_restarts_the_gang_which_resumes
     resumed = RESUMED.search(log)
     assert resumed and int(resumed.group(1)) >= 40, log[-3000:]  # the newest local checkpoint before the loss, not step 0
     assert int(resumed.group(1)) >= 80, log[-3000:]  # ... and one written after the first restart (the delete came at step >= 100)
-
-
-def test_memory_tier_on_the_node_survives_a_pod_restart_and_is_used_to_resume(kind_cluster, kind_ns, tmp_path):
-    """Case 4: the memory tier (node tmpfs via hostPath) outlives rank 1's pod; the restarted gang on the same nodes loads it."""
-    name = "resume-memory"
-    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}})
-    _run_until_step(kind_cluster, kind_ns, name, 50)
-    before = workers_of(kind_cluster, name, kind_ns)
-    kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
-    wait_for(lambda: restarted(kind_cluster, name, kind_ns), 300, f"{name} restarted")
-    wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 900, f"{name} finished", interval=2)
-    assert kind_cluster.phase(name, kind_ns) == "Succeeded"
-    assert workers_of(kind_cluster, name, kind_ns) == before  # restarted on the same nodes
-    log = rank0_log(kind_cluster, name, kind_ns)
-    resumed = RESUMED.search(log)
-    assert resumed and int(resumed.group(1)) >= 50, log[-3000:]
-    assert re.search(r"checkpoint: loaded step \d+ from memory", log), log[-3000:]
 
 
 def test_helm_test_passes_against_both_operator_replicas(kind_cluster):
