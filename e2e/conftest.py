@@ -106,17 +106,29 @@ def app_images():
     return build_app_images()
 
 
+@pytest.fixture(scope="session")
+def kind_deletions() -> Iterator[list]:
+    """Kind clusters being deleted in the background: ``(name, dev down process, its output file, start time)`` entries, each waited for when the session ends."""
+    deletions: list = []
+    yield deletions
+    from .kind_support import wait_deleted
+
+    wait_deleted(deletions)
+
+
 @pytest.fixture(scope="package")
-def kind_cluster(app_images):
+def kind_cluster(app_images, kind_deletions):
     """A kind cluster (1 control plane + 3 workers) with the chart installed; skipped with the reason where Docker cannot run.
 
     Package scope: one cluster for every kind test (they run first and together,
     tests/xdist_groups.py), deleted as soon as the run leaves ``e2e/``'s kind tests
-    rather than idling until the session ends.
+    rather than idling until the session ends: its ``dev down`` runs in the
+    background while the worker goes on with the rest of the suite, and the
+    session waits for it at its end (``kind_deletions``).
     """
     from .kind_support import kind_cluster_session
 
-    yield from kind_cluster_session(app_images)
+    yield from kind_cluster_session(app_images, kind_deletions)
 
 
 @pytest.fixture

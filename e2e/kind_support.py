@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ def build_app_images() -> tuple[str, str, Path, float]:
     return operator_image, trainer_image, cuda_libs, time.monotonic() - t0
 
 
-def kind_cluster_session(app_images: tuple[str, str, Path, float]) -> Iterator[KindE2E]:
+def kind_cluster_session(app_images: tuple[str, str, Path, float], deletions: list) -> Iterator[KindE2E]:
     """Body of the session fixture ``kind_cluster`` (e2e/conftest.py).
 
     Starts a cluster twice with ``railtrain dev up --kind`` (the second start
@@ -133,9 +134,11 @@ def kind_cluster_session(app_images: tuple[str, str, Path, float]) -> Iterator[K
     cluster boots in about half the time and CPU of a 4-node one. The cluster
     is deleted when the fixture using this ends (``kind_cluster`` is
     package-scoped: after the last test in ``e2e/`` that uses it, so it does
-    not idle beside the rest of the suite).
+    not idle beside the rest of the suite): ``dev down`` is started in the
+    background and appended to ``deletions`` as ``(name, process, its
+    output file, start time)``, for :func:`wait_deleted` at the session's end.
     """
-    from .conftest import railtrain
+    from .conftest import RAILTRAIN, railtrain
 
     from railtrain.cli.controlplane import kind
     from railtrain.cli.controlplane.binaries import ensure_binaries
@@ -182,9 +185,26 @@ def kind_cluster_session(app_images: tuple[str, str, Path, float]) -> Iterator[K
         raise AssertionError(f"helm install failed: {err.stderr}\n{cluster.diagnostics(None)}") from None
     finally:
         if not os.environ.get("RAILTRAIN_E2E_KEEP"):
-            t0 = time.monotonic()
-            railtrain("dev", "down", "--kind", "--name", name, check=False, timeout=600)
-            print(f"\nkind e2e cluster {name} deleted in {time.monotonic() - t0:.0f}s")
+            said = tempfile.TemporaryFile("w+")  # not a pipe: nobody reads it until the session ends
+            down = subprocess.Popen([*RAILTRAIN, "dev", "down", "--kind", "--name", name], cwd=REPO, stdout=said, stderr=subprocess.STDOUT, text=True)
+            deletions.append((name, down, said, time.monotonic()))
+
+
+def wait_deleted(deletions: list, timeout: float = 600) -> None:
+    """Wait for each background ``dev down`` of :func:`kind_cluster_session` and print how it ended (as the foreground one did: not checked).
+
+    One still running after ``timeout`` seconds is killed.
+    """
+    for name, down, said, started in deletions:
+        try:
+            down.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            down.kill()
+            down.wait()
+        said.seek(0)
+        ended = "deleted" if down.returncode == 0 else f"dev down exited {down.returncode}: {said.read().strip()[-2000:]}"
+        said.close()
+        print(f"\nkind e2e cluster {name} (in the background) {ended}, {time.monotonic() - started:.0f}s after the last kind test")
 
 
 def kind_namespace(kind_cluster: KindE2E, request) -> Iterator[str]:
