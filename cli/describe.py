@@ -157,9 +157,10 @@ def events_table(events: list[dict[str, Any]], now: datetime, limit: int = 10) -
     return table
 
 
-def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime) -> RenderableType:
+def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime, kueue: RenderableType | None = None) -> RenderableType:
     """Everything ``railtrain describe`` shows: ``railtrain get``'s view (summary with progress and goodput, conditions,
-    placement with domains), then the command, restarts by reason, the failed ranks' verdicts and the recent Events."""
+    placement with domains), then the command, restarts by reason, the Kueue admission (``kueue``, from
+    :func:`railtrain.cli.kueueview.kueue_table`, for a Kueue job), the failed ranks' verdicts and the recent Events."""
     spec, status = job.get("spec") or {}, job.get("status") or {}
     from railtrain.cli.logs import pod_rank, pod_restart
 
@@ -185,6 +186,8 @@ def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[
         if status.get(key):
             extra.add_row(label, f"{age(status[key], now)} ago")
     parts += [extra, Text("")]  # progress and goodput are job_detail's lines
+    if kueue is not None:
+        parts += [kueue, Text("")]
     verdicts = rank_verdicts(pods)
     if verdicts:
         table = Table(box=None, pad_edge=False, header_style="bold", title="Failed ranks", title_justify="left", title_style="bold")

@@ -42,7 +42,7 @@ def follow(cluster: object, namespace: str, name: str) -> int:
 
 
 def describe(job: JobArgument, namespace: ContextNamespaceOption = None, output: OutputOption = ObjectFormat.table, kubeconfig: KubeconfigOption = None) -> None:
-    """Show everything about one job: spec summary, conditions, placement per rank with its domains, restarts by reason, progress, goodput, failed ranks' verdicts and recent Events.
+    """Show everything about one job: spec summary, conditions, placement per rank with its domains, restarts by reason, progress, goodput, its Kueue Workload (queue, admission, eviction), failed ranks' verdicts and recent Events.
 
     -o json|yaml prints the job, its pods and its Events as one object.
 
@@ -50,16 +50,18 @@ def describe(job: JobArgument, namespace: ContextNamespaceOption = None, output:
     """
     from railtrain.cli import k8s, k8s_jobs
     from railtrain.cli.describe import describe_view
+    from railtrain.cli.kueueview import kueue_table
 
     cluster = k8s.connect(kubeconfig)
     ns = namespace or cluster.namespace
     obj = k8s.get_job(cluster, ns, job)
     pods = k8s_jobs.job_pods(cluster, ns, job)
     events = k8s_jobs.job_events(cluster, ns, job)
+    kueue = k8s_jobs.kueue_objects(cluster, obj)  # None: not a Kueue job
     if output is not ObjectFormat.table:
-        echo_object({"job": obj, "pods": pods, "events": events}, output)
+        echo_object({"job": obj, "pods": pods, "events": events, **({"workload": kueue[0], "localQueue": kueue[1]} if kueue else {})}, output)
         return
-    stdout().print(describe_view(obj, pods, events, datetime.now(timezone.utc)))
+    stdout().print(describe_view(obj, pods, events, datetime.now(timezone.utc), kueue_table(obj, *kueue) if kueue else None))
 
 
 def logs(

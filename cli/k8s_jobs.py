@@ -236,3 +236,32 @@ def watch_job(cluster: Cluster, namespace: str, name: str, tick_s: int = 2) -> I
         finally:
             w.stop()
         yield None
+
+
+def kueue_objects(cluster: Cluster, job: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
+    """The Kueue Workload of a job labelled ``kueue.x-k8s.io/queue-name`` and the LocalQueue it names (``railtrain describe``).
+
+    Returns:
+        None for a job without the label (railtrain's own queue admits it); else ``(workload, local_queue)``,
+        each the server's JSON object or None where there is none (or Kueue's kinds are not served).
+
+    Raises:
+        CliError: the server refused the read for another reason, or cannot be reached.
+    """
+    from railtrain.crds import kueue as names
+    from railtrain.operator.job.workload import queue_name, workload_name
+
+    queue = queue_name(job)
+    if queue is None:
+        return None
+    namespace = job["metadata"].get("namespace") or ""
+
+    def read(plural: str, name: str) -> dict[str, Any] | None:
+        try:
+            return call(cluster.api.get_namespaced_custom_object, names.GROUP, names.VERSION, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT)
+        except NotFound:
+            return None
+        except (ApiError, HTTPError) as err:
+            raise describe_client_error(err, cluster.host) from None
+
+    return read(names.WORKLOADS, workload_name(job["metadata"])), read("localqueues", queue)

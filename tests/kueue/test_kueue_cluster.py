@@ -11,6 +11,9 @@ Workload is Finished and loses railtrain's finalizer.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
 from railtrain.crds import kueue as names
@@ -39,6 +42,25 @@ def workload_of(custom, ns, name):
         if err.status == 404:
             return None
         raise
+
+
+def describe(kubeconfig, ns, name):
+    """``railtrain describe`` as a user runs it (a real process), its output with whitespace folded; it must exit 0."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "describe", name, "-n", ns], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())
+
+
+def evicted(custom, ns, name):
+    """The Scheduled condition once Kueue's eviction stopped the job, else None (a ``wait_for`` check).
+
+    Its reason is EvictedByKueue while the gang stops, then WaitingForKueue (the same "Kueue evicted ..." sentence)
+    a fraction of a second later, once every pod is gone: a poll may see either.
+    """
+    found = condition(job_status(custom, ns, name), "Scheduled")
+    ok = found and found.get("reason") in (reasons.EVICTED_BY_KUEUE, reasons.WAITING_FOR_KUEUE) and "Kueue evicted" in found.get("message", "")
+    return found if ok else None
 
 
 def scheduled(custom, ns, name, reason):
@@ -73,6 +95,9 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
     waiting = wait_for(lambda: (c := scheduled(custom, namespace, "second", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"] and c,
                        60, "the second job waiting for Kueue's quota, with Kueue's reason")
     assert "insufficient unused quota for nvidia.com/gpu" in waiting["message"], waiting["message"]
+    said = describe(local_kueue.cluster.kubeconfig, namespace, "second")
+    assert f"(LocalQueue {queue}, ClusterQueue {queue})" in said and "Admission: pending: " in said, said
+    assert "insufficient unused quota for nvidia.com/gpu" in said, said
     lost = wait_for(lambda: (c := scheduled(custom, namespace, "lost", reasons.WAITING_FOR_KUEUE)) and "doesn't exist" in c["message"] and c,
                     60, "the job naming a missing LocalQueue to say so, in Kueue's words")
     assert "LocalQueue no-such-queue doesn't exist" in lost["message"], lost["message"]
@@ -82,15 +107,20 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
     wait_for(lambda: (w := workload_of(custom, namespace, lost_wl)) and w["spec"].get("priority") == 7, 60, "the waiting job's Workload replaced")
 
     custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS, wl_name, {"spec": {"active": False}})
-    stopped = wait_for(lambda: scheduled(custom, namespace, "first", reasons.EVICTED_BY_KUEUE), 60, "the first job stopped by the eviction")
+    stopped = wait_for(lambda: evicted(custom, namespace, "first"), 60, "the first job stopped by the eviction")
     assert "evicted" in stopped["message"]
     wait_for(lambda: all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "first")), 30, "every pod of the first gang deleted")
     wait_for(lambda: all_running(core, namespace, "second", 2), 90, "the second job admitted once the quota was freed, and Running")
+    said = describe(local_kueue.cluster.kubeconfig, namespace, "first")
+    assert f"Kueue: Workload {wl_name} (LocalQueue {queue}, ClusterQueue {queue})" in said and "Admission: evicted: " in said, said
+    assert "Warning EvictedByKueue" in said, said  # the gang was stopped by the eviction: describe's Events show the Warning
+    said = describe(local_kueue.cluster.kubeconfig, namespace, "second")
+    assert f"Admission: admitted by ClusterQueue {queue}, flavor {queue} (nvidia.com/gpu), 2 pods on 2 assigned hosts" in said, said
 
     urgent = kueue_job("urgent", queue)
     urgent["metadata"]["labels"][names.PRIORITY_LABEL] = f"{queue}-high"
     custom.create_namespaced_custom_object(G, V, namespace, P, urgent)
-    preempted = wait_for(lambda: scheduled(custom, namespace, "second", reasons.EVICTED_BY_KUEUE), 120, "the second job preempted by the urgent one")
+    preempted = wait_for(lambda: evicted(custom, namespace, "second"), 120, "the second job preempted by the urgent one")
     assert "Preempted" in preempted["message"], preempted["message"]
     wait_for(lambda: all_running(core, namespace, "urgent", 2), 90, "the urgent job admitted on the preempted quota, and Running")
     assert all(p.metadata.deletion_timestamp for p in pods_of(core, namespace, "second"))  # the preempted gang stopped whole

@@ -1,0 +1,64 @@
+"""The CLI's view of a Kueue job (pure, no cluster): ``railtrain describe``'s Kueue rows from a Workload as Kueue stores it."""
+
+from __future__ import annotations
+
+from railtrain.cli.kueueview import kueue_rows
+from railtrain.crds import kueue as names
+from tests.kueue.test_workload import admitted, kueue_job
+
+LQ = {"metadata": {"name": "team-q"}, "spec": {"clusterQueue": "team-cq"}}
+
+
+def rows(job, wl, lq=LQ):
+    return dict(kueue_rows(job, wl, lq))
+
+
+def test_a_job_without_the_queue_label_shows_nothing_and_a_missing_workload_is_one_line():
+    plain = kueue_job()
+    del plain["metadata"]["labels"][names.QUEUE_LABEL]
+    assert kueue_rows(plain, None, None) == []
+    missing = kueue_rows(kueue_job(), None, LQ)
+    assert len(missing) == 1 and "Workload trainingjob-llm-uid-l not found (LocalQueue team-q)" in missing[0][1]
+
+
+def test_admitted_names_the_clusterqueue_flavor_and_the_assigned_hosts():
+    said = rows(kueue_job(nodes=3), admitted("trainingjob-llm-uid-l", ["b0r1n3", "b0r1n1", "b0r1n2"], flavor="h100"))
+    assert said["Kueue:"] == "Workload trainingjob-llm-uid-l (LocalQueue team-q, ClusterQueue cq)"
+    assert said["Admission:"] == "admitted by ClusterQueue cq, flavor h100 (nvidia.com/gpu), 3 pods on 3 assigned hosts"
+    assert "Evictions:" not in said
+
+
+def test_pending_quotes_kueues_reason_and_message_and_names_the_localqueues_clusterqueue():
+    wl = {"metadata": {"name": "w"}, "spec": {"queueName": "team-q", "active": True}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+         "message": "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 16 more needed"}]}}
+    said = rows(kueue_job(), wl)
+    assert said["Kueue:"] == "Workload w (LocalQueue team-q, ClusterQueue team-cq)"
+    assert said["Admission:"] == ("pending: Pending: couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"
+                                  " in flavor gpu, 16 more needed")
+    assert rows(kueue_job(), wl, None)["Kueue:"] == "Workload w (LocalQueue team-q (not found))"
+
+
+def test_eviction_shows_its_reason_message_and_kueues_count_of_past_evictions():
+    wl = admitted("w", ["b0r1n1"])
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted",
+                                       "message": "Preempted to accommodate a workload (UID: u1) due to prioritization in the ClusterQueue"})
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 1}]}
+    said = rows(kueue_job(), wl)
+    assert said["Admission:"].startswith("evicted: Preempted: Preempted to accommodate a workload (UID: u1)")
+    assert said["Admission:"].endswith("quota still reserved until the gang stops")  # status.admission still set
+    assert said["Evictions:"] == "Preempted/InClusterQueue ×1"
+    del wl["status"]["admission"]
+    assert rows(kueue_job(), wl)["Admission:"].endswith("waiting to be admitted again")
+    wl = admitted("w", ["b0r1n1"])  # admitted again: Kueue reset Evicted, keeping its message
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: Preempted to x"})
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 2}]}
+    said = rows(kueue_job(), wl)
+    assert said["Admission:"].startswith("admitted by ClusterQueue cq") and said["Evictions:"] == "Preempted/InClusterQueue ×2; last: Preempted to x"
+
+
+def test_an_assignment_that_does_not_decode_is_said_not_raised():
+    wl = admitted("w", ["b0r1n1"])
+    wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"][0]["podCounts"] = {"individual": [1, 2]}
+    assert "its topology assignment does not decode: " in rows(kueue_job(), wl)["Admission:"]
+
