@@ -10,7 +10,11 @@ with the new job last in its priority (it would be created now). Nothing is writ
 The answer is a :class:`PlanResult`: the operator's decision for the job
 (a Placement with nodes and domains, or a Refusal with its sentence), why
 each node is or is not a candidate (:func:`railtrain.operator.scheduling.nodefit.restrict`'s
-filters), and the jobs ahead of it in the queue.
+filters), and the jobs ahead of it in the queue. A job labelled
+``kueue.x-k8s.io/queue-name`` is Kueue's to admit (docs/kueue.md): it is not
+planned onto nodes; the answer names its LocalQueue and what its Workload would
+request (:class:`KueueRequest`, from the operator's own
+:func:`railtrain.operator.job.workload.desired`).
 
 May import: ``railtrain.crds`` and the operator's pure wings (``operator/job``, ``operator/scheduling``); never kopf or the kubernetes client.
 """
@@ -22,7 +26,9 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from railtrain.crds import times
-from railtrain.operator.job import admit, ledger
+from railtrain.crds.kueue import PRIORITY_LABEL
+from railtrain.operator.job import admit, ledger, workload
+from railtrain.operator.job.observed import observe_job
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.nodefit import restrict
 from railtrain.operator.scheduling.placement import Placement
@@ -46,6 +52,26 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
+class KueueRequest:
+    """What the Workload of a Kueue job would ask Kueue for.
+
+    Attributes:
+        local_queue: the LocalQueue its label names; workload: the Workload's name (the job's uid prefix once created).
+        pods: the pod set's count (``spec.nodes``).
+        resources: per container of the pod, its requests (limits where a resource has no request, as Kueue counts them).
+        topology: the pod set's ``topologyRequest`` (empty without topology levels).
+        priority: the WorkloadPriorityClass of ``kueue.x-k8s.io/priority-class``, else ``spec.priority`` (a number).
+    """
+
+    local_queue: str
+    workload: str
+    pods: int
+    resources: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    topology: Mapping[str, Any]
+    priority: str
+
+
+@dataclass(frozen=True)
 class PlanResult:
     """What :func:`plan` found.
 
@@ -56,6 +82,7 @@ class PlanResult:
         nodes: every node with the job's filters applied, fitting ones first.
         levels: the topology levels (node label keys) of ``NodeRow.domains``.
         ahead: ``(job, priority, decision in words)`` of the waiting jobs before it in the queue.
+        kueue: for a job Kueue admits, what its Workload would request (``result`` is then None).
     """
 
     job: str
@@ -64,6 +91,7 @@ class PlanResult:
     nodes: tuple[NodeRow, ...] = ()
     levels: tuple[str, ...] = ()
     ahead: tuple[tuple[str, int, str], ...] = field(default_factory=tuple)
+    kueue: KueueRequest | None = None
 
 
 def make_snapshot(objects: Mapping[str, list[dict[str, Any]]], taken: datetime) -> dict[str, Any]:
@@ -115,10 +143,17 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     Returns:
         A :class:`PlanResult`. A job of the same name and namespace in
         ``objects`` is replaced by the manifest (planned as if created anew).
+        A job labelled ``kueue.x-k8s.io/queue-name`` is not planned onto nodes: ``result`` is None and
+        ``kueue`` says what its Workload would request (:func:`kueue_request`).
     """
     meta = {**(manifest.get("metadata") or {}), "namespace": namespace, "uid": "", "creationTimestamp": times.format_micro_time(now)}
     new = {**manifest, "metadata": meta, "status": {}}
     me = f"{namespace}/{meta.get('name', '')}"
+    if workload.queue_name(new) is not None:  # Kueue's to admit: railtrain places it only inside Kueue's admission
+        try:
+            return PlanResult(me, None, "", kueue=kueue_request(new, levels))
+        except ValueError:
+            return PlanResult(me, None, "the operator would not queue it (its spec has a problem the operator refuses; 'railtrain validate' names it)")
     every = objects.get("pods") or []
     # the manifest is planned as if created anew: the pods of a job it replaces are not its own (they still hold capacity)
     labelled = [p for job, pods in ledger.by_job(every).items() if job != me for p in pods]
@@ -153,6 +188,43 @@ def plan(manifest: dict[str, Any], namespace: str, objects: Mapping[str, list[di
     return PlanResult(me, by_job[me], "", tuple(rows), snap.levels, ahead)
 
 
+def kueue_request(job: dict[str, Any], levels: tuple[str, ...]) -> KueueRequest:
+    """What the Workload of the Kueue job ``job`` (labelled ``kueue.x-k8s.io/queue-name``) would request (pure).
+
+    Raises:
+        ValueError: the job is not Kueue's, or its spec cannot become pods.
+    """
+    seen = observe_job(job)
+    usable = seen.usable
+    want = workload.desired(seen, levels, workload.Priority(int(usable.spec.priority or 0) if usable is not None else 0))
+    podset = want["spec"]["podSets"][0]
+    resources = []
+    for container in (podset["template"].get("spec") or {}).get("containers") or []:
+        limits, requests = (container.get("resources") or {}).get("limits") or {}, (container.get("resources") or {}).get("requests") or {}
+        asked = {**limits, **requests}
+        if asked:
+            resources.append((str(container.get("name", "")), tuple(sorted((k, str(v)) for k, v in asked.items()))))
+    label = ((job.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+    priority = f"WorkloadPriorityClass {label}" if label else str(want["spec"]["priority"])
+    name = want["metadata"]["name"] if (job.get("metadata") or {}).get("uid") else f"{want['metadata']['name']}-<uid prefix>"  # not created yet
+    return KueueRequest(want["spec"]["queueName"], name, int(podset["count"]), tuple(resources),
+                        dict(podset.get("topologyRequest") or {}), priority)
+
+
+def kueue_sentences(job: str, request: KueueRequest) -> list[str]:
+    """``railtrain plan``'s lines for a job Kueue admits: whose it is, then the Workload's request (pod count, resources per pod, topology, priority)."""
+    topo = request.topology
+    mode = next((m for m in ("required", "preferred") if topo.get(m)), None)
+    where = f"{mode} {topo[mode]}" if mode else ("unconstrained" if topo.get("unconstrained") else "none (no topology levels)")
+    per_pod = "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in asked) for name, asked in request.resources) or "nothing"
+    return [
+        f"{job} is Kueue's to admit (label kueue.x-k8s.io/queue-name): railtrain does not plan it onto nodes; once Kueue admits its Workload "
+        f"from LocalQueue {request.local_queue}, railtrain places the gang inside Kueue's topology assignment.",
+        f"Its Workload ({request.workload}) would request {request.pods} pods (pod set {workload.PODSET}), each {per_pod}; "
+        f"topology {where}; priority {request.priority}.",
+    ]
+
+
 def _said(result: Placement | Refusal) -> str:
     if isinstance(result, Placement):
         return f"placed first ({len(result.nodes)} nodes)"
@@ -167,6 +239,8 @@ def plan_view(result: PlanResult) -> Any:
 
     from railtrain.cli.views import _label_column
 
+    if result.kueue is not None:
+        return Group(*(Text(line) for line in kueue_sentences(result.job, result.kueue)))
     if result.result is None:
         return Text(f"{result.job} would not be admitted: {result.not_queued}", style="yellow")
     parts: list[Any] = []
@@ -210,7 +284,12 @@ def plan_view(result: PlanResult) -> Any:
 def as_data(result: PlanResult) -> dict[str, Any]:
     """``-o json|yaml`` of ``railtrain plan``: the decision, the queue ahead and the nodes as plain data."""
     decision: dict[str, Any]
-    if isinstance(result.result, Placement):
+    if result.kueue is not None:
+        k = result.kueue
+        decision = {"admitted": False, "reason": "KueueAdmits", "message": kueue_sentences(result.job, k)[0],
+                    "kueue": {"localQueue": k.local_queue, "workload": k.workload, "pods": k.pods,
+                              "resourcesPerPod": {name: dict(asked) for name, asked in k.resources}, "topologyRequest": dict(k.topology), "priority": k.priority}}
+    elif isinstance(result.result, Placement):
         decision = {"admitted": True, "reason": result.result.reason, "message": result.result.message(), "nodes": list(result.result.nodes),
                     "domains": [dict(d) for d in result.result.domains], "topology": dict(result.result.summary)}
     elif isinstance(result.result, Refusal):

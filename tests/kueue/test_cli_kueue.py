@@ -62,3 +62,23 @@ def test_an_assignment_that_does_not_decode_is_said_not_raised():
     wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"][0]["podCounts"] = {"individual": [1, 2]}
     assert "its topology assignment does not decode: " in rows(kueue_job(), wl)["Admission:"]
 
+
+def test_plan_says_a_labelled_job_is_kueues_and_what_its_workload_would_request():
+    from railtrain.cli import plan
+    from tests.cli import manifests
+    from tests.cli.test_jobviews import render
+    from tests.operator.builders import fabric
+    from tests.kueue.test_workload import LEVELS, NOW
+
+    job = manifests.job(name="new", nodes=3, procsPerNode=8, resources={"gpus": 8}, topology={"policy": "required", "level": "railtrain.dev/rack"})
+    job["metadata"]["labels"] = {names.QUEUE_LABEL: "team-q", names.PRIORITY_LABEL: "high"}
+    nodes, pods = fabric(blocks=1, racks=2, per_rack=4)
+    result = plan.plan(job, "team", {"nodes": nodes, "pods": pods, "trainingjobs": []}, LEVELS, NOW)
+    assert result.result is None and result.nodes == () and result.kueue.local_queue == "team-q" and result.kueue.pods == 3
+    text = " ".join(render(plan.plan_view(result), width=200).split())
+    assert "team/new is Kueue's to admit (label kueue.x-k8s.io/queue-name): railtrain does not plan it onto nodes" in text
+    assert "from LocalQueue team-q" in text and "Its Workload (trainingjob-new-<uid prefix>) would request 3 pods (pod set main), each trainer: " in text
+    assert "nvidia.com/gpu 8" in text and "topology required railtrain.dev/rack; priority WorkloadPriorityClass high." in text
+    data = plan.as_data(result)["decision"]
+    assert data["reason"] == "KueueAdmits" and data["kueue"]["topologyRequest"]["required"] == "railtrain.dev/rack"
+    assert data["kueue"]["resourcesPerPod"]["trainer"]["nvidia.com/gpu"] == "8" and data["kueue"]["pods"] == 3
