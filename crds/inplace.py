@@ -44,6 +44,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from railtrain.crds import recovery
+from railtrain.crds.verdicts import json_object
 
 PATH_IN_PLACE, PATH_GANG, PATH_NONE = "in-place", "gang", "none"
 """:attr:`railtrain.crds.recovery.Decision.path` values (a hot spare's path comes later)."""
@@ -150,13 +151,8 @@ class Ledger:
 
 def ledger_in_message(text: str | None) -> Ledger | None:
     """The :class:`Ledger` a termination message carries under :data:`LEDGER_KEY`, or None."""
-    if not text:
-        return None
-    try:
-        data = json.loads(text.strip())
-    except ValueError:
-        return None
-    return Ledger.from_json(data.get(LEDGER_KEY)) if isinstance(data, dict) else None
+    data = json_object(text)
+    return Ledger.from_json(data.get(LEDGER_KEY)) if data is not None else None
 
 
 def with_ledger(message: str | None, ledger: Ledger, stopped: bool = False) -> str:

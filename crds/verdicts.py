@@ -158,6 +158,17 @@ def format_termination_message(
     return text
 
 
+def json_object(text: str | None) -> dict[str, Any] | None:
+    """``text`` (a termination message) read as one JSON object, or None when it is empty, not JSON, or not an object."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text.strip())
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def parse_termination_message(text: str | None) -> Verdict | None:
     """Read a termination message back as a :class:`Verdict` (all seven keys), or ``None``.
 
@@ -168,13 +179,8 @@ def parse_termination_message(text: str | None) -> Verdict | None:
     format (including optional fields of the wrong type). Treat that as
     :data:`VERDICT_RETRYABLE`.
     """
-    if not text:
-        return None
-    try:
-        data = json.loads(text.strip())
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
+    data = json_object(text)
+    if data is None or data.get("verdict") not in VERDICTS:
         return None
     reason, message = data.get("reason"), data.get("message", "")
     if not isinstance(reason, str) or not _REASON.match(reason) or not isinstance(message, str):

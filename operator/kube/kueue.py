@@ -64,25 +64,23 @@ class KueueVerbs:
         Returns:
             False when the Workload is gone or changed since it was read (404/409): nothing written.
         """
-        meta = workload["metadata"]
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status}
-        self.kube._fenced()
-        try:
-            call(self.custom.patch_namespaced_custom_object_status, names.GROUP, names.VERSION, meta["namespace"], names.WORKLOADS,
-                 meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
-            return True
-        except (NotFound, Conflict):
-            return False
+        body = {"metadata": {"resourceVersion": workload["metadata"].get("resourceVersion")}, "status": status}
+        return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object_status, workload, body)
 
     def remove_finalizer(self, workload: dict[str, Any]) -> bool:
         """Take :data:`railtrain.crds.kueue.FINALIZER` off the Workload (guarded by its resourceVersion); False when gone or changed."""
         meta = workload["metadata"]
         kept = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept}}
+        return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object, workload, body)
+
+    def _guarded_merge_patch(self, verb: Any, workload: dict[str, Any], body: dict[str, Any]) -> bool:
+        """One fenced JSON merge patch of the Workload (``verb``: the object's or its status's); False on 404/409."""
+        meta = workload["metadata"]
         self.kube._fenced()
         try:
-            call(self.custom.patch_namespaced_custom_object, names.GROUP, names.VERSION, meta["namespace"], names.WORKLOADS,
-                 meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+            call(verb, names.GROUP, names.VERSION, meta["namespace"], names.WORKLOADS, meta["name"], body,
+                 field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
             return True
         except (NotFound, Conflict):
             return False
