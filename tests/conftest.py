@@ -22,7 +22,7 @@ module-scoped fixture (a context manager).
 
 Every test that uses ``cluster`` (directly or through the others) is marked
 ``cluster``, so ``-m "not cluster"`` runs everything else. Under the README's
-``pytest -n 2`` command (``tests/xdist_groups.py``: one xdist scope per module,
+``pytest -n 3`` command (``tests/xdist_groups.py``: one xdist scope per module,
 the kind tests first and in one scope) each worker starts its own ``cluster``
 and operator (named by the worker's pid, on free ports, so two never meet).
 """

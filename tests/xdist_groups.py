@@ -1,4 +1,4 @@
-"""How the README's test command (``pytest -n 2 --dist loadscope --no-loadscope-reorder``) splits the suite over two workers.
+"""How the README's test command (``pytest -n 3 --dist loadscope --no-loadscope-reorder``) splits the suite over its workers.
 
 pytest-xdist's ``loadscope`` sends each scope to one worker as a whole;
 :class:`ModuleScheduling` (installed by the ``pytest_xdist_make_scheduler``
@@ -7,7 +7,7 @@ hooks in ``tests/conftest.py`` and ``e2e/conftest.py``) makes the scopes:
 - the kind end-to-end tests (``e2e/test_kind*.py``, every test there marked
   ``kind``) are one scope, ``kind``: one worker runs the whole kind session
   (one kind cluster, its tests in file order, the node-loss case last) while
-  the other works through the rest, so on 2 cores the kind tests' waiting
+  the others work through the rest, so on 2 cores the kind tests' waiting
   (images loading, pods starting, gangs restarting) overlaps the CPU-bound
   trainer tests;
 - every other test is scoped by its module (not by class, as plain
