@@ -14,9 +14,10 @@ hooks in ``tests/conftest.py`` and ``e2e/conftest.py``) makes the scopes:
   ``loadscope`` does), so a module-scoped fixture (a torchrun run shared by a
   module's parametrized cases) runs once, on one worker, as without xdist.
 
-:func:`kind_first` moves the kind tests to the front of the collection and
-``--no-loadscope-reorder`` keeps that order (xdist would otherwise send the
-scopes with the most tests first), so the longest scope starts first. Without
+:func:`kind_first` orders the collection heaviest first (the kind tests, then
+the modules that start torch processes, the control-plane modules, the pure
+ones) and ``--no-loadscope-reorder`` keeps that order (xdist would otherwise
+send the scopes with the most tests first), so the longest scopes start first. Without
 ``-n`` only the order changes. (xdist's own ``xdist_group`` mark is not used:
 its ``loadgroup`` mode renames node ids in a way pytest 9 no longer honours.)
 Imports pytest; pytest-xdist only inside :func:`make_scheduler`.
@@ -38,9 +39,33 @@ def scope_of(nodeid: str) -> str:
     return KIND_SCOPE if nodeid.startswith(KIND_FILES) else nodeid.split("::", 1)[0]
 
 
+HEAVY = ("tests/trainer/", "tests/bench/", "tests/cli/test_local", "tests/cli/test_own_loop", "e2e/")
+"""Node-id prefixes of the modules that start torch processes (torchrun gangs, ``run --local``, bench scripts):
+minutes each on these machines."""
+
+
+def weight(nodeid: str) -> int:
+    """The order class of a test's module, heaviest first: 0 the kind tests, 1 the modules that start torch processes
+    (:data:`HEAVY`), 2 the control-plane tests (``*_cluster.py``, ``tests/kueue/``), 3 the rest (pure, seconds)."""
+    if nodeid.startswith(KIND_FILES):
+        return 0
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(HEAVY):
+        return 1
+    if path.endswith("_cluster.py") or path.startswith("tests/kueue/"):
+        return 2
+    return 3
+
+
 def kind_first(items: list[pytest.Item]) -> None:
-    """Move the kind tests (marker ``kind``) to the front, keeping file order within them and among the rest (a stable sort; idempotent)."""
-    items.sort(key=lambda item: item.get_closest_marker("kind") is None)
+    """Order the collection heaviest first (:func:`weight`: the kind tests, then the torch-starting modules, the
+    control-plane modules, the pure ones), keeping file order within each class (a stable sort; idempotent).
+
+    xdist hands the scopes out in this order as workers free up, so the longest ones start early and the
+    seconds-long pure modules fill the workers' last minutes (longest-first list scheduling) instead of a
+    minutes-long trainer module running alone at the end, as in alphabetical order.
+    """
+    items.sort(key=lambda item: weight(item.nodeid))
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
