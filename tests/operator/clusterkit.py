@@ -61,6 +61,28 @@ def events(core, ns, name, field="involvedObject.name"):
     return core.list_namespaced_event(ns, field_selector=f"{field}={name}").items
 
 
+def events_with(core, ns, name, *reasons, timeout=30.0, where=lambda e: True):
+    """Poll until the object ``name`` in ``ns`` has an Event of each of ``reasons`` (for which ``where(event)``
+    holds); return ``{reason: [those Events, oldest first]}`` for every reason seen.
+
+    The operator writes a change's Events after the status write they announce (operator/controller.py
+    ``_announce``), so a test that has just seen the status must wait for them, not read them once.
+
+    Raises:
+        AssertionError: ``timeout`` seconds passed first (the message names the reasons seen).
+    """
+    from tests.polling import wait_for
+
+    def seen():
+        found: dict[str, list] = {}
+        for e in sorted(events(core, ns, name), key=lambda e: (e.metadata.creation_timestamp, e.metadata.name)):
+            if where(e):
+                found.setdefault(e.reason, []).append(e)
+        return found if set(reasons) <= set(found) else None
+
+    return wait_for(seen, timeout, f"the Events {sorted(reasons)} on {ns}/{name}")
+
+
 def all_running(core, ns, name, count, old_uids=frozenset()):
     """The job's pods when exactly ``count`` exist, all Running, none terminating and none from ``old_uids``, else None."""
     pods = pods_of(core, ns, name)

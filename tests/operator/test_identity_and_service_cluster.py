@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, start_running, all_running, condition, events, job_body, job_status, observe, phase_is, pods_of
+from .clusterkit import G, P, V, start_running, all_running, condition, events, events_with, job_body, job_status, observe, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 
@@ -60,7 +60,7 @@ def test_a_node_created_again_under_the_same_name_is_lost_and_the_gang_restarts(
     wait_for(lambda: new_gang(core, namespace, "reborn", 2, old), 30, "a new gang: every rank a new pod")
     status = job_status(custom, namespace, "reborn")
     assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0
-    lost = [e.message for e in events(core, namespace, "reborn") if e.reason == "NodeLost"]
+    lost = [e.message for e in events_with(core, namespace, "reborn", "NodeLost")["NodeLost"]]
     # The watch may deliver the DELETED event before the ADDED one after the operator resumes; a reconcile between
     # them sees the node gone. Either way the lost node is named and the gang replaced; the uid rule itself is the
     # pure tests/operator/test_node_identity.py's.

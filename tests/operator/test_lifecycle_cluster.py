@@ -10,7 +10,7 @@ import pytest
 from railtrain.crds import contract
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of, refused
+from .clusterkit import G, P, V, condition, end_pod, events, events_with, job_body, job_status, observe, phase_is, pods_of, refused
 
 pytestmark = pytest.mark.cluster
 
@@ -83,7 +83,7 @@ def test_a_hand_made_pod_with_a_ranks_name_and_labels_is_reported_never_adopted(
     custom.create_namespaced_custom_object(G, V, namespace, P, job_body("demo", nodes=1))
     c = wait_for(lambda: refused(custom, namespace, "demo", "PodNameTaken"), 60, "Scheduled=False PodNameTaken")
     assert c["status"] == "False" and "Pod demo-0 (no controller ownerReference)" in c["message"]
-    assert any(e.reason == "PodNameTaken" and e.type == "Warning" and "demo-0" in e.message for e in events(core, namespace, "demo"))
+    events_with(core, namespace, "demo", "PodNameTaken", where=lambda e: e.type == "Warning" and "demo-0" in e.message)
     # Several resyncs: the job never reports progress it did not make, and the pod stays someone else's.
     seen = observe(lambda: (job_status(custom, namespace, "demo").get("phase"), "startTime" in job_status(custom, namespace, "demo")), 3)
     assert seen == [("Pending", False)]

@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 from railtrain.crds import contract
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, end_pod, events, finish, job_body, job_status, phase_is, pods_of, refused
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, events_with, finish, job_body, job_status, phase_is, pods_of, refused
 
 pytestmark = pytest.mark.cluster
 
@@ -50,7 +50,7 @@ def test_gang_pods_are_created_pinned_and_ungated_one_write_each_then_bound_to_d
     status = wait_for(lambda: phase_is(custom, namespace, "gang", "Running"), 30, "phase Running")
     assert {p["node"] for p in status["placement"]} == set(bound)
     assert status["startTime"]
-    assert {"GangCreated", "GangPlaced", "AllRanksRunning"} <= {e.reason for e in events(core, namespace, "gang")}
+    events_with(core, namespace, "gang", "GangCreated", "GangPlaced", "AllRanksRunning")
 
 
 def test_job_that_cannot_fit_stays_pending_with_reason_and_binds_nothing(api, namespace, gpu_nodes, operator):
@@ -62,7 +62,7 @@ def test_job_that_cannot_fit_stays_pending_with_reason_and_binds_nothing(api, na
     assert job_status(custom, namespace, "huge")["phase"] == "Pending"
     pods = pods_of(core, namespace, "huge")
     assert pods == []  # admit before creating: a gang that does not fit has no pods at all
-    assert any(e.reason == "Unschedulable" and e.type == "Warning" for e in events(core, namespace, "huge"))
+    events_with(core, namespace, "huge", "Unschedulable", where=lambda e: e.type == "Warning")
 
 
 def test_deleting_the_job_removes_its_pods(api, namespace, gpu_nodes, operator):

@@ -17,7 +17,7 @@ from railtrain.crds import contract
 from railtrain.operator.scheduling.quarantine import TAINT_KEY
 from tests.polling import wait_for
 
-from .clusterkit import G, P, V, all_running, condition, end_pod, events, job_body, job_status, observe, phase_is, pods_of
+from .clusterkit import G, P, V, all_running, condition, end_pod, events, events_with, job_body, job_status, observe, phase_is, pods_of
 
 pytestmark = pytest.mark.cluster
 
@@ -50,9 +50,9 @@ def test_hardware_suspect_quarantines_the_node_and_the_next_gang_avoids_it(api, 
     assert taint is not None and (taint.value, taint.effect) == ("hardware-suspect", "NoSchedule")
     new = wait_for(lambda: all_running(core, namespace, "sdc", 2, {p.metadata.uid for p in pods}), 90, "the new gang Running")
     assert bad not in {p.spec.node_name for p in new}
-    job_events = {e.reason: e.message for e in events(core, namespace, "sdc")}
-    assert "NodeQuarantined" in job_events and "ParameterMismatch" in job_events["NodeQuarantined"]
-    node_events = [e for e in events(core, "default", bad) if e.reason == "NodeQuarantined"]
+    job_events = events_with(core, namespace, "sdc", "NodeQuarantined")
+    assert "ParameterMismatch" in job_events["NodeQuarantined"][-1].message
+    node_events = events_with(core, "default", bad, "NodeQuarantined")["NodeQuarantined"]
     assert node_events and f"{namespace}/sdc" in node_events[0].message and "ab12" in node_events[0].message
     out = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "node", "clear", bad, "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -68,14 +68,15 @@ def test_each_verdict_gets_its_action(api, namespace, gpu_nodes, operator):
     fail(core, namespace, "mixed-0", contract.VERDICT_RETRYABLE, why=("Crash", "segfault"))
     wait_for(lambda: st().get("jobRestarts") == 1, 60, "retryable: a job restart")
     # the reason as an Event: the first restart is immediate, so Scheduled may already read GangPlaced for the next gang
-    assert st().get("infrastructureRestarts", 0) == 0 and "Restarting" in {e.reason for e in events(core, namespace, "mixed")}
+    assert st().get("infrastructureRestarts", 0) == 0
+    events_with(core, namespace, "mixed", "Restarting")
     pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 2 Running")
 
     slow = pods[1].spec.node_name
     fail(core, namespace, pods[1].metadata.name, contract.VERDICT_STRAGGLER, why=("SlowRank", "rank 1 is 25% slower"), nodes=[slow], ranks=[1])
     wait_for(lambda: st().get("infrastructureRestarts") == 1, 60, "straggler: an infrastructure restart")
     assert st()["jobRestarts"] == 1 and slow in st()["avoidNodes"] and taint_of(core, slow) is None
-    assert "NodeAvoided" in {e.reason for e in events(core, namespace, "mixed")}
+    events_with(core, namespace, "mixed", "NodeAvoided")
     pods = wait_for(lambda: all_running(core, namespace, "mixed", 2, {p.metadata.uid for p in pods}), 90, "gang 3 Running")
     assert slow not in {p.spec.node_name for p in pods}
 
@@ -141,8 +142,8 @@ def test_node_deleted_under_a_running_gang_restarts_it_elsewhere(api, namespace,
     status = job_status(custom, namespace, "lost")
     assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0  # backoffLimit 0 not spent
     running = condition(status, "Scheduled")
-    reasons = {e.reason: e.message for e in events(core, namespace, "lost")}
-    assert "NodeLost" in reasons and victim in reasons["NodeLost"], (running, reasons)
+    reasons = {r: [e.message for e in es] for r, es in events_with(core, namespace, "lost", "NodeLost").items()}
+    assert any(victim in m for m in reasons["NodeLost"]), (running, reasons)
 
 
 def set_not_ready(core, node, not_ready=True):
@@ -189,7 +190,7 @@ def test_node_not_ready_past_the_grace_restarts_the_gang_elsewhere_and_not_befor
     # The pods run before the operator has seen them do so: wait for the job's own status to say Running.
     status = wait_for(lambda: phase_is(custom, namespace, "sick", "Running"), 30, "the job Running again")
     assert status["infrastructureRestarts"] == 1 and status.get("jobRestarts", 0) == 0  # backoffLimit 0 not spent
-    lost = [e for e in events(core, namespace, "sick") if e.reason == "NodeLost"]
+    lost = events_with(core, namespace, "sick", "NodeLost")["NodeLost"]
     assert len(lost) == 1 and f"node {victim}: the Node has been NotReady since" in lost[0].message, lost
     assert "KubeletNotReady" in lost[0].message
     assert lost[0].first_timestamp >= since + timedelta(seconds=grace)  # not before the grace elapsed
@@ -219,8 +220,8 @@ def test_a_rank_pod_deleted_by_hand_restarts_the_whole_gang(api, namespace, gpu_
     pods = start(core, custom, namespace, "gone", 3)
     core.delete_namespaced_pod("gone-2", namespace)
     wait_for(lambda: job_status(custom, namespace, "gone").get("infrastructureRestarts") == 1, 30, "an infrastructure restart")
-    reasons = {e.reason: e.message for e in events(core, namespace, "gone")}
-    assert "RankVanished" in reasons and "pod gone-2 (rank 2) was" in reasons["RankVanished"]
+    vanished = events_with(core, namespace, "gone", "RankVanished")["RankVanished"]
+    assert "pod gone-2 (rank 2) was" in vanished[0].message
     wait_for(lambda: all_running(core, namespace, "gone", 3, {p.metadata.uid for p in pods}), 90, "every rank replaced")
 
 
@@ -236,4 +237,4 @@ def test_elastic_job_shrinks_on_node_loss_and_grows_back(api, namespace, gpu_nod
     pods = wait_for(lambda: all_running(core, namespace, "elastic", 4, {p.metadata.uid for p in pods}), 90, "grown back to 4")
     status = wait_for(lambda: (s := job_status(custom, namespace, "elastic")).get("admittedNodes") == 4 and s, 30, "admitted 4")
     assert status["infrastructureRestarts"] == 2 and status.get("jobRestarts", 0) == 0
-    assert {e.reason for e in events(core, namespace, "elastic")} >= {"NodeLost", "ElasticGrow"}
+    events_with(core, namespace, "elastic", "NodeLost", "ElasticGrow")

@@ -12,7 +12,7 @@ import pytest
 from railtrain.crds import contract
 from tests.polling import wait_for
 
-from .clusterkit import all_running, condition, events, finish, foreign_pod, job_body, job_obj, job_status, observe, phase_is, pods_of, refused, unreleased
+from .clusterkit import all_running, condition, events, events_with, finish, foreign_pod, job_body, job_obj, job_status, observe, phase_is, pods_of, refused, unreleased
 
 pytestmark = pytest.mark.cluster
 
@@ -128,4 +128,4 @@ def test_gang_not_running_in_time_is_released_and_requeued(api, namespace, gpu_n
     assert status["requeues"] == 1 and status["requeueAfter"] and status["phase"] == "Pending"
     assert "admittedNodes" not in status  # dropped keys are deleted on the server (merge patch with null)
     wait_for(lambda: not pods_of(core, namespace, "stuck"), 60, "no pod holding capacity while backing off")
-    assert any(e.reason == "GangTimeout" and e.type == "Warning" for e in events(core, namespace, "stuck"))
+    events_with(core, namespace, "stuck", "GangTimeout", where=lambda e: e.type == "Warning")
