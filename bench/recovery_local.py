@@ -17,6 +17,12 @@ step ``--fault-step`` (read from rank 0's step log) the fault is injected:
     ``RAILTRAIN_FAULT_HANG``, docs/health.md), when the trainer's health checks
     are installed; the clock starts when the failed gang has ended.
 
+With ``--local-modes gang,in-place`` each fault that can restart in place
+(``rank-killed``) also runs with ``spec.runPolicy.restartInPlace``: node 1's
+trainer processes get SIGKILL (its pod-side supervisor lives on, as a container
+that keeps running), the supervisors restart the processes inside the running
+"nodes", and no gang is rebuilt; the two modes alternate so load hits both.
+
 Measured: seconds from the fault (for the last two: from the end of the failed
 gang, since the detection time belongs to bench/health.py) to the first
 ``step=`` line of the new gang, and steps lost = the last step rank 0 logged
@@ -75,6 +81,8 @@ class Clock:
                     self.fired_at = time.monotonic()
                     self.fire()
             elif m := RESUMED.match(line):
+                if self.fired_at is not None and self.restart == 0:
+                    self.restart = 1  # restarted in place: the same gang's next attempt resumed
                 self.resumed.append((self.restart, int(m.group(1))))
                 self.resumed_at.append((now, self.restart))
         return len(text)
@@ -83,7 +91,31 @@ class Clock:
         pass
 
 
-def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int) -> Any:
+def _trainers_under(pid: int) -> list[int]:
+    """The pids of every process under ``pid`` (children, grandchildren, ...) whose command line runs the trainer
+    (torchrun and its workers), not the pod-side supervisor; read from /proc (Linux)."""
+    parents: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(d.name))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo.extend(parents.get(child, []))
+        try:
+            cmd = (Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"railtrain.trainer" in cmd and b"railtrain.crds.supervisor" not in cmd:
+            found.append(child)
+    return found
+
+
+def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int, in_place: bool = False) -> Any:
     env = []
     if fault == "hardware-suspect":
         env.append({"name": contract.ENV_FAULT_BITFLIP, "value": f"rank=1,step={fault_step},mode=once,bit=30"})
@@ -95,16 +127,18 @@ def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: i
             "image": "local", "command": ["torchrun", "-m", "railtrain.trainer"], "nodes": 2, "procsPerNode": 1, "env": env,
             "args": ["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--lr-decay-steps", str(steps), "--log-every", "1"],
             "checkpoint": {"location": str(persistent), "interval": 50, "memory": {"interval": memory_interval}},
+            "runPolicy": {"restartInPlace": in_place},
         },
     })  # fmt: skip
 
 
-def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One local run with one fault; returns the sample."""
+def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> dict[str, Any]:
+    """One local run with one fault, restarted as a new gang (``mode`` "gang") or in place ("in-place"); returns the sample."""
+    in_place = mode == "in-place"
     scratch = Path(tempfile.mkdtemp(prefix="railtrain-recovery-"))
     name, uid = f"rec-{uuid.uuid4().hex[:6]}", local_run.new_local_uid()
     shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / "railtrain" / local_run.LOCAL_NAMESPACE / name  # local_run_roots without the run id
-    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step)
+    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step, in_place)
     runner: RecoveringRun | None = None
 
     def fire() -> None:
@@ -112,6 +146,13 @@ def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
             return
         gang = runner.current  # type: ignore[union-attr]
         proc = gang._procs[1]  # noqa: SLF001 - the bench plays the fault: node 1 dies
+        if in_place:  # the trainer processes die, the node and its supervisor live on
+            for pid in _trainers_under(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
         os.killpg(proc.pid, signal.SIGKILL)
         if fault == "node-lost":
             shutil.rmtree(shm / uid / "node-1", ignore_errors=True)  # node 1's RAM is gone with it
@@ -137,7 +178,7 @@ def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
     resumed = next((s for r, s in clock.resumed if r >= 1), 0)
     last = clock.last_before if fault in ("rank-killed", "node-lost") else max((s for _, r, s in clock.steps if r == 0), default=0)
     return {
-        "fault": fault, "exit": code, "restarts": runner.restarts, "verdicts": [d.verdict for d in runner.history],
+        "fault": fault, "mode": mode, "exit": code, "restarts": runner.restarts, "verdicts": [d.verdict for d in runner.history],
         "seconds": round(first_new - start, 3) if first_new and start else float("nan"),
         "gang_stopped_s": round(runner.failed_at - start, 3) if runner.failed_at and start else None,
         "resumed_s": round(next((t for t, r in clock.resumed_at if r >= 1), float("nan")) - start, 3) if start else None,
@@ -146,28 +187,40 @@ def measure_local(fault: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+IN_PLACE_FAULTS = ("rank-killed",)
+"""The local faults that restart in place (a trainer process dies, its node lives on)."""
+
+
 def run_local(args: argparse.Namespace) -> dict[str, Any]:
-    """Every local fault kind ``args.local_repeats`` times; prints a table and returns the record."""
+    """Every local fault kind (× restart mode) ``args.local_repeats`` times, modes alternating; prints a table and returns the record."""
     faults = [f for f in args.local_faults.split(",") if f]
+    modes = [m for m in args.local_modes.split(",") if m]
+    arms = [(f, m) for f in faults for m in modes if m == "gang" or f in IN_PLACE_FAULTS]
     samples = []
     for i in range(args.local_repeats):
-        for fault in faults:
-            s = measure_local(fault, args)
-            print(f"  local r{i} {fault:17} exit {s['exit']} restarts {s['restarts']} {s['verdicts']}: first new step after {s['seconds']:.2f}s (gang stopped {s['gang_stopped_s']}s, resumed {s['resumed_s']}s), "
-                  f"steps lost {s['steps_lost']} (load {s['load1']})", flush=True)
+        for fault, mode in arms:
+            s = measure_local(fault, args, mode)
+            print(f"  local r{i} {fault:17} {mode:8} exit {s['exit']} gang restarts {s['restarts']} {s['verdicts']}: first new step after {s['seconds']:.2f}s "
+                  f"(gang stopped {s['gang_stopped_s']}s, resumed {s['resumed_s']}s), steps lost {s['steps_lost']} (load {s['load1']})", flush=True)
             samples.append(s)
-    summary = {}
-    table = Table(f"Local real run (tiny, 2 nodes × 1 process): fault → first step of the new gang, {args.local_repeats} repeats",
-                  ["fault", "p50 s", "max s", f"goal ≤ {GOAL_S:.0f} s", "steps lost (max)", f"memory interval {args.memory_interval}"],
+    summary: dict[str, Any] = {}
+    table = Table(f"Local real run (tiny, 2 nodes × 1 process): fault → first step of the next attempt, {args.local_repeats} repeats",
+                  ["fault", "restart", "p50 s", "max s", f"goal ≤ {GOAL_S:.0f} s", "gangs rebuilt", "steps lost (max)", f"memory interval {args.memory_interval}"],
                   note=f"load average (1 min) median {median(s['load1'] for s in samples):.1f}")
-    for f in faults:
-        mine = [s for s in samples if s["fault"] == f and s["seconds"] == s["seconds"]]
+    for f, m in arms:
+        key = f if m == "gang" else f"{f}/{m}"
+        mine = [s for s in samples if s["fault"] == f and s["mode"] == m and s["seconds"] == s["seconds"]]
         if not mine:
-            table.add(f, "-", "-", "not measured", "-", "-")
+            table.add(f, m, "-", "-", "not measured", "-", "-", "-")
             continue
-        summary[f] = {"p50_s": median(s["seconds"] for s in mine), "max_s": max(s["seconds"] for s in mine), "steps_lost_max": max(s["steps_lost"] for s in mine)}
-        ok = summary[f]["steps_lost_max"] <= args.memory_interval
-        table.add(f, fmt_s(summary[f]["p50_s"]), fmt_s(summary[f]["max_s"]), "met" if summary[f]["p50_s"] <= GOAL_S else "missed", summary[f]["steps_lost_max"], "≤ interval" if ok else "> interval")
+        summary[key] = {"p50_s": median(s["seconds"] for s in mine), "max_s": max(s["seconds"] for s in mine), "steps_lost_max": max(s["steps_lost"] for s in mine),
+                        "gangs_rebuilt": sorted({s["restarts"] for s in mine}), "n": len(mine)}
+        ok = summary[key]["steps_lost_max"] <= args.memory_interval
+        table.add(f, m, fmt_s(summary[key]["p50_s"]), fmt_s(summary[key]["max_s"]), "met" if summary[key]["p50_s"] <= GOAL_S else "missed",
+                  "/".join(map(str, summary[key]["gangs_rebuilt"])), summary[key]["steps_lost_max"], "≤ interval" if ok else "> interval")
+    for f in faults:
+        if f"{f}/in-place" in summary and f in summary:
+            summary[f"{f}/ratio"] = round(summary[f"{f}/in-place"]["p50_s"] / summary[f]["p50_s"], 3)
     table.print()
     return {"machine_before": machine(), "samples": samples, "summary": summary}
 
@@ -178,3 +231,4 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-steps", type=int, default=60)
     parser.add_argument("--fault-step", type=int, default=35)
     parser.add_argument("--memory-interval", type=int, default=10)
+    parser.add_argument("--local-modes", default="gang", help="Comma-separated subset of gang,in-place (in place: spec.runPolicy.restartInPlace; rank-killed only).")

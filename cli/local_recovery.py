@@ -168,9 +168,9 @@ class RecoveringRun:
     spent: set[str] = field(default_factory=set)
     """Fault variables already met (dropped from the next gangs)."""
     recorder: GoodputRecorder | None = None
+    """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
     in_place: list[inplace.Ledger] = field(default_factory=list)
     """Each failed supervised gang's in-place ledger (``spec.runPolicy.restartInPlace``)."""
-    """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
 
     @property
     def job_restarts(self) -> int:
