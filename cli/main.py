@@ -95,6 +95,9 @@ app = typer.Typer(
 from railtrain.cli.devcmds import dev_app  # noqa: E402
 
 app.add_typer(dev_app, name="dev")
+from railtrain.cli.datacmds import data_app  # noqa: E402
+
+app.add_typer(data_app, name="data")
 node_app = typer.Typer(help="Nodes the operator quarantined (taint railtrain.dev/quarantined): list them, clear one.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 

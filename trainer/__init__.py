@@ -1,6 +1,6 @@
-"""railtrain.trainer: a byte-level transformer LM trainer (DDP, FSDP2/HSDP, tensor and pipeline parallel on one DeviceMesh; checkpoints in memory, local and persistent tiers).
+"""railtrain.trainer: a transformer LM trainer on byte-level text or pre-tokenized token files (DDP, FSDP2/HSDP, tensor and pipeline parallel on one DeviceMesh; checkpoints in memory, local and persistent tiers).
 
-Modules: ``config`` (flags and pod contract), ``model``, ``data``, ``parallel``
+Modules: ``config`` (flags and pod contract), ``model``, ``data`` (sampling), ``tokens`` (token files), ``parallel``
 (degrees, mesh, data parallel), ``tensor_parallel``, ``pipeline``, ``steps``
 (one step's forwards and backwards), ``checkpoint`` (a package: the manager, tiers, I/O, state,
 checksums; async saves, fallback), ``metrics`` (Prometheus),

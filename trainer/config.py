@@ -19,9 +19,12 @@ from typing import Sequence
 from railtrain.crds import contract
 from railtrain.crds.checkpoint import TIERS, TierConfig, default_tier
 from railtrain.crds.precision import Compute, Float8Recipe
-from railtrain.trainer.presets import PRESETS
+from railtrain.trainer.presets import PRESETS, ModelConfig
 
 PARALLEL_MODES = ("ddp", "fsdp")
+DATA_FORMATS = ("bytes", "tokens")
+TOKEN_DTYPES = ("uint16", "uint32")
+"""The token file types :mod:`railtrain.trainer.tokens` reads (its ``DTYPES``; kept here so the parser stays numpy-free)."""
 PRECISIONS = ("auto", "bf16", "fp8", "fp32")
 FP8_RECIPES = tuple(r.value for r in Float8Recipe)
 PP_SCHEDULES = ("gpipe", "1f1b")
@@ -43,7 +46,13 @@ class TrainConfig:
     """Everything one training run needs; see each field's docstring."""
 
     data: str = ""
-    """Training text: a file, directory, glob, or pkg://<package>/<glob> (e.g. 'pkg://email/*.py'). Required."""
+    """Training data. Under --data-format bytes: text, a file, directory, glob, or pkg://<package>/<glob> (e.g. 'pkg://email/*.py'); under tokens: one token file (e.g. data.bin from 'railtrain data tokenize'). Required."""
+    data_format: str = "bytes"
+    """'bytes' (token ids are the byte values of --data's files, vocabulary 256) or 'tokens' (a flat binary of token ids, declared by <file>.json beside it or by --token-dtype and --vocab-size; docs/data.md)."""
+    token_dtype: str | None = None
+    """Under --data-format tokens: the ids' type, 'uint16' or 'uint32'. Default: the dtype declared in <file>.json."""
+    vocab_size: int | None = None
+    """The model's vocabulary: at least the data's (256 for bytes; the declared one for tokens, which every id must be below). Default: the data's."""
     preset: str = "tiny"
     """Model size preset."""
     steps: int = 200
@@ -137,6 +146,12 @@ class TrainConfig:
         """
         if not self.data:
             raise ValueError("--data is required (a path, glob, or pkg://<package>/<glob>)")
+        if self.data_format not in DATA_FORMATS:
+            raise ValueError(f"--data-format must be one of {', '.join(DATA_FORMATS)}, got {self.data_format!r}")
+        if self.token_dtype is not None and (self.data_format != "tokens" or self.token_dtype not in TOKEN_DTYPES):
+            raise ValueError(f"--token-dtype must be one of {', '.join(TOKEN_DTYPES)}, with --data-format tokens; got {self.token_dtype!r} with {self.data_format}")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError(f"--vocab-size must be >= 1, got {self.vocab_size}")
         if self.preset not in PRESETS:
             raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         for name in ("steps", "batch_size", "seq_len", "log_every"):
@@ -293,6 +308,13 @@ def _precision_updates(config: TrainConfig, pod: contract.PodEnvironment | None)
     return updates
 
 
+def model_shape(config: TrainConfig) -> ModelConfig:
+    """The model ``config`` trains: its preset with ``--vocab-size`` (the data's vocabulary once the trainer has read
+    it; 256 while unknown: ``railtrain validate`` checks the degrees before any data is read)."""
+    preset = PRESETS[config.preset]
+    return preset if config.vocab_size is None else dataclasses.replace(preset, vocab_size=config.vocab_size)
+
+
 def _flag(name: str) -> str:
     return name.replace("_", "-")
 
@@ -332,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     """An argparse parser with one ``--flag-name`` per :class:`TrainConfig` field; usage errors raise :class:`ArgumentsError`."""
     parser = _Parser(
         prog="python -m railtrain.trainer",
-        description="Train a byte-level transformer LM (launch under torchrun for several processes).",
+        description="Train a transformer LM on bytes or token ids (launch under torchrun for several processes).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     docs = field_docs(TrainConfig)
@@ -355,6 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["choices"] = list(PRECISIONS)
         elif f.name == "fp8_recipe":
             kwargs["choices"] = list(FP8_RECIPES)
+        elif f.name == "data_format":
+            kwargs["choices"] = list(DATA_FORMATS)
+        elif f.name == "token_dtype":
+            kwargs["choices"] = list(TOKEN_DTYPES)
         parser.add_argument(f"--{_flag(f.name)}", dest=f.name, **kwargs)
     return parser
 

@@ -1,9 +1,12 @@
-"""Byte-level text data: find files, load them, sample training windows.
+"""Training data: byte-level text or a pre-tokenized token file; sample training windows.
 
-A data spec is a file, a directory (all files below it), a glob (``**``
+``--data-format bytes`` (the default): a data spec is a file, a directory (all files below it), a glob (``**``
 allowed), or ``pkg://<package>/<glob>``, a glob inside an installed package
 resolved with :mod:`importlib.resources` (``pkg://email/*.py`` is the standard
-library's e-mail package source: real code and English prose on every Python).
+library's e-mail package source: real code and English prose on every Python);
+token ids are the byte values (vocabulary 256). ``--data-format tokens``: one
+flat binary of token ids with its declared dtype and vocabulary
+(:mod:`railtrain.trainer.tokens`, docs/data.md), memory-mapped.
 
 Sampling is stateless: the windows of step ``s`` are a pure function of
 ``(seed, s)``, and data-parallel rank ``r`` of ``d`` takes the ``r``-th of ``d``
@@ -23,9 +26,12 @@ import re
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
+import numpy as np
 import torch
 
+from railtrain.trainer import tokens as token_files
 from railtrain.trainer.context_parallel import shard_positions
+from railtrain.trainer.presets import VOCAB_SIZE
 
 PKG_SCHEME = "pkg://"
 
@@ -136,6 +142,8 @@ class ByteCorpus:
 
     tokens: torch.Tensor
     names: tuple[str, ...]
+    vocab_size: int = VOCAB_SIZE
+    unit = "bytes"
 
     @classmethod
     def load(cls, spec: str) -> "ByteCorpus":
@@ -146,6 +154,73 @@ class ByteCorpus:
 
     def __len__(self) -> int:
         return self.tokens.numel()
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the data in bytes (what a checkpoint records as ``data_bytes``)."""
+        return self.tokens.numel()
+
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """The token ids at ``index`` (int64 positions), as int64 of the same shape."""
+        return self.tokens[index].long()
+
+
+@dataclass(frozen=True)
+class TokenCorpus:
+    """A pre-tokenized token file, memory-mapped (:func:`railtrain.trainer.tokens.open_tokens`).
+
+    Attributes:
+        tokens: read-only 1-D :class:`numpy.memmap` of the declared dtype.
+        names: the one file it maps.
+        vocab_size: the model's vocabulary: ``--vocab-size``, else the declared one (never smaller).
+    """
+
+    tokens: np.ndarray
+    names: tuple[str, ...]
+    vocab_size: int
+    unit = "tokens"
+
+    @classmethod
+    def load(cls, path: str, token_dtype: str | None = None, vocab_size: int | None = None) -> "TokenCorpus":
+        """Map ``path`` with its declaration (:func:`railtrain.trainer.tokens.declare`, which names what it raises with
+        :func:`~railtrain.trainer.tokens.open_tokens`)."""
+        declared = token_files.declare(path, token_dtype, vocab_size)
+        return cls(token_files.open_tokens(path, declared), (path,), vocab_size or declared.vocab_size)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the token file in bytes (what a checkpoint records as ``data_bytes``)."""
+        return int(self.tokens.nbytes)
+
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """The token ids at ``index`` (int64 positions), as int64 of the same shape; reads only those pages of the file."""
+        return torch.from_numpy(self.tokens[index.numpy()].astype(np.int64))
+
+
+Corpus = ByteCorpus | TokenCorpus
+
+
+def load_corpus(spec: str, data_format: str = "bytes", token_dtype: str | None = None, vocab_size: int | None = None) -> Corpus:
+    """The training data of ``--data`` read as ``--data-format``.
+
+    Args:
+        spec: ``--data``; data_format: ``"bytes"`` or ``"tokens"``.
+        token_dtype, vocab_size: ``--token-dtype`` and ``--vocab-size`` (``None``: not given); under ``bytes`` the
+            vocabulary is 256 and ``vocab_size`` may only pad it.
+
+    Raises:
+        ValueError: one sentence naming the flag or file (:meth:`ByteCorpus.load`, :meth:`TokenCorpus.load`);
+            ``--vocab-size`` below 256 for bytes.
+    """
+    if data_format == "tokens":
+        return TokenCorpus.load(spec, token_dtype, vocab_size)
+    if vocab_size is not None and vocab_size < VOCAB_SIZE:
+        raise ValueError(f"--vocab-size {vocab_size} is smaller than the {VOCAB_SIZE} byte values of --data-format bytes")
+    corpus = ByteCorpus.load(spec)
+    return corpus if vocab_size is None else ByteCorpus(corpus.tokens, corpus.names, vocab_size)
 
 
 def batch_seed(seed: int, step: int) -> int:
@@ -160,7 +235,7 @@ class WindowSampler:
     """Deterministic (batch, seq) windows of a corpus, sharded by data-parallel rank.
 
     Args:
-        corpus: the bytes to sample from.
+        corpus: the token ids to sample from (a :class:`ByteCorpus` or a :class:`TokenCorpus`).
         seq_len: tokens per sample (inputs and targets each have ``seq_len``).
         global_batch: samples per step summed over all data-parallel ranks.
         seed: data seed; with the step it fixes every window.
@@ -172,16 +247,16 @@ class WindowSampler:
             and ``2 × cp_degree - 1 - cp_rank``.
 
     Raises:
-        ValueError: the corpus is shorter than ``seq_len + 1`` bytes, the
+        ValueError: the corpus is shorter than ``seq_len + 1`` tokens, the
             batch does not split evenly across ranks, or the sequence does not
             split into ``2 × cp_degree`` chunks.
     """
 
     def __init__(
-        self, corpus: ByteCorpus, seq_len: int, global_batch: int, seed: int, dp_rank: int = 0, dp_degree: int = 1, cp_rank: int = 0, cp_degree: int = 1
+        self, corpus: Corpus, seq_len: int, global_batch: int, seed: int, dp_rank: int = 0, dp_degree: int = 1, cp_rank: int = 0, cp_degree: int = 1
     ) -> None:
         if len(corpus) < seq_len + 1:
-            raise ValueError(f"--data holds {len(corpus)} bytes, fewer than --seq-len + 1 = {seq_len + 1}")
+            raise ValueError(f"--data holds {len(corpus)} {corpus.unit}, fewer than --seq-len + 1 = {seq_len + 1}")
         if global_batch % dp_degree:
             raise ValueError(f"--batch-size {global_batch} is not divisible by the data-parallel degree {dp_degree}")
         if not 0 <= dp_rank < dp_degree:
@@ -205,11 +280,11 @@ class WindowSampler:
 
         Returns:
             ``(inputs, targets)``, both int64 ``(local_batch, seq_len / cp_degree)``
-            on the CPU; ``targets[:, t]`` is the byte after ``inputs[:, t]``.
+            on the CPU; ``targets[:, t]`` is the token after ``inputs[:, t]``.
         """
         lo = self.dp_rank * self.local_batch
         starts = self.global_starts(step)[lo : lo + self.local_batch]
-        windows = self.corpus.tokens[starts[:, None] + self._offsets].long()
+        windows = self.corpus.take(starts[:, None] + self._offsets)
         inputs, targets = windows[:, :-1], windows[:, 1:]
         if self._positions is not None:
             inputs, targets = inputs[:, self._positions], targets[:, self._positions]
@@ -217,4 +292,4 @@ class WindowSampler:
 
     def state(self) -> dict[str, int]:
         """What a checkpoint needs to check that a resume samples the same stream."""
-        return {"data_seed": self.seed, "data_bytes": len(self.corpus), "global_batch": self.global_batch, "seq_len": self.seq_len}
+        return {"data_seed": self.seed, "data_bytes": self.corpus.nbytes, "global_batch": self.global_batch, "seq_len": self.seq_len}

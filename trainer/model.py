@@ -1,11 +1,12 @@
-"""A decoder-only byte-level transformer language model and its size presets.
+"""A decoder-only transformer language model and its size presets.
 
 Architecture (the LLaMA recipe, see Touvron et al. 2023, "LLaMA: Open and
 Efficient Foundation Language Models"): pre-norm RMSNorm, causal multi-head
 self-attention through ``F.scaled_dot_product_attention`` with rotary position
 embeddings (Su et al. 2021, "RoFormer"), a SwiGLU MLP (Shazeer 2020, "GLU
 Variants Improve Transformer") and an untied output head. The vocabulary is the
-256 byte values, so no tokenizer is needed.
+256 byte values (no tokenizer needed), or a token file's declared vocabulary
+(``ModelConfig.vocab_size``; docs/data.md).
 """
 
 from __future__ import annotations

@@ -22,9 +22,8 @@ from typing import Sequence
 
 from railtrain.crds.api import TrainingJobSpec
 from railtrain.crds.precision import contract_values
-from railtrain.trainer.config import LaunchContext, apply_launch_context, parse_args
+from railtrain.trainer.config import LaunchContext, apply_launch_context, model_shape, parse_args
 from railtrain.trainer.dims import FLAG_OF_FIELD, auto_microbatches, check_float8_tokens, check_model_fits, resolve_dims
-from railtrain.trainer.presets import PRESETS
 
 TRAINER_MODULE = "railtrain.trainer"
 SPEC_DEGREE_NAMES = {field: f"spec.parallelism.{field}" for field in FLAG_OF_FIELD}
@@ -94,7 +93,7 @@ def problems(spec: TrainingJobSpec) -> list[str]:
             micro = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
             flagged = bool(config.parallel or config.tp or config.pp or config.cp)  # the flags decide (resolve_dims)
             names = FLAG_OF_FIELD if flagged else SPEC_DEGREE_NAMES
-            check_model_fits(dims, PRESETS[config.preset], config.seq_len, local_batch, config.grad_accum_steps, micro, names)
+            check_model_fits(dims, model_shape(config), config.seq_len, local_batch, config.grad_accum_steps, micro, names)
             if (flags.mixed_precision or contract_values(spec.precision)["precision"]) == "fp8":
                 source = "--mixed-precision fp8" if flags.mixed_precision else "spec.precision.compute fp8"
                 check_float8_tokens(dims, config.seq_len, local_batch, config.grad_accum_steps, micro, source)

@@ -4,7 +4,7 @@ Rank 0 prints one line per logged step in a fixed ``key=value`` format::
 
     step=10 loss=4.1234 grad_norm=0.8123 lr=1.50e-03 tokens_per_s=12345.6
 
-(``loss`` is the mean over all ranks, nats per byte; ``tokens_per_s`` counts the
+(``loss`` is the mean over all ranks, nats per token: per byte for byte-level data; ``tokens_per_s`` counts the
 global batch.) A resumed run first prints ``resumed from step N``.
 """
 
@@ -26,13 +26,13 @@ from torch.distributed.device_mesh import DeviceMesh
 from railtrain.crds import contract, threads
 from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState
 from railtrain.trainer import float8
-from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, read_launch_context
-from railtrain.trainer.data import ByteCorpus, WindowSampler
+from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, model_shape, read_launch_context
+from railtrain.trainer.data import WindowSampler, load_corpus
 from railtrain.trainer.health.monitor import HealthVerdict, process_group_timeout_s
 from railtrain.trainer.health.watchdog import arm_start_deadline
 from railtrain.trainer.hook import StepHook
 from railtrain.trainer.pod_contract import Contract, read_contract
-from railtrain.trainer.model import PRESETS, Transformer
+from railtrain.trainer.model import Transformer
 from railtrain.trainer.parallel import (
     DistInfo,
     ParallelDims,
@@ -94,8 +94,8 @@ def resolve_precision(flag: str, device_type: str) -> str:
 
 
 def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: bool, mesh: DeviceMesh | None, fp8: bool = False) -> nn.Module:
-    """The model of ``config.preset``, seeded with ``config.seed`` (identical on every rank), on the device, cut to
-    this rank's pipeline stage, its linear layers converted to float8 when ``fp8`` (:mod:`railtrain.trainer.float8`,
+    """The model of ``config.preset`` with ``config.vocab_size`` (:func:`~railtrain.trainer.config.model_shape`), seeded
+    with ``config.seed`` (identical on every rank), on the device, cut to this rank's pipeline stage, its linear layers converted to float8 when ``fp8`` (:mod:`railtrain.trainer.float8`,
     before any wrapping, as torchtitan orders it), set to its context-parallel chunks, tensor-parallelised, and
     wrapped for the data-parallel degrees of ``dims``.
 
@@ -106,7 +106,7 @@ def build_model(config: TrainConfig, dims: ParallelDims, info: DistInfo, bf16: b
         raise ValueError(f"--cpu-offload needs FSDP2 (fsdp > 1 or context > 1), but the degrees are {dims.degrees.describe()}")
     torch.manual_seed(config.seed)
     with torch.device(info.device):
-        model = Transformer(PRESETS[config.preset])
+        model = Transformer(model_shape(config))
     for block in model.layers.values():
         block.checkpoint_activations = config.activation_checkpointing
     if mesh is not None and dims.pp > 1:
@@ -184,7 +184,7 @@ def build_hook(config: TrainConfig, info: DistInfo, dims: ParallelDims, model: n
         metrics_port=config.metrics_port, health_enabled=config.health and pod.health_enabled,
     )  # fmt: skip
     return StepHook(
-        model, here, total_steps=config.steps, tokens_per_step=tokens, flops_per_token=PRESETS[config.preset].flops_per_token(config.seq_len),
+        model, here, total_steps=config.steps, tokens_per_step=tokens, flops_per_token=model_shape(config).flops_per_token(config.seq_len),
         peak_flops=config.peak_tflops * 1e12, coordinates=[dims.coordinates(r) for r in range(info.world_size)], reduce=reduce, log=log,
     )  # fmt: skip
 
@@ -227,8 +227,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, environ: Mapping[str, str] = os.environ) -> None:
         ctx = read_launch_context(dict(environ))
-        self.config = config = apply_launch_context(config, ctx)
-        self.corpus = ByteCorpus.load(config.data)
+        config = apply_launch_context(config, ctx)
+        self.corpus = load_corpus(config.data, config.data_format, config.token_dtype, config.vocab_size)
+        self.config = config = dataclasses.replace(config, vocab_size=self.corpus.vocab_size)  # the model follows the data's vocabulary
         self.contract = read_contract(environ)  # health settings, faults, node: the library's one reading of the contract
         health_settings = self.contract.health
         # a gang stuck before its watchdog runs (process group set-up) is a hang too (docs/health.md, "Hang deadlines")
@@ -244,7 +245,7 @@ class Trainer:
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
-        check_model_fits(dims, PRESETS[config.preset], config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
+        check_model_fits(dims, model_shape(config), config.seq_len, self.sampler.local_batch, config.grad_accum_steps, self.microbatches)
         assert config.mixed_precision is not None  # filled by apply_launch_context
         self.precision = resolve_precision(config.mixed_precision, info.device.type)
         self.fp8 = self.precision == "fp8"
@@ -356,12 +357,12 @@ class Trainer:
     def train(self) -> None:
         """Resume if possible, then train until ``config.steps``, logging and checkpointing."""
         c, info = self.config, self.info
-        n_params = PRESETS[c.preset].num_params()  # of the whole model, whatever this rank holds
+        n_params = model_shape(c).num_params()  # of the whole model, whatever this rank holds
         if info.local_rank == 0:  # every node says its own threads (its CPUs), rank 0 the rest
             print(self.threads_line, flush=True)
         self.log(
-            f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} parallel={self.dims.describe()} "
-            f"device={info.device.type} bf16={self.bf16} precision={float8.describe(self.model, c) if self.fp8 else self.precision} data_files={len(self.corpus.names)} data_bytes={len(self.corpus)} "
+            f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} vocab_size={c.vocab_size} parallel={self.dims.describe()} "
+            f"device={info.device.type} bf16={self.bf16} precision={float8.describe(self.model, c) if self.fp8 else self.precision} data_files={len(self.corpus.names)} data_{self.corpus.unit}={len(self.corpus)} "
             f"batch_size={c.batch_size} seq_len={c.seq_len} steps={c.steps}"
         )
         if self.dims.pp > 1:

@@ -11,7 +11,7 @@ from railtrain.cli.main import app
 
 runner = CliRunner()
 COMMANDS = [[], ["validate"], ["run"], ["submit"], ["get"], ["describe"], ["logs"], ["delete"], ["suspend"], ["resume"], ["plan"], ["snapshot"],
-            ["operator"], ["dev", "up"], ["dev", "down"], ["node", "list"], ["node", "clear"]]
+            ["operator"], ["dev", "up"], ["dev", "down"], ["node", "list"], ["node", "clear"], ["data", "tokenize"]]
 INTERNAL = re.compile(r"<(bool|str|int|float|path|list\[[a-z]+\])[^>]*>|\{[a-z]+\}|\{FILE\}|range>")
 
 
