@@ -213,10 +213,12 @@ def load_corpus(spec: str, data_format: str = "bytes", token_dtype: str | None =
 
     Raises:
         ValueError: one sentence naming the flag or file (:meth:`ByteCorpus.load`, :meth:`TokenCorpus.load`);
-            ``--vocab-size`` below 256 for bytes.
+            ``--vocab-size`` below 256 for bytes; a token file (one with a declaration beside it) read as bytes.
     """
     if data_format == "tokens":
         return TokenCorpus.load(spec, token_dtype, vocab_size)
+    if os.path.isfile(spec) and os.path.isfile(token_files.declaration_path(spec)):
+        raise ValueError(f"--data {spec} is a token file (declared by {token_files.declaration_path(spec)}): add --data-format tokens")
     if vocab_size is not None and vocab_size < VOCAB_SIZE:
         raise ValueError(f"--vocab-size {vocab_size} is smaller than the {VOCAB_SIZE} byte values of --data-format bytes")
     corpus = ByteCorpus.load(spec)

@@ -119,6 +119,7 @@ def test_bad_token_files_are_refused_with_one_sentence(tmp_path: Path, scene: di
         (lambda: load_corpus(_bad(tmp_path / "e.bin", [1, 2, 3], declare={"dtype": "uint16", "vocab_size": 50, "tokens": 4}), "tokens"),
          "holds 3 tokens but .*e.bin.json declares 4"),
         (lambda: load_corpus(str(tmp_path), "tokens", "uint16", 10), "is a directory"),
+        (lambda: load_corpus(str(scene["bin"])), "--data .*data.bin is a token file \\(declared by .*data.bin.json\\): add --data-format tokens"),
     ]
     for call, sentence in cases:
         with pytest.raises(ValueError, match=sentence) as err:
