@@ -11,6 +11,7 @@ leader's pod, and a job submitted at once is admitted by the standby.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -127,11 +128,11 @@ def _run_until_step(kind_cluster: KindE2E, ns: str, name: str, step: int) -> Non
     wait_for(lambda: max(losses(rank0_log(kind_cluster, name, ns)) or [0]) >= step, 600, f"{name} at step {step}", interval=2)
 
 
-def _restart_job(tmp_path, kind_cluster: KindE2E, ns: str, name: str, checkpoint: dict, steps: int = 160) -> None:
+def _restart_job(tmp_path, kind_cluster: KindE2E, ns: str, name: str, checkpoint: dict, steps: int = 160, **spec) -> None:
     path, _ = write_job(
         tmp_path, TINY, kind_cluster.trainer_image,
         args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--lr-decay-steps", str(steps), "--log-every", "10"],
-        checkpoint=checkpoint,
+        checkpoint=checkpoint, **spec,
     )  # fmt: skip
     text = path.read_text().replace("name: tiny", f"name: {name}", 1)
     path.write_text(text)
@@ -174,6 +175,33 @@ def test_a_lost_rank_killed_then_its_pod_deleted_restarts_the_gang_which_resumes
     resumed = RESUMED.search(log)
     assert resumed and int(resumed.group(1)) >= 40, log[-3000:]  # the newest local checkpoint before the loss, not step 0
     assert int(resumed.group(1)) >= 80, log[-3000:]  # ... and one written after the first restart (the delete came at step >= 100)
+
+
+def pod_uids(kind_cluster: KindE2E, name: str, ns: str) -> dict[str, str]:
+    """The job's pods by name → uid."""
+    pods = kind_cluster.kubectl("get", "pods", "-n", ns, "-l", f"railtrain.dev/job-name={name}", "-o", "json").stdout
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in json.loads(pods)["items"]}
+
+
+def test_a_killed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_its_checkpoint(kind_cluster, kind_ns, tmp_path):
+    """Issue 29, in place: with ``runPolicy.restartInPlace`` rank 1's trainer killed (kill -9) at step >= 50 restarts
+    inside the running pods: no pod deleted or created (uids unchanged), the restart counted once as in place, the
+    processes resume from the node-local checkpoint (step >= 40), and the job Succeeds."""
+    name = "in-place"
+    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "local": {"interval": 20, "keep": 2}}, steps=120,
+                 runPolicy={"restartInPlace": True})  # fmt: skip
+    _run_until_step(kind_cluster, kind_ns, name, 50)
+    before = pod_uids(kind_cluster, name, kind_ns)
+    assert len(before) == 2, before
+    kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
+    resumed = _resumed_step(kind_cluster, name, kind_ns)
+    assert resumed >= 40, rank0_log(kind_cluster, name, kind_ns)[-3000:]
+    wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 600, f"{name} finished", interval=2)
+    status = kind_cluster.job(name, kind_ns)["status"]
+    assert kind_cluster.phase(name, kind_ns) == "Succeeded", status
+    assert pod_uids(kind_cluster, name, kind_ns) == before  # the same pods: nothing deleted or created
+    assert status.get("inPlaceRestarts") == 1 and status.get("infrastructureRestarts", 0) == 0, status
+    assert status.get("jobRestarts") == 1, status  # one budget: the in-place restart spent the job's
 
 
 def test_helm_test_passes_against_both_operator_replicas(kind_cluster):
