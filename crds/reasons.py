@@ -117,6 +117,8 @@ FABRIC_NODE_VALUE_INVALID = "FabricNodeValueInvalid"
 # Kueue's admission (a job labelled kueue.x-k8s.io/queue-name; docs/kueue.md).
 WAITING_FOR_KUEUE = "WaitingForKueue"
 """Scheduled False (refusal, a Normal Event): the job's Workload is not admitted by Kueue yet; the message quotes Kueue's reason."""
+QUEUE_NAME_REQUIRED = "QueueNameRequired"
+"""Scheduled False (refusal, a Warning Event): the operator admits only through Kueue (``--kueue-only``) and the job names no LocalQueue."""
 OUTSIDE_KUEUE_ASSIGNMENT = "OutsideKueueAssignment"
 """Scheduled False (refusal): Kueue admitted the Workload, but its assigned nodes cannot hold the gang now."""
 EVICTED_BY_KUEUE = "EvictedByKueue"

@@ -135,6 +135,25 @@ def _finish(verbs: KueueVerbs, seen: Observed, stored: dict[str, Any] | None, su
     return current
 
 
+def default_queue(kube: Any, job: dict[str, Any], seen: Observed, queue: str | None) -> bool:
+    """Give a job that names no LocalQueue the operator's default one (``--kueue-default-queue``), by writing the label
+    on it, as Kueue's own LocalQueue defaulting does for the jobs it manages; only before its first admission (a
+    gang running under railtrain's own queue stays there). ``seen``: the job as observed.
+
+    Returns:
+        True when the label was written (the job's next event reconciles it as Kueue's), else False.
+    """
+    if queue is None or workload.queue_name(job) is not None:
+        return False
+    status = seen.status
+    if status.admission is not None or status.placement or status.phase not in (None, cond.PENDING):
+        return False
+    if KueueVerbs(kube).label_queue(job, queue):
+        log.info("%s/%s: labelled %s=%s (the operator's default LocalQueue)", job["metadata"]["namespace"], job["metadata"]["name"], names.QUEUE_LABEL, queue)
+        return True
+    return False
+
+
 def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]]) -> dict[str, KueueAdmission]:
     """``namespace/name`` → :class:`~railtrain.operator.job.kueueadmit.KueueAdmission` of each waiting Kueue job in ``waiting``.
 

@@ -63,6 +63,9 @@ class Settings:
             exits anyway (seconds, > 0).
         fabric: the fabric profile whose NCCL/libfabric variables every rank gets
             (:mod:`railtrain.crds.fabric`, docs/fabric.md).
+        kueue_queue: the LocalQueue given to a job without the ``kueue.x-k8s.io/queue-name`` label (Kueue admits
+            every job then); None: such a job is railtrain's own queue's (docs/kueue.md, "Turning it on").
+        kueue_only: refuse a job that names no LocalQueue (when there is no ``kueue_queue``).
         request_seconds: how long one API call (connect and answer) may take before it is given up
             (seconds, > 0); Lease calls wait at most a quarter of ``lease_seconds``, watches their
             own server-side timeout plus 15 s (docs/operator.md, "Leader fencing").
@@ -81,11 +84,14 @@ class Settings:
     stop_seconds: float = DEFAULT_STOP_SECONDS
     fabric: FabricProfile = PROFILES[DEFAULT_PROFILE]
     request_seconds: float = DEFAULT_REQUEST_SECONDS
+    kueue_queue: str | None = None
+    kueue_only: bool = False
 
     @property
     def plan(self) -> PlanSettings:
-        """What the planner and the admission pass decide with: the topology levels, the fabric profile and the quarantine bound."""
-        return PlanSettings(self.topology_levels, self.fabric, self.max_quarantines_per_hour)
+        """What the planner and the admission pass decide with: the topology levels, the fabric profile, the quarantine
+        bound and the Kueue defaults."""
+        return PlanSettings(self.topology_levels, self.fabric, self.max_quarantines_per_hour, self.kueue_queue, self.kueue_only)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,6 +154,11 @@ def parser(prog: str = "railtrain-operator") -> argparse.ArgumentParser:
         "--request-seconds", type=float, default=DEFAULT_REQUEST_SECONDS, metavar="SECONDS",
         help=f"Give up one API call that has not been answered in this many seconds; Lease calls wait at most a quarter of --lease-seconds (default {DEFAULT_REQUEST_SECONDS:g}).",
     )
+    p.add_argument(
+        "--kueue-default-queue", default=None, metavar="LOCALQUEUE",
+        help="Give a TrainingJob without the kueue.x-k8s.io/queue-name label this LocalQueue (the label is written on it), so Kueue admits every job.",
+    )
+    p.add_argument("--kueue-only", action="store_true", help="Refuse a TrainingJob that names no LocalQueue (with no --kueue-default-queue): it waits with reason QueueNameRequired.")
     p.add_argument("--log-format", default="text", metavar="FORMAT", help="text (one line per record) or json (one JSON object per line, for log pipelines).")
     p.add_argument(
         "--stale-seconds", type=float, default=120.0, metavar="SECONDS",
@@ -194,6 +205,8 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
     lease_namespace = args.lease_namespace or env.get("POD_NAMESPACE") or "default"
     if not DNS_1123_LABEL.fullmatch(lease_namespace):
         raise SettingsError(f"--lease-namespace: {lease_namespace!r} is not a namespace name (lower-case letters, digits and '-', at most 63)")
+    if args.kueue_default_queue is not None and not DNS_1123_LABEL.fullmatch(args.kueue_default_queue):
+        raise SettingsError(f"--kueue-default-queue: {args.kueue_default_queue!r} is not a LocalQueue name (lower-case letters, digits and '-', at most 63)")
     if args.max_quarantines_per_hour < 0:
         raise SettingsError(f"--max-quarantines-per-hour: must be 0 or more, got {args.max_quarantines_per_hour}")
     return Settings(
@@ -209,4 +222,6 @@ def parse(argv: Sequence[str], environ: Mapping[str, str] | None = None, prog: s
         log_format=args.log_format,
         stale_seconds=args.stale_seconds,
         request_seconds=args.request_seconds,
+        kueue_queue=args.kueue_default_queue,
+        kueue_only=args.kueue_only,
     )

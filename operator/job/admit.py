@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
+from railtrain.crds import kueue as kueue_names
+from railtrain.crds import reasons
 from railtrain.operator.job import kueueadmit, ledger
 from railtrain.operator.job.kueueadmit import KueueAdmission
 from railtrain.operator.job.workload import queue_name
@@ -34,6 +36,12 @@ from railtrain.operator.scheduling.placement import PINNED_NODE_UNAVAILABLE, Gan
 from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.queue import Decision, apply_order, schedule
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot, snapshot
+
+QUEUE_REQUIRED = (
+    f"metadata.labels: this cluster admits TrainingJobs only through Kueue (the operator runs with --kueue-only); "
+    f"add the label {kueue_names.QUEUE_LABEL} naming a LocalQueue of this namespace"
+)
+"""The sentence of a job refused for naming no LocalQueue (:attr:`~railtrain.operator.job.plansettings.PlanSettings.kueue_only`)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +105,15 @@ def decide(
     """
     requests: dict[str, list[GangRequest]] = defaultdict(list)
     kueues: dict[str, list[GangRequest]] = defaultdict(list)
+    refused: list[Decision] = []
     for job, _, request in queue.waiting.values():
-        (kueues if queue_name(job) else requests)[request.gpu_resource].append(request)
+        labelled = queue_name(job)
+        if settings.refused_without_queue(labelled):
+            refused.append(Decision(request.job, Refusal(reasons.QUEUE_NAME_REQUIRED, QUEUE_REQUIRED, warning=True)))
+            continue
+        (kueues if settings.queue_of(labelled) else requests)[request.gpu_resource].append(request)  # a default queue's label is being written
     taken = [*active, *queue.promised]  # the ledger: every bound or pinned pod, plus admitted ranks not created yet and ended ranks of live gangs
-    decisions: list[Decision] = []
+    decisions: list[Decision] = refused
     snapshots: dict[str, ClusterSnapshot] = {}
     for resource in sorted(set(requests) | set(kueues)):
         theirs, snapshots[resource] = kueueadmit.place(kueues[resource], kueue or {}, snapshot(nodes, taken, resource, settings.levels))

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
+from railtrain.crds import contract
 from railtrain.crds import kueue as names
 from railtrain.operator.kube.errors import Conflict, NotFound, call, or_none
 from railtrain.operator.kube.verbs import FIELD_MANAGER, Kube
@@ -81,6 +82,22 @@ class KueueVerbs:
         try:
             call(verb, names.GROUP, names.VERSION, meta["namespace"], names.WORKLOADS, meta["name"], body,
                  field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+            return True
+        except (NotFound, Conflict):
+            return False
+
+    def label_queue(self, job: dict[str, Any], queue: str) -> bool:
+        """Write ``kueue.x-k8s.io/queue-name: queue`` on the TrainingJob (a merge patch guarded by its resourceVersion).
+
+        Returns:
+            False when the job is gone or changed since it was read (404/409): nothing written.
+        """
+        meta = job["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": {names.QUEUE_LABEL: queue}}}
+        self.kube._fenced()
+        try:
+            call(self.custom.patch_namespaced_custom_object, contract.API_GROUP, contract.API_VERSION, meta["namespace"], contract.PLURAL,
+                 meta["name"], body, field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
             return True
         except (NotFound, Conflict):
             return False

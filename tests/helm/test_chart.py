@@ -76,6 +76,11 @@ def test_the_charts_operator_args_are_what_the_operators_one_parser_accepts(helm
     deploy = of_kind(render(helm, "x", "fabricProfile=gke"), "Deployment")[0]
     args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]
     assert settings.parse(args, environ={}).fabric.name == "gke"
+    deploy = of_kind(render(helm, "x", "kueue.enabled=true", "kueue.defaultQueue=team-a", "kueue.only=true"), "Deployment")[0]
+    args = [a.replace("$(POD_NAMESPACE)", "x") for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]]
+    assert (settings.parse(args, environ={}).kueue_queue, settings.parse(args, environ={}).kueue_only) == ("team-a", True)
+    deploy = of_kind(render(helm, "x", "kueue.defaultQueue=team-a", "kueue.only=true"), "Deployment")[0]  # Kueue off: no Kueue flags
+    assert not [a for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--kueue")]
 
 
 def test_two_replicas_get_a_disruption_budget_and_spread_over_nodes(helm):

@@ -146,3 +146,27 @@ def test_pass_keeps_kueue_jobs_waiting_and_takes_their_admitted_nodes_from_railt
     assert dressed["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] == RACK  # Kueue's TAS counts it as the Workload's, not again
     assert dressed["metadata"]["annotations"][names.WORKLOAD_ANNOTATION] == "w2" and dressed["metadata"]["labels"][names.PODSET_LABEL] == "main"
     assert ledger.key(own) == "team/own"
+
+
+def test_kueue_only_refuses_a_job_naming_no_queue_and_a_default_queue_keeps_it_from_railtrains_queue():
+    nodes, pods = fabric(blocks=1, racks=1, per_rack=2)
+    own, labelled = job_obj("own", nodes=1), kueue_job("kq", nodes=1)
+    queue = admit.read_queue([own, labelled], [], [], NOW)
+    by = lambda settings: {d.job: d.result for d in admit.decide(queue, pods, nodes, settings).decisions}  # noqa: E731
+    only = by(PlanSettings(levels=LEVELS, kueue_only=True))
+    assert (only["team/own"].reason, only["team/own"].message, only["team/own"].warning) == (reasons.QUEUE_NAME_REQUIRED, admit.QUEUE_REQUIRED, True)
+    assert only["team/kq"].reason == reasons.WAITING_FOR_KUEUE  # a labelled job is Kueue's as before
+    # With a default queue the unlabelled job is Kueue's (its label is being written), never placed by railtrain's queue.
+    defaulted = by(PlanSettings(levels=LEVELS, kueue_queue="team-a", kueue_only=True))
+    assert defaulted["team/own"].reason == reasons.WAITING_FOR_KUEUE
+    assert isinstance(by(PlanSettings(levels=LEVELS))["team/own"], Placement)  # neither flag: railtrain's own queue places it
+
+
+def test_the_operators_kueue_flags_parse_and_a_bad_queue_name_is_one_sentence():
+    from railtrain.operator.settings import SettingsError, parse
+
+    s = parse(["--kueue-default-queue", "team-a", "--kueue-only"], environ={})
+    assert (s.plan.kueue_queue, s.plan.kueue_only) == ("team-a", True)
+    assert (parse([], environ={}).plan.kueue_queue, parse([], environ={}).plan.kueue_only) == (None, False)
+    with pytest.raises(SettingsError, match=r"^--kueue-default-queue: 'Team_A' is not a LocalQueue name"):
+        parse(["--kueue-default-queue", "Team_A"], environ={})
