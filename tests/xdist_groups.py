@@ -39,7 +39,7 @@ def scope_of(nodeid: str) -> str:
     return KIND_SCOPE if nodeid.startswith(KIND_FILES) else nodeid.split("::", 1)[0]
 
 
-HEAVY = ("tests/trainer/", "tests/bench/", "tests/cli/test_local", "tests/cli/test_own_loop", "e2e/")
+HEAVY = ("tests/trainer/", "tests/bench/", "tests/cli/test_local", "tests/cli/test_own_loop", "tests/cli/test_torchtitan", "e2e/")
 """Node-id prefixes of the modules that start torch processes (torchrun gangs, ``run --local``, bench scripts):
 minutes each on these machines."""
 

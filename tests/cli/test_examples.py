@@ -60,7 +60,7 @@ def test_example_validates_and_its_trainer_args_parse(path):
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     job = load_manifest(path)
-    if path.parent.name != "own-loop":  # examples/own-loop runs a user's own script (tests/cli/test_own_loop_example.py)
+    if path.parent.name not in ("own-loop", "torchtitan"):  # a user's own script / torchtitan's trainer (their own tests)
         assert job.spec.command == ["torchrun", "-m", "railtrain.trainer"]
         parse_args(job.spec.args)  # raises on a flag the trainer does not know or a bad value
     assert (path.parent / "README.md").is_file()
