@@ -1,0 +1,46 @@
+"""bench/hook_overhead.py at its smallest size: one process, the tiny preset, two pairs of two-step blocks.
+
+Asserts the table and the JSON record's shape, that both arms ran the same steps, and that the hook did its
+work every step (numeric check, known-answer test at start, the watchdog thread); never the speed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "bench/hook_overhead.py", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_hook_overhead_smallest_size(tmp_path: Path) -> None:
+    out = tmp_path / "hook.json"
+    proc = run_bench("--presets", "tiny", "--procs", "1", "--pairs", "2", "--block-steps", "2", "--warmup", "1", "--seq-len", "16", "--batch-size", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| preset | procs | off ms" in proc.stdout and "load average before" in proc.stdout
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "hook_overhead" and record["machine_before"]["loadavg"] and record["machine_after"]["loadavg"]
+    (rec,) = record["configs"]
+    assert (rec["preset"], rec["procs"], rec["pairs"], rec["block_steps"], rec["steps_per_arm"]) == ("tiny", 1, 2, 2, 4)
+    for key in ("off_s", "on_s", "off_cpu_s", "on_cpu_s", "on_hook_calls_s"):
+        assert [len(block) for block in rec[key]] == [2, 2], key  # both arms: the same blocks of the same steps
+    assert all(x > 0 for block in rec["on_s"] + rec["off_s"] for x in block)
+    s = rec["summary"]
+    assert s["steps_on"] == s["steps_off"] == 4
+    for name in ("wall", "wall_means", "cpu"):
+        assert s[name]["median"] > 0 and len(s[name]["iqr"]) == 2, name
+    ran = rec["hook"]
+    assert ran["checks"]["numeric"] == 1 + 4 and ran["checks"]["known_answer"] == 1  # every step, and the KAT at start
+    assert ran["checks"]["timing"] == 0 and ran["checks"]["fingerprint"] == 0  # one process: no peer to time or compare
+    assert ran["watchdog_alive"] and ran["health_enabled"] and ran["internal_errors"] == 0
+    assert ran["settings"]["fingerprint_interval"] == 50  # the defaults a user gets
+
+
+def test_hook_overhead_refuses_procs_that_do_not_divide_the_batch() -> None:
+    proc = run_bench("--procs", "3", "--batch-size", "4", timeout=60)
+    assert proc.returncode == 2 and "--procs must be integers >= 1 that divide --batch-size 4, got '3'" in proc.stderr
