@@ -1,8 +1,8 @@
 """Real pods on a real kind cluster: the operator in-cluster (Helm), the trainer in containers, torchrun rendezvous over DNS.
 
 Case numbers follow the issue that asked for them: 1 the tiny example to
-Succeeded, 2 a killed and then a deleted rank → gang restart → resume (one job
-takes both), 5 get/describe/Events (with ``railtrain logs`` and ``railtrain
+Succeeded, 2 a killed rank → restart in place, then a deleted rank → gang
+restart → resume (one job takes both), 5 get/describe/Events (with ``railtrain logs`` and ``railtrain
 describe``); case 4 (the memory tier) shares case 3's job in
 ``test_kind_node_loss.py``. The chart runs two operator
 replicas (e2e/kind_support.py); the last tests run ``helm test`` and delete the
@@ -151,19 +151,28 @@ def _resumed_step(kind_cluster: KindE2E, name: str, ns: str) -> int:
     return int(found.group(1))
 
 
-def test_a_lost_rank_killed_then_its_pod_deleted_restarts_the_gang_which_resumes_each_time_from_the_newest_checkpoint(kind_cluster, kind_ns, tmp_path):
-    """Case 2, both losses in one job: rank 1's trainer killed (kill -9) at step >= 50 → gang restart → resume at
-    step >= 40; then rank 1's pod deleted at step >= 100 → gang restart → resume at step >= 80 → Succeeded.
+def test_a_killed_rank_restarts_in_place_then_its_deleted_pod_restarts_the_gang_which_resumes_each_time_from_the_newest_checkpoint(kind_cluster, kind_ns, tmp_path):
+    """Case 2, both losses in one job with ``runPolicy.restartInPlace`` (issue 29): rank 1's trainer killed (kill -9)
+    at step >= 50 → the processes restart inside the running pods (pod uids unchanged, counted once as in place, one
+    job restart spent) → resume at step >= 40; then rank 1's pod deleted at step >= 100 → no pod to restart in: the
+    whole gang restarts → resume at step >= 80 → Succeeded.
 
-    One job takes both faults in turn (each was a job of its own: the same scene set up twice).
+    One job takes both faults in turn. A killed rank's gang restart (the path without the field) runs on kind in
+    test_kind_node_loss.py's first half.
     """
     name = "resume-lost"
-    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "local": {"interval": 20, "keep": 2}})
+    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "local": {"interval": 20, "keep": 2}},
+                 runPolicy={"restartInPlace": True})  # fmt: skip
     _run_until_step(kind_cluster, kind_ns, name, 50)
+    before = pod_uids(kind_cluster, name, kind_ns)
+    assert len(before) == 2, before
     kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
-    wait_for(lambda: restarted(kind_cluster, name, kind_ns), 300, f"{name} restarted after the kill")
+    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("inPlaceRestarts") == 1, 300, f"{name} restarted in place", interval=2)
     resumed = _resumed_step(kind_cluster, name, kind_ns)
-    assert resumed >= 40, rank0_log(kind_cluster, name, kind_ns)[-3000:]  # the newest local checkpoint before the loss, not step 0
+    assert resumed >= 40, rank0_log(kind_cluster, name, kind_ns)[-3000:]  # the newest local checkpoint before the kill, not step 0
+    assert pod_uids(kind_cluster, name, kind_ns) == before  # the same pods: nothing deleted or created
+    status = kind_cluster.job(name, kind_ns)["status"]
+    assert (status.get("jobRestarts"), status.get("infrastructureRestarts", 0)) == (1, 0), status  # one budget for both paths
 
     _run_until_step(kind_cluster, kind_ns, name, 100)
     taken = restarts_taken(kind_cluster, name, kind_ns)
@@ -171,37 +180,17 @@ def test_a_lost_rank_killed_then_its_pod_deleted_restarts_the_gang_which_resumes
     wait_for(lambda: restarts_taken(kind_cluster, name, kind_ns) > taken, 300, f"{name} restarted after the pod was deleted")
     wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 900, f"{name} finished", interval=2)
     assert kind_cluster.phase(name, kind_ns) == "Succeeded"
+    assert not set(pod_uids(kind_cluster, name, kind_ns).values()) & set(before.values())  # a new gang: every pod new
     log = rank0_log(kind_cluster, name, kind_ns)
     resumed = RESUMED.search(log)
-    assert resumed and int(resumed.group(1)) >= 40, log[-3000:]  # the newest local checkpoint before the loss, not step 0
-    assert int(resumed.group(1)) >= 80, log[-3000:]  # ... and one written after the first restart (the delete came at step >= 100)
+    assert resumed and int(resumed.group(1)) >= 80, log[-3000:]  # a checkpoint written after the in-place restart (the delete came at step >= 100)
+    assert kind_cluster.job(name, kind_ns)["status"].get("inPlaceRestarts") == 1
 
 
 def pod_uids(kind_cluster: KindE2E, name: str, ns: str) -> dict[str, str]:
     """The job's pods by name → uid."""
     pods = kind_cluster.kubectl("get", "pods", "-n", ns, "-l", f"railtrain.dev/job-name={name}", "-o", "json").stdout
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in json.loads(pods)["items"]}
-
-
-def test_a_killed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_its_checkpoint(kind_cluster, kind_ns, tmp_path):
-    """Issue 29, in place: with ``runPolicy.restartInPlace`` rank 1's trainer killed (kill -9) at step >= 50 restarts
-    inside the running pods: no pod deleted or created (uids unchanged), the restart counted once as in place, the
-    processes resume from the node-local checkpoint (step >= 40), and the job Succeeds."""
-    name = "in-place"
-    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "local": {"interval": 20, "keep": 2}}, steps=120,
-                 runPolicy={"restartInPlace": True})  # fmt: skip
-    _run_until_step(kind_cluster, kind_ns, name, 50)
-    before = pod_uids(kind_cluster, name, kind_ns)
-    assert len(before) == 2, before
-    kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_WORKER)
-    resumed = _resumed_step(kind_cluster, name, kind_ns)
-    assert resumed >= 40, rank0_log(kind_cluster, name, kind_ns)[-3000:]
-    wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 600, f"{name} finished", interval=2)
-    status = kind_cluster.job(name, kind_ns)["status"]
-    assert kind_cluster.phase(name, kind_ns) == "Succeeded", status
-    assert pod_uids(kind_cluster, name, kind_ns) == before  # the same pods: nothing deleted or created
-    assert status.get("inPlaceRestarts") == 1 and status.get("infrastructureRestarts", 0) == 0, status
-    assert status.get("jobRestarts") == 1, status  # one budget: the in-place restart spent the job's
 
 
 def test_helm_test_passes_against_both_operator_replicas(kind_cluster):
