@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from enum import Enum
@@ -377,12 +378,13 @@ def operator(ctx: typer.Context) -> None:
         from railtrain.operator import main as operator_main
     except ModuleNotFoundError as err:
         raise CliError(f"the operator cannot start: missing module {err.name} (install railtrain[operator])") from None
+    before = set(threading.enumerate())  # threads this process had already (in-process callers, e.g. tests): not the run's
     try:
         operator_main.run(settings)
         code = 0
     except operator_main.OperatorError as err:
         code = _report(CliError(str(err)))
-    if operator_main.threads_left():
+    if operator_main.threads_left(before):
         # Its watch threads may still be blocked in calls to an API server that stopped answering: leave without
         # interpreter finalization, as the railtrain-operator script does (railtrain.crds.process.leave_process).
         leave_process(code)

@@ -61,6 +61,14 @@ class ObjectMeta(Model):
     managed_fields: list[dict[str, Any]] | None = None
     self_link: str | None = None
 
+    @field_validator("generation", "deletion_grace_period_seconds", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        """A whole JSON number written with a fraction (``1.0``) is the integer: the API server converts it when it
+        decodes ObjectMeta (k8s.io/apimachinery's unstructured converter), so ``railtrain validate`` accepts it too;
+        ``1.5`` stays refused by both."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
     @field_validator("labels")
     @classmethod
     def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Collection
 
 import kopf
 
@@ -94,11 +94,16 @@ def run(settings: Settings) -> None:
         raise OperatorError(ctx.state.fatal)
 
 
-def threads_left() -> bool:
+def threads_left(before: Collection[threading.Thread] = ()) -> bool:
     """Whether a thread the operator started (its caches' watches, the cache refresher, the metrics server: each
     named ``railtrain-*``) is still alive, e.g. blocked in a call to an API server that stopped answering. A caller
-    that ran :func:`run` in its own process then leaves with :func:`railtrain.crds.process.leave_process`."""
-    return any(t.name.startswith("railtrain-") and t.is_alive() for t in threading.enumerate())
+    that ran :func:`run` in its own process then leaves with :func:`railtrain.crds.process.leave_process`.
+
+    Args:
+        before: the threads alive before :func:`run` started (``threading.enumerate()``); they are not this run's
+            and never count (a process that ran other railtrain code first, e.g. a test worker, keeps its threads).
+    """
+    return any(t.name.startswith("railtrain-") and t.is_alive() and t not in before for t in threading.enumerate())
 
 
 def preflight(

@@ -68,6 +68,31 @@ def test_operator_runs_in_the_foreground(monkeypatch):
     assert calls[-1] == Settings()  # the defaults are the settings' own
 
 
+def test_operator_leaves_the_process_only_for_threads_its_own_run_left(monkeypatch):
+    """A ``railtrain-*`` thread the process had before (in CI: another test's, in the same xdist worker) is not the
+    run's: ``railtrain operator`` returns normally. Stop 35's fresh-clone run lost a worker here: the old check counted
+    every such thread and ended the worker's process through ``leave_process``. One the run leaves does count."""
+    import threading
+
+    from railtrain.cli import main as cli_main
+    from railtrain.operator import main as operator_main
+
+    left = []
+    monkeypatch.setattr(cli_main, "leave_process", left.append)  # recorded, never os._exit in a test
+    release = threading.Event()
+    earlier = threading.Thread(target=release.wait, name="railtrain-earlier", daemon=True)
+    earlier.start()
+    try:
+        monkeypatch.setattr(operator_main, "run", lambda settings: None)
+        assert runner.invoke(app, ["operator"]).exit_code == 0 and left == []
+        started = threading.Thread(target=release.wait, name="railtrain-watch", daemon=True)
+        monkeypatch.setattr(operator_main, "run", lambda settings: started.start())
+        runner.invoke(app, ["operator"])
+        assert left == [0]  # its own thread is still alive: it leaves, status 0
+    finally:
+        release.set()
+
+
 def test_railtrain_operator_and_railtrain_operator_script_parse_the_same_flags(monkeypatch):
     from railtrain.operator import __main__ as script
     from railtrain.operator import main as operator_main

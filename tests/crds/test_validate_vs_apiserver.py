@@ -135,3 +135,17 @@ def test_validate_and_the_api_server_agree_on_generated_manifests(target):
     finally:
         pool.shutdown()
     assert seen["count"] >= 1000
+
+
+@pytest.mark.parametrize("value", [1.0, 1.5, 2, -1.0, "1", True])
+def test_metadata_numbers_get_the_api_servers_verdict(target, value):
+    """Inputs the generator found (stop 35's fresh-clone run): ``metadata.generation: 1.0`` was refused by
+    ``railtrain validate`` and accepted by the API server, which reads a whole number written with a fraction as
+    the integer. Each value here, on ``generation`` and ``deletionGracePeriodSeconds``, gets the same verdict from both."""
+    custom, namespace = target
+    for field in ("generation", "deletionGracePeriodSeconds"):
+        m = {"apiVersion": "railtrain.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "meta", field: value},
+             "spec": {"image": "img:1", "nodes": 2, "procsPerNode": 8, "resources": {"gpus": 8}}}
+        ok_server, why_server = server_verdict(custom, namespace, m)
+        ok_local, why_local = local_verdict(m)
+        assert ok_local == ok_server, (field, value, why_local, why_server)
