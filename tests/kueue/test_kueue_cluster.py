@@ -129,5 +129,5 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
 
     finish(core, namespace, "urgent")
     done = wait_for(lambda: (w := workload_of(custom, namespace, urgent_wl)) and names.FINALIZER not in (w["metadata"].get("finalizers") or []) and w,
-                    60, "the finished job's Workload Finished and its finalizer gone")
+                    120, "the finished job's Workload Finished and its finalizer gone")
     assert condition(done["status"], "Finished")["reason"] == "Succeeded"
