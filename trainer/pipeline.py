@@ -20,17 +20,18 @@ section 2.2), which the trainer logs.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
 from torch.distributed import ProcessGroup
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+if TYPE_CHECKING:  # torch.distributed.pipelining imports torch._dynamo (about 2.5 s per process on these CPUs): only a pipeline job pays it
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from railtrain.trainer.dims import auto_microbatches  # noqa: F401  (re-exported: its home is torch-free)
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+SCHEDULES = ("gpipe", "1f1b")
 """``--pp-schedule`` values and their torch schedule classes."""
 
 
@@ -86,7 +87,7 @@ def build_schedule(
         module: the stage's module (after :func:`keep_stage`, tensor parallel
             and data-parallel wrapping).
         group: the ``pp`` dimension's process group.
-        schedule: a key of :data:`SCHEDULES`.
+        schedule: one of :data:`SCHEDULES`.
         microbatches: micro-batches per ``step()``.
         loss_fn: ``(logits, targets) -> loss`` of one micro-batch, already
             scaled so that the sum over the step's micro-batches (and over
@@ -101,5 +102,8 @@ def build_schedule(
         raise ValueError(f"--pp-schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if microbatches < pp:
         raise ValueError(f"--pp-microbatches {microbatches} must be at least --pp {pp} (every stage needs work)")
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # here, not at the top: see the import note above
+
     pipeline_stage = PipelineStage(module, stage, pp, device, group=group)
-    return SCHEDULES[schedule](pipeline_stage, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=False)
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    return kind(pipeline_stage, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=False)

@@ -9,14 +9,17 @@ step are the caller's (:class:`railtrain.trainer.train.Trainer`).
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 from torch.nn.parallel import DistributedDataParallel
 
 from railtrain.trainer.model import lm_loss
+
+if TYPE_CHECKING:  # a type only: importing torch.distributed.pipelining costs every process torch._dynamo (trainer/pipeline.py)
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 
 class ForwardBackward:
