@@ -1,5 +1,5 @@
 """Goodput of a local run: the recorder reads rank 0's lines (pure, with a fake clock), and a real run with an
-injected kill reports a breakdown whose parts add up to its wall time."""
+injected kill reports a breakdown whose parts add up to its wall time and names the killed rank once."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ SUMMARY = re.compile(
 )
 
 
-def test_a_local_run_with_an_injected_kill_accounts_for_its_wall_time(tmp_path):
+def test_a_local_run_with_an_injected_kill_accounts_for_its_wall_time_and_names_the_rank_once(tmp_path):
     """Tolerances: the printed parts (0.1 s each) add up to the printed wall time within 0.5 s; the wall time counts
     from the recorder's start, after the CLI's own start-up, so it is at most the run's elapsed time and at most
     30 s less (importing the CLI and validating the manifest on a loaded 2-core machine)."""
@@ -87,3 +87,14 @@ def test_a_local_run_with_an_injected_kill_accounts_for_its_wall_time(tmp_path):
     # The kill cost a job restart's downtime and the steps after checkpoint 8 that rank 0 had done before it (about 4).
     assert causes.get("restart_job", 0) > 0 and causes.get("recompute", 0) > 0, causes
     assert float(m["training"]) > 0 and float(m["starting"]) > 0
+
+    # The same run's screen names the killed rank once (tests/cli/test_local_steps.py tested this on a run of its own):
+    # the restart line names rank 1 killed by SIGKILL, not rank 0's closed connection; no traceback twice.
+    said = " ".join(proc.stderr.split())
+    assert "gang failed: rank 1 exited with code 1: worker rank 1 was killed by SIGKILL (exit code -9); restarting the whole gang" in said, proc.stderr
+    assert "RuntimeError: RuntimeError" not in proc.stdout + proc.stderr
+    assert "libc10.so" not in proc.stdout and "frame #" not in proc.stdout  # C++ stacks stay in the log files (issue 25 item 8)
+    assert "torch/distributed/run.py" not in proc.stdout  # torchrun's own frames are one line, not 16
+    assert "[rank 1] fault: rank 1 kills itself at step 13" in proc.stdout  # filtered while running, shown once it failed
+    for rank in (0, 1):  # each node's torchrun report is shown at most once (it used to be repeated as the "last lines")
+        assert proc.stdout.count(f"[rank {rank}] torch.distributed.elastic.multiprocessing.errors.ChildFailedError") <= 1, proc.stdout
