@@ -30,6 +30,9 @@ from railtrain.crds.podtemplate import PodTemplate, template_problems
 from railtrain.crds import launcher
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
 from railtrain.crds.quantity import BYTES_EXAMPLE, CPU_EXAMPLE, BytesQuantity, CpuQuantity, quantity_field  # noqa: F401  (BytesQuantity, CpuQuantity re-exported)
+from railtrain.crds import replica_groups
+from railtrain.crds.replica_groups import FaultTolerance  # noqa: F401  (spec.faultTolerance's model, re-exported)
+from railtrain.crds.replica_groups import ReplicaGroupStatus  # noqa: F401  (status.replicaGroups' model, re-exported)
 from railtrain.crds.checkpoint import RUN_ID_PATTERN, Checkpoint, LocalTier, MemoryTier, TierVolume  # noqa: F401  (spec.checkpoint's models, re-exported)
 
 
@@ -260,6 +263,14 @@ SPEC_RULES: tuple[Rule, ...] = (
     # torchrun's own restarts hang a gang; restarts are the operator's (crds/launcher.py)
     Rule(cel=launcher.ENV_CEL, check=launcher.no_restart_env, message=launcher.ENV_MESSAGE, field_path=".env", detail=launcher.env_detail),
     Rule(cel=launcher.IN_PLACE_CEL, check=launcher.in_place_has_command, message=launcher.IN_PLACE_MESSAGE, field_path=".runPolicy.restartInPlace"),
+    # replica groups (torchft) split only the data-parallel dimension (crds/replica_groups.py)
+    Rule(cel=replica_groups.DIVIDE_NODES[0], check=replica_groups.groups_divide_nodes, message=replica_groups.DIVIDE_NODES[1], field_path=replica_groups.DIVIDE_NODES[2],
+         detail=lambda s: f"replicaGroups {s.fault_tolerance.replica_groups}, nodes {s.nodes}"),
+    Rule(cel=replica_groups.DIVIDE_DATA[0], check=replica_groups.groups_divide_data, message=replica_groups.DIVIDE_DATA[1], field_path=replica_groups.DIVIDE_DATA[2],
+         detail=lambda s: f"replicaGroups {s.fault_tolerance.replica_groups}, data {replica_groups.data_degree(s)}"),
+    Rule(cel=replica_groups.MIN_WITHIN[0], check=replica_groups.min_within_groups, message=replica_groups.MIN_WITHIN[1], field_path=replica_groups.MIN_WITHIN[2],
+         detail=lambda s: f"minReplicas {s.fault_tolerance.min_replicas}, replicaGroups {s.fault_tolerance.replica_groups}"),
+    Rule(cel=replica_groups.NOT_ELASTIC[0], check=replica_groups.not_elastic, message=replica_groups.NOT_ELASTIC[1], field_path=replica_groups.NOT_ELASTIC[2]),
 )
 
 
@@ -290,6 +301,7 @@ class TrainingJobSpec(_Model):
     topology: Topology = Field(default_factory=Topology, description="Topology-aware placement policy.")
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="Admission order: jobs with higher priority are admitted first; equal priorities go by creationTimestamp. No preemption.")
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
+    fault_tolerance: FaultTolerance | None = Field(None, description="Replica groups with a per-step quorum (torchft): the data-parallel degree is split into independent groups, each a gang of its own, so a lost node stops its group while the others keep training (docs/fault-tolerance.md); omitted means one gang.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
     template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")
@@ -435,6 +447,9 @@ class TrainingJobStatus(_Model):
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
     progress: Progress | None = Field(None, description="Step, loss, tokens/s and ETA as rank 0 last reported them.")
     goodput: Goodput | None = Field(None, description="Wall time since creation split into queued, starting, training and lost by cause; ratio = training / wall.")
+    replica_groups: list[ReplicaGroupStatus] = Field(
+        default_factory=list, description="Each replica group of a job with spec.faultTolerance: its pods and nodes, phase (Running, Replacing, Lost) and replacements, counted per group."
+    )
 
 
 class TrainingJob(_Model):

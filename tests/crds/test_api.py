@@ -65,6 +65,11 @@ def test_defaults_and_world_size():
         ({"nodes": 4, "elastic": {"minNodes": 1}, "parallelism": {"data": 1, "fsdp": 8, "tensor": 2}}, "spec.elastic.minNodes × procsPerNode must be a multiple of fsdp × tensor × pipeline × context"),
         ({"runPolicy": {"gangTimeoutSeconds": 0}}, "spec.runPolicy.gangTimeoutSeconds"),
         ({"topology": {"policy": "required"}}, "spec.topology.level is required when spec.topology.policy is required"),
+        ({"faultTolerance": {"replicaGroups": 1}}, "spec.faultTolerance.replicaGroups: must be at least 2, not 1"),
+        ({"faultTolerance": {"replicaGroups": 2, "minReplicas": 3}}, "spec.faultTolerance.minReplicas must not exceed spec.faultTolerance.replicaGroups (the quorum cannot need more groups than exist): minReplicas 3, replicaGroups 2"),
+        ({"nodes": 3, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance.replicaGroups must divide spec.nodes: each replica group is a gang of nodes / replicaGroups whole nodes: replicaGroups 2, nodes 3"),
+        ({"nodes": 2, "parallelism": {"data": 1, "fsdp": 8}, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance.replicaGroups must divide spec.parallelism.data: replica groups split the data-parallel (replicated) dimension only"),
+        ({"nodes": 2, "elastic": {"minNodes": 1}, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance and spec.elastic cannot be combined"),
     ],
 )
 def test_invalid_specs_name_the_field(spec, expected):

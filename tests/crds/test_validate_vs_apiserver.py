@@ -46,6 +46,7 @@ COMPOSITES = [[], ["a"], [1], [None], ["torchrun", "-m", "x"], {}, {"a": 1}, [{"
               {"spec": {"containers": [{"name": "x", "image": "x:1", "ports": [{"containerPort": 80, "hostPort": 80}]}]}},
               {"compute": "fp8"}, {"compute": "bf16"}, {"compute": "fp8", "float8": {"emulate": True}}, {"compute": "bf16", "float8": {}},
               {"recipe": "rowwise", "emulate": True}, {"emulate": False},
+              {"replicaGroups": 2}, {"replicaGroups": 2, "minReplicas": 3}, {"replicaGroups": 3}, {"replicaGroups": 1}, {"replicaGroups": 2, "quorumTimeoutSeconds": 0},
               {"app": "x"}, {"bad key!": "x"}, {"a": "x" * 64}, {"railtrain.dev/x": ""}, {"a": 1}, {"a": None}]
 VALUES = st.one_of(st.sampled_from(INTS), st.sampled_from(SCALARS), st.sampled_from(COMPOSITES))
 
@@ -59,7 +60,8 @@ PATHS = [
     "spec.checkpoint.local", "spec.checkpoint.local.interval", "spec.checkpoint.local.sizeLimit", "spec.runPolicy",
     "spec.runPolicy.backoffLimit", "spec.runPolicy.activeDeadlineSeconds", "spec.runPolicy.suspend",
     "spec.runPolicy.gangTimeoutSeconds", "spec.precision", "spec.precision.compute", "spec.precision.float8", "spec.precision.float8.recipe",
-    "spec.precision.float8.emulate", "spec.template", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
+    "spec.precision.float8.emulate", "spec.faultTolerance", "spec.faultTolerance.replicaGroups", "spec.faultTolerance.minReplicas",
+    "spec.faultTolerance.quorumTimeoutSeconds", "spec.template", "spec.unknownField", "spec.resources.unknown", "metadata.name", "spec",
     "metadata.labels", "metadata.annotations", "metadata.unknownField", "metadata.generation", "apiVersion", "kind",
 ]
 
