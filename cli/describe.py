@@ -157,6 +157,22 @@ def events_table(events: list[dict[str, Any]], now: datetime, limit: int = 10) -
     return table
 
 
+def replica_groups_table(status: dict[str, Any]) -> RenderableType | None:
+    """The ``Replica groups`` table of a job with ``spec.faultTolerance`` (``status.replicaGroups``): each group's phase,
+    replacements (job / infrastructure), pods and nodes; None for a job without the records. Read defensively: a
+    malformed entry is skipped."""
+    rows = [g for g in status.get("replicaGroups") or [] if isinstance(g, dict)]
+    if not rows:
+        return None
+    table = Table(box=None, pad_edge=False, header_style="bold", title="Replica groups", title_justify="left", title_style="bold")
+    for column in ("GROUP", "PHASE", "REPLACED", "PODS", "NODES"):
+        table.add_column(column, no_wrap=column not in ("PODS", "NODES"))
+    for g in rows:
+        replaced = f"{g.get('replacements', 0)} (job {g.get('jobRestarts', 0)}, infra {g.get('infrastructureRestarts', 0)})"
+        table.add_row(str(g.get("group", "?")), str(g.get("phase", "")), replaced, " ".join(map(str, g.get("members") or [])), " ".join(str(n) or "-" for n in g.get("nodes") or []))
+    return table
+
+
 def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime, kueue: RenderableType | None = None) -> RenderableType:
     """Everything ``railtrain describe`` shows: ``railtrain get``'s view (summary with progress and goodput, conditions,
     placement with domains), then the command, restarts by reason, the Kueue admission (``kueue``, from
@@ -196,6 +212,9 @@ def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[
         for rank, _pod, code, verdict, message in verdicts:
             table.add_row(str(rank), str(code), verdict, message)
         parts += [table, Text("")]
+    groups = replica_groups_table(status)
+    if groups is not None:
+        parts += [groups, Text("")]
     quarantined = [q for q in status.get("quarantines") or [] if isinstance(q, dict)]
     if quarantined:
         parts += [Text("Quarantined: " + ", ".join(f"{q.get('node')} ({q.get('verdict')})" for q in quarantined)), Text("")]

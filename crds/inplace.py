@@ -43,8 +43,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Mapping
 
-from railtrain.crds import recovery
-from railtrain.crds.verdicts import json_object
+from railtrain.crds import reasons, recovery
+from railtrain.crds.verdicts import REASON_QUORUM_LOST, json_object
 
 PATH_IN_PLACE, PATH_GANG, PATH_NONE = "in-place", "gang", "none"
 """:attr:`railtrain.crds.recovery.Decision.path` values (a hot spare's path comes later)."""
@@ -217,3 +217,112 @@ def counted_record(ledger: Ledger) -> dict[str, Any]:
 def spend(counters: recovery.Counters, delta: Ledger) -> recovery.Counters:
     """``counters`` with the in-place restarts of ``delta`` spent (job-wide, as gang restarts spend them)."""
     return replace(counters, job_restarts=counters.job_restarts + delta.job, infrastructure_restarts=counters.infrastructure_restarts + delta.infrastructure)
+
+
+# --- the third path: one replica group replaced alone (spec.faultTolerance; issue 31) ---
+
+PATH_GROUP = "group"
+""":attr:`railtrain.crds.recovery.Decision.path` of a restart that replaces one replica group's pods alone."""
+PATH_GROUP_LOST = "group-lost"
+"""A replica group that spent its restart budget: given up, not replaced; the others train on while they keep the quorum."""
+BUDGET_REASONS = frozenset({reasons.BACKOFF_LIMIT_EXCEEDED, recovery.REASON_INFRA_LIMIT})
+"""Fail reasons of :func:`railtrain.crds.recovery.decide` that mean a budget is spent (for a group: the group is lost)."""
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """What a failure inside replica group ``group`` leads to (:func:`decide_group_path`).
+
+    Attributes:
+        path: :data:`PATH_GROUP` (replace the group alone), :data:`PATH_GROUP_LOST` (give the group up),
+            :data:`PATH_GANG` (restart the whole gang as without replica groups: the caller's existing rows decide,
+            with the job-wide counters) or :data:`PATH_NONE` (the job fails: :attr:`decision` says why).
+        decision: the decision with its sentence; its ``counters`` are the job-wide ones to store (their
+            ``job_restarts`` and ``infrastructure_restarts`` unchanged by a group's replacement).
+        group: the group.
+        job_restarts, infrastructure_restarts: the group's own counts after this decision.
+        why: the clause saying why the group goes elsewhere (:attr:`elsewhere`) or why it could not be replaced alone (:data:`PATH_GANG`).
+        elsewhere: for :data:`PATH_GROUP`, a node of the group must be left: the group's pods are placed again (the
+            other groups' nodes kept) rather than created again on their nodes.
+    """
+
+    path: str
+    decision: recovery.Decision
+    group: int
+    job_restarts: int = 0
+    infrastructure_restarts: int = 0
+    why: str = ""
+    elsewhere: bool = False
+
+
+def decide_group_path(
+    failures: recovery.GangFailure | None, what: str, run_policy: Any, counters: recovery.Counters, now: datetime, *,
+    group: int, spent: tuple[int, int], groups: int, down: set[int], lost: set[int], min_replicas: int,
+    reason: str = reasons.RANK_VANISHED, node: str = "",
+) -> GroupDecision:  # fmt: skip
+    """Decide a failure inside one replica group: the one rule (:func:`railtrain.crds.recovery.decide`) with the group's own budget, then the path.
+
+    The budget is the job's ``runPolicy.backoffLimit`` and ``maxInfrastructureRestarts``, counted per group: the
+    counters the rule sees are the group's (``spent``), so one group that keeps failing spends its own budget, not its
+    peers'. The order (docs/operator.md, "Replica groups"):
+
+    1. A decision that fails the job for another reason than a spent budget (``user-error``, a rule's ``Fail``, the
+       quarantine bound) fails the job: retrying a configuration error in another group cannot help. So does a rank
+       that reports ``QuorumLost`` (the trainer waited ``quorumTimeoutSeconds`` for ``minReplicas`` groups): the job
+       fails with reason ``QuorumLost``, since replacing this group cannot bring the missing ones back.
+    2. A spent budget gives the group up (:data:`PATH_GROUP_LOST`) while the groups neither lost nor down keep
+       ``minReplicas``; otherwise the job fails with reason ``QuorumLost``.
+    3. **Gang** when every group is down or lost (no live peer to heal from): the whole gang restarts as without
+       replica groups.
+    4. **Group, elsewhere** when a node must be left (the node lost, the kubelet ended or refused a pod, a node
+       quarantined or newly avoided): the group alone is placed again, the other groups' nodes kept
+       (:attr:`GroupDecision.elsewhere`).
+    5. Otherwise the group is replaced alone, on its own nodes (:data:`PATH_GROUP`).
+
+    Args:
+        failures: the failed ranks of this group (None for a vanished pod or a lost node: an infrastructure restart ``what`` says).
+        what: the sentence of a vanished pod or lost node (ignored when ``failures`` is given).
+        run_policy, counters, now: as ``decide``; ``counters`` are the job-wide ones.
+        group: the group; spent: its ``(jobRestarts, infrastructureRestarts)`` so far.
+        groups: R; down: groups whose pods are failing or being replaced now, this one included; lost: groups given up.
+        min_replicas: ``spec.faultTolerance.minReplicas``.
+        reason: without ``failures``, the infrastructure restart's reason (``RankVanished``, or ``NodeLost``).
+        node: without ``failures``, the node lost ("": none): counted in ``nodeFailures`` and left.
+
+    Returns:
+        A :class:`GroupDecision`.
+    """
+    mine = replace(counters, job_restarts=spent[0], infrastructure_restarts=spent[1])
+    if failures is None:
+        d = recovery.restart_infrastructure(run_policy, mine, reason, what, node=node)
+    else:
+        d = recovery.decide(failures, run_policy, mine, now)
+    after = d.counters
+    job_wide = replace(after, job_restarts=counters.job_restarts, infrastructure_restarts=counters.infrastructure_restarts)
+    d = replace(d, counters=job_wide)
+    counts = dict(job_restarts=after.job_restarts, infrastructure_restarts=after.infrastructure_restarts)
+    quorum = next((f for f in failures.failures if f.reason == REASON_QUORUM_LOST), None) if failures is not None else None
+    if quorum is not None:  # the group waited quorumTimeoutSeconds for the others: replacing it cannot bring them back
+        message = (f"replica group {group}: {quorum.detail()}; no quorum of spec.faultTolerance.minReplicas={min_replicas} groups formed "
+                   "within quorumTimeoutSeconds, and replacing this group alone cannot bring the missing ones back")  # fmt: skip
+        fail = recovery.Decision(recovery.FAIL, quorum.verdict, reasons.QUORUM_LOST, message, quorum, counters=job_wide, path=PATH_NONE)
+        return GroupDecision(PATH_NONE, fail, group)
+    if d.action == recovery.FAIL and d.reason not in BUDGET_REASONS:
+        return GroupDecision(PATH_NONE, replace(d, path=PATH_NONE), group, **counts)
+    if d.action == recovery.FAIL:
+        kept = groups - len(lost | down)
+        if kept < min_replicas:
+            message = (f"replica group {group}: {d.message}; {kept} of {groups} replica groups can be kept, "
+                       f"fewer than spec.faultTolerance.minReplicas={min_replicas}")  # fmt: skip
+            return GroupDecision(PATH_NONE, replace(d, reason=reasons.QUORUM_LOST, message=message, path=PATH_NONE), group, **counts)
+        message = f"replica group {group}: {d.message}; the group is given up, {kept} of {groups} groups train on (minReplicas {min_replicas})"
+        return GroupDecision(PATH_GROUP_LOST, replace(d, reason=reasons.REPLICA_GROUP_LOST, message=message, path=PATH_GROUP_LOST), group, **counts)
+    f = d.blamed
+    if len(down | lost) >= groups:
+        return GroupDecision(PATH_GANG, replace(d, path=PATH_GANG), group, **counts, why="every replica group is down")
+    newly_avoided = sorted(set(d.avoid) - set(counters.avoid))
+    leave = sorted(set(d.quarantine) | set(newly_avoided) | ({f.node} if f.node and (f.cause in recovery.INFRASTRUCTURE_CAUSES or node) else set()))
+    where = f" on other nodes (node(s) {', '.join(leave)} must be left)" if leave else ""
+    text = d.message.replace(f"{GANG_WORDS} (", f"replacing replica group {group} alone{where} (the group's ", 1)
+    decision = replace(d, reason=reasons.REPLICA_GROUP_REPLACED, message=text, path=PATH_GROUP)
+    return GroupDecision(PATH_GROUP, decision, group, **counts, why=f"node(s) {', '.join(leave)} must be left" if leave else "", elsewhere=bool(leave))

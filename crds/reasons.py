@@ -101,6 +101,12 @@ INFRASTRUCTURE_RESTART = "InfrastructureRestart"
 """An infrastructure restart decided by a verdict without a node quarantined or avoided (e.g. it names every node of the gang)."""
 ELASTIC_GROW = "ElasticGrow"
 """An infrastructure restart that grows an elastic gang back when capacity returns."""
+REPLICA_GROUP_REPLACED = "ReplicaGroupReplaced"
+"""Running True (and a Warning Event): one replica group's pods are being replaced alone while the other groups train on (spec.faultTolerance)."""
+REPLICA_GROUP_LOST = "ReplicaGroupLost"
+"""A Warning Event: a replica group spent its restart budget and is not replaced again; the others train on while they keep the quorum."""
+QUORUM_LOST = "QuorumLost"
+"""Failed: fewer replica groups than spec.faultTolerance.minReplicas can be kept (each lost group spent its budget)."""
 
 # Events only.
 GANG_CREATED = "GangCreated"

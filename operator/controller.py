@@ -19,12 +19,13 @@ from concurrent.futures import Executor
 from datetime import datetime
 from typing import Any
 
-from railtrain.crds import contract, labels
+from railtrain.crds import contract, labels, replica_groups
 from railtrain.crds.times import format_time
 from railtrain.crds import reasons
 from railtrain.operator import metrics
 from railtrain.operator.job import planner
 from railtrain.operator.job import resize
+from railtrain.operator.job.lighthouse import LighthouseSeen
 from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.kube import connection
 from railtrain.operator.kube.pool import each
@@ -102,6 +103,16 @@ def job_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
     if missing:
         pods.extend(kube.pods_named(meta["namespace"], missing, cached=not planner.gang_ever_created(status)))
     return pods
+
+
+def lighthouse_of(kube: Kube, job: dict[str, Any]) -> LighthouseSeen | None:
+    """A job's Lighthouse pod and Service (``<job>-lighthouse``), read for a job whose stored spec has ``faultTolerance``
+    or whose status records replica groups (one GET each; None for any other job: nothing is read or decided)."""
+    if not (job.get("spec") or {}).get("faultTolerance") and not (job.get("status") or {}).get("replicaGroups"):
+        return None
+    meta = job["metadata"]
+    name = replica_groups.lighthouse_name(meta["name"])
+    return LighthouseSeen(pod=kube.get_pod(meta["namespace"], name), service=kube.get_service(meta["namespace"], name))
 
 
 def jobs_on_node(kube: Kube, node: str) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from railtrain.crds import contract
+from railtrain.crds import contract, replica_groups
 from railtrain.operator import controller, kueue, metrics, resync
 from railtrain.operator import kube
 from railtrain.operator.context import OperatorContext
@@ -122,6 +122,14 @@ def on_pod_event(labels: dict[str, str], namespace: str, memo: OperatorContext, 
     if event and isinstance(event.get("object"), dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
         memo.kube.observe_event("pods", event["type"], event["object"])
     _reconcile_quietly(memo, namespace, labels[contract.LABEL_JOB_NAME])
+
+
+@kopf.on.event("", "v1", "pods", labels={replica_groups.LABEL_LIGHTHOUSE: kopf.PRESENT})
+def on_lighthouse_event(labels: dict[str, str], namespace: str, memo: OperatorContext, **_: Any) -> None:
+    """A job's Lighthouse pod changed (deleted, evicted, its node lost) → reconcile its job (the leader only), which creates it again."""
+    if not memo.state.leading():
+        return
+    _reconcile_quietly(memo, namespace, labels[replica_groups.LABEL_LIGHTHOUSE])
 
 
 @kopf.on.event("", "v1", "nodes")

@@ -210,7 +210,7 @@ class Reconciler:
         grow_to = self._grow_to(seen, nodes, at) if nodes is not None else None
         kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)
         stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", seen, pods)  # Kueue evicted it: the gang stops whole
-        p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings)
+        p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings, lighthouse=controller.lighthouse_of(kube, job))
         kueue.dress(kube, job, p)
         waits = planner.gang_request(seen, pods, at) is not None
         if admit and waits and controller.first_write_left_to_the_pass(job, p):
@@ -330,7 +330,7 @@ class Reconciler:
             if planner.gang_request(fresh, pods, now) != request:
                 return  # changed since the pass listed it; the next pass decides again
             nodes = kube.list_nodes() if controller.needs_nodes(fresh, pods) else None
-            p = planner.plan(fresh, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings)
+            p = planner.plan(fresh, pods, kube.get_service(namespace, name), now, result, nodes=nodes, settings=self.settings, lighthouse=controller.lighthouse_of(kube, job))
             kueue.dress(kube, job, p)
             if not controller.apply_or_reject(kube, job, p, now, self.pool):
                 return

@@ -46,6 +46,7 @@ from railtrain.operator.job.observed import Observed, observe_job, observed, par
 from railtrain.operator.job.stored import read_status
 from railtrain.operator.job.phases import Plan, Step, advance
 from railtrain.operator.job.plansettings import PlanSettings
+from railtrain.operator.job.lighthouse import LighthouseSeen
 from railtrain.operator.job.phases.step import StatusPatch, finished_ranks, placement_entries
 from railtrain.operator.scheduling.placement import Placement
 from railtrain.operator.scheduling.refusal import Refusal
@@ -70,7 +71,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def observe(
     obj: Observed | dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(),
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(), lighthouse: LighthouseSeen | None = None,
 ) -> Step:
     """The :class:`~railtrain.operator.job.phases.step.Step` a pass starts from (arguments as for :func:`plan`)."""
     seen = observed(obj)
@@ -87,6 +88,7 @@ def observe(
     step.job, step.spec_error = seen.usable, seen.spec_error
     step.nodes = {n["metadata"]["name"]: n for n in nodes} if nodes is not None else None
     step.grow_to = grow_to
+    step.lighthouse = lighthouse
     step.gang = current_gang(seen, mine)
     step.status["succeededRanks"] = finished_ranks(seen.status, mine, seen.status.restarts)
     step.n = step.job.spec.nodes if step.job else 0
@@ -164,7 +166,7 @@ def finish(step: Step, phase: str) -> Plan:
 
 def plan(
     obj: Observed | dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
-    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(),
+    nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(), lighthouse: LighthouseSeen | None = None,
 ) -> Plan:
     """Compute the actions and the new status of one job: one pass of the phase machine.
 
@@ -188,11 +190,13 @@ def plan(
         settings: the operator's plan settings (:class:`~railtrain.operator.job.plansettings.PlanSettings`):
             its fabric profile, rendered into the pods it creates, and the platform's bound on nodes
             quarantined per hour (the defaults: no fabric variables, no bound).
+        lighthouse: a job with ``spec.faultTolerance``: its Lighthouse pod and Service as read
+            (:class:`~railtrain.operator.job.lighthouse.LighthouseSeen`); None: not read, nothing decided about them.
 
     Returns:
         A :class:`Plan`. It never raises on bad stored specs: those become phase
         Failed with reason InvalidSpec.
     """
-    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, settings)
+    step = observe(obj, pods, service_exists, now, placement, nodes, grow_to, settings, lighthouse)
     phase, _ = advance(step)
     return finish(step, phase)

@@ -9,14 +9,21 @@ and the gang scheduling gate (KEP-3521), which the operator lifts only after
 every rank has a node. ``railtrain run --local`` renders the same pods and runs
 their containers as local processes.
 
+A job with replica groups (``spec.faultTolerance``, issue 31) has each group
+rendered as a torchrun world of its own (:func:`group_environment`: the group's
+node count, node rank and first pod as rendezvous host), with the group's labels
+(:func:`group_labels`) and the replica-group variables (:func:`group_env_items`);
+its Service selects every group's first pod (:func:`rendezvous_selector`).
+
 May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from railtrain.crds import contract, fabric, launcher, supervisor, threads
+from railtrain.crds import contract, fabric, launcher, replica_groups, supervisor, threads
 from railtrain.crds.api import Checkpoint, TierVolume, TrainingJob, TrainingJobSpec
 from railtrain.crds.podtemplate import SHM_MOUNT, SHM_VOLUME, TRAINER
 from railtrain.crds.precision import contract_values
@@ -92,6 +99,61 @@ def pod_environment(
         **contract_values(spec.precision),
         run_id=run_id(spec.checkpoint, uid),
     )
+
+
+def group_environment(spec: TrainingJobSpec, env: contract.PodEnvironment, rank: int) -> contract.PodEnvironment:
+    """The contract values of job-wide node ``rank`` as a pod of its replica group sees them (``spec.faultTolerance``).
+
+    Each replica group is a torchrun world of its own (issue 31): ``nnodes`` is the group's node count (spec.nodes / R),
+    ``node_rank`` the rank inside the group, the rendezvous host the group's first pod
+    (:func:`railtrain.crds.replica_groups.group_rdzv_host`) and the parallelism the group's (data / R; fsdp, tensor,
+    pipeline and context unchanged). So ``PET_NNODES``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR`` and the
+    ``RAILTRAIN_*`` twins describe the group. A job without replica groups gets ``env`` back unchanged.
+
+    Args:
+        spec: the job spec; env: the job-wide values of node ``rank`` (:func:`pod_environment`); rank: the job-wide node rank.
+
+    Returns:
+        The group's values (a new :class:`~railtrain.crds.contract.PodEnvironment`).
+
+    Raises:
+        ValueError: ``rank`` outside ``[0, spec.nodes)``.
+    """
+    ft = spec.fault_tolerance
+    if ft is None:
+        return env
+    group = replica_groups.layout(spec.nodes, spec.procs_per_node, ft.replica_groups)[replica_groups.group_of(rank, spec.nodes, ft.replica_groups)]
+    par = spec.effective_parallelism(spec.nodes)
+    return dataclasses.replace(
+        env,
+        nnodes=group.nodes,
+        node_rank=group.node_rank(rank),
+        rdzv_addr=replica_groups.group_rdzv_host(env.job_name, env.namespace, group),
+        parallelism=contract.format_parallelism(par.data // ft.replica_groups, par.fsdp, par.tensor, par.pipeline, par.context),
+    )
+
+
+def group_labels(spec: TrainingJobSpec, rank: int) -> dict[str, str]:
+    """The replica-group labels of job-wide node ``rank`` (its group and its node rank inside it); ``{}`` without replica groups."""
+    ft = spec.fault_tolerance
+    if ft is None:
+        return {}
+    group = replica_groups.group_of(rank, spec.nodes, ft.replica_groups)
+    per = spec.nodes // ft.replica_groups
+    return {replica_groups.LABEL_REPLICA_GROUP: str(group), replica_groups.LABEL_GROUP_NODE_RANK: str(rank - group * per)}
+
+
+def group_env_items(spec: TrainingJobSpec, name: str, namespace: str, rank: int) -> list[dict[str, str]]:
+    """The replica-group variables of node ``rank`` (:func:`railtrain.crds.replica_groups.replica_group_env`: the
+    Lighthouse's Service address, the group, R, minReplicas, the quorum timeout) as ``EnvVar`` dicts, the names the
+    user's ``spec.env`` sets left out; ``[]`` without replica groups."""
+    ft = spec.fault_tolerance
+    if ft is None:
+        return []
+    keep = {v.name for v in spec.env}
+    address = replica_groups.lighthouse_address(replica_groups.lighthouse_host(name, namespace))
+    values = replica_groups.replica_group_env(ft, replica_groups.group_of(rank, spec.nodes, ft.replica_groups), address)
+    return [{"name": k, "value": v} for k, v in values.items() if k not in keep]
 
 
 _FROM_ANNOTATION = {
@@ -232,6 +294,14 @@ def shm_volume(spec: TrainingJobSpec) -> tuple[list[dict[str, Any]], list[dict[s
     return [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}], [{"name": SHM_VOLUME, "mountPath": SHM_MOUNT}]
 
 
+def rendezvous_selector(spec: TrainingJobSpec) -> dict[str, str]:
+    """The label the rendezvous Service selects besides the job's name: node rank 0, or with replica groups every
+    group's node rank 0 (each group's own rendezvous host, :func:`group_environment`)."""
+    if spec.fault_tolerance is not None:
+        return {replica_groups.LABEL_GROUP_NODE_RANK: "0"}
+    return {contract.LABEL_NODE_RANK: "0"}
+
+
 def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]:
     """The headless rendezvous Service of a job (``clusterIP: None``, not-ready addresses published), selecting node rank 0 only.
 
@@ -261,7 +331,7 @@ def render_service(job: TrainingJob, namespace: str, uid: str) -> dict[str, Any]
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {contract.LABEL_JOB_NAME: name, contract.LABEL_NODE_RANK: "0"},
+            "selector": {contract.LABEL_JOB_NAME: name, **rendezvous_selector(job.spec)},
             "ports": [{"name": "rendezvous", "port": contract.DEFAULT_RDZV_PORT, "targetPort": contract.DEFAULT_RDZV_PORT}],
         },
     }
@@ -355,10 +425,11 @@ def render_pod(job: TrainingJob, namespace: str, uid: str, rank: int, restarts: 
     """
     name = job.metadata.name
     spec = job.spec
-    env_items = trainer_env(spec, pod_environment(spec, name, namespace, rank, restarts, uid=uid), profile)
+    env = group_environment(spec, pod_environment(spec, name, namespace, rank, restarts, uid=uid), rank)  # unchanged without replica groups
+    env_items = trainer_env(spec, env, profile) + group_env_items(spec, name, namespace, rank)
     volumes, mounts = pod_volumes(spec, name, namespace, uid)
     container = trainer_container(job, env_items, mounts)
-    labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)}
+    labels = job_labels(name) | {contract.LABEL_NODE_RANK: str(rank)} | group_labels(spec, rank)
     annotations = {contract.ANNOTATION_RESTART: str(restarts), **gang_annotations(spec, spec.nodes)}
     if profile is not None:
         annotations[fabric.ANNOTATION_PROFILE] = profile.name

@@ -14,11 +14,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from railtrain.crds import parallel
+from railtrain.crds import parallel, replica_groups
 from railtrain.crds.api import TopologyPolicy
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import binding, render
 from railtrain.operator.job import inplace as job_inplace
+from railtrain.operator.job import workload
 from railtrain.operator.job.observed import Observed, observed
 from railtrain.operator.scheduling.snapshot import pod_node
 from railtrain.operator.scheduling.nodefit import pod_needs
@@ -66,7 +67,7 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
     if now is not None and after is not None and now < after:
         return None
     if admission_record(status) is not None:
-        return None  # admitted: its pods are being created pinned, and the record holds its nodes
+        return relocation_request(seen, pods, now)  # admitted: None, unless a replica group must be placed again
     gang = current_gang(seen, owned(obj, pods))
     n = admitted_nodes(spec, gang)
     gang = [p for p in gang if 0 <= rank_of(p) < n]
@@ -81,6 +82,38 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
     if not ready and now is not None and since is not None and now - since > timedelta(seconds=spec.run_policy.gang_timeout_seconds):
         return None
     return _queue_entry(seen, gang, n, fresh, now), ready
+
+
+def relocating_groups(status: Any, restarts: int) -> list[int]:
+    """The replica groups of the current gang (``restarts``) that wait to be placed again (phase Relocating), in order."""
+    return sorted(g.group for g in status.replica_groups if g.phase == replica_groups.GROUP_RELOCATING and g.gang == restarts)
+
+
+def relocation_request(seen: Observed, pods: list[dict[str, Any]], now: datetime | None) -> tuple[GangRequest, bool] | None:
+    """The queue entry of an admitted job with replica groups whose group must leave a node (pure; docs/operator.md, "Replica groups").
+
+    The gang's admission record stays in force; the request is the whole gang with every live pod's rank kept where it
+    is (``fixed``), so the pass places only the relocating groups' ranks, on free nodes it may give (its queue order,
+    its capacity ledger, the job's avoided nodes). It is asked only once the relocating groups' old pods are gone (their
+    names and nodes free), and is always ready.
+
+    Returns:
+        ``(request, True)``, or None when the job has no relocating group or its old pods are not gone yet.
+    """
+    status, spec = seen.status, seen.usable.spec
+    if spec.fault_tolerance is None or status.phase != cond.RUNNING or workload.queue_name(seen) is not None:
+        return None  # a Kueue job's groups are never relocated (their failures restart the whole gang)
+    groups = relocating_groups(status, status.restarts)
+    record = admission_record(status)
+    if not groups or record is None:
+        return None
+    n, per = len(record.nodes), len(record.nodes) // spec.fault_tolerance.replica_groups
+    moving = {k for g in groups for k in range(g * per, (g + 1) * per)}
+    mine = owned(seen.obj, pods)
+    if any(rank_of(p) in moving for p in mine):
+        return None  # an old pod of a relocating group still holds its name (it is being deleted)
+    gang = [p for p in current_gang(seen, mine) if 0 <= rank_of(p) < n]
+    return _queue_entry(seen, gang, n, False, now), True
 
 
 def _queue_entry(seen: Observed, gang: list[dict[str, Any]], n: int, fresh: bool, now: datetime | None) -> GangRequest:

@@ -22,6 +22,7 @@ keeps its failure, success and startup policies):
 ``node_loss``       pods on lost nodes force-deleted; a lost node restarts the gang
 ``finished``        a finished job's pods (cleanPodPolicy) and its TTL
 ``vanished``        a released rank's pod deleted/evicted/preempted: gang restart; an admitted gang gone: re-admitted
+``groups``          replica groups: the Lighthouse lives with the gang; a failed group is replaced alone
 ``verdict``         a failed rank: runPolicy.failurePolicy by verdict, quarantine
 ``elastic``         an elastic gang grows back when capacity returns
 ``success``         every rank exited 0
@@ -59,6 +60,7 @@ from railtrain.operator.job.phases import (
     elastic,
     finished,
     gang_timeout,
+    groups,
     housekeeping,
     kueue,
     node_loss,
@@ -76,6 +78,7 @@ from railtrain.operator.job.phases.transition import ACTIVE, ALL_PHASES, Transit
 
 MACHINE: tuple[Transition, ...] = (
     node_loss.FORCE_DELETE_LOST,
+    groups.LIGHTHOUSE,
     finished.CLEAN_FINISHED,
     finished.TTL_EXPIRED,
     terminal.STAY_TERMINAL,
@@ -87,6 +90,7 @@ MACHINE: tuple[Transition, ...] = (
     kueue.KUEUE_EVICTED,
     vanished.GANG_GONE,
     housekeeping.ADMITTED_SIZE,
+    groups.REPLICA_GROUP_FAILED,
     node_loss.NODE_LOST,
     vanished.RANK_VANISHED,
     verdict.GANG_FAILED,

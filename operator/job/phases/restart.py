@@ -59,14 +59,10 @@ def log_line(step: Step, text: str) -> None:
     step.out.log.append(text)
 
 
-def apply(step: Step, d: recovery.Decision) -> str:
-    """Write decision ``d`` into the step: status counters, quarantines, Events, one log line; fail or restart.
-
-    Returns:
-        The next phase: Failed, or Restarting.
-    """
-    shift = step.state.rank_shift  # the rotation the failed gang was admitted with
-    step.status.update(d.status())
+def claims(step: Step, d: recovery.Decision) -> None:
+    """What decision ``d`` does to nodes besides the restart: a ``ClaimIgnored`` Warning for nodes the verdict named that
+    the gang did not run on, and a quarantine (the taint, a ``NodeQuarantined`` Warning) of each node it quarantines.
+    Used by :func:`apply` and by a replica group's replacement (:mod:`railtrain.operator.job.phases.groups`)."""
     if d.ignored:
         text = f"the {d.verdict} verdict of rank {d.blamed.rank} named node(s) {', '.join(d.ignored)}, which this gang did not run on or which do not exist: ignored"
         step.out.events.append(("Warning", reasons.CLAIM_IGNORED, text))
@@ -76,6 +72,18 @@ def apply(step: Step, d: recovery.Decision) -> str:
     for node in d.quarantine:
         step.out.quarantine.append((node, f.verdict, evidence))
         step.out.events.append(("Warning", reasons.NODE_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
+
+
+def apply(step: Step, d: recovery.Decision) -> str:
+    """Write decision ``d`` into the step: status counters, quarantines, Events, one log line; fail or restart.
+
+    Returns:
+        The next phase: Failed, or Restarting.
+    """
+    shift = step.state.rank_shift  # the rotation the failed gang was admitted with
+    step.status.update(d.status())
+    claims(step, d)
+    f = d.blamed
     nodes = sorted(set(d.quarantine) | set(d.avoid) | ({f.node} if f.node else set()))
     log_line(step, f"{d.action} reason={d.reason} nodes={','.join(nodes) or '-'}: {d.message}")
     if d.action == recovery.FAIL:

@@ -18,6 +18,7 @@ from typing import Any
 from railtrain.crds.api import Condition, RankPlacement, TrainingJob, TrainingJobStatus
 from railtrain.crds.fabric import FabricProfile
 from railtrain.operator.job import conditions as cond
+from railtrain.operator.job.lighthouse import LighthouseSeen
 from railtrain.operator.job.observed import Observed
 from railtrain.operator.job.stored import read_status
 from railtrain.operator.scheduling.snapshot import pod_node
@@ -128,6 +129,7 @@ class Step:
         settings: the operator's plan settings (:class:`~railtrain.operator.job.plansettings.PlanSettings`),
             given when the step is built; :attr:`fabric` and :attr:`quarantine_limit` read them.
         seen: the job as observed in this pass (its status read through the model once), when the step was built from one.
+        lighthouse: the job's Lighthouse pod and Service as read in this pass (jobs with ``spec.faultTolerance``), None when not read.
     """
 
     obj: dict[str, Any]
@@ -151,6 +153,7 @@ class Step:
     settings: PlanSettings = field(default_factory=PlanSettings)
     service_uid: str = ""
     seen: Observed | None = None
+    lighthouse: LighthouseSeen | None = None
     _state: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
