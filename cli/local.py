@@ -73,6 +73,9 @@ LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedE
 """The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
 LAUNCHER_LOG = re.compile(r"^\[?[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+( +\d+)? \S+:\d+\] ")
 """A log line of torch's launcher or C++ runtime (``E1203 08:30:15.094000 1239 torch/distributed/...:1002] ...``)."""
+TORCHFT_LOG = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+ \[[A-Z]+\] \[torchft::|\[replica_group_\d+:[0-9a-f-]+/\d+ - step \d+\] )")
+"""A log line of torchft (replica groups, spec.faultTolerance): its Rust runtime's, or its Manager's Python logger's (one per
+failed gradient all-reduce when a peer group dies). Log files only: the trainer says what happened in its own lines."""
 WORKER_PREFIX = re.compile(r"^\[rank\d+\]: ")
 """The prefix torch puts on each line of a worker's uncaught traceback (``[rank0]: Traceback ...``)."""
 TRACEBACK_MORE = re.compile(r"^(\s|$|During handling of the above exception|The above exception was the direct cause|Exception raised from .*most recent call first|frame #\d+: )")
@@ -381,11 +384,13 @@ class LocalGang:
         on_line: called with ``(node rank, line)`` for every line a node prints (shown or not), e.g. the goodput recorder.
         log_dir: folder of the nodes' log files (``None``: no files).
         settle: seconds the other nodes get to end on their own after the first failure (:data:`SETTLE_SECONDS`).
+        label: put before ``rank N`` in the screen's prefix (e.g. ``"group 1 "`` for a replica group's gang).
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
                  notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS,
-                 on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS):
+                 on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS,
+                 label: str = ""):
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
@@ -394,6 +399,7 @@ class LocalGang:
         self.on_line = on_line
         self.log_dir = log_dir
         self.settle = settle
+        self.label = label
         self._out = out
         self._lock = threading.Lock()
         self._procs: dict[int, subprocess.Popen[str]] = {}
@@ -582,7 +588,7 @@ class LocalGang:
                 if bare.startswith("Traceback (most recent call last):"):
                     held.append(line)
                     continue
-                self._emit(rank, line, hidden=bool(LAUNCHER_LOG.match(line)), worker=not LAUNCHER_LOG.match(line))
+                self._emit(rank, line, hidden=bool(LAUNCHER_LOG.match(line) or TORCHFT_LOG.match(bare)), worker=not LAUNCHER_LOG.match(line))
             for kept in held:
                 self._emit(rank, kept, hidden=True, worker=not CPP_STACK.match(WORKER_PREFIX.sub("", kept)))
         finally:
@@ -604,7 +610,28 @@ class LocalGang:
         with self._lock:
             self._kept[rank].append((line, shown, worker))
         if shown:
-            self._write(f"[rank {rank}] {line}\n")
+            self._write(f"[{self.label}rank {rank}] {line}\n")
+
+    def stop(self) -> None:
+        """Stop every running node now (SIGTERM, SIGKILL after the grace period), muting their output; from any thread.
+
+        :meth:`run` then returns the status of the first node seen failing (the runner stopped them on purpose).
+        """
+        self._stop_all(mute=set(self._procs))
+
+    def kill(self) -> None:
+        """SIGKILL every process of every running node at once (a whole group of machines lost), from any thread:
+        each node's process group and every descendant (torchrun starts its workers in sessions of their own, so a
+        signal to the node's group alone would leave them running). :meth:`run` then sees them fail."""
+        running = [p for p in list(self._procs.values()) if p.poll() is None]
+        pids = [pid for proc in running for pid in _descendants(proc.pid)]
+        for proc in running:
+            _signal_group(proc, signal.SIGKILL)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def show_tail(self, rank: int, lines: int = TAIL_LINES) -> None:
         """Show node ``rank``'s last ``lines`` lines of its own output (not torchrun's report), naming its log file.
@@ -620,7 +647,7 @@ class LocalGang:
             return
         self.notify(f"node rank {rank}'s last {len(own)} line(s){where}:")
         for line in own:
-            self._write(f"[rank {rank}] {line}\n")
+            self._write(f"[{self.label}rank {rank}] {line}\n")
         if self._muted_lines and not self.log_files:
             self.notify(f"{self._muted_lines} line(s) the stopped nodes printed while stopping are not shown (--verbose shows them)")
 
@@ -637,6 +664,25 @@ def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every living descendant of ``pid`` (Linux ``/proc/<pid>/task/<tid>/children``; [] where that is not readable)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
 
 
 @contextmanager

@@ -187,6 +187,7 @@ def run(
     fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5' (more keys: kind=compute|collective|init; init: never joins the process group, step 0).")] = None,
     fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
     fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
+    fault_kill_group: Annotated[Optional[str], typer.Option("--fault-kill-group", help="Inject (spec.faultTolerance): SIGKILL every process of a replica group once it logged the step, e.g. 'group=1,step=5'; it is replaced alone (docs/fault-tolerance.md).")] = None,
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
 
@@ -211,6 +212,10 @@ def run(
     job, faults = runlocal.checked_job(file, steps, given)
     spec = job.spec
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
+    if spec.fault_tolerance is not None:  # replica groups: R gangs and a Lighthouse (railtrain.cli.local_replica)
+        raise typer.Exit(runlocal.run_replica_groups(job, faults, fault_kill_group, base_dir, workdir, verbose, grace))
+    if fault_kill_group:
+        raise CliError("--fault-kill-group needs replica groups (spec.faultTolerance); use --fault-kill to kill one rank", exit_code=2)
     ports = local_run.free_ports(spec.nodes + 1)
     uid = local_run.new_local_uid()  # one run: its restarts share the node-local tiers, a new invocation does not
     nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults, uid=uid)

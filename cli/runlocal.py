@@ -119,3 +119,63 @@ def memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def run_replica_groups(job: Any, faults: dict[str, str], kill_group: str | None, base_dir: Path, workdir: Path | None, verbose: bool, grace: float) -> int:
+    """``run --local`` of a job with ``spec.faultTolerance``: its replica groups as separate local gangs beside a local
+    torchft Lighthouse (:mod:`railtrain.cli.local_replica`), each failed group replaced alone.
+
+    Args:
+        job: the checked TrainingJob; faults: the ``--fault-*`` variables (every group's first launch).
+        kill_group: ``--fault-kill-group`` (``group=G,step=S``) or None.
+        base_dir, workdir, verbose, grace: as ``run --local``'s.
+
+    Returns:
+        the exit status (:meth:`railtrain.cli.local_replica.ReplicaGroupRun.run`).
+
+    Raises:
+        CliError: a malformed ``--fault-kill-group`` or one naming a group the job does not have (exit 2); torchft missing.
+    """
+    import tempfile
+    import time
+
+    from railtrain.cli import local as local_run
+    from railtrain.cli import local_replica
+    from railtrain.cli.errors import CliError
+    from railtrain.crds.contract_errors import ContractError
+    from railtrain.crds.faults import parse_kill_group
+
+    ft = job.spec.fault_tolerance
+    kill = None
+    if kill_group:
+        try:
+            kill = parse_kill_group(kill_group)
+        except ContractError as err:
+            raise CliError(str(err), exit_code=2) from None
+        if kill.group >= ft.replica_groups:
+            raise CliError(f"--fault-kill-group: group {kill.group} does not exist (spec.faultTolerance.replicaGroups is {ft.replica_groups})", exit_code=2)
+    uid = local_run.new_local_uid()
+    logs = local_run.local_log_dir(job.metadata.name, uid)
+    spec = job.spec
+    say(f"{job.metadata.name}: {ft.replica_groups} replica groups of {spec.nodes // ft.replica_groups} node(s) × {spec.procs_per_node} process(es), "
+        f"minReplicas {ft.min_replicas}, quorumTimeoutSeconds {ft.quorum_timeout_seconds}; a failed group is replaced alone")  # fmt: skip
+    say(f"logs: {logs} (a folder per group, and the Lighthouse's)")
+    notify = lambda s: say(s, style="yellow")  # noqa: E731
+    started = time.monotonic()
+
+    def gang(nodes: list[Any], group: int, on_line: Any, log_dir: Path) -> Any:
+        return local_run.LocalGang(nodes, workdir=workdir, verbose=verbose, grace=grace, notify=lambda s: notify(f"replica group {group}: {s}"),
+                                   on_line=on_line, log_dir=log_dir, label=f"group {group} ")  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
+        runner = local_replica.ReplicaGroupRun(job, base_dir, uid, faults, kill, gang, notify, Path(messages), logs)
+        code = runner.run()
+    elapsed = time.monotonic() - started
+    finish_tiers(job, uid, succeeded=code == 0)
+    for line in runner.summaries():
+        say(f"{job.metadata.name}: {line}")
+    if code == 0:
+        say(f"{job.metadata.name}: succeeded in {elapsed:.1f}s (every replica group not left out finished training)", style="green")
+    else:
+        say(f"{job.metadata.name}: failed with exit status {code} after {elapsed:.1f}s", style="red")
+    return code

@@ -196,3 +196,36 @@ def spent_faults(env: Mapping[str, str], messages: list[str | None]) -> set[str]
         if at is None or at <= reached:
             out.add(variable)
     return out
+
+
+@dataclass(frozen=True)
+class KillGroupFault:
+    """A whole replica group killed at a step (``railtrain run --local --fault-kill-group group=G,step=S``; spec.faultTolerance).
+
+    Local runs only, no variable of its own: once the group's rank 0 has logged step ``step`` or a later one (its
+    first launch; steps are logged every ``--log-every`` steps) and every other group has logged ``step − 1`` or a
+    later one (they are training too), the runner SIGKILLs every process of the group at once, as when the
+    group's machines are lost, and replaces the group; its replacement gets no fault.
+    """
+
+    group: int
+    step: int
+
+
+def parse_kill_group(text: str, flag: str = "--fault-kill-group") -> KillGroupFault:
+    """Parse ``group=G,step=S`` (both whole numbers ≥ 0; ``step`` ≥ 1).
+
+    Raises:
+        ContractError: an unknown or missing key, or a bad value; the message names ``flag``.
+    """
+    values: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, raw = (x.strip() for x in part.partition("="))
+        if not sep or key not in ("group", "step"):
+            raise ContractError(f"{flag} must be comma-separated key=value pairs of group, step, got {text!r}")
+        values[key] = coerce(int, raw, f"{flag} {key}")
+    if set(values) != {"group", "step"}:
+        raise ContractError(f"{flag} needs group and step, got {text!r}")
+    if values["group"] < 0 or values["step"] < 1:
+        raise ContractError(f"{flag}: group must be >= 0 and step >= 1, got {text!r}")
+    return KillGroupFault(**values)

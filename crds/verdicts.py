@@ -63,6 +63,13 @@ REASON_CHECKPOINT_MISMATCH = "CheckpointMismatch"
 """user-error: the checkpoint to resume from was written by another model (a tensor missing, extra
 or of another shape; the message names it). Loading it again would fail the same way."""
 
+REASON_QUORUM_LOST = "QuorumLost"
+"""retryable: a replica group (spec.faultTolerance) waited ``quorumTimeoutSeconds`` for a quorum of ``minReplicas``
+live groups and none formed (torchft's Lighthouse); the group gave up. The same word as the operator's Failed reason
+(:data:`railtrain.crds.reasons.QUORUM_LOST`): whether the job then fails is the operator's decision (or ``railtrain
+run --local``'s), because restarting this group alone cannot bring the missing ones back. ``step`` is the last step the
+group committed."""
+
 TERMINATION_MESSAGE_MAX_BYTES = 4096
 """The kubelet keeps at most this many bytes of a termination message."""
 _REASON = re.compile(r"[A-Z][A-Za-z0-9]*\Z")

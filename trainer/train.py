@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract, threads
+from railtrain.crds.replica_groups import read_replica_group_env
 from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState
 from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, model_shape, read_launch_context
@@ -241,7 +242,15 @@ class Trainer:
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
         self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp,
                                         in_nvlink_domain(environ))
-        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dims.dp_rank(info.rank), dims.dp_degree,
+        # replica groups (spec.faultTolerance): torchft's Manager across groups, DDP inside each (trainer/replica.py)
+        self.replica_env = replica_env = read_replica_group_env(environ)
+        dp_rank, dp_degree = dims.dp_rank(info.rank), dims.dp_degree
+        if replica_env is not None:
+            from railtrain.trainer import replica
+
+            replica.check_group_layout(dims.describe(), dims.uses_fsdp, dims.tp, dims.pp, dims.cp)
+            dp_rank, dp_degree = replica.group_data_slice(replica_env, dp_rank, dp_degree)
+        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dp_rank, dp_degree,
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1
@@ -260,8 +269,24 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         self.health = build_hook(config, info, dims, self.model, self.contract, self.log)
         self.prometheus = self.health.metrics
+        # with replica groups every group resumes from the checkpoints (a restarted job resumes as today), but only
+        # group 0 writes them: one copy of the model; a replacement group heals from a live peer at its first quorum
+        self.writes_checkpoints = replica_env is None or replica_env.group == 0
         self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
         self.step = 0
+        self.committed = True
+        """Whether the last :meth:`train_step` was committed (always, without replica groups)."""
+        self.replica = None
+        if replica_env is not None:
+            from railtrain.trainer import replica
+
+            self.replica = replica.ReplicaSync(
+                replica_env, info.rank, info.world_size, replica.model_state(self.model, self.optimizer, lambda: self.step),
+                replica.load_model_state(self.model, self.optimizer, self._set_step), self.log, environ,
+            )  # fmt: skip
+
+    def _set_step(self, step: int) -> None:
+        self.step = step
 
     def log(self, line: str) -> None:
         """Print ``line`` on rank 0 only."""
@@ -288,6 +313,8 @@ class Trainer:
         loss = self.forward_backward(inputs, targets).detach()
         self.health.before_collective(step)
         max_norm = self.config.grad_clip or float("inf")
+        if self.replica is not None:  # the gradients averaged over the replica groups in this step's quorum
+            self.replica.allreduce_gradients(self.model)
         grad_norm = float(clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], max_norm, self.pp_group))
 
         def recompute() -> torch.Tensor:
@@ -298,7 +325,8 @@ class Trainer:
         skip = hold and self.health.monitor.enabled  # skipped as a data anomaly (with the checks off, only not finite)
         # Never an update from a non-finite gradient norm or loss, whatever the health checks said (or if they are
         # off): the values on every rank are the all-reduced ones, so every rank takes the same branch.
-        if not hold and math.isfinite(grad_norm) and math.isfinite(loss_value):
+        self.committed = self.replica is None or self.replica.should_commit()  # every group of the quorum finished the step
+        if self.committed and not hold and math.isfinite(grad_norm) and math.isfinite(loss_value):
             self.optimizer.step()
             if self.fp8:
                 float8.precompute_scales(self.model)
@@ -371,6 +399,8 @@ class Trainer:
                 f"bubble={bubble_fraction(self.dims.pp, self.microbatches):.3f}"
             )
         self.resume()
+        if self.replica is not None:
+            self.replica.set_step(self.step)  # the quorum compares steps: a resumed group is ahead of a fresh one
         if self.step >= c.steps and self.checkpointer is not None:
             self.log(f"nothing to train: {self.checkpointer.start_over_hint(self.step)}, and --steps is {c.steps}; {self._start_over()}")
         self.health.start()
@@ -381,10 +411,19 @@ class Trainer:
         start = time.perf_counter()
         try:
             while self.step < c.steps:
+                if self.replica is not None:
+                    self.health.phase(self.step, "quorum")
+                    self.replica.start_step()  # may heal from a peer: self.step jumps to the quorum's step
+                    if self.step >= c.steps:
+                        break
                 self.step += 1
                 t0 = time.perf_counter()
                 loss_value, grad_norm, lr, skipped = self.train_step(self.step)
                 step_s = time.perf_counter() - t0
+                if not self.committed:  # a replica group of the quorum failed mid-step: run the same step again
+                    self.log(f"step={self.step} not committed (replica groups); running it again")
+                    self.step -= 1
+                    continue
                 tokens_per_s = tokens_per_step / step_s
                 self.health.end_step(self.step, step_s)  # progress metrics, then the checks due
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)) and not skipped:  # the health checks are off
@@ -399,7 +438,7 @@ class Trainer:
                         record["compute_s"] = self.health.monitor.last_times  # per rank, from the straggler check
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
-                if self.checkpointer and (due := self.checkpointer.due(self.step, c.steps)):
+                if self.checkpointer and self.writes_checkpoints and (due := self.checkpointer.due(self.step, c.steps)):
                     self.health.phase(self.step, "checkpoint")
                     blocked = self.save_checkpoint(c.steps)
                     self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
@@ -412,6 +451,8 @@ class Trainer:
             if metrics:
                 metrics.close()
         self.log(f"done step={self.step} elapsed_s={time.perf_counter() - start:.1f}")
+        if self.replica is not None:
+            self.log(f"replica group {self.replica.env.group}: done, healed {self.replica.healed} time(s), ran {self.replica.retried} step(s) again")
 
     def close(self) -> None:
         """Leave the process group and free the model and optimizer (idempotent)."""
@@ -419,6 +460,8 @@ class Trainer:
             self.start_deadline.cancel()
         if getattr(self, "checkpointer", None) is not None:
             self.checkpointer.close()
+        if getattr(self, "replica", None) is not None:
+            self.replica.close()
         if getattr(self, "health", None) is not None:
             self.health.close()  # the watchdog and the metrics endpoint
         shutdown_distributed()

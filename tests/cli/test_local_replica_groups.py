@@ -1,0 +1,141 @@
+"""`railtrain run --local` with replica groups (spec.faultTolerance, issue 31): real torchrun worlds, gloo and torchft.
+
+Two replica groups of one process each train the tiny preset on a few bytes per step. One test kills a whole group
+and checks that the other keeps stepping, loses no step, and that the replacement heals from it and steps with it
+again; one takes the quorum away for good and checks that the survivor waits out quorumTimeoutSeconds and fails
+with QuorumLost. Every wait polls the runner's own records against a deadline; none sleeps a fixed time.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchft")
+
+from railtrain.cli import local as local_run  # noqa: E402
+from railtrain.cli import local_replica, runlocal  # noqa: E402
+from railtrain.crds.faults import KillGroupFault  # noqa: E402
+from railtrain.crds.verdicts import REASON_QUORUM_LOST  # noqa: E402
+from tests.cli import manifests  # noqa: E402
+
+CLI = [sys.executable, "-m", "railtrain.cli.main"]
+DEADLINE_S = 240.0
+"""The most one run may take on a loaded 2-core machine before the test gives up (it is about 20 s idle)."""
+STALL_BOUND_S = 8.0
+"""The survivors' longest wait between two step lines after the kill. The Lighthouse drops a silent group after
+``HEARTBEAT_TIMEOUT_MS`` (1 s) and forms the next quorum within ``JOIN_TIMEOUT_MS`` (0.5 s); the failed step then
+runs again and gloo reconnects (an earlier drill, docs/fault-tolerance.md, saw 1.0–1.24 s in all at load 11–14).
+8 s leaves room for this machine's load and stays far below what a survivor waiting for the replacement would show
+(its spawn → first step is 8–21 s in that drill: torch's import alone takes 4–10 s)."""
+
+
+def trainer_job(tmp_path: Path, steps: int, **fault_tolerance: int) -> tuple[object, dict[str, str]]:
+    """A 2-group × 1-process job of the tiny preset on 2 × 16-byte sequences per step; the checked job and its faults."""
+    run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
+    doc = manifests.job(
+        name="rg",
+        command=["torchrun", "-m", "railtrain.trainer"],
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", "2", "--seq-len", "16",
+              "--log-every", "1", "--no-health", "--threads", "1"],
+        faultTolerance={"replicaGroups": 2, **fault_tolerance},
+        **({"runPolicy": run_policy} if run_policy else {}),
+    )  # fmt: skip
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    return runlocal.checked_job(path, None, {})
+
+
+def runner(tmp_path: Path, job: object, faults: dict[str, str], kill: KillGroupFault | None) -> local_replica.ReplicaGroupRun:
+    screen = io.StringIO()
+
+    def gang(nodes, group, on_line, log_dir):
+        return local_run.LocalGang(nodes, workdir=tmp_path, grace=2, out=screen, on_line=on_line, log_dir=log_dir, label=f"group {group} ")
+
+    messages = tmp_path / "messages"
+    messages.mkdir()
+    return local_replica.ReplicaGroupRun(job, tmp_path, local_run.new_local_uid(), faults, kill, gang, lambda s: screen.write(s + "\n"),
+                                         messages, tmp_path / "logs")  # fmt: skip
+
+
+def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_never_stops(tmp_path):
+    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=1)  # the survivor would train on; the test ends the run
+    run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
+    thread.start()
+    replacement = run.groups[1]
+
+    def replacement_steps() -> list[tuple[float, int]]:  # the step lines of group 1's second launch
+        return [(t, n) for t, n in replacement.step_times if len(replacement.launched_at) > 1 and t >= replacement.launched_at[1]]
+
+    deadline = time.monotonic() + DEADLINE_S
+    # done when the replacement logged 3 steps of its own, in the quorum with the survivor
+    while time.monotonic() < deadline and thread.is_alive() and len(replacement_steps()) < 3:
+        time.sleep(0.2)
+    run.request_stop()
+    thread.join(timeout=60)
+    record = run.record()
+    g0, g1 = record["groups"]
+    assert result.get("code") == 130, record
+    assert run.killed is not None and g1["replacements"] == 1 and g0["replacements"] == 0, record
+    killed_at = max(n for t, n in replacement.step_times if t < replacement.launched_at[1])  # the step group 1 was killed after
+    stall, missing = local_replica.survivor_stall(record, killed=1, after_step=killed_at)
+    assert missing == [], f"the survivor skipped steps {missing}"
+    assert stall < STALL_BOUND_S, f"the survivor stalled {stall:.2f}s"
+    # the replacement healed from the survivor: its first step is past the survivor's step when it was relaunched,
+    # not step 1 (it starts from nothing: no checkpoints in this job), and every step it logged the survivor logged too
+    steps = [n for _, n in replacement_steps()]
+    survivor_at_relaunch = max(n for t, n in g0["step_times"] if t <= g1["launched_at"][1])  # the kill waits for it to step
+    assert steps and steps[0] > survivor_at_relaunch, record
+    assert g1["healed"] >= 1
+    assert set(steps) <= {n for _, n in g0["step_times"]}, "the replacement stepped steps the survivor never did"
+    print(f"survivor stall {stall:.2f}s after group 1 was killed at step {killed_at}; replacement resumed at step {steps[0]}")
+
+
+def test_quorum_lost_waits_out_the_deadline_then_fails_with_quorum_lost(tmp_path):
+    timeout_s = 3
+    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=2, quorumTimeoutSeconds=timeout_s, backoffLimit=0)
+    run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=3))
+    result: dict[str, float] = {}
+
+    def body() -> None:
+        result["code"] = run.run()
+        result["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(timeout=DEADLINE_S)
+    if thread.is_alive():
+        run.request_stop()
+        thread.join(timeout=60)
+        pytest.fail(f"the run did not end within {DEADLINE_S}s: {run.record()}")
+    g0, g1 = run.groups
+    assert result["code"] not in (0, 130), run.record()
+    assert g0.reason == REASON_QUORUM_LOST, run.record()
+    assert g1.lost and g1.replacements == 0
+    last_step_at, last_step = g0.step_times[-1]
+    assert run.killed is not None and last_step < 3 + 5  # group 1 dies a moment after its step-3 line; then nothing commits
+    assert result["ended"] - last_step_at >= timeout_s, "the survivor gave up before quorumTimeoutSeconds"
+
+
+@pytest.mark.parametrize(
+    "extra,fault_tolerance,message",
+    [
+        (["--fault-kill-group", "group=1,step=2"], False, "--fault-kill-group needs replica groups (spec.faultTolerance)"),
+        (["--fault-kill-group", "group=2,step=2"], True, "--fault-kill-group: group 2 does not exist"),
+        (["--fault-kill-group", "group=1"], True, "--fault-kill-group needs group and step"),
+    ],
+)
+def test_fault_kill_group_is_checked_before_anything_starts(tmp_path, extra, fault_tolerance, message):
+    doc = manifests.job(command=["python", "-c", "print('never')"], **({"faultTolerance": {"replicaGroups": 2}} if fault_tolerance else {}))
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = subprocess.run([*CLI, "run", str(path), "--local", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "never" not in proc.stdout

@@ -1,0 +1,91 @@
+"""The trainer's replica-group pieces (trainer/replica.py): data slices, the layouts refused, and torchft's Manager in
+one process against a real Lighthouse: a lone group heals from nothing and commits; a quorum that cannot form ends
+in QuorumLost after quorumTimeoutSeconds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torchft = pytest.importorskip("torchft")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from railtrain.crds import verdicts  # noqa: E402
+from railtrain.crds.replica_groups import ReplicaGroupEnv  # noqa: E402
+from railtrain.trainer import replica  # noqa: E402
+from railtrain.trainer.health.verdict import HealthVerdict  # noqa: E402
+
+
+def env(lighthouse: str, group: int = 0, groups: int = 2, min_replicas: int = 1, timeout_s: int = 2) -> ReplicaGroupEnv:
+    return ReplicaGroupEnv(lighthouse=lighthouse, group=group, groups=groups, min_replicas=min_replicas, quorum_timeout_seconds=timeout_s)
+
+
+def test_groups_take_disjoint_data_slices():
+    slices = [replica.group_data_slice(env("x", group=g, groups=3), r, 2) for g in range(3) for r in range(2)]
+    assert slices == [(i, 6) for i in range(6)]
+
+
+@pytest.mark.parametrize("fsdp,tp,pp,cp", [(True, 1, 1, 1), (False, 2, 1, 1), (False, 1, 2, 1), (False, 1, 1, 2)])
+def test_only_plain_data_parallelism_runs_inside_a_group(fsdp, tp, pp, cp):
+    with pytest.raises(ValueError, match=r"^spec.faultTolerance: replica groups run plain data parallelism"):
+        replica.check_group_layout("fsdp=2", fsdp, tp, pp, cp)
+    replica.check_group_layout("ddp data=2", False, 1, 1, 1)
+
+
+@pytest.fixture
+def lighthouse():
+    from torchft._torchft import LighthouseServer
+
+    def start(min_replicas: int):
+        server = LighthouseServer(bind="127.0.0.1:0", min_replicas=min_replicas, join_timeout_ms=100, quorum_tick_ms=50, heartbeat_timeout_ms=1000)
+        servers.append(server)
+        return server.address()
+
+    servers: list = []
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def sync_for(address: str, model: nn.Module, optimizer: torch.optim.Optimizer, **kw) -> replica.ReplicaSync:
+    state = {"step": 0}
+    return replica.ReplicaSync(
+        env(address, **kw), 0, 1, replica.model_state(model, optimizer, lambda: state["step"]),
+        replica.load_model_state(model, optimizer, lambda s: state.update(step=s)), lambda line: None, environ={},
+    )  # fmt: skip
+
+
+def test_a_lone_group_commits_with_min_replicas_one(lighthouse):
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sync = sync_for(lighthouse(1), model, optimizer, min_replicas=1)
+    try:
+        for step in range(1, 3):
+            sync.start_step()
+            model(torch.ones(3, 4)).sum().backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+            sync.allreduce_gradients(model)
+            assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))  # the average over one group
+            assert sync.should_commit() and sync.step == step and sync.participants() == 1
+            optimizer.step()
+            optimizer.zero_grad()
+    finally:
+        sync.close()
+
+
+def test_no_quorum_within_the_timeout_is_quorum_lost(lighthouse):
+    model = nn.Linear(4, 2)
+    sync = sync_for(lighthouse(2), model, torch.optim.SGD(model.parameters(), lr=0.1), min_replicas=2, timeout_s=2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(HealthVerdict) as caught:
+            sync.start_step()
+    finally:
+        sync.close()
+    waited = time.monotonic() - started
+    assert caught.value.verdict == verdicts.VERDICT_RETRYABLE and caught.value.reason == verdicts.REASON_QUORUM_LOST
+    assert "minReplicas=2" in caught.value.message and "quorumTimeoutSeconds=2" in caught.value.message
+    assert waited >= 2, f"gave up after {waited:.2f}s, before quorumTimeoutSeconds"

@@ -1,0 +1,204 @@
+"""Replica groups (``spec.faultTolerance``): the data-parallel dimension across groups on torchft's Manager.
+
+A job with replica groups runs one torchrun world per group (DDP inside it, as without groups). Across groups,
+torchft (PyPI ``torchft``, pinned by the ``ft`` extra) keeps a quorum of live groups at every step through one
+Lighthouse: :class:`ReplicaSync` holds this process's ``torchft.Manager`` and gives the trainer four calls per step:
+
+1. :meth:`ReplicaSync.start_step`: the step's quorum (synchronous). A group that is behind the quorum's newest step
+   heals here: it fetches a live peer's model, optimizer and step over torchft's HTTP transport and loads them
+   (:meth:`ReplicaSync.state_dict` / ``load_state_dict`` callbacks). No quorum of ``minReplicas`` groups within
+   ``quorumTimeoutSeconds`` raises :class:`~railtrain.trainer.health.verdict.HealthVerdict` ``QuorumLost``.
+2. :meth:`ReplicaSync.allreduce_gradients`: each gradient averaged over the groups in the quorum, one
+   ``manager.allreduce`` per gradient. torchft's own ``DistributedDataParallel`` wrapper is not used: in a drill
+   on these CPUs it crashed the surviving groups when a peer died (docs/fault-tolerance.md;
+   ``assert fut._fut`` in ``torchft/ddp.py``), while per-gradient ``manager.allreduce`` survived it; the tests
+   of ``tests/cli/test_local_replica_groups.py`` kill a group under this path.
+3. :meth:`ReplicaSync.should_commit`: every group votes; the optimizer steps only when it returns True. A step
+   whose all-reduce lost a peer returns False and the trainer runs the same step again (no step is skipped).
+
+What is not wired (docs/fault-tolerance.md): FSDP, tensor, pipeline or context parallelism inside a group (their
+sharded state would have to heal shard by shard; refused by :func:`check_group_layout`), and the SDC parameter
+fingerprints across groups (they compare replicas inside a group only).
+
+May import torch and torchft (imported only when a job has replica groups); never kopf.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+from railtrain.crds import verdicts
+from railtrain.crds.replica_groups import ReplicaGroupEnv
+from railtrain.trainer.health.verdict import HealthVerdict
+
+COLLECTIVE_TIMEOUT_S = 60.0
+"""Seconds a cross-group all-reduce, ``should_commit`` or a heal's transfer may take (torchft's ``timeout``; its
+own variable ``TORCHFT_TIMEOUT_SEC`` wins). A peer that dies mid-all-reduce usually fails it at once (its
+connections reset); this bounds the case where it hangs instead."""
+
+
+def check_group_layout(describe: str, uses_fsdp: bool, tp: int, pp: int, cp: int) -> None:
+    """Refuse a layout inside a replica group that this version does not heal: only DDP (or one process) is wired.
+
+    Args:
+        describe: the degrees in words (``ParallelDims.describe()``), for the message.
+        uses_fsdp, tp, pp, cp: the group's own degrees.
+
+    Raises:
+        ValueError: FSDP, tensor, pipeline or context parallelism inside a group (one sentence naming the field).
+    """
+    if uses_fsdp or tp > 1 or pp > 1 or cp > 1:
+        raise ValueError(
+            f"spec.faultTolerance: replica groups run plain data parallelism inside each group in this version, but the "
+            f"group's degrees are {describe}; set spec.parallelism to data only (fsdp, tensor, pipeline and context 1)"
+        )
+
+
+def group_data_slice(env: ReplicaGroupEnv, dp_rank: int, dp_degree: int) -> tuple[int, int]:
+    """This rank's data-parallel ``(rank, degree)`` over the whole job: group ``g``'s ranks take slices
+    ``g × dp_degree … (g + 1) × dp_degree − 1`` of ``R × dp_degree``, so no two groups train on the same batch.
+
+    Args:
+        env: the replica-group variables.
+        dp_rank, dp_degree: the rank's data-parallel coordinate and degree inside its group.
+    """
+    return env.group * dp_degree + dp_rank, env.groups * dp_degree
+
+
+class ReplicaSync:
+    """This process's torchft Manager for the replica dimension (see the module's docstring for the per-step calls).
+
+    Args:
+        env: the replica-group variables (:func:`railtrain.crds.replica_groups.read_replica_group_env`).
+        rank, world_size: this process's rank and the size of its group's torchrun world.
+        state_dict: returns the state a healing peer receives (model, optimizer, step).
+        load_state_dict: loads such a state (called on the training thread by torchft, during :meth:`start_step`).
+        log: prints one line (the trainer's rank-0 log).
+        environ: the process environment (``MASTER_ADDR``/``MASTER_PORT`` of the group's torchrun store).
+
+    Raises:
+        ImportError: torchft is not installed (``pip install 'railtrain[ft]'``).
+    """
+
+    def __init__(self, env: ReplicaGroupEnv, rank: int, world_size: int, state_dict: Callable[[], dict[str, Any]],
+                 load_state_dict: Callable[[dict[str, Any]], None], log: Callable[[str], None],
+                 environ: Mapping[str, str] = os.environ) -> None:  # fmt: skip
+        try:
+            from torchft import Manager
+            from torchft.process_group import ProcessGroupGloo
+        except ImportError as err:
+            raise ImportError(f"spec.faultTolerance needs torchft: pip install 'railtrain[ft]' ({err})") from None
+        self.env = env
+        self.log = log
+        self.healed = 0
+        """Times this process loaded a peer's state (its group was behind the quorum's newest step)."""
+        self.retried = 0
+        """Steps run again because ``should_commit`` said no (a peer died mid-step, or too few groups)."""
+        self._store = None
+        store_addr, store_port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+        if not store_addr or not store_port:  # one process without torchrun: its own store for torchft
+            from torch.distributed import TCPStore
+
+            self._store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+            store_addr, store_port = "127.0.0.1", str(self._store.port)
+        timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        self._user_load = load_state_dict
+        self.manager = Manager(
+            pg=ProcessGroupGloo(timeout=timeout),
+            load_state_dict=self._load,
+            state_dict=state_dict,
+            min_replica_size=env.min_replicas,
+            use_async_quorum=False,  # the quorum (and a heal) completes before the step's forward
+            timeout=timeout,
+            quorum_timeout=datetime.timedelta(seconds=env.quorum_timeout_seconds),
+            connect_timeout=datetime.timedelta(seconds=max(10, min(60, env.quorum_timeout_seconds))),
+            rank=rank,
+            world_size=world_size,
+            store_addr=store_addr,
+            store_port=int(store_port),
+            lighthouse_addr=env.lighthouse,
+            replica_id=f"replica_group_{env.group}",
+            init_sync=True,  # a group joining at step 0 behind a peer heals from it (a resumed job's group 0)
+        )
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self.healed += 1
+        self._user_load(state)
+
+    def set_step(self, step: int) -> None:
+        """Tell the Manager this group's committed step, e.g. after resuming from a checkpoint (before the first quorum)."""
+        self.manager.load_state_dict({"step": step, "batches_committed": self.manager.batches_committed()})
+
+    @property
+    def step(self) -> int:
+        """The Manager's count of committed steps (the trainer's step after a heal)."""
+        return self.manager.current_step()
+
+    def start_step(self) -> None:
+        """The step's quorum; a heal from a peer when this group is behind (its state is loaded before returning).
+
+        Raises:
+            HealthVerdict: ``retryable`` ``QuorumLost``: no quorum of ``minReplicas`` groups within ``quorumTimeoutSeconds``.
+        """
+        healed = self.healed
+        try:
+            self.manager.start_quorum()
+        except Exception as err:  # torchft raises the Lighthouse's timeout as a plain RuntimeError
+            raise HealthVerdict(
+                verdicts.VERDICT_RETRYABLE, verdicts.REASON_QUORUM_LOST,
+                f"replica group {self.env.group}: no quorum of spec.faultTolerance.minReplicas={self.env.min_replicas} of "
+                f"{self.env.groups} replica groups within quorumTimeoutSeconds={self.env.quorum_timeout_seconds} "
+                f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'})",
+                step=self.step,
+            ) from None  # fmt: skip
+        if self.healed > healed:
+            self.log(f"replica group {self.env.group}: healed from a peer at step {self.step} "
+                     f"(quorum {self.manager.num_participants()} of {self.env.groups} groups)")  # fmt: skip
+
+    def allreduce_gradients(self, model: nn.Module) -> None:
+        """Average every gradient of ``model`` over the groups in this step's quorum (one ``manager.allreduce`` each).
+
+        A failure (a peer died) is recorded by torchft, not raised: :meth:`should_commit` then returns False.
+        """
+        works = [self.manager.allreduce(p.grad) for p in model.parameters() if p.grad is not None]
+        for work in works:
+            work.wait()
+
+    def should_commit(self) -> bool:
+        """Whether every group of the quorum finished the step (the optimizer may step); False: run it again."""
+        ok = self.manager.should_commit()
+        if not ok:
+            self.retried += 1
+        return ok
+
+    def participants(self) -> int:
+        """Groups in this step's quorum."""
+        return self.manager.num_participants()
+
+    def close(self) -> None:
+        """Stop the Manager's server and threads (idempotent enough: torchft's shutdown may be called twice)."""
+        try:
+            self.manager.shutdown(wait=False)
+        except Exception:  # noqa: BLE001 - shutting down after a failure must not hide it
+            pass
+
+
+def model_state(model: nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], int]) -> Callable[[], dict[str, Any]]:
+    """The state a healing peer receives: ``{"model", "optimizer", "step"}`` of this rank (a callback for :class:`ReplicaSync`)."""
+    return lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step()}
+
+
+def load_model_state(model: nn.Module, optimizer: torch.optim.Optimizer, set_step: Callable[[int], None]) -> Callable[[dict[str, Any]], None]:
+    """Loads what :func:`model_state` sent: the peer's weights, optimizer state and step (a callback for :class:`ReplicaSync`)."""
+
+    def load(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        set_step(int(state["step"]))
+
+    return load
