@@ -86,7 +86,8 @@ def progress_line(status: dict[str, Any], now: datetime) -> str | None:
 
 
 def goodput_line(status: dict[str, Any]) -> str | None:
-    """``92% training of 1h02m: queued 1m00s, starting 2m00s, lost 3m00s (restart_node_lost 2m00s, recompute 30s)``; None without status.goodput."""
+    """``92% training of 1h02m: queued 1m00s, starting 2m00s, lost 3m00s (restart_node_lost 2m00s, recompute 30s)``, and
+    ``, degraded 40s`` when replica groups' absences cost training capacity (status.goodput.degradedSeconds, 1 s or more); None without status.goodput."""
     g = status.get("goodput") or {}
     if "wallSeconds" not in g:
         return None
@@ -95,6 +96,7 @@ def goodput_line(status: dict[str, Any]) -> str | None:
     return (
         f"{g.get('ratio', 0):.0%} training of {duration(g['wallSeconds'])}: queued {duration(g.get('queuedSeconds', 0))}, "
         f"starting {duration(g.get('startingSeconds', 0))}, lost {duration(sum(lost.values()))}" + (f" ({causes})" if causes else "")
+        + (f", degraded {duration(g['degradedSeconds'])} (replica groups absent; counted in training)" if g.get("degradedSeconds", 0) >= 1 else "")
     )
 
 

@@ -30,6 +30,14 @@ rank 0 still answers). The operator moves ``lastStepAt`` only when the step move
 
 ``ratio`` = training / wall: the "effective training time ratio" the field
 reports (e.g. Llama 3's > 90 %, ByteRobust's 97 %).
+
+Replica groups (``spec.faultTolerance``, crds/replica_groups.py): while one of R
+groups is replaced or lost the others train on, so that time is training, not
+lost; it is *degraded*: the job trains at (R−k)/R while k groups are absent.
+``degradedSeconds`` (:func:`degraded_seconds`) is the training capacity the
+absences cost, in seconds of the whole job: each group's absent seconds over R,
+summed; it is a part of ``trainingSeconds`` (never more than it), not added to
+the wall time.
 """
 
 from __future__ import annotations
@@ -106,6 +114,10 @@ class Goodput(Model):
         default_factory=dict,
         description="Lost time by cause: restart_job, restart_node_lost, restart_quarantine, restart_elastic, restart_in_place_<verdict> (downtime from an attempt's last step to the next one's first), recompute (steps done again after an older checkpoint was restored), checkpoint (step loop blocked by saves).",
     )
+    degraded_seconds: float | None = Field(
+        None, ge=0,
+        description="Replica groups (spec.faultTolerance): the part of trainingSeconds lost to absent groups, in seconds of the whole job (each group's absent seconds / replicaGroups, summed); the job trained on meanwhile at (R-k)/R, so it is counted here, not as lost time. Absent for a job without replica groups.",
+    )  # fmt: skip
     ratio: float = Field(0, ge=0, le=1, description="trainingSeconds / wallSeconds.")
     last_update_time: datetime = Field(description="The time the breakdown was computed for (RFC 3339).")
     attempts: list[AttemptRecord] = Field(default_factory=list, max_length=MAX_ATTEMPTS, description="The gangs the breakdown is computed from, oldest first (the operator's record).")
@@ -235,6 +247,27 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
         training_seconds=round(training, 3), lost_seconds={k: round(v, 3) for k, v in sorted(lost.items())},
         ratio=round(training / wall, 4) if wall > 0 else 0.0, last_update_time=now,
     )  # fmt: skip
+
+
+def degraded_seconds(absences: list[tuple[float, datetime | None]], now: datetime) -> float:
+    """The training capacity replica groups' absences cost, in seconds of the whole job (module docstring).
+
+    Args:
+        absences: one ``(absent seconds in ended absences, start of the current absence or None)`` per replica group,
+            every group of the job (R = its length).
+        now: the time the breakdown is computed for.
+
+    Returns:
+        ``Σ (absent + (now − since)) / R`` in seconds (0 without groups); a ``since`` after ``now`` counts 0.
+    """
+    if not absences:
+        return 0.0
+    return sum(done + (_seconds(since, now) if since is not None else 0.0) for done, since in absences) / len(absences)
+
+
+def with_degraded(g: Goodput, degraded: float) -> Goodput:
+    """``g`` with ``degradedSeconds`` set: ``degraded`` capped at ``g.training_seconds`` (an absence can only cost time the job trained)."""
+    return g.model_copy(update={"degraded_seconds": round(min(max(0.0, degraded), g.training_seconds), 3)})
 
 
 def total(g: Goodput) -> float:

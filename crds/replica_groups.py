@@ -376,5 +376,7 @@ class ReplicaGroupStatus(_Model):
     gang: int = Field(0, ge=0, description="The job's restart count (status.restarts) this record belongs to; a whole-gang restart starts every group Running again.")
     last_replacement_time: str | None = Field(None, description="When the group's pods were last replaced (RFC 3339).")
     replace_after: str | None = Field(None, description="The group's new pods are not created before this time (the restart backoff, counted for this group).")
+    absent_seconds: float = Field(0, ge=0, description="Seconds this group was out of training in absences that ended (Replacing, Relocating; an absence a whole-gang restart ended counts to that restart); status.goodput.degradedSeconds is computed from it.")
+    absent_since: str | None = Field(None, description="When the group's current absence began (RFC 3339): it left Running then and has not trained since; None while it trains.")
     reason: str | None = Field(None, description="Reason of the group's last replacement or loss.")
     message: str | None = Field(None, description="What happened, in one sentence.")

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from railtrain.crds import reasons
-from railtrain.crds.goodput import MAX_ATTEMPTS, breakdown, to_attempts
+from railtrain.crds.goodput import MAX_ATTEMPTS, breakdown, degraded_seconds, to_attempts, with_degraded
 from railtrain.crds.api import Condition, TrainingJobStatus
 from railtrain.crds.times import format_micro_time, parse_time_or_none
 from railtrain.operator.job.conditions import SCHEDULED, condition_of, true_of
@@ -45,6 +45,9 @@ def _attempts(status: Mapping[str, Any]) -> list[dict[str, Any]]:
 def goodput(status: TrainingJobStatus | Mapping[str, Any], attempts: list[dict[str, Any]], created: str | None, now: datetime) -> dict[str, Any] | None:
     """status.goodput (camelCase) for these attempts at ``now`` (the completion time once finished); None without a creation time or with a malformed record.
 
+    With replica groups (``status.replicaGroups``) ``degradedSeconds`` is computed from the groups' absences
+    (:func:`railtrain.crds.goodput.degraded_seconds`).
+
     ``status`` is read through the model (:func:`~railtrain.operator.job.stored.read_status` when given as stored).
     """
     born = parse_time_or_none(created)
@@ -63,6 +66,9 @@ def goodput(status: TrainingJobStatus | Mapping[str, Any], attempts: list[dict[s
         seen = [t for a in records for t in (a.released, a.first_step_at, a.last_step_at, a.ended) if t is not None]
         end = max([end, *seen])
     g = breakdown(born, records, end or now)
+    if s.replica_groups:  # replica groups: their absences are degraded training, not lost time (crds/goodput.py)
+        absences = [(r.absent_seconds, parse_time_or_none(r.absent_since)) for r in s.replica_groups]
+        g = with_degraded(g, degraded_seconds(absences, end or now))
     return g.to_api() | {"attempts": attempts}
 
 

@@ -80,3 +80,17 @@ def test_the_status_models_round_trip_in_camel_case():
     api = g.to_api()
     assert set(api) == {"wallSeconds", "queuedSeconds", "startingSeconds", "trainingSeconds", "lostSeconds", "ratio", "lastUpdateTime", "attempts"}
     assert type(g).model_validate(api) == g
+
+
+def test_replica_groups_absences_are_degraded_training_in_seconds_of_the_whole_job():
+    """Issue 31, goodput: while one of R groups is absent the job trains at (R-1)/R; the absence is degraded training, not lost time."""
+    from railtrain.crds.goodput import degraded_seconds, with_degraded
+
+    # three groups: group 1 was absent 12 s and came back, group 2 has been absent since 100 s; at 130 s
+    absences = [(0.0, None), (12.0, None), (0.0, at(100))]
+    assert degraded_seconds(absences, at(130)) == pytest.approx((12 + 30) / 3)
+    assert degraded_seconds([], at(130)) == 0 and degraded_seconds([(0.0, at(140))], at(130)) == 0  # a start after now counts 0
+    g = with_degraded(breakdown(T0, [Attempt(at(10), 1, at(30), 40, at(120))], at(130)), degraded_seconds(absences, at(130)))
+    assert g.degraded_seconds == 14 and g.training_seconds == 100 and g.lost_seconds == {} and total(g) == pytest.approx(130)  # counted in training
+    assert with_degraded(g, 500).degraded_seconds == 100  # never more than the training time
+    assert "degradedSeconds" not in breakdown(T0, [], at(5)).to_api()  # a job without replica groups does not show it

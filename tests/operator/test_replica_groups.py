@@ -251,3 +251,23 @@ def test_a_rank_reporting_quorum_lost_fails_the_job_with_that_reason():
     fail(pods[3], message=contract.format_termination_message("retryable", "QuorumLost", "no quorum of 1 groups within 300 s", ranks=[6], step=40))
     p = plan(obj, pods)
     assert p.status["phase"] == "Failed" and find(p.status["conditions"], "Failed")["reason"] == "QuorumLost"
+
+
+def test_a_replaced_groups_absence_is_recorded_and_goodput_counts_it_as_degraded_training():
+    """Issue 31, goodput: group 1 out from NOW to NOW + 10 s while group 0 trains; of 2 groups, 10 s absent is 5 s of the whole job."""
+    from railtrain.operator.job import attempts
+
+    obj = ft_job()
+    pods = pods_of(obj)
+    p = plan(obj, [q for q in pods if q["metadata"]["name"] != "llm-3"])
+    g1 = p.status["replicaGroups"][1]
+    assert g1["absentSince"] == "2026-12-04T12:00:00.000000Z" and g1.get("absentSeconds", 0) == 0
+    assert "absentSince" not in p.status["replicaGroups"][0]
+    later = NOW + timedelta(seconds=10)
+    back = planner.plan(ft_job(status=p.status), pods_of(obj), True, later, nodes=[node(n) for n in NODES], lighthouse=seen(obj))
+    g1 = back.status["replicaGroups"][1]
+    assert g1["phase"] == "Running" and g1["absentSeconds"] == 10 and "absentSince" not in g1
+    progress = {"step": 30, "lastUpdateTime": "2026-12-04T12:00:10Z"}
+    status = back.status | {"goodput": {"attempts": [{"released": RELEASED, "firstStep": 1, "firstStepAt": "2026-12-04T11:00:30Z"}]}}
+    g = attempts.with_progress(status, progress, None, None, "2026-12-04T10:59:00Z", later)
+    assert g["degradedSeconds"] == 5 and "degraded" not in str(g["lostSeconds"])  # training at 1/2 for 10 s: 5 s of the whole job, not lost

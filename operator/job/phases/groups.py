@@ -25,13 +25,13 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from railtrain.crds import inplace, reasons, recovery
 from railtrain.crds import replica_groups as rg
 from railtrain.crds.api import AdmissionRecord
-from railtrain.crds.times import format_time, parse_time_or_none
+from railtrain.crds.times import format_micro_time, format_time, parse_time_or_none
 from railtrain.operator.job import binding, render, workload
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import inplace as job_inplace
@@ -90,10 +90,19 @@ def group_records(step: Step) -> dict[int, rg.ReplicaGroupStatus]:
     out = {}
     for g in range(groups):
         r = known.get(g) or rg.ReplicaGroupStatus(group=g, gang=step.restarts)
-        if r.gang != step.restarts:
-            r = r.model_copy(update={"phase": rg.GROUP_RUNNING, "gang": step.restarts, "replace_after": None})
+        if r.gang != step.restarts:  # a whole-gang restart: every group starts again; an absence ends with it (goodput counts the restart as lost)
+            r = r.model_copy(update={"phase": rg.GROUP_RUNNING, "gang": step.restarts, "replace_after": None} | returned(r, step.now))
         out[g] = r
     return out
+
+
+def returned(rec: rg.ReplicaGroupStatus, now: datetime) -> dict[str, Any]:
+    """The record's update when a group trains again at ``now`` (pure): its current absence (``absentSince``) is added
+    to ``absentSeconds`` and closed; ``{}`` when it was not absent. status.goodput.degradedSeconds reads both (crds/goodput.py)."""
+    since = parse_time_or_none(rec.absent_since)
+    if since is None:
+        return {}
+    return {"absent_seconds": round(rec.absent_seconds + max(0.0, (now - since).total_seconds()), 3), "absent_since": None}
 
 
 def _group_of(step: Step, rank: int) -> int:
@@ -196,6 +205,7 @@ def _replace(step: Step, records: dict[int, rg.ReplicaGroupStatus], gd: inplace.
     step.delete([p for p in step.gang if g * per <= rank_of(p) < (g + 1) * per])
     rec = records[g]
     update: dict[str, Any] = {"job_restarts": gd.job_restarts, "infrastructure_restarts": gd.infrastructure_restarts, "reason": d.reason, "message": d.message}
+    update["absent_since"] = rec.absent_since or format_micro_time(step.now)  # out of training from now until its pods run again
     if gd.path == inplace.PATH_GROUP:
         after = step.now + timedelta(seconds=d.backoff_seconds)
         update |= {"phase": rg.GROUP_RELOCATING if gd.elsewhere else rg.GROUP_REPLACING, "replacements": rec.replacements + 1,
@@ -254,7 +264,7 @@ def _recreate(step: Step, records: dict[int, rg.ReplicaGroupStatus]) -> str | No
             continue
         ranks = range(g * per, (g + 1) * per)
         if all(k in live and phase(live[k]) in HEALTHY_POD_PHASES for k in ranks):
-            records[g] = rec.model_copy(update={"phase": rg.GROUP_RUNNING, "replace_after": None})
+            records[g] = rec.model_copy(update={"phase": rg.GROUP_RUNNING, "replace_after": None} | returned(rec, step.now))
             log_line(step, f"group {g} replaced: its {per} pod(s) run again")
             continue
         if since is not None and (step.now - since).total_seconds() > timeout:
@@ -329,4 +339,4 @@ REPLICA_GROUP_FAILED = Transition(
     "minReplicas (ReplicaGroupLost); the job fails (QuorumLost, a user error); or, every group down, the rows below restart the whole gang.",
 )
 
-__all__ = ["LIGHTHOUSE", "REPLICA_GROUP_FAILED", "group_records", "lighthouse_wanted", "troubled"]
+__all__ = ["LIGHTHOUSE", "REPLICA_GROUP_FAILED", "group_records", "lighthouse_wanted", "returned", "troubled"]
