@@ -195,6 +195,8 @@ class ReplicaGroupRun:
         self.killed: float | None = None
         """``time.monotonic()`` when ``kill`` fired (None: not yet, or no kill)."""
         self._stop_requested = threading.Event()
+        self.lighthouse_restarts: list[tuple[float, float]] = []
+        """``(seen dead, listening again)`` in ``time.monotonic()`` for each Lighthouse restarted (:meth:`_keep_lighthouse`)."""
         self.unneeded: list[int] = []
         """Groups whose replacement was stopped before it joined because another group had finished training."""
 
@@ -305,6 +307,7 @@ class ReplicaGroupRun:
                 if self._stop_requested.wait(0.1):  # supervising processes: each group's end is seen within 0.1 s
                     raise KeyboardInterrupt
                 self._stop_unneeded()
+                self._keep_lighthouse()
                 for state in self.groups:
                     thread = self._threads.get(state.group)
                     if thread is None or thread.is_alive() or state.code in (None, 0) or state.lost:
@@ -327,6 +330,26 @@ class ReplicaGroupRun:
         if all(s.lost for s in self.groups):
             return next((s.code for s in reversed(self.groups) if s.code), 1)
         return 0
+
+    def _keep_lighthouse(self) -> None:
+        """A Lighthouse that exited while groups run is started again at once on the same port, as the operator
+        recreates its pod (docs/fault-tolerance.md, "The Lighthouse lost"): the groups' managers reconnect and ask it
+        again (torchft's quorum retries, :func:`railtrain.trainer.replica.quorum_retries`).
+
+        Raises:
+            CliError: the new Lighthouse did not listen (:meth:`Lighthouse.wait_listening`).
+        """
+        lighthouse = self.lighthouse
+        if lighthouse is None or lighthouse.proc.poll() is None:
+            return
+        seen = time.monotonic()
+        code = lighthouse.proc.returncode
+        lighthouse.stop()
+        self.lighthouse = Lighthouse(self.ft.min_replicas, lighthouse.port, self.log_dir / "lighthouse.log")
+        self.lighthouse.wait_listening()
+        self.lighthouse_restarts.append((seen, time.monotonic()))
+        self.notify(f"lighthouse exited with status {code}; started again on {self.lighthouse.address} in "
+                    f"{time.monotonic() - seen:.1f}s (restart {len(self.lighthouse_restarts)}); the groups' quorum requests retry")  # fmt: skip
 
     def _ended(self, state: GroupState) -> int | None:
         """A group's gang failed: replace it alone, give it up, or (``QuorumLost``) fail the run (its exit status)."""
@@ -369,8 +392,9 @@ class ReplicaGroupRun:
         return [s.summary() for s in self.groups]
 
     def record(self) -> dict[str, Any]:
-        """The run as data: per group its steps, heals, replacements and step times (seconds since the run started)."""
+        """The run as data: per group its steps, heals, replacements and step times, and each Lighthouse restart (seen dead, listening again); seconds since the run started."""
         return {
+            "lighthouse_restarts": [(round(a - self.started, 3), round(b - self.started, 3)) for a, b in self.lighthouse_restarts],
             "groups": [
                 {"group": s.group, "step": s.step, "healed": s.healed, "replacements": s.replacements, "lost": s.lost, "code": s.code,
                  "reason": s.reason, "launched_at": [round(t - self.started, 3) for t in s.launched_at],

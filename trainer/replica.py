@@ -42,6 +42,48 @@ own variable ``TORCHFT_TIMEOUT_SEC`` wins). A peer that dies mid-all-reduce usua
 connections reset); this bounds the case where it hangs instead."""
 
 
+TIMEOUT_ENV = "TORCHFT_TIMEOUT_SEC"
+"""torchft's own variable for its ``timeout``; railtrain's process group across groups takes it too (:func:`collective_timeout`)."""
+
+
+def collective_timeout(environ: Mapping[str, str]) -> float:
+    """Seconds of :data:`COLLECTIVE_TIMEOUT_S`, or ``TORCHFT_TIMEOUT_SEC`` when set (a positive number), for both the
+    Manager and the gloo process group across groups (the group's gloo timeout is what ends an all-reduce on a stale
+    process group: docs/fault-tolerance.md, "The Lighthouse lost").
+
+    Raises:
+        ValueError: ``TORCHFT_TIMEOUT_SEC`` is set but not a positive number (one sentence naming it).
+    """
+    raw = environ.get(TIMEOUT_ENV)
+    if not raw:
+        return COLLECTIVE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+LIGHTHOUSE_RETRY_S = 1.0
+"""About how often a group's manager asks again for a quorum its Lighthouse did not answer (the Lighthouse was lost
+mid-request and is being restarted): torchft's manager server sleeps ``quorum_timeout / (retries + 1)`` after a failed
+request, then reconnects and asks again (:func:`quorum_retries`)."""
+
+
+def quorum_retries(quorum_timeout_seconds: int) -> int:
+    """torchft's ``quorum_retries`` for a quorum timeout: one retry per :data:`LIGHTHOUSE_RETRY_S` of it (at least 1).
+
+    torchft's default is 0: a quorum request the Lighthouse dropped (it died mid-request) is then never answered, and
+    every group waits out ``quorumTimeoutSeconds`` although a new Lighthouse serves within seconds (measured:
+    docs/fault-tolerance.md, "The Lighthouse lost"). With retries the manager server sleeps
+    ``quorum_timeout / (retries + 1)`` (about 1 s here), reconnects and asks the new Lighthouse; the rank still gives
+    up at ``quorumTimeoutSeconds`` (``QuorumLost``), whatever the retries.
+    """
+    return max(1, int(quorum_timeout_seconds / LIGHTHOUSE_RETRY_S))
+
+
 def check_group_layout(describe: str, uses_fsdp: bool, tp: int, pp: int, cp: int) -> None:
     """Refuse a layout inside a replica group that this version does not heal: only DDP (or one process) is wired.
 
@@ -106,7 +148,7 @@ class ReplicaSync:
 
             self._store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
             store_addr, store_port = "127.0.0.1", str(self._store.port)
-        timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        timeout = datetime.timedelta(seconds=collective_timeout(environ))
         self._user_load = load_state_dict
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=timeout),
@@ -116,6 +158,7 @@ class ReplicaSync:
             use_async_quorum=False,  # the quorum (and a heal) completes before the step's forward
             timeout=timeout,
             quorum_timeout=datetime.timedelta(seconds=env.quorum_timeout_seconds),
+            quorum_retries=quorum_retries(env.quorum_timeout_seconds),  # a Lighthouse lost mid-request: ask the new one
             connect_timeout=datetime.timedelta(seconds=max(10, min(60, env.quorum_timeout_seconds))),
             rank=rank,
             world_size=world_size,

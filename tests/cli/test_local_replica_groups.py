@@ -139,3 +139,45 @@ def test_fault_kill_group_is_checked_before_anything_starts(tmp_path, extra, fau
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "never" not in proc.stdout
+
+
+def test_a_killed_lighthouse_is_started_again_and_both_groups_train_on_together(tmp_path, monkeypatch):
+    """Issue 31, "the Lighthouse killed": the runner starts a new Lighthouse on the same port at once; the groups' managers
+    ask it again for the quorum their dead Lighthouse dropped (torchft's quorum retries, trainer/replica.quorum_retries):
+    without them every group waits out quorumTimeoutSeconds and the run fails with QuorumLost. The new Lighthouse counts
+    quorum ids from 1 again, so a group whose last quorum id it repeats keeps its old process group and its next
+    all-reduce waits out torchft's timeout (TORCHFT_TIMEOUT_SEC, 60 s by default, 5 s here) before both reconfigure
+    (docs/fault-tolerance.md, "The Lighthouse lost")."""
+    monkeypatch.setenv("TORCHFT_TIMEOUT_SEC", "5")  # the workers inherit it: a stale process group fails in 5 s, not 60
+    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=1, quorumTimeoutSeconds=200)
+    run = runner(tmp_path, job, faults, None)
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and thread.is_alive() and not all(g.step >= 3 for g in run.groups):
+        time.sleep(0.2)
+    assert run.lighthouse is not None and all(g.step >= 3 for g in run.groups), run.record()
+    at_kill = [g.step for g in run.groups]
+    killed = time.monotonic()
+    run.lighthouse.proc.kill()  # SIGKILL, as when its node is lost
+
+    def after(g) -> list[int]:
+        return [n for t, n in g.step_times if t > killed]
+
+    # done when both groups logged 3 steps past the step each had at the kill, or the run ended
+    while time.monotonic() < deadline and thread.is_alive() and not all(len([n for n in after(g) if n > s]) >= 3 for g, s in zip(run.groups, at_kill)):
+        time.sleep(0.2)
+    run.request_stop()
+    thread.join(timeout=60)
+    record = run.record()
+    assert result.get("code") == 130, record  # stopped by the test, not failed (QuorumLost would end it first)
+    assert len(record["lighthouse_restarts"]) == 1, record
+    assert [g["replacements"] for g in record["groups"]] == [0, 0], record  # no group restarted: they trained on
+    for g, s in zip(run.groups, at_kill):
+        assert len([n for n in after(g) if n > s]) >= 3, f"group {g.group} did not train on after the Lighthouse was killed: {record}"
+    both = set(after(run.groups[0])) & set(after(run.groups[1]))
+    assert len(both) >= 2, f"the groups never stepped together again: {record}"  # in one quorum again, not each alone
+    stalls = [max(b - a for a, b in zip(ts, ts[1:])) for g in run.groups if len(ts := [killed] + [t for t, _ in g.step_times if t > killed]) > 1]
+    print(f"Lighthouse killed at steps {at_kill}; started again in {record['lighthouse_restarts'][0][1] - record['lighthouse_restarts'][0][0]:.2f}s; "
+          f"longest stall per group {[round(x, 2) for x in stalls]} s")  # fmt: skip

@@ -89,3 +89,14 @@ def test_no_quorum_within_the_timeout_is_quorum_lost(lighthouse):
     assert caught.value.verdict == verdicts.VERDICT_RETRYABLE and caught.value.reason == verdicts.REASON_QUORUM_LOST
     assert "minReplicas=2" in caught.value.message and "quorumTimeoutSeconds=2" in caught.value.message
     assert waited >= 2, f"gave up after {waited:.2f}s, before quorumTimeoutSeconds"
+
+
+def test_quorum_retries_ask_about_every_second_and_the_timeout_variable_is_checked():
+    """A Lighthouse lost mid-request is asked again about every second until quorumTimeoutSeconds (torchft's
+    manager server sleeps timeout / (retries + 1) between tries); TORCHFT_TIMEOUT_SEC sets the cross-group timeout."""
+    assert replica.quorum_retries(300) == 300 and replica.quorum_retries(1) == 1 and replica.quorum_retries(0) == 1
+    assert 300 / (replica.quorum_retries(300) + 1) <= replica.LIGHTHOUSE_RETRY_S
+    assert replica.collective_timeout({}) == replica.COLLECTIVE_TIMEOUT_S and replica.collective_timeout({"TORCHFT_TIMEOUT_SEC": "5"}) == 5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValueError, match="TORCHFT_TIMEOUT_SEC must be a positive number"):
+            replica.collective_timeout({"TORCHFT_TIMEOUT_SEC": bad})
