@@ -120,16 +120,26 @@ def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:
 def _finish(verbs: KueueVerbs, seen: Observed, stored: dict[str, Any] | None, succeeded: bool, now: datetime,
             pods: Sequence[dict[str, Any]]) -> KueueView:
     """A finished job's Workload (``seen``: the job as observed): ``Finished`` written, then railtrain's finalizer dropped
-    (Kueue's ``jobframework`` order)."""
+    (Kueue's ``jobframework`` order), both in this one call when no pod of the job is live.
+
+    Both in one call, because no later reconcile is certain: a finished job's pods that already ended send no more
+    events, and the resync skips a Succeeded job without a TTL (operator/resync.py). Writing ``Finished`` and waiting
+    for a next pass to drop the finalizer left the Workload Finished with the finalizer forever (found by
+    tests/kueue/test_kueue_cluster.py in two fresh-clone runs). The finalizer goes with the Workload read again after
+    the status write (the write moved its resourceVersion); a pod still live keeps it until that pod's own event.
+    """
     job = seen.obj
     if stored is None:
         return KueueView()
     current = kueuestatus.view(stored)
     if current.state != kueuestatus.FINISHED and not stored["metadata"].get("deletionTimestamp"):
         ended = cond.condition_of(seen.status, cond.SUCCEEDED if succeeded else cond.FAILED)
-        if verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, ended.message if ended is not None else "", now)):
-            return KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
-        return current
+        if not verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, ended.message if ended is not None else "", now)):
+            return current  # gone or changed since read: the next reconcile reads it again
+        current = KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
+        stored = verbs.get_workload(stored["metadata"]["namespace"], stored["metadata"]["name"])
+        if stored is None:
+            return current
     if names.FINALIZER in (stored["metadata"].get("finalizers") or []) and not _live(job, pods):
         verbs.remove_finalizer(stored)
     return current

@@ -131,3 +131,30 @@ def test_admitted_inside_kueues_assignment_waits_on_quota_and_stops_whole_when_e
     done = wait_for(lambda: (w := workload_of(custom, namespace, urgent_wl)) and names.FINALIZER not in (w["metadata"].get("finalizers") or []) and w,
                     120, "the finished job's Workload Finished and its finalizer gone")
     assert condition(done["status"], "Finished")["reason"] == "Succeeded"
+
+
+def test_a_finished_jobs_workload_is_finished_and_released_in_the_same_pass(local_kueue, kueue_queue, namespace, kube):
+    """The scene above failed twice in fresh-clone runs on its last wait: the finished job's Workload was Finished but
+    kept railtrain's finalizer for good. The reconcile that saw the job finished wrote Finished and left the finalizer
+    to a next pass, and none came: the job's pods had ended (no more events) and the resync skips a Succeeded job.
+    One sync of a finished job whose pods are not live must now do both (operator/kueue.py, ``_finish``)."""
+    from datetime import datetime, timezone
+
+    from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
+    from railtrain.operator import kueue as kueue_sync
+    from railtrain.operator.job.observed import observe_job
+    from railtrain.operator.kube.verbs import Kube
+
+    queue = kueue_queue(namespace, {TAG: uuid.uuid4().hex[:8]}, gpus=16)  # a flavor over no node: Kueue never admits it here
+    job = kube.custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("done", queue))
+    edge, levels, now = Kube(kube.api_client), (RAILTRAIN_BLOCK, RAILTRAIN_RACK, HOSTNAME), datetime.now(timezone.utc)
+    kueue_sync.sync(edge, job, observe_job(job), levels, [], now)  # the waiting job's Workload, with railtrain's finalizer
+    name = workload_name(job["metadata"])
+    assert names.FINALIZER in workload_of(kube.custom, namespace, name)["metadata"]["finalizers"]
+
+    finished = job | {"status": {"phase": "Succeeded", "conditions": [
+        {"type": "Succeeded", "status": "True", "reason": "AllRanksSucceeded", "message": "every rank exited 0", "lastTransitionTime": "2026-12-04T12:00:00Z"}]}}
+    view = kueue_sync.sync(edge, finished, observe_job(finished), levels, [], now)  # one pass, no pod live
+    wl = workload_of(kube.custom, namespace, name)
+    assert view.state == "Finished" and condition(wl["status"], "Finished")["reason"] == "Succeeded", wl.get("status")
+    assert names.FINALIZER not in (wl["metadata"].get("finalizers") or []), wl["metadata"]
