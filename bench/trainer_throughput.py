@@ -69,10 +69,9 @@ class PlainLoop:
 
     def __init__(self, trainer: Any) -> None:
         import torch
-        from torch.distributed.pipelining import PipelineStage
 
         from railtrain.trainer.model import lm_loss
-        from railtrain.trainer.pipeline import SCHEDULES
+        from railtrain.trainer.pipeline import build_schedule
         from railtrain.trainer.train import build_model
 
         c, dims, info = trainer.config, trainer.dims, trainer.info
@@ -87,8 +86,8 @@ class PlainLoop:
         if dims.pp > 1:
             m = trainer.microbatches
             self.stage = dims.coordinates(info.rank)["pp"]
-            stage = PipelineStage(self.model, self.stage, dims.pp, info.device, group=trainer.mesh["pp"].get_group())
-            self.schedule = SCHEDULES[c.pp_schedule](stage, n_microbatches=m, loss_fn=lambda out, y: lm_loss(out, y) / m, scale_grads=False)
+            self.schedule = build_schedule(self.model, self.stage, dims.pp, info.device, trainer.mesh["pp"].get_group(), c.pp_schedule, m,
+                                           lambda out, y: lm_loss(out, y) / m)  # fmt: skip
 
     def run(self, steps: int) -> None:
         """``steps`` optimizer steps on the fixed batch; returns after the device and every rank are done."""
