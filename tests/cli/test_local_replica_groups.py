@@ -64,19 +64,26 @@ def runner(tmp_path: Path, job: object, faults: dict[str, str], kill: KillGroupF
 
 
 def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_never_stops(tmp_path):
+    """While group 1 is gone, group 0 steps on alone: no gap over STALL_BOUND_S and no step skipped, from the kill to the
+    replacement's first step. The replacement heals from group 0 (it starts past group 0's step at its relaunch) and
+    the two step together again. From then on the job's steps (either group's) never stop longer than the bound nor
+    skip one: under heavy load (16 on 2 cores in a fresh-clone run) the Lighthouse may drop a group whose heartbeat is
+    late (1 s) for a few steps, and it heals back from the other; that is torchft's design, not a lost step."""
     job, faults = trainer_job(tmp_path, steps=100000, minReplicas=1)  # the survivor would train on; the test ends the run
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
     result: dict[str, int] = {}
     thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
     thread.start()
-    replacement = run.groups[1]
+    survivor, replacement = run.groups
 
     def replacement_steps() -> list[tuple[float, int]]:  # the step lines of group 1's second launch
         return [(t, n) for t, n in replacement.step_times if len(replacement.launched_at) > 1 and t >= replacement.launched_at[1]]
 
+    def together() -> set[int]:  # steps both groups logged since the replacement's first one: one quorum again
+        return {n for _, n in replacement_steps()} & {n for _, n in survivor.step_times}
+
     deadline = time.monotonic() + DEADLINE_S
-    # done when the replacement logged 3 steps of its own, in the quorum with the survivor
-    while time.monotonic() < deadline and thread.is_alive() and len(replacement_steps()) < 3:
+    while time.monotonic() < deadline and thread.is_alive() and len(together()) < 3:
         time.sleep(0.2)
     run.request_stop()
     thread.join(timeout=60)
@@ -84,18 +91,28 @@ def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_n
     g0, g1 = record["groups"]
     assert result.get("code") == 130, record
     assert run.killed is not None and g1["replacements"] == 1 and g0["replacements"] == 0, record
+    assert len(together()) >= 3, f"the replacement never stepped with the survivor: {record}"
     killed_at = max(n for t, n in replacement.step_times if t < replacement.launched_at[1])  # the step group 1 was killed after
-    stall, missing = local_replica.survivor_stall(record, killed=1, after_step=killed_at)
-    assert missing == [], f"the survivor skipped steps {missing}"
-    assert stall < STALL_BOUND_S, f"the survivor stalled {stall:.2f}s"
+    rejoined = min(t for t, _ in g1["step_times"] if t >= g1["launched_at"][1])  # the record's seconds since the run started
+    alone = {"groups": [g0 | {"step_times": [(t, n) for t, n in g0["step_times"] if t <= rejoined]}, g1]}  # the kill → the replacement's first step
+    stall, missing = local_replica.survivor_stall(alone, killed=1, after_step=killed_at)
+    assert missing == [], f"the survivor skipped steps {missing} while alone"
+    assert stall < STALL_BOUND_S, f"the survivor stalled {stall:.2f}s while alone"
     # the replacement healed from the survivor: its first step is past the survivor's step when it was relaunched,
-    # not step 1 (it starts from nothing: no checkpoints in this job), and every step it logged the survivor logged too
+    # not step 1 (it starts from nothing: no checkpoints in this job)
     steps = [n for _, n in replacement_steps()]
     survivor_at_relaunch = max(n for t, n in g0["step_times"] if t <= g1["launched_at"][1])  # the kill waits for it to step
     assert steps and steps[0] > survivor_at_relaunch, record
     assert g1["healed"] >= 1
-    assert set(steps) <= {n for _, n in g0["step_times"]}, "the replacement stepped steps the survivor never did"
-    print(f"survivor stall {stall:.2f}s after group 1 was killed at step {killed_at}; replacement resumed at step {steps[0]}")
+    # after the rejoin: the job's steps, whichever group logged them, are contiguous and never stop past the bound
+    job_steps = sorted({(n, t) for g in record["groups"] for t, n in g["step_times"] if t >= rejoined}, key=lambda x: (x[1], x[0]))
+    numbers = sorted({n for n, _ in job_steps})
+    assert numbers == list(range(numbers[0], numbers[-1] + 1)), f"steps no group logged after the rejoin: {record}"
+    times = [t for _, t in job_steps]
+    job_stall = max([b - a for a, b in zip(times, times[1:])], default=0.0)
+    assert job_stall < STALL_BOUND_S, f"the job stopped {job_stall:.2f}s after the rejoin"
+    print(f"survivor stall {stall:.2f}s after group 1 was killed at step {killed_at}; replacement resumed at step {steps[0]}; "
+          f"longest gap after the rejoin {job_stall:.2f}s")
 
 
 def test_quorum_lost_waits_out_the_deadline_then_fails_with_quorum_lost(tmp_path):
