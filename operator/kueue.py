@@ -117,6 +117,11 @@ def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:
     return kueuestatus.view(made) if made is not None else KueueView(name=want["metadata"]["name"])
 
 
+FINISH_TRIES = 5
+"""Reads and guarded writes :func:`_finish` makes before it leaves a finished job's Workload to the next reconcile (each
+lost race with Kueue's own status writes costs one)."""
+
+
 def _finish(verbs: KueueVerbs, seen: Observed, stored: dict[str, Any] | None, succeeded: bool, now: datetime,
             pods: Sequence[dict[str, Any]]) -> KueueView:
     """A finished job's Workload (``seen``: the job as observed): ``Finished`` written, then railtrain's finalizer dropped
@@ -126,22 +131,28 @@ def _finish(verbs: KueueVerbs, seen: Observed, stored: dict[str, Any] | None, su
     events, and the resync skips a Succeeded job without a TTL (operator/resync.py). Writing ``Finished`` and waiting
     for a next pass to drop the finalizer left the Workload Finished with the finalizer forever (found by
     tests/kueue/test_kueue_cluster.py in two fresh-clone runs). The finalizer goes with the Workload read again after
-    the status write (the write moved its resourceVersion); a pod still live keeps it until that pod's own event.
+    the status write (the write moved its resourceVersion); a pod still live keeps it until that pod's own event. A
+    write that lost a race with Kueue's own status write (409: Kueue marks a new Workload Pending at about the same
+    moment) reads the Workload again and tries again, up to :data:`FINISH_TRIES` times.
     """
     job = seen.obj
     if stored is None:
         return KueueView()
+    ns, name = stored["metadata"]["namespace"], stored["metadata"]["name"]
+    ended = cond.condition_of(seen.status, cond.SUCCEEDED if succeeded else cond.FAILED)
     current = kueuestatus.view(stored)
-    if current.state != kueuestatus.FINISHED and not stored["metadata"].get("deletionTimestamp"):
-        ended = cond.condition_of(seen.status, cond.SUCCEEDED if succeeded else cond.FAILED)
-        if not verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, ended.message if ended is not None else "", now)):
-            return current  # gone or changed since read: the next reconcile reads it again
-        current = KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
-        stored = verbs.get_workload(stored["metadata"]["namespace"], stored["metadata"]["name"])
+    for _ in range(FINISH_TRIES):  # Kueue writes the Workload's status too: a guarded write that lost the race reads it again
+        if current.state == kueuestatus.FINISHED or stored["metadata"].get("deletionTimestamp"):
+            if names.FINALIZER not in (stored["metadata"].get("finalizers") or []) or _live(job, pods) or verbs.remove_finalizer(stored):
+                return current
+        elif verbs.patch_workload_status(stored, kueuestatus.finished_status(stored, succeeded, ended.message if ended is not None else "", now)):
+            current = KueueView(name=current.name, state=kueuestatus.FINISHED, reason="Succeeded" if succeeded else "Failed")
+        stored = verbs.get_workload(ns, name)  # after a write (its resourceVersion moved) or a lost race
         if stored is None:
             return current
-    if names.FINALIZER in (stored["metadata"].get("finalizers") or []) and not _live(job, pods):
-        verbs.remove_finalizer(stored)
+        if current.state != kueuestatus.FINISHED:
+            current = kueuestatus.view(stored)
+    log.warning("%s/%s: Workload %s still changing after %d tries to finish it; the next reconcile tries again", ns, job["metadata"]["name"], name, FINISH_TRIES)
     return current
 
 
