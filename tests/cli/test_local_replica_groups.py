@@ -141,6 +141,42 @@ def test_quorum_lost_waits_out_the_deadline_then_fails_with_quorum_lost(tmp_path
     assert result["ended"] - last_step_at >= timeout_s, "the survivor gave up before quorumTimeoutSeconds"
 
 
+def test_below_min_replicas_training_waits_and_resumes_when_the_group_returns(tmp_path):
+    """Issue 31, "quorum lost (training waits, resumes when a group returns)": with minReplicas 2 of 2, group 1 killed,
+    group 0 commits no step alone; the runner replaces group 1 within quorumTimeoutSeconds, it heals from group 0, and
+    both step on together with no step lost and no QuorumLost."""
+    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=2, quorumTimeoutSeconds=200)
+    run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
+    thread.start()
+    survivor, replacement = run.groups
+
+    def together() -> set[int]:  # steps both groups logged since the replacement was launched
+        later = {n for t, n in replacement.step_times if len(replacement.launched_at) > 1 and t >= replacement.launched_at[1]}
+        return later & {n for _, n in survivor.step_times}
+
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and thread.is_alive() and len(together()) < 3:
+        time.sleep(0.2)
+    run.request_stop()
+    thread.join(timeout=60)
+    record = run.record()
+    g0, g1 = record["groups"]
+    assert result.get("code") == 130 and g0["reason"] is None and g1["replacements"] == 1, record  # no QuorumLost: stopped by the test
+    assert len(together()) >= 3, f"the groups never stepped together again: {record}"
+    killed_at = max(n for t, n in g1["step_times"] if t < g1["launched_at"][1])
+    first = min(n for t, n in g1["step_times"] if t >= g1["launched_at"][1])  # the replacement's first step, after its heal
+    assert g1["healed"] >= 1 and first > killed_at, record
+    alone = [n for _, n in g0["step_times"] if killed_at + 1 < n < first]  # the step in flight at the kill may still commit
+    assert alone == [], f"group 0 committed steps {alone} without a second group (minReplicas 2): {record}"
+    numbers = sorted({n for g in record["groups"] for _, n in g["step_times"]})
+    assert numbers == list(range(numbers[0], numbers[-1] + 1)), f"steps no group logged: {record}"
+    times = [t for t, _ in g0["step_times"]]
+    waited = max(b - a for a, b in zip(times, times[1:]))
+    print(f"group 0 waited {waited:.1f}s for group 1's replacement (killed after step {killed_at}, back at step {first}), then both stepped on")
+
+
 @pytest.mark.parametrize(
     "extra,fault_tolerance,message",
     [
