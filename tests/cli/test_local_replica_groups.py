@@ -63,6 +63,31 @@ def runner(tmp_path: Path, job: object, faults: dict[str, str], kill: KillGroupF
                                          messages, tmp_path / "logs")  # fmt: skip
 
 
+def replacement_steps(run: local_replica.ReplicaGroupRun) -> list[tuple[float, int]]:
+    """The step lines of group 1's second launch (its replacement), ``(time.monotonic(), step)``."""
+    g1 = run.groups[1]
+    return [(t, n) for t, n in g1.step_times if len(g1.launched_at) > 1 and t >= g1.launched_at[1]]
+
+
+def together(run: local_replica.ReplicaGroupRun) -> set[int]:
+    """Steps both groups logged since group 1's replacement was launched: in one quorum again."""
+    return {n for _, n in replacement_steps(run)} & {n for _, n in run.groups[0].step_times}
+
+
+def run_until_together(run: local_replica.ReplicaGroupRun, common: int = 3) -> tuple[int | None, dict]:
+    """Run ``run`` until both groups logged ``common`` steps together after group 1's replacement (or DEADLINE_S
+    passed, or the run ended), then stop it; returns its exit status (130: stopped here) and its record."""
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and thread.is_alive() and len(together(run)) < common:
+        time.sleep(0.2)
+    run.request_stop()
+    thread.join(timeout=60)
+    return result.get("code"), run.record()
+
+
 def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_never_stops(tmp_path):
     """While group 1 is gone, group 0 steps on alone: no gap over STALL_BOUND_S and no step skipped, from the kill to the
     replacement's first step. The replacement heals from group 0 (it starts past group 0's step at its relaunch) and
@@ -71,27 +96,12 @@ def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_n
     late (1 s) for a few steps, and it heals back from the other; that is torchft's design, not a lost step."""
     job, faults = trainer_job(tmp_path, steps=100000, minReplicas=1)  # the survivor would train on; the test ends the run
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
-    result: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
-    thread.start()
-    survivor, replacement = run.groups
-
-    def replacement_steps() -> list[tuple[float, int]]:  # the step lines of group 1's second launch
-        return [(t, n) for t, n in replacement.step_times if len(replacement.launched_at) > 1 and t >= replacement.launched_at[1]]
-
-    def together() -> set[int]:  # steps both groups logged since the replacement's first one: one quorum again
-        return {n for _, n in replacement_steps()} & {n for _, n in survivor.step_times}
-
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline and thread.is_alive() and len(together()) < 3:
-        time.sleep(0.2)
-    run.request_stop()
-    thread.join(timeout=60)
-    record = run.record()
+    replacement = run.groups[1]
+    code, record = run_until_together(run)
     g0, g1 = record["groups"]
-    assert result.get("code") == 130, record
+    assert code == 130, record
     assert run.killed is not None and g1["replacements"] == 1 and g0["replacements"] == 0, record
-    assert len(together()) >= 3, f"the replacement never stepped with the survivor: {record}"
+    assert len(together(run)) >= 3, f"the replacement never stepped with the survivor: {record}"
     killed_at = max(n for t, n in replacement.step_times if t < replacement.launched_at[1])  # the step group 1 was killed after
     rejoined = min(t for t, _ in g1["step_times"] if t >= g1["launched_at"][1])  # the record's seconds since the run started
     alone = {"groups": [g0 | {"step_times": [(t, n) for t, n in g0["step_times"] if t <= rejoined]}, g1]}  # the kill → the replacement's first step
@@ -100,7 +110,7 @@ def test_a_killed_group_is_replaced_alone_heals_from_its_peer_and_the_survivor_n
     assert stall < STALL_BOUND_S, f"the survivor stalled {stall:.2f}s while alone"
     # the replacement healed from the survivor: its first step is past the survivor's step when it was relaunched,
     # not step 1 (it starts from nothing: no checkpoints in this job)
-    steps = [n for _, n in replacement_steps()]
+    steps = [n for _, n in replacement_steps(run)]
     survivor_at_relaunch = max(n for t, n in g0["step_times"] if t <= g1["launched_at"][1])  # the kill waits for it to step
     assert steps and steps[0] > survivor_at_relaunch, record
     assert g1["healed"] >= 1
@@ -147,24 +157,10 @@ def test_below_min_replicas_training_waits_and_resumes_when_the_group_returns(tm
     both step on together with no step lost and no QuorumLost."""
     job, faults = trainer_job(tmp_path, steps=100000, minReplicas=2, quorumTimeoutSeconds=200)
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
-    result: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
-    thread.start()
-    survivor, replacement = run.groups
-
-    def together() -> set[int]:  # steps both groups logged since the replacement was launched
-        later = {n for t, n in replacement.step_times if len(replacement.launched_at) > 1 and t >= replacement.launched_at[1]}
-        return later & {n for _, n in survivor.step_times}
-
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline and thread.is_alive() and len(together()) < 3:
-        time.sleep(0.2)
-    run.request_stop()
-    thread.join(timeout=60)
-    record = run.record()
+    code, record = run_until_together(run)
     g0, g1 = record["groups"]
-    assert result.get("code") == 130 and g0["reason"] is None and g1["replacements"] == 1, record  # no QuorumLost: stopped by the test
-    assert len(together()) >= 3, f"the groups never stepped together again: {record}"
+    assert code == 130 and g0["reason"] is None and g1["replacements"] == 1, record  # no QuorumLost: stopped by the test
+    assert len(together(run)) >= 3, f"the groups never stepped together again: {record}"
     killed_at = max(n for t, n in g1["step_times"] if t < g1["launched_at"][1])
     first = min(n for t, n in g1["step_times"] if t >= g1["launched_at"][1])  # the replacement's first step, after its heal
     assert g1["healed"] >= 1 and first > killed_at, record
