@@ -143,9 +143,13 @@ class StepHook:
         """The gang's hang verdict if some rank's watchdog set one, else ``None`` (for the verdict writer)."""
         return self._guard("hang", self.monitor.shared_hang)
 
-    def phase(self, step: int, name: str) -> None:
-        """Record what the loop does now for the hang watchdog: ``checkpoint`` (a save may outlast a step), or any name."""
-        self.monitor.phase(step, name)
+    def phase(self, step: int, name: str, at_least_s: float | None = None) -> None:
+        """Record what the loop does now for the hang watchdog: ``checkpoint`` (a save may outlast a step), or any name.
+
+        ``at_least_s``: seconds the phase may legitimately last (e.g. waiting for peers up to a timeout of the loop's
+        own); the watchdog's deadline for it is then at least that. Every rank must pass the same value.
+        """
+        self.monitor.phase(step, name, at_least_s)
 
     @property
     def skipped(self) -> int:

@@ -8,6 +8,10 @@ Lighthouse: :class:`ReplicaSync` holds this process's ``torchft.Manager`` and gi
    heals here: it fetches a live peer's model, optimizer and step over torchft's HTTP transport and loads them
    (:meth:`ReplicaSync.state_dict` / ``load_state_dict`` callbacks). No quorum of ``minReplicas`` groups within
    ``quorumTimeoutSeconds`` raises :class:`~railtrain.trainer.health.verdict.HealthVerdict` ``QuorumLost``.
+   A process's first quorum waits longer, ``quorumTimeoutSeconds`` plus the gang's start-up allowance
+   (``hang_warmup_s``): the groups' pods start at different times (scheduling, image pulls, torch's import), and a
+   group that is merely slow to start must not fail the job before it ever trained. The hang watchdog is told how
+   long a quorum may last (:meth:`ReplicaSync.longest_start_s`): a group waiting for its peers is not hung.
 2. :meth:`ReplicaSync.allreduce_gradients`: each gradient averaged over the groups in the quorum, one
    ``manager.allreduce`` per gradient. torchft's own ``DistributedDataParallel`` wrapper is not used: in a drill
    on these CPUs it crashed the surviving groups when a peer died (docs/fault-tolerance.md;
@@ -72,8 +76,10 @@ mid-request and is being restarted): torchft's manager server sleeps ``quorum_ti
 request, then reconnects and asks again (:func:`quorum_retries`)."""
 
 
-def quorum_retries(quorum_timeout_seconds: int) -> int:
+def quorum_retries(quorum_timeout_seconds: float) -> int:
     """torchft's ``quorum_retries`` for a quorum timeout: one retry per :data:`LIGHTHOUSE_RETRY_S` of it (at least 1).
+    The Manager is built with the longest timeout it will use (its first quorum's): later, shorter quorums then
+    ask again more often than once a second, never less.
 
     torchft's default is 0: a quorum request the Lighthouse dropped (it died mid-request) is then never answered, and
     every group waits out ``quorumTimeoutSeconds`` although a new Lighthouse serves within seconds (measured:
@@ -122,6 +128,9 @@ class ReplicaSync:
         load_state_dict: loads such a state (called on the training thread by torchft, during :meth:`start_step`).
         log: prints one line (the trainer's rank-0 log).
         environ: the process environment (``MASTER_ADDR``/``MASTER_PORT`` of the group's torchrun store).
+        start_allowance_s: seconds this process's first quorum waits on top of ``quorumTimeoutSeconds`` for the
+            other groups to start (the trainer passes the health settings' ``hang_warmup_s``, the gang's own
+            start-up allowance; 600 s by default).
 
     Raises:
         ImportError: torchft is not installed (``pip install 'railtrain[ft]'``).
@@ -129,7 +138,7 @@ class ReplicaSync:
 
     def __init__(self, env: ReplicaGroupEnv, rank: int, world_size: int, state_dict: Callable[[], dict[str, Any]],
                  load_state_dict: Callable[[dict[str, Any]], None], log: Callable[[str], None],
-                 environ: Mapping[str, str] = os.environ) -> None:  # fmt: skip
+                 environ: Mapping[str, str] = os.environ, *, start_allowance_s: float) -> None:  # fmt: skip
         try:
             from torchft import Manager
             from torchft.process_group import ProcessGroupGloo
@@ -141,6 +150,9 @@ class ReplicaSync:
         """Times this process loaded a peer's state (its group was behind the quorum's newest step)."""
         self.retried = 0
         """Steps run again because ``should_commit`` said no (a peer died mid-step, or too few groups)."""
+        self.start_allowance_s = float(start_allowance_s)
+        self.quorums = 0
+        """Quorums this process took part in (0: its first is still to come, and gets the start-up allowance)."""
         self._store = None
         store_addr, store_port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
         if not store_addr or not store_port:  # one process without torchrun: its own store for torchft
@@ -148,7 +160,8 @@ class ReplicaSync:
 
             self._store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
             store_addr, store_port = "127.0.0.1", str(self._store.port)
-        timeout = datetime.timedelta(seconds=collective_timeout(environ))
+        self.collective_timeout_s = collective_timeout(environ)
+        timeout = datetime.timedelta(seconds=self.collective_timeout_s)
         self._user_load = load_state_dict
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=timeout),
@@ -158,7 +171,8 @@ class ReplicaSync:
             use_async_quorum=False,  # the quorum (and a heal) completes before the step's forward
             timeout=timeout,
             quorum_timeout=datetime.timedelta(seconds=env.quorum_timeout_seconds),
-            quorum_retries=quorum_retries(env.quorum_timeout_seconds),  # a Lighthouse lost mid-request: ask the new one
+            # a Lighthouse lost mid-request: ask the new one about every second, through the first quorum's longer wait too
+            quorum_retries=quorum_retries(env.quorum_timeout_seconds + self.start_allowance_s),
             connect_timeout=datetime.timedelta(seconds=max(10, min(60, env.quorum_timeout_seconds))),
             rank=rank,
             world_size=world_size,
@@ -182,23 +196,39 @@ class ReplicaSync:
         """The Manager's count of committed steps (the trainer's step after a heal)."""
         return self.manager.current_step()
 
+    def quorum_timeout_s(self) -> float:
+        """Seconds the next quorum may wait for ``minReplicas`` groups: ``quorumTimeoutSeconds``, plus
+        ``start_allowance_s`` for this process's first one."""
+        return self.env.quorum_timeout_seconds + (self.start_allowance_s if self.quorums == 0 else 0.0)
+
+    def longest_start_s(self) -> float:
+        """The longest :meth:`start_step` may legitimately take, seconds: the quorum's timeout and a heal's transfer
+        (the cross-group timeout). The trainer gives the hang watchdog this much for its ``quorum`` phase."""
+        return self.quorum_timeout_s() + self.collective_timeout_s
+
     def start_step(self) -> None:
         """The step's quorum; a heal from a peer when this group is behind (its state is loaded before returning).
 
         Raises:
-            HealthVerdict: ``retryable`` ``QuorumLost``: no quorum of ``minReplicas`` groups within ``quorumTimeoutSeconds``.
+            HealthVerdict: ``retryable`` ``QuorumLost``: no quorum of ``minReplicas`` groups within
+                :meth:`quorum_timeout_s` (``quorumTimeoutSeconds``; the first quorum adds the start-up allowance).
         """
         healed = self.healed
+        timeout_s = self.quorum_timeout_s()
         try:
-            self.manager.start_quorum()
+            self.manager.start_quorum(timeout=datetime.timedelta(seconds=timeout_s))
         except Exception as err:  # torchft raises the Lighthouse's timeout as a plain RuntimeError
+            waited = (f"quorumTimeoutSeconds={self.env.quorum_timeout_seconds}" if self.quorums else
+                      f"{timeout_s:g} s (quorumTimeoutSeconds={self.env.quorum_timeout_seconds} and {self.start_allowance_s:g} s "
+                      f"for the groups to start: its first quorum)")  # fmt: skip
             raise HealthVerdict(
                 verdicts.VERDICT_RETRYABLE, verdicts.REASON_QUORUM_LOST,
                 f"replica group {self.env.group}: no quorum of spec.faultTolerance.minReplicas={self.env.min_replicas} of "
-                f"{self.env.groups} replica groups within quorumTimeoutSeconds={self.env.quorum_timeout_seconds} "
+                f"{self.env.groups} replica groups within {waited} "
                 f"({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'no detail'})",
                 step=self.step,
             ) from None  # fmt: skip
+        self.quorums += 1
         if self.healed > healed:
             self.log(f"replica group {self.env.group}: healed from a peer at step {self.step} "
                      f"(quorum {self.manager.num_participants()} of {self.env.groups} groups)")  # fmt: skip

@@ -283,6 +283,7 @@ class Trainer:
             self.replica = replica.ReplicaSync(
                 replica_env, info.rank, info.world_size, replica.model_state(self.model, self.optimizer, lambda: self.step),
                 replica.load_model_state(self.model, self.optimizer, self._set_step), self.log, environ,
+                start_allowance_s=self.contract.health.hang_warmup_s,  # the groups start at different times
             )  # fmt: skip
 
     def _set_step(self, step: int) -> None:
@@ -412,7 +413,7 @@ class Trainer:
         try:
             while self.step < c.steps:
                 if self.replica is not None:
-                    self.health.phase(self.step, "quorum")
+                    self.health.phase(self.step, "quorum", at_least_s=self.replica.longest_start_s())  # waiting for groups is no hang
                     self.replica.start_step()  # may heal from a peer: self.step jumps to the quorum's step
                     if self.step >= c.steps:
                         break

@@ -36,16 +36,23 @@ runs again and gloo reconnects (an earlier drill, docs/fault-tolerance.md, saw 1
 (its spawn → first step is 8–21 s in that drill: torch's import alone takes 4–10 s)."""
 
 
-def trainer_job(tmp_path: Path, steps: int, **fault_tolerance: int) -> tuple[object, dict[str, str]]:
-    """A 2-group × 1-process job of the tiny preset on 2 × 16-byte sequences per step; the checked job and its faults."""
+HANG_FLOOR_S = 1
+"""The hang watchdog's floor when a test runs the health checks: waiting for a group (seconds) is far longer."""
+
+
+def trainer_job(tmp_path: Path, steps: int, health: bool = False, **fault_tolerance: int) -> tuple[object, dict[str, str]]:
+    """A 2-group × 1-process job of the tiny preset on 2 × 16-byte sequences per step; the checked job and its faults.
+    ``health``: the health checks run, with a hang floor of :data:`HANG_FLOOR_S` (else ``--no-health``)."""
     run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
+    extra = {"env": [{"name": "RAILTRAIN_HEALTH_HANG_FLOOR_S", "value": str(HANG_FLOOR_S)}]} if health else {}
     doc = manifests.job(
         name="rg",
         command=["torchrun", "-m", "railtrain.trainer"],
         args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", "2", "--seq-len", "16",
-              "--log-every", "1", "--no-health", "--threads", "1"],
+              "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"])],
         faultTolerance={"replicaGroups": 2, **fault_tolerance},
         **({"runPolicy": run_policy} if run_policy else {}),
+        **extra,
     )  # fmt: skip
     path = manifests.write(tmp_path / "job.yaml", doc)
     return runlocal.checked_job(path, None, {})
@@ -151,11 +158,16 @@ def test_quorum_lost_waits_out_the_deadline_then_fails_with_quorum_lost(tmp_path
     assert result["ended"] - last_step_at >= timeout_s, "the survivor gave up before quorumTimeoutSeconds"
 
 
-def test_below_min_replicas_training_waits_and_resumes_when_the_group_returns(tmp_path):
+@pytest.mark.parametrize("health", [False, True], ids=["no-health", "health"])
+def test_below_min_replicas_training_waits_and_resumes_when_the_group_returns(tmp_path, health):
     """Issue 31, "quorum lost (training waits, resumes when a group returns)": with minReplicas 2 of 2, group 1 killed,
     group 0 commits no step alone; the runner replaces group 1 within quorumTimeoutSeconds, it heals from group 0, and
-    both step on together with no step lost and no QuorumLost."""
-    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=2, quorumTimeoutSeconds=200)
+    both step on together with no step lost and no QuorumLost.
+
+    With the health checks on (a 1 s hang floor), group 0's wait for the replacement (4-6 s) is no hang: the watchdog
+    gives the quorum phase its own timeout. On the old code group 0 was declared hung (NoProgress) while it waited,
+    and the runner replaced it too (``g0["replacements"] == 1``)."""
+    job, faults = trainer_job(tmp_path, steps=100000, health=health, minReplicas=2, quorumTimeoutSeconds=200)
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
     code, record = run_until_together(run)
     g0, g1 = record["groups"]

@@ -4,6 +4,7 @@ in QuorumLost after quorumTimeoutSeconds."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -50,11 +51,12 @@ def lighthouse():
         server.shutdown()
 
 
-def sync_for(address: str, model: nn.Module, optimizer: torch.optim.Optimizer, **kw) -> replica.ReplicaSync:
+def sync_for(address: str, model: nn.Module, optimizer: torch.optim.Optimizer, start_allowance_s: float = 0.0, **kw) -> replica.ReplicaSync:
     state = {"step": 0}
     return replica.ReplicaSync(
         env(address, **kw), 0, 1, replica.model_state(model, optimizer, lambda: state["step"]),
         replica.load_model_state(model, optimizer, lambda s: state.update(step=s)), lambda line: None, environ={},
+        start_allowance_s=start_allowance_s,
     )  # fmt: skip
 
 
@@ -89,6 +91,46 @@ def test_no_quorum_within_the_timeout_is_quorum_lost(lighthouse):
     assert caught.value.verdict == verdicts.VERDICT_RETRYABLE and caught.value.reason == verdicts.REASON_QUORUM_LOST
     assert "minReplicas=2" in caught.value.message and "quorumTimeoutSeconds=2" in caught.value.message
     assert waited >= 2, f"gave up after {waited:.2f}s, before quorumTimeoutSeconds"
+
+
+def test_the_first_quorum_waits_for_a_group_that_starts_late_then_quorums_get_quorum_timeout_seconds(lighthouse):
+    """Groups' pods start at different times (scheduling, image pulls, torch's import): a process's first quorum waits
+    quorumTimeoutSeconds plus the start-up allowance, so a group starting after quorumTimeoutSeconds still joins.
+    The old code failed the first quorum with QuorumLost after quorumTimeoutSeconds (the CI failure of stop 36:
+    group 1 still importing torch when group 0's 3 s ran out)."""
+    timeout_s = 1
+    address = lighthouse(2)
+    early = sync_for(address, *model_and_optimizer(), start_allowance_s=60, min_replicas=2, timeout_s=timeout_s)
+    late = None
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("early", _start(early)), daemon=True)
+    try:
+        thread.start()
+        thread.join(timeout=timeout_s + 2)  # the late group is not there yet: past quorumTimeoutSeconds the early one waits on
+        assert thread.is_alive() and "early" not in outcome, f"the first quorum gave up: {outcome}"
+        late = sync_for(address, *model_and_optimizer(), start_allowance_s=60, group=1, min_replicas=2, timeout_s=timeout_s)
+        assert early.quorum_timeout_s() == timeout_s + 60 and early.longest_start_s() == timeout_s + 60 + replica.COLLECTIVE_TIMEOUT_S
+        assert _start(late) is None
+        thread.join(timeout=60)
+        assert outcome.get("early") is None and early.quorums == late.quorums == 1 and early.participants() == 2
+        assert early.quorum_timeout_s() == timeout_s  # the allowance is the first quorum's alone
+    finally:
+        for sync in (early, late):
+            if sync is not None:
+                sync.close()
+
+
+def model_and_optimizer() -> tuple[nn.Module, torch.optim.Optimizer]:
+    model = nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _start(sync: replica.ReplicaSync) -> HealthVerdict | None:
+    try:
+        sync.start_step()
+    except HealthVerdict as err:
+        return err
+    return None
 
 
 def test_quorum_retries_ask_about_every_second_and_the_timeout_variable_is_checked():

@@ -143,9 +143,10 @@ class HealthMonitor(ComputeTiming, SettingsReload):
             return None
         return HealthVerdict(contract.VERDICT_HANG, found["reason"], found["message"], found["nodes"], found["ranks"], found["step"], found["evidence"])
 
-    def phase(self, step: int, name: str) -> None:
-        """Record progress: ``name`` is e.g. ``checkpoint`` (see :data:`watchdog.SLOW_PHASES`)."""
-        self.progress.mark(step, name)
+    def phase(self, step: int, name: str, at_least_s: float | None = None) -> None:
+        """Record progress: ``name`` is e.g. ``checkpoint`` (see :data:`watchdog.SLOW_PHASES`); ``at_least_s``: the
+        phase may last that long before it is a hang (:meth:`watchdog.Progress.mark`)."""
+        self.progress.mark(step, name, at_least_s)
 
     # -- per step -------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
@@ -58,8 +58,15 @@ class Progress:
     phase: str = "start"
     time: float = 0.0
 
-    def mark(self, step: int, phase: str) -> None:
-        """Record a phase change now (wall clock, seconds since the epoch)."""
+    allowances: dict[str, float] = field(default_factory=dict)
+    """Per phase name, the seconds it may last at least (the loop says so, e.g. a replica group's ``quorum``, which
+    waits for other groups up to its own timeout); every rank's loop marks the same phases with the same allowance."""
+
+    def mark(self, step: int, phase: str, at_least_s: float | None = None) -> None:
+        """Record a phase change now (wall clock, seconds since the epoch); ``at_least_s``: the phase may last that
+        long before the watchdog calls it a hang (kept for later marks of the same phase)."""
+        if at_least_s is not None:
+            self.allowances[phase] = float(at_least_s)
         self.step, self.phase, self.time = step, phase, time.time()
 
 
@@ -139,6 +146,13 @@ class Watchdog(threading.Thread):
         p = self.progress
         self.store.set(self.keys[self.rank], contract.format_heartbeat(contract.Heartbeat(self.rank, p.step, p.phase, p.time, self.node)))
 
+    def deadline(self, phase: str, step_times: list[float], warming: bool) -> float:
+        """Seconds a rank may stay in ``phase``: :func:`~railtrain.trainer.health.stats.phase_deadline`, or the
+        phase's allowance (:attr:`Progress.allowances`) when that is longer."""
+        s = self.settings()
+        base = stats.phase_deadline(step_times, s.hang_factor, 0.9 * s.hang_floor_s, s.hang_warmup_s, warming=warming, slow_phase=phase in SLOW_PHASES)
+        return max(base, self.progress.allowances.get(phase, 0.0))
+
     def poll(self, now: float) -> dict[str, Any] | None:
         """One round: publish, read every beat, decide.
 
@@ -158,15 +172,14 @@ class Watchdog(threading.Thread):
             state = (b.step, b.phase, b.time)
             if self._seen.get(b.rank) != state:
                 self._seen[b.rank], self._changed[b.rank] = state, now
-        s = self.settings()
         times = list(self.step_times)
         warming = len(times) < WARMUP_STEPS
         live = [b for b in beats if b.phase != "done"]
         self.age_s = max((now - self._changed[b.rank] for b in live), default=0.0)
         stalled = [
             b for b in live
-            if now - self._changed[b.rank] > stats.phase_deadline(times, s.hang_factor, 0.9 * s.hang_floor_s, s.hang_warmup_s, warming=warming, slow_phase=b.phase in SLOW_PHASES)
-        ]  # fmt: skip
+            if now - self._changed[b.rank] > self.deadline(b.phase, times, warming)
+        ]
         if not stalled:
             return None
         # The others wait for the rank furthest behind (lowest step, earliest phase); among equals,
@@ -175,7 +188,7 @@ class Watchdog(threading.Thread):
         # on a busy node) changed its beat after the peers that now wait for it, so it passes the
         # deadline after them, yet it is the one they wait for.
         first = min(live, key=_behind)
-        deadline = stats.phase_deadline(times, s.hang_factor, 0.9 * s.hang_floor_s, s.hang_warmup_s, warming=warming, slow_phase=first.phase in SLOW_PHASES)
+        deadline = self.deadline(first.phase, times, warming)
         verdict = {
             "reason": contract.REASON_NO_PROGRESS,
             "message": f"rank {first.rank} on node {first.node or '?'} made no progress for {now - self._changed[first.rank]:.1f}s "

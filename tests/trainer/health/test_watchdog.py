@@ -105,3 +105,19 @@ def test_the_start_deadline_fires_unless_cancelled():
     v = fired[0]
     assert (v["reason"], v["nodes"], v["ranks"], v["evidence"]["phase"]) == (contract.REASON_NO_PROGRESS, [], [], "init")
     assert "never reached its first step" in v["message"]
+
+
+def test_a_phase_with_an_allowance_is_not_hung_before_it_and_is_after():
+    """A replica group's ``quorum`` phase waits for other groups up to its own timeout (issue 31): the loop marks it
+    with that allowance, and the watchdog gives it that long instead of max(3 x step, 0.9 x floor). On the old code the
+    group waiting for its peers was declared hung (NoProgress) after the floor."""
+    store = dist.HashStore()
+    dog = make(store, world=2)  # warmed up: 1 s steps, deadline 9 s
+    dog.progress.mark(6, "quorum", at_least_s=120.0)
+    beat(store, 1, 6, "quorum", 1000.0)
+    assert dog.poll(0.0) is None
+    assert dog.poll(60.0) is None  # both ranks wait for the quorum: within its 120 s
+    verdict = dog.poll(121.0)
+    assert verdict is not None and verdict["evidence"]["phase"] == "quorum" and verdict["evidence"]["deadline_s"] == 120.0
+    dog.progress.mark(7, "forward")  # the allowance is the quorum's alone
+    assert dog.deadline("forward", [1.0, 1.0, 1.0], warming=False) == 9.0 and dog.deadline("quorum", [1.0], warming=False) == 120.0
