@@ -183,12 +183,11 @@ def _dump_namespace(kube: KubeClients, namespace: str) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the operator binds it moments later)."""
-    import socket
+    """A TCP port free on 127.0.0.1 now (the operator binds it moments later), below the kernel's ephemeral range so
+    that no outgoing connection takes it first (:func:`railtrain.cli.local.free_ports`)."""
+    from railtrain.cli.local import free_ports
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @pytest.fixture(scope="session")

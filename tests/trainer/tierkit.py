@@ -15,7 +15,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Iterator
 
+from railtrain.cli.local import free_ports
 from railtrain.crds import contract
 
 DATA = "pkg://email/*.py"
@@ -90,9 +90,10 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 now, below the kernel's ephemeral range (:func:`railtrain.cli.local.free_ports`):
+    a port the kernel hands out (bind to port 0) may be taken by one of gloo's outgoing connections, from this or
+    another xdist worker, before torchrun binds it (EADDRINUSE, seen in a fresh-clone run of stop 36)."""
+    return free_ports(1)[0]
 
 
 def read_losses(path: Path) -> dict[int, float]:
