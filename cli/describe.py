@@ -159,17 +159,20 @@ def events_table(events: list[dict[str, Any]], now: datetime, limit: int = 10) -
 
 def replica_groups_table(status: dict[str, Any]) -> RenderableType | None:
     """The ``Replica groups`` table of a job with ``spec.faultTolerance`` (``status.replicaGroups``): each group's phase,
-    replacements (job / infrastructure), pods and nodes; None for a job without the records. Read defensively: a
+    last step, quorum (groups in it / groups), heals, replacements (job / infrastructure), pods and nodes; None for a job without the records. Read defensively: a
     malformed entry is skipped."""
     rows = [g for g in status.get("replicaGroups") or [] if isinstance(g, dict)]
     if not rows:
         return None
     table = Table(box=None, pad_edge=False, header_style="bold", title="Replica groups", title_justify="left", title_style="bold")
-    for column in ("GROUP", "PHASE", "REPLACED", "PODS", "NODES"):
+    for column in ("GROUP", "PHASE", "STEP", "QUORUM", "HEALS", "REPLACED", "PODS", "NODES"):
         table.add_column(column, no_wrap=column not in ("PODS", "NODES"))
     for g in rows:
         replaced = f"{g.get('replacements', 0)} (job {g.get('jobRestarts', 0)}, infra {g.get('infrastructureRestarts', 0)})"
-        table.add_row(str(g.get("group", "?")), str(g.get("phase", "")), replaced, " ".join(map(str, g.get("members") or [])), " ".join(str(n) or "-" for n in g.get("nodes") or []))
+        step = "-" if g.get("step") is None else str(g["step"])
+        quorum = "-" if g.get("quorum") is None else f"{g['quorum']}/{len(rows)}"
+        table.add_row(str(g.get("group", "?")), str(g.get("phase", "")), step, quorum, str(g.get("heals", 0)), replaced,
+                      " ".join(map(str, g.get("members") or [])), " ".join(str(n) or "-" for n in g.get("nodes") or []))  # fmt: skip
     return table
 
 

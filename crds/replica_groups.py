@@ -380,3 +380,8 @@ class ReplicaGroupStatus(_Model):
     absent_since: str | None = Field(None, description="When the group's current absence began (RFC 3339): it left Running then and has not trained since; None while it trains.")
     reason: str | None = Field(None, description="Reason of the group's last replacement or loss.")
     message: str | None = Field(None, description="What happened, in one sentence.")
+    step: int | None = Field(None, ge=0, description="The group's last finished step, read by the operator from its rank 0's metrics (railtrain_step) while the job runs.")
+    quorum: int | None = Field(None, ge=0, description="Replica groups in the quorum of that step (railtrain_replica_group_quorum): fewer than replicaGroups while a group is away.")
+    heals: int = Field(0, ge=0, description="Times the group healed from a live peer (loaded its model, optimizer and step) since its pods were last launched (railtrain_replica_group_heals).")
+    retried_steps: int = Field(0, ge=0, description="Steps the group ran again since its pods were last launched because the quorum did not commit them: a peer died mid-step (railtrain_replica_group_retried_steps).")
+    progress_time: str | None = Field(None, description="When step, quorum, heals and retriedSteps were read (RFC 3339).")

@@ -63,6 +63,10 @@ GOODPUT_SECONDS = Gauge(
     ["namespace", "trainingjob", "cause"],
 )
 GOODPUT_RATIO = Gauge("railtrain_job_goodput_ratio", "A job's training seconds over its wall seconds (status.goodput.ratio).", ["namespace", "trainingjob"])
+DEGRADED_SECONDS = Gauge(
+    "railtrain_job_degraded_seconds", "Training capacity a job with replica groups lost to absent groups, in seconds of the whole job (status.goodput.degradedSeconds; counted inside training, not lost).",
+    ["namespace", "trainingjob"],
+)
 RESTART_REASONS = (reasons.RESTARTING, *REASON_CAUSE)
 """Condition reasons of a gang restart: the job's own (``Restarting``) and each of crds/goodput.py ``REASON_CAUSE``."""
 ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "unreachable", "internal")
@@ -150,12 +154,15 @@ def time_to_running(old: TrainingJobStatus | Mapping[str, Any], new: TrainingJob
 
 
 def observe_goodput(namespace: str, name: str, goodput: Mapping[str, Any]) -> None:
-    """Set :data:`GOODPUT_SECONDS` (cause: queued, starting, training and each lost cause) and :data:`GOODPUT_RATIO` from a status.goodput."""
+    """Set :data:`GOODPUT_SECONDS` (cause: queued, starting, training and each lost cause), :data:`GOODPUT_RATIO` and,
+    for a job with replica groups, :data:`DEGRADED_SECONDS` from a status.goodput (camelCase mapping)."""
     causes = {"queued": goodput.get("queuedSeconds", 0), "starting": goodput.get("startingSeconds", 0), "training": goodput.get("trainingSeconds", 0)}
     causes |= dict(goodput.get("lostSeconds") or {})
     for cause, seconds in causes.items():
         GOODPUT_SECONDS.labels(namespace, name, cause).set(float(seconds))
     GOODPUT_RATIO.labels(namespace, name).set(float(goodput.get("ratio", 0)))
+    if goodput.get("degradedSeconds") is not None:
+        DEGRADED_SECONDS.labels(namespace, name).set(float(goodput["degradedSeconds"]))
 
 
 GOODPUT_CAUSES = ("queued", "starting", "training", "restart_job", "restart_node_lost", "restart_quarantine", "restart_elastic", "recompute", "checkpoint")
@@ -169,7 +176,8 @@ def forget_job(namespace: str, name: str) -> None:
             GOODPUT_SECONDS.remove(namespace, name, cause)
         except KeyError:
             pass
-    try:
-        GOODPUT_RATIO.remove(namespace, name)
-    except KeyError:
-        pass
+    for gauge in (GOODPUT_RATIO, DEGRADED_SECONDS):
+        try:
+            gauge.remove(namespace, name)
+        except KeyError:
+            pass

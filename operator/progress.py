@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from railtrain.crds import contract, inplace, launcher, supervisor
+from railtrain.crds import contract, inplace, launcher, replica_groups, supervisor, times
 from railtrain.crds.api import RunPolicy, TrainingJobStatus
 from railtrain.crds.goodput import Progress
 from railtrain.operator import metrics
@@ -133,6 +133,52 @@ def parse(text: str, now: datetime) -> dict[str, Any] | None:
     return p.to_api()
 
 
+def rank_zero_pods(job: Mapping[str, Any]) -> list[tuple[int | None, str]]:
+    """The pods whose metrics give a job's progress: ``[(None, <job>-0)]``, or with ``spec.faultTolerance`` each replica
+    group's node-rank-0 pod, ``[(group, pod name), …]`` in group order (every group is a torchrun world with a rank 0 of
+    its own, and any of them may be the one away)."""
+    name, spec = job["metadata"]["name"], job.get("spec") or {}
+    ft = spec.get("faultTolerance") or {}
+    try:
+        layouts = replica_groups.layout(int(spec.get("nodes") or 0), int(spec.get("procsPerNode") or 1), int(ft.get("replicaGroups") or 0)) if ft else []
+    except (TypeError, ValueError):  # a spec the API refuses: read rank 0 as without groups
+        layouts = []
+    if not layouts:
+        return [(None, contract.pod_name(name, 0))]
+    return [(g.group, contract.pod_name(name, g.first_node)) for g in layouts]
+
+
+def group_progress(text: str, now: datetime) -> dict[str, Any] | None:
+    """One replica group's fields of ``status.replicaGroups[]`` (camelCase: ``step``, ``quorum``, ``heals``,
+    ``retriedSteps``, ``progressTime``) from its rank 0's metrics text, or None before its first step."""
+    values = samples(text)
+    step = values.get("railtrain_step")
+    if step is None or step != step or step < 1:
+        return None
+
+    def count(name: str) -> int:
+        v = values.get(name)
+        return int(v) if v is not None and v == v and 0 <= v < float("inf") else 0
+
+    return {"step": int(step), "quorum": count("railtrain_replica_group_quorum"), "heals": count("railtrain_replica_group_heals"),
+            "retriedSteps": count("railtrain_replica_group_retried_steps"), "progressTime": times.format_time(now)}  # fmt: skip
+
+
+def with_group_progress(stored_groups: Any, found: Mapping[int, Mapping[str, Any]]) -> list[Any] | None:
+    """``status.replicaGroups`` as stored with each read group's progress fields replaced (:func:`group_progress`), or
+    None when nothing changes (no record yet, or no group read). Records the operator has not written are not made."""
+    if not isinstance(stored_groups, list) or not found:
+        return None
+    out, changed = [], False
+    for record in stored_groups:
+        g = record.get("group") if isinstance(record, dict) else None
+        if isinstance(g, int) and g in found:
+            record = {**record, **found[g]}
+            changed = True
+        out.append(record)
+    return out if changed else None
+
+
 class Reader:
     """Reads Running jobs' rank-0 endpoints in the background and writes status.progress (the I/O half).
 
@@ -169,23 +215,33 @@ class Reader:
                     continue
                 self._busy.add(key)
                 self._tried[key] = now
-                started.append(self._pool.submit(self._one, kube, key, now, lock_for))
+                started.append(self._pool.submit(self._one, kube, key, rank_zero_pods(seen.obj), now, lock_for))
             self._tried = {k: v for k, v in self._tried.items() if k in {(s.meta["namespace"], s.meta["name"]) for s in running}}
         return started
 
-    def _one(self, kube: Any, key: tuple[str, str], now: datetime, lock_for: Callable[[str, str], Any]) -> bool:
+    def _text(self, kube: Any, key: tuple[str, str], pod_name: str) -> tuple[dict[str, Any] | None, str]:
+        """``(pod, metrics text)`` of one rank-0 pod (``""``: no IP yet, or no answer)."""
+        pod = kube.get_pod(key[0], pod_name)
+        url = endpoint(pod) if pod else None
+        if url is None:
+            return pod, ""
+        try:
+            return pod, self._fetch(url)
+        except OSError as err:
+            log.debug("%s/%s: no progress from %s: %s", *key, url, err)
+            return pod, ""
+
+    def _one(self, kube: Any, key: tuple[str, str], targets: list[tuple[int | None, str]], now: datetime, lock_for: Callable[[str, str], Any]) -> bool:
         namespace, name = key
         try:
-            pod = kube.get_pod(namespace, contract.pod_name(name, 0))
-            url = endpoint(pod) if pod else None
-            if url is None:
+            read = [(group, *self._text(kube, key, pod_name)) for group, pod_name in targets]
+            first = next((pod for _, pod, _ in read if pod is not None and endpoint(pod) is not None), None)
+            if first is None:
                 return False
-            ledger = self._ledger(pod, key)
-            try:
-                text = self._fetch(url)
-            except OSError as err:
-                log.debug("%s/%s: no progress from %s: %s", namespace, name, url, err)
-                text = ""
+            ledger = self._ledger(first, key)
+            groups = {g: p for g, _, text in read if g is not None and (p := group_progress(text, now)) is not None}
+            # the job's progress: the rank 0 furthest ahead (with replica groups, the quorum's step; any group may be away)
+            text = max((t for _, _, t in read), key=lambda t: (parse(t, now) or {}).get("step", 0))
             found = parse(text, now)
             if found is None and ledger is None:
                 return False
@@ -198,6 +254,8 @@ class Reader:
                 stored = {**stored, **patch}
                 recorded = attempts.with_progress(stored, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now) if found else None
                 patch |= {"progress": found} if found else {}
+                if (replica_records := with_group_progress(stored.get("replicaGroups"), groups)) is not None:
+                    patch["replicaGroups"] = replica_records
                 if recorded is not None:
                     patch["goodput"] = recorded
                 if not patch:

@@ -57,6 +57,9 @@ class TrainerMetrics:
             "railtrain_checkpoint_load_bytes", "Bytes loaded at start by this process (persistent tier: the checkpoint's size over the world size), per tier.", ["tier"], registry=r
         )
         self.blocked_seconds = Counter("railtrain_checkpoint_blocked_seconds", "Seconds the step loop waited for checkpoint saves (staging, or the whole write when synchronous).", registry=r)
+        self.replica_quorum = Gauge("railtrain_replica_group_quorum", "Replica groups in the last step's quorum (spec.faultTolerance; 0 without replica groups).", registry=r)
+        self.replica_heals = Gauge("railtrain_replica_group_heals", "Times this process's replica group healed from a live peer (loaded its model, optimizer and step).", registry=r)
+        self.replica_retried = Gauge("railtrain_replica_group_retried_steps", "Steps this replica group ran again because the quorum did not commit them (a peer died mid-step).", registry=r)
         self._server: Any = None
         self._lock = threading.Lock()
 
@@ -76,6 +79,12 @@ class TrainerMetrics:
         self.step_seconds.set(step_seconds)
         if self.peak > 0:
             self.mfu.set(mfu(self.flops_per_token, tokens_per_s, self.peak, self.devices))
+
+    def observe_replica(self, quorum: int, heals: int, retried: int) -> None:
+        """Record a replica group's last quorum: groups in it, this group's heals and re-run steps so far (counts)."""
+        self.replica_quorum.set(quorum)
+        self.replica_heals.set(heals)
+        self.replica_retried.set(retried)
 
     def observe_checkpoint(self, event: str, tier: str, seconds: float, nbytes: int) -> None:
         """:data:`railtrain.trainer.checkpoint.Observer`: ``event`` is ``save``, ``load`` or ``blocked``."""

@@ -426,6 +426,8 @@ class Trainer:
                     self.step -= 1
                     continue
                 tokens_per_s = tokens_per_step / step_s
+                if self.replica is not None:  # the operator reads these into status.replicaGroups[]
+                    self.prometheus.observe_replica(self.replica.participants(), self.replica.healed, self.replica.retried)
                 self.health.end_step(self.step, step_s)  # progress metrics, then the checks due
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)) and not skipped:  # the health checks are off
                     raise FloatingPointError(f"loss is {loss_value}, gradient norm {grad_norm} at step {self.step}; the update was not applied")
@@ -437,6 +439,8 @@ class Trainer:
                         record["health_s"] = self.health.monitor.spent_s
                     if self.health.monitor.last_times:
                         record["compute_s"] = self.health.monitor.last_times  # per rank, from the straggler check
+                    if self.replica is not None:
+                        record["quorum"] = self.replica.participants()
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 if self.checkpointer and self.writes_checkpoints and (due := self.checkpointer.due(self.step, c.steps)):

@@ -148,3 +148,16 @@ def test_a_deleted_jobs_goodput_series_are_dropped():
     metrics.forget_job("ns", "gone")  # twice: nothing left to drop is fine
     assert REGISTRY.get_sample_value("railtrain_job_goodput_seconds", {"namespace": "ns", "trainingjob": "gone", "cause": "queued"}) is None
     assert REGISTRY.get_sample_value("railtrain_job_goodput_ratio", {"namespace": "ns", "trainingjob": "gone"}) is None
+
+
+def test_a_replica_group_jobs_degraded_seconds_are_exported_and_dropped_with_it():
+    """Issue 31: status.goodput.degradedSeconds (an absent group's share of the job, not lost time) as a gauge."""
+    from prometheus_client import REGISTRY
+
+    labels = {"namespace": "ns", "trainingjob": "ft"}
+    metrics.observe_goodput("ns", "ft", {"trainingSeconds": 100, "ratio": 0.9, "degradedSeconds": 12.5})
+    assert REGISTRY.get_sample_value("railtrain_job_degraded_seconds", labels) == 12.5
+    metrics.observe_goodput("ns", "plain", {"trainingSeconds": 100, "ratio": 0.9})  # no groups: no series
+    assert REGISTRY.get_sample_value("railtrain_job_degraded_seconds", {"namespace": "ns", "trainingjob": "plain"}) is None
+    metrics.forget_job("ns", "ft")
+    assert REGISTRY.get_sample_value("railtrain_job_degraded_seconds", labels) is None

@@ -108,3 +108,40 @@ def test_the_reader_records_the_step_into_the_running_attempts_goodput():
     from prometheus_client import REGISTRY
 
     assert REGISTRY.get_sample_value("railtrain_job_goodput_seconds", {"namespace": "team", "trainingjob": "gp", "cause": "queued"}) == 50
+
+
+def group_text(step: int, quorum: int, heals: int = 0, retried: int = 0) -> str:
+    m = TrainerMetrics(flops_per_token=1e9, peak_flops_per_device=0, devices=2)
+    m.total_steps.set(300)
+    m.observe_step(step, 2.5, 1000.0, 0.5)
+    m.observe_replica(quorum, heals, retried)
+    return generate_latest(m.registry).decode()
+
+
+def test_with_replica_groups_each_groups_rank_0_is_read_into_its_record_and_progress_follows_the_group_ahead():
+    """Issue 31: status.replicaGroups[] says each group's step, quorum, heals and re-run steps, read from that group's
+    own rank 0 (a torchrun world of its own); the job's progress is the group furthest ahead, so a job whose group 0 is
+    away still shows progress. On the old code only <job>-0 was read and no group record had a step."""
+    status = {"phase": "Running", "replicaGroups": [{"group": 0, "phase": "Replacing", "replacements": 1}, {"group": 1, "phase": "Running"}]}
+    job = job_obj("ft", nodes=4, procs=2, gpus=0, faultTolerance={"replicaGroups": 2, "minReplicas": 1}, status=status)
+    assert progress.rank_zero_pods(job) == [(0, "ft-0"), (1, "ft-2")]
+    assert progress.rank_zero_pods(job_obj("plain", nodes=4)) == [(None, "plain-0")]
+    kube = FakeKube([], [job])
+    kube.pods[("team", "ft-2")] = {"metadata": {"name": "ft-2"}, "status": {"podIP": "10.0.0.12"}, "spec": {"containers": []}}
+    texts = {"10.0.0.12": group_text(140, quorum=1, retried=1)}
+    reader = progress.Reader(fetch=lambda url: texts[url.split("//")[1].split(":")[0]])
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [True]
+    s = kube.jobs[("team", "ft")]["status"]
+    assert s["progress"]["step"] == 140  # group 0 is away: group 1's rank 0 says where the job is
+    assert s["replicaGroups"][0] == {"group": 0, "phase": "Replacing", "replacements": 1}  # not read: unchanged
+    assert s["replicaGroups"][1] == {"group": 1, "phase": "Running", "step": 140, "quorum": 1, "heals": 0, "retriedSteps": 1, "progressTime": "2026-11-29T12:00:00Z"}
+    # group 0's replacement runs and has healed from group 1; both are in the quorum again
+    kube.pods[("team", "ft-0")] = {"metadata": {"name": "ft-0"}, "status": {"podIP": "10.0.0.10"}, "spec": {"containers": []}}
+    texts |= {"10.0.0.10": group_text(151, quorum=2, heals=1), "10.0.0.12": group_text(150, quorum=2, retried=1)}
+    later = NOW + timedelta(seconds=6)
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), later, Reconciler(kube).job_lock)] == [True]
+    s = kube.jobs[("team", "ft")]["status"]
+    assert s["progress"]["step"] == 151 and [(g["step"], g["quorum"], g["heals"]) for g in s["replicaGroups"]] == [(151, 2, 1), (150, 2, 0)]
+    from railtrain.crds.replica_groups import ReplicaGroupStatus
+
+    assert [ReplicaGroupStatus.model_validate(g).step for g in s["replicaGroups"]] == [151, 150]  # the API's own model reads them back

@@ -105,7 +105,8 @@ def test_a_lost_lighthouse_is_recreated_and_a_finished_jobs_is_deleted():
 
 
 def test_a_deleted_pod_of_group_1_replaces_group_1_alone_and_the_job_stays_running():
-    obj = ft_job()
+    read = {"step": 40, "quorum": 2, "heals": 1, "retriedSteps": 1, "progressTime": "2026-12-04T11:59:55Z"}  # the progress reader's last read
+    obj = ft_job(status=running(replicaGroups=[{"group": 0, "members": ["llm-0", "llm-1"]} | read, {"group": 1, "members": ["llm-2", "llm-3"]} | read]))
     pods = pods_of(obj)
     p = plan(obj, [q for q in pods if q["metadata"]["name"] != "llm-3"])
     assert p.delete_pods == ["llm-2"] and p.uids == {"llm-2": "uid-llm-2"}  # group 0's pods untouched
@@ -116,6 +117,7 @@ def test_a_deleted_pod_of_group_1_replaces_group_1_alone_and_the_job_stays_runni
     g0, g1 = st["replicaGroups"]
     assert (g0["phase"], g0["replacements"], g0["members"]) == ("Running", 0, ["llm-0", "llm-1"])
     assert (g1["phase"], g1["replacements"], g1["infrastructureRestarts"]) == ("Replacing", 1, 1)
+    assert g0["step"] == 40 and g0["heals"] == 1 and "step" not in g1 and "quorum" not in g1 and g1["heals"] == 0  # cleared until its new pods are read
     assert ("Warning", "ReplicaGroupReplaced") in [e[:2] for e in p.events]
 
     # the old pod llm-2 still terminates: only the free name is created
@@ -184,11 +186,12 @@ def test_describe_shows_each_group():
     from railtrain.cli.describe import replica_groups_table
 
     assert replica_groups_table({}) is None
-    console = Console(width=80, record=True)
-    console.print(replica_groups_table({"replicaGroups": [{"group": 0, "phase": "Running", "members": ["ft-0", "ft-1"], "nodes": ["n0", "n1"]},
+    console = Console(width=120, record=True)
+    console.print(replica_groups_table({"replicaGroups": [{"group": 0, "phase": "Running", "members": ["ft-0", "ft-1"], "nodes": ["n0", "n1"], "step": 151, "quorum": 1, "heals": 2},
                                                           {"group": 1, "phase": "Replacing", "replacements": 1, "infrastructureRestarts": 1}, "junk"]}))
     text = console.export_text()
-    assert "Replica groups" in text and "Replacing  1 (job 0, infra 1)" in text and "ft-0 ft-1" in text
+    assert "Replica groups" in text and "1 (job 0, infra 1)" in text and "ft-0 ft-1" in text
+    assert "Running    151   1/2     2" in text and "Replacing  -     -       0" in text, text
 
 
 def test_the_lighthouse_pod_takes_the_templates_scheduling_fields_and_a_suspended_jobs_is_deleted():

@@ -206,6 +206,7 @@ def _replace(step: Step, records: dict[int, rg.ReplicaGroupStatus], gd: inplace.
     rec = records[g]
     update: dict[str, Any] = {"job_restarts": gd.job_restarts, "infrastructure_restarts": gd.infrastructure_restarts, "reason": d.reason, "message": d.message}
     update["absent_since"] = rec.absent_since or format_micro_time(step.now)  # out of training from now until its pods run again
+    update |= {"step": None, "quorum": None, "heals": 0, "retried_steps": 0, "progress_time": None}  # its new pods' metrics, when read
     if gd.path == inplace.PATH_GROUP:
         after = step.now + timedelta(seconds=d.backoff_seconds)
         update |= {"phase": rg.GROUP_RELOCATING if gd.elsewhere else rg.GROUP_REPLACING, "replacements": rec.replacements + 1,
