@@ -44,6 +44,8 @@ RESUMED_LINE = re.compile(r"^resumed from step (\d+)")
 """The trainer's line when it resumed from a checkpoint (:meth:`railtrain.trainer.train.Trainer.resume`)."""
 HEALED_LINE = re.compile(r"^replica group \d+: healed from a peer at step (\d+)")
 """The trainer's line when its group loaded a peer's state (:class:`railtrain.trainer.replica.ReplicaSync`)."""
+CHECKPOINT_LINE = re.compile(r"^checkpoint step=(\d+) tiers=")
+"""The trainer's line after it saved a checkpoint (the group that writes them: the lowest of the quorum)."""
 
 HEARTBEAT_TIMEOUT_MS = 1000
 """The local Lighthouse's heartbeat timeout: a group silent this long is out of the next quorum (torchft's default is
@@ -78,6 +80,7 @@ class GroupState:
         healed: times it loaded a live peer's state.
         step_times: ``(time.monotonic(), step)`` of every step line of its rank 0.
         launched_at: ``time.monotonic()`` of each launch.
+        checkpoints: ``(time.monotonic(), step)`` of every checkpoint its rank 0 saved.
         joined: its current launch logged a step or healed (it is in the quorum).
         code: the exit status of its last gang (None while running).
         reason: the termination reason of its last failed gang, if written.
@@ -92,6 +95,7 @@ class GroupState:
     healed: int = 0
     step_times: list[tuple[float, int]] = field(default_factory=list)
     launched_at: list[float] = field(default_factory=list)
+    checkpoints: list[tuple[float, int]] = field(default_factory=list)
     joined: bool = False
     code: int | None = None
     reason: str | None = None
@@ -250,6 +254,9 @@ class ReplicaGroupRun:
         elif m := RESUMED_LINE.match(line):
             with self._lock:
                 state.step = max(state.step, int(m.group(1)))
+        elif m := CHECKPOINT_LINE.match(line):
+            with self._lock:
+                state.checkpoints.append((time.monotonic(), int(m.group(1))))
         elif m := HEALED_LINE.match(line):
             with self._lock:
                 state.healed += 1
@@ -392,13 +399,14 @@ class ReplicaGroupRun:
         return [s.summary() for s in self.groups]
 
     def record(self) -> dict[str, Any]:
-        """The run as data: per group its steps, heals, replacements and step times, and each Lighthouse restart (seen dead, listening again); seconds since the run started."""
+        """The run as data: per group its steps, heals, replacements, step and checkpoint times, and each Lighthouse restart (seen dead, listening again); seconds since the run started."""
         return {
             "lighthouse_restarts": [(round(a - self.started, 3), round(b - self.started, 3)) for a, b in self.lighthouse_restarts],
             "groups": [
                 {"group": s.group, "step": s.step, "healed": s.healed, "replacements": s.replacements, "lost": s.lost, "code": s.code,
                  "reason": s.reason, "launched_at": [round(t - self.started, 3) for t in s.launched_at],
-                 "step_times": [(round(t - self.started, 3), n) for t, n in s.step_times]}
+                 "step_times": [(round(t - self.started, 3), n) for t, n in s.step_times],
+                 "checkpoints": [(round(t - self.started, 3), n) for t, n in s.checkpoints]}
                 for s in self.groups
             ]
         }  # fmt: skip

@@ -179,7 +179,7 @@ class ReplicaSync:
             store_addr=store_addr,
             store_port=int(store_port),
             lighthouse_addr=env.lighthouse,
-            replica_id=f"replica_group_{env.group}",
+            replica_id=f"replica_group_{env.group:05d}",  # zero-padded: torchft orders a quorum's ids as strings
             init_sync=True,  # a group joining at step 0 behind a peer heals from it (a resumed job's group 0)
         )
 
@@ -248,6 +248,12 @@ class ReplicaSync:
         if not ok:
             self.retried += 1
         return ok
+
+    def writes_checkpoints(self) -> bool:
+        """Whether this group writes the job's checkpoints at this step: it is the lowest of the step's quorum
+        (torchft's participating replica rank 0, the same on every rank of the group). Exactly one group of a
+        quorum is; while group 0 is away the lowest live group writes them, and group 0 again once it is back."""
+        return self.manager.participating_rank() == 0
 
     def participants(self) -> int:
         """Groups in this step's quorum."""

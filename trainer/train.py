@@ -269,8 +269,9 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config)
         self.health = build_hook(config, info, dims, self.model, self.contract, self.log)
         self.prometheus = self.health.metrics
-        # with replica groups every group resumes from the checkpoints (a restarted job resumes as today), but only
-        # group 0 writes them: one copy of the model; a replacement group heals from a live peer at its first quorum
+        # with replica groups every group resumes from the checkpoints (a restarted job resumes as today), but one group
+        # writes them, one copy of the model: the lowest of each step's quorum (group 0 until the first quorum says);
+        # a replacement group heals from a live peer at its first quorum
         self.writes_checkpoints = replica_env is None or replica_env.group == 0
         self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
         self.step = 0
@@ -288,6 +289,18 @@ class Trainer:
 
     def _set_step(self, step: int) -> None:
         self.step = step
+
+    def take_writer_turn(self, writer: bool) -> None:
+        """Whether this replica group writes the checkpoints from this step on (the lowest group of the quorum,
+        :meth:`~railtrain.trainer.replica.ReplicaSync.writes_checkpoints`). A group that stops writing first waits for
+        its save in flight: the new writer's next checkpoint cannot complete before it (the groups' steps advance
+        together), so its retention never takes the old writer's half-written step for a leftover and deletes it."""
+        if self.writes_checkpoints and not writer and self.checkpointer is not None:
+            self.checkpointer.wait()
+        if writer != self.writes_checkpoints:
+            self.log(f"replica group {self.replica.env.group}: {'writes' if writer else 'no longer writes'} the checkpoints from step {self.step + 1}"
+                     f" (the lowest group of the quorum writes them)")  # fmt: skip
+        self.writes_checkpoints = writer
 
     def log(self, line: str) -> None:
         """Print ``line`` on rank 0 only."""
@@ -415,6 +428,7 @@ class Trainer:
                 if self.replica is not None:
                     self.health.phase(self.step, "quorum", at_least_s=self.replica.longest_start_s())  # waiting for groups is no hang
                     self.replica.start_step()  # may heal from a peer: self.step jumps to the quorum's step
+                    self.take_writer_turn(self.replica.writes_checkpoints())
                     if self.step >= c.steps:
                         break
                 self.step += 1

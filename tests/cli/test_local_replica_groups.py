@@ -40,16 +40,17 @@ HANG_FLOOR_S = 1
 """The hang watchdog's floor when a test runs the health checks: waiting for a group (seconds) is far longer."""
 
 
-def trainer_job(tmp_path: Path, steps: int, health: bool = False, **fault_tolerance: int) -> tuple[object, dict[str, str]]:
+def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[str, ...] = (), **fault_tolerance: int) -> tuple[object, dict[str, str]]:
     """A 2-group × 1-process job of the tiny preset on 2 × 16-byte sequences per step; the checked job and its faults.
-    ``health``: the health checks run, with a hang floor of :data:`HANG_FLOOR_S` (else ``--no-health``)."""
+    ``health``: the health checks run, with a hang floor of :data:`HANG_FLOOR_S` (else ``--no-health``); ``args``:
+    more trainer flags."""
     run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
     extra = {"env": [{"name": "RAILTRAIN_HEALTH_HANG_FLOOR_S", "value": str(HANG_FLOOR_S)}]} if health else {}
     doc = manifests.job(
         name="rg",
         command=["torchrun", "-m", "railtrain.trainer"],
         args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", "2", "--seq-len", "16",
-              "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"])],
+              "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"]), *args],
         faultTolerance={"replicaGroups": 2, **fault_tolerance},
         **({"runPolicy": run_policy} if run_policy else {}),
         **extra,
@@ -70,25 +71,25 @@ def runner(tmp_path: Path, job: object, faults: dict[str, str], kill: KillGroupF
                                          messages, tmp_path / "logs")  # fmt: skip
 
 
-def replacement_steps(run: local_replica.ReplicaGroupRun) -> list[tuple[float, int]]:
-    """The step lines of group 1's second launch (its replacement), ``(time.monotonic(), step)``."""
-    g1 = run.groups[1]
-    return [(t, n) for t, n in g1.step_times if len(g1.launched_at) > 1 and t >= g1.launched_at[1]]
+def replacement_steps(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> list[tuple[float, int]]:
+    """The step lines of group ``replaced``'s second launch (its replacement), ``(time.monotonic(), step)``."""
+    g = run.groups[replaced]
+    return [(t, n) for t, n in g.step_times if len(g.launched_at) > 1 and t >= g.launched_at[1]]
 
 
-def together(run: local_replica.ReplicaGroupRun) -> set[int]:
-    """Steps both groups logged since group 1's replacement was launched: in one quorum again."""
-    return {n for _, n in replacement_steps(run)} & {n for _, n in run.groups[0].step_times}
+def together(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> set[int]:
+    """Steps both groups logged since group ``replaced``'s replacement was launched: in one quorum again."""
+    return {n for _, n in replacement_steps(run, replaced)} & {n for _, n in run.groups[1 - replaced].step_times}
 
 
-def run_until_together(run: local_replica.ReplicaGroupRun, common: int = 3) -> tuple[int | None, dict]:
-    """Run ``run`` until both groups logged ``common`` steps together after group 1's replacement (or DEADLINE_S
-    passed, or the run ended), then stop it; returns its exit status (130: stopped here) and its record."""
+def run_until_together(run: local_replica.ReplicaGroupRun, common: int = 3, replaced: int = 1) -> tuple[int | None, dict]:
+    """Run ``run`` until both groups logged ``common`` steps together after group ``replaced``'s replacement (or
+    DEADLINE_S passed, or the run ended), then stop it; returns its exit status (130: stopped here) and its record."""
     result: dict[str, int] = {}
     thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
     thread.start()
     deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline and thread.is_alive() and len(together(run)) < common:
+    while time.monotonic() < deadline and thread.is_alive() and len(together(run, replaced)) < common:
         time.sleep(0.2)
     run.request_stop()
     thread.join(timeout=60)
@@ -156,6 +157,27 @@ def test_quorum_lost_waits_out_the_deadline_then_fails_with_quorum_lost(tmp_path
     last_step_at, last_step = g0.step_times[-1]
     assert run.killed is not None and last_step < 3 + 5  # group 1 dies a moment after its step-3 line; then nothing commits
     assert result["ended"] - last_step_at >= timeout_s, "the survivor gave up before quorumTimeoutSeconds"
+
+
+def test_while_group_0_is_away_the_lowest_live_group_writes_the_checkpoints(tmp_path):
+    """Issue 31, "checkpoints written by one group": the lowest group of each step's quorum writes them. Group 0 writes
+    while both train; killed, group 1 writes them while it is alone (no checkpoint gap while group 0 is away); once
+    group 0's replacement is back in the quorum it writes them again, and no step is written by both. On the old code
+    only group 0 wrote, so group 1 saved nothing while group 0 was away."""
+    ckpt = tmp_path / "ckpt"
+    job, faults = trainer_job(tmp_path, steps=100000, args=("--checkpoint-dir", str(ckpt), "--checkpoint-interval", "2"), minReplicas=1)
+    run = runner(tmp_path, job, faults, KillGroupFault(group=0, step=4))
+    code, record = run_until_together(run, common=5, replaced=0)
+    g0, g1 = run.groups
+    assert code == 130 and run.killed is not None and g0.replacements == 1 and g1.replacements == 0, record
+    rejoined = min(t for t, _ in replacement_steps(run, replaced=0))
+    assert [n for t, n in g1.checkpoints if t < run.killed] == [], f"group 1 wrote while group 0 was in the quorum: {record}"
+    alone = [n for t, n in g1.checkpoints if run.killed < t < rejoined]
+    assert alone, f"nobody wrote checkpoints while group 0 was away: {record}"
+    assert [n for t, n in g0.checkpoints if t >= rejoined], f"group 0 did not take the checkpoints back: {record}"
+    assert not {n for _, n in g0.checkpoints} & {n for _, n in g1.checkpoints}, f"a step written by both groups: {record}"
+    print(f"group 0 killed after step {max(n for t, n in g0.step_times if t < run.killed)}; group 1 wrote steps {alone} alone; "
+          f"group 0 wrote {[n for t, n in g0.checkpoints if t >= rejoined]} after it was back")
 
 
 @pytest.mark.parametrize("health", [False, True], ids=["no-health", "health"])

@@ -113,6 +113,7 @@ def test_the_first_quorum_waits_for_a_group_that_starts_late_then_quorums_get_qu
         assert _start(late) is None
         thread.join(timeout=60)
         assert outcome.get("early") is None and early.quorums == late.quorums == 1 and early.participants() == 2
+        assert early.writes_checkpoints() and not late.writes_checkpoints()  # one writer per quorum: the lowest group
         assert early.quorum_timeout_s() == timeout_s  # the allowance is the first quorum's alone
     finally:
         for sync in (early, late):
