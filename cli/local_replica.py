@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from railtrain.cli import local as local_run
 from railtrain.cli.errors import CliError
@@ -173,21 +173,25 @@ class ReplicaGroupRun:
         faults: the ``--fault-*`` variables, given to every group's first launch.
         kill: ``--fault-kill-group``: the group whose processes are SIGKILLed once its rank 0 logged the step or a later
             one while every other group has logged the step before or a later one (so the others are in the run and
-            the kill takes a peer from them); its first launch only.
+            the kill takes a peer from them); its first launch only. A sequence of them (the Python API, e.g. a
+            benchmark's two failures) fires in order: each once the earlier ones fired and every group trains again.
         gang: builds a group's :class:`~railtrain.cli.local.LocalGang` from ``(nodes, group, on_line, log_dir)``.
         notify: prints one status sentence.
         messages: a folder for the termination messages.
         log_dir: the run's log folder (a ``group-<g>`` folder per group, ``lighthouse.log``).
     """
 
-    def __init__(self, job: Any, base_dir: Path, uid: str, faults: dict[str, str], kill: KillGroupFault | None,
+    def __init__(self, job: Any, base_dir: Path, uid: str, faults: dict[str, str], kill: KillGroupFault | Sequence[KillGroupFault] | None,
                  gang: Callable[[list[local_run.LocalNode], int, Callable[[int, str], None], Path], local_run.LocalGang],
                  notify: Callable[[str], None], messages: Path, log_dir: Path) -> None:  # fmt: skip
         ft = job.spec.fault_tolerance
         if ft is None:
             raise ValueError("ReplicaGroupRun needs spec.faultTolerance")
         self.job, self.ft, self.base_dir, self.uid = job, ft, base_dir, uid
-        self.faults, self.kill, self.gang, self.notify = faults, kill, gang, notify
+        self.faults, self.gang, self.notify = faults, gang, notify
+        self.kills: list[KillGroupFault] = [] if kill is None else [kill] if isinstance(kill, KillGroupFault) else list(kill)
+        self.kill_times: list[float] = []
+        """``time.monotonic()`` of each kill of :attr:`kills` that fired, in order."""
         self.messages, self.log_dir = messages, log_dir
         self.groups = [GroupState(g) for g in range(ft.replica_groups)]
         self.started = time.monotonic()
@@ -197,7 +201,7 @@ class ReplicaGroupRun:
         self._files: dict[int, list[Path]] = {}
         self.lighthouse: Lighthouse | None = None
         self.killed: float | None = None
-        """``time.monotonic()`` when ``kill`` fired (None: not yet, or no kill)."""
+        """``time.monotonic()`` when the first kill fired (None: not yet, or no kill)."""
         self._stop_requested = threading.Event()
         self.lighthouse_restarts: list[tuple[float, float]] = []
         """``(seen dead, listening again)`` in ``time.monotonic()`` for each Lighthouse restarted (:meth:`_keep_lighthouse`)."""
@@ -245,10 +249,10 @@ class ReplicaGroupRun:
                 state.step = max(state.step, int(m.group(1)))
                 state.step_times.append((time.monotonic(), int(m.group(1))))
                 state.joined = True
-                fire = (self.kill is not None and self.kill.group == group and state.launches == 1 and not self.killed and state.step >= self.kill.step
-                        and all(o.step >= self.kill.step - 1 for o in self.groups if o is not state and not o.lost))  # the others step too
+                fire = self._kill_due(state)
                 if fire:
-                    self.killed = time.monotonic()
+                    self.kill_times.append(time.monotonic())
+                    self.killed = self.killed or self.kill_times[0]
             if fire:  # --fault-kill-group: every process of the group at once, as when its machines are lost
                 self._gangs[group].kill()
         elif m := RESUMED_LINE.match(line):
@@ -262,6 +266,18 @@ class ReplicaGroupRun:
                 state.healed += 1
                 state.step = max(state.step, int(m.group(1)))
                 state.joined = True
+
+    def _kill_due(self, state: GroupState) -> bool:
+        """Whether the next kill of :attr:`kills` fires now, on ``state``'s step line (called under the lock): it names
+        this group, the group logged its step or a later one in the launch after its earlier kills, and every other
+        group trains (logged the step before or a later one in its current launch)."""
+        if len(self.kill_times) >= len(self.kills):
+            return False
+        kill = self.kills[len(self.kill_times)]
+        earlier = sum(1 for k in self.kills[: len(self.kill_times)] if k.group == state.group)
+        if kill.group != state.group or state.launches != earlier + 1 or state.step < kill.step:
+            return False
+        return all(o.joined and o.step >= kill.step - 1 for o in self.groups if o is not state and not o.lost)  # the others step too
 
     def _launch(self, group: int) -> None:
         nodes = self.plan(group)

@@ -73,6 +73,8 @@ class TrainConfig:
     """Clip the global gradient L2 norm to this value (0 disables)."""
     seed: int = 0
     """Seed of the model initialisation and of the data stream."""
+    data_seed: int | None = None
+    """Seed of the data stream alone (default: --seed); another value keeps the model's initialisation and changes only the order of the data."""
     parallel: str | None = None
     """Data parallelism over the ranks left by --tp, --pp and --cp: 'ddp' (replicate) or 'fsdp' (FSDP2, sharded per block). Default: from the pod's parallelism (fsdp>1 means FSDP2, HSDP with data>1 too), else ddp."""
     tp: int | None = None

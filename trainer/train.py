@@ -250,7 +250,8 @@ class Trainer:
 
             replica.check_group_layout(dims.describe(), dims.uses_fsdp, dims.tp, dims.pp, dims.cp)
             dp_rank, dp_degree = replica.group_data_slice(replica_env, dp_rank, dp_degree)
-        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, config.seed, dp_rank, dp_degree,
+        data_seed = config.seed if config.data_seed is None else config.data_seed
+        self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, data_seed, dp_rank, dp_degree,
                                      dims.cp_rank(info.rank), dims.cp)
         per_part = self.sampler.local_batch // config.grad_accum_steps
         self.microbatches = (config.pp_microbatches or auto_microbatches(max(per_part, 1), dims.pp)) if dims.pp > 1 else 1

@@ -264,3 +264,23 @@ def test_a_killed_lighthouse_is_started_again_and_both_groups_train_on_together(
     stalls = [max(b - a for a, b in zip(ts, ts[1:])) for g in run.groups if len(ts := [killed] + [t for t, _ in g.step_times if t > killed]) > 1]
     print(f"Lighthouse killed at steps {at_kill}; started again in {record['lighthouse_restarts'][0][1] - record['lighthouse_restarts'][0][0]:.2f}s; "
           f"longest stall per group {[round(x, 2) for x in stalls]} s")  # fmt: skip
+
+
+def test_kills_fire_in_order_each_once_every_group_trains_again(tmp_path):
+    """Several kills (the Python API; the loss benchmark's two failures): the second waits for the first's replacement
+    to train, and each fires on its group's launch after its earlier kills only (no processes: the rule alone)."""
+    job, faults = trainer_job(tmp_path, steps=100)
+    run = runner(tmp_path, job, faults, [KillGroupFault(group=1, step=5), KillGroupFault(group=0, step=9)])
+    g0, g1 = run.groups
+    for g, step in ((g0, 5), (g1, 5)):
+        g.launches, g.joined, g.step = 1, True, step
+    assert not run._kill_due(g0)  # the first kill names group 1
+    assert run._kill_due(g1)
+    run.kill_times.append(1.0)
+    g1.launches, g1.joined, g1.step = 2, False, 5  # replaced, not back yet
+    g0.step = 9
+    assert not run._kill_due(g0)  # group 1's replacement does not train yet
+    g1.joined, g1.step = True, 8
+    assert run._kill_due(g0)
+    run.kill_times.append(2.0)
+    assert not run._kill_due(g0) and not run._kill_due(g1)  # every kill fired
