@@ -1,7 +1,7 @@
 """Replica groups' loss curve: a run with two group failures against an uninterrupted run and the noise of data order.
 
-Three arms of one job, each a local real run of 2 replica groups × 1 process (the tiny preset, 2 × 16-byte
-sequences per step, ``minReplicas: 1``, health checks off) under :class:`railtrain.cli.local_replica.ReplicaGroupRun`,
+Three arms of one job, each a local real run of 2 replica groups × 1 process (the tiny preset, ``--batch-size``
+sequences of ``--seq-len`` bytes per step, ``minReplicas: 1``, health checks off) under :class:`railtrain.cli.local_replica.ReplicaGroupRun`,
 exactly what ``railtrain run --local`` runs, trained to ``--steps``:
 
 ``uninterrupted``
@@ -52,11 +52,11 @@ DEADLINE_S = 900.0
 ARMS = ("uninterrupted", "reordered", "two-failures")
 
 
-def job_doc(steps: int, extra: list[str]) -> dict[str, Any]:
+def job_doc(steps: int, batch_size: int, seq_len: int, extra: list[str]) -> dict[str, Any]:
     """The manifest of one arm: 2 replica groups × 1 process of the tiny preset, ``extra`` trainer flags added."""
     spec: dict[str, Any] = {
         "image": "local", "command": ["torchrun", "-m", "railtrain.trainer"], "nodes": 2, "procsPerNode": 1,
-        "args": ["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", "2", "--seq-len", "16",
+        "args": ["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(batch_size), "--seq-len", str(seq_len),
                  "--log-every", "1", "--no-health", "--threads", "1", *extra],
         "faultTolerance": {"replicaGroups": 2, "minReplicas": 1},
     }  # fmt: skip
@@ -68,7 +68,7 @@ def run_arm(arm: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]
     "kills", "replacements"}``."""
     extra = ["--data-seed", "1"] if arm == "reordered" else []
     kills = [KillGroupFault(group=1, step=args.kills[0]), KillGroupFault(group=0, step=args.kills[1])] if arm == "two-failures" else None
-    job = parse_manifest(job_doc(args.steps, extra))
+    job = parse_manifest(job_doc(args.steps, args.batch_size, args.seq_len, extra))
     losses: dict[int, list[float]] = {}
     guard = threading.Lock()
 
@@ -126,7 +126,7 @@ def summarize(samples: dict[str, dict[str, Any]], args: argparse.Namespace) -> t
     reference = curves.get("uninterrupted")
     summary: dict[str, Any] = {}
     table = Table(
-        f"Loss curve (tiny, 2 replica groups × 1 process, {args.steps} steps, trailing mean of {args.window} steps): "
+        f"Loss curve (tiny, 2 replica groups × 1 process, {args.batch_size} × {args.seq_len} bytes per step, {args.steps} steps, trailing mean of {args.window} steps): "
         f"two group failures (group 1 after step {args.kills[0]}, group 0 after step {args.kills[1]}) vs the noise of data order",
         ["arm", "finished", "kills", "final loss", "mean |Δ| vs uninterrupted", "max |Δ|"],
     )
@@ -150,9 +150,11 @@ def summarize(samples: dict[str, dict[str, Any]], args: argparse.Namespace) -> t
 def main(argv: list[str] | None = None) -> int:
     """Run the three arms once each; print the table and write the JSON record."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=150, help="Steps every arm trains to (default 150).")
-    parser.add_argument("--window", type=int, default=20, help="Steps of the trailing mean (default 20).")
-    parser.add_argument("--kills", default="30,80", help="Steps after which group 1, then group 0, is killed (default 30,80).")
+    parser.add_argument("--steps", type=int, default=400, help="Steps every arm trains to (default 400).")
+    parser.add_argument("--window", type=int, default=25, help="Steps of the trailing mean (default 25).")
+    parser.add_argument("--kills", default="60,200", help="Steps after which group 1, then group 0, is killed (default 60,200).")
+    parser.add_argument("--batch-size", type=int, default=16, help="Sequences per step, both groups together (default 16: steps slow enough that a replacement, 10-20 s to start here, is back before the run ends).")
+    parser.add_argument("--seq-len", type=int, default=128, help="Bytes per sequence (default 128).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/).")
     args = parser.parse_args(argv)
     try:
@@ -161,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kills must be two step numbers, e.g. 30,80; got {args.kills!r}")
     if len(args.kills) != 2 or not 2 <= args.kills[0] < args.kills[1] < args.steps or not 1 <= args.window < args.steps:
         parser.error("--kills must be two steps 2 <= A < B < --steps, and --window between 1 and --steps - 1")
+    if args.batch_size < 2 or args.batch_size % 2 or args.seq_len < 2:
+        parser.error("--batch-size must be even and >= 2 (each group takes half), and --seq-len >= 2")
     before = machine()
     samples: dict[str, dict[str, Any]] = {}
     for arm in ARMS:

@@ -21,7 +21,7 @@ import replica_groups_loss as bench  # noqa: E402
 def test_help_and_bad_kills() -> None:
     proc = subprocess.run([sys.executable, "bench/replica_groups_loss.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--kills" in proc.stdout, proc.stderr
-    for bad in ("80,30", "30", "x,y", "30,200"):
+    for bad in ("80,30", "30", "x,y", "30,500"):  # 500: past the default --steps
         proc = subprocess.run([sys.executable, "bench/replica_groups_loss.py", "--kills", bad], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "--kills must be two" in proc.stderr, (bad, proc.stderr)
 
@@ -36,7 +36,7 @@ def test_the_job_curve_averages_the_groups_and_the_smoothing_needs_a_full_window
 
 
 def test_the_verdict_is_the_failures_distance_over_the_data_orders() -> None:
-    args = argparse.Namespace(steps=6, window=2, kills=[2, 4])
+    args = argparse.Namespace(steps=6, window=2, kills=[2, 4], batch_size=2, seq_len=16)
     base = {s: [5.0 - s * 0.5] * 2 for s in range(1, 7)}
     samples = {
         "uninterrupted": {"finished": True, "kills": 0, "losses": base},
