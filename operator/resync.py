@@ -20,10 +20,13 @@ import asyncio
 import logging
 import os
 import threading
+from datetime import datetime
+from typing import Any
 
 from railtrain.operator import kube, leader, metrics, progress
 from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
+from railtrain.operator.job import workload
 from railtrain.operator.job.conditions import SUCCEEDED
 from railtrain.operator.job.observed import observe_job
 from railtrain.operator.kube.errors import NotFound, classify
@@ -34,6 +37,27 @@ log = logging.getLogger("railtrain.operator")
 
 MAX_BACKOFF_SECONDS = 30.0
 """Longest wait between resync passes after consecutive failures."""
+KUEUE_FINISHED_RESYNC_SECONDS = 600.0
+"""How long after a Kueue job succeeded the resync still reconciles it (:func:`resyncs`)."""
+
+
+def resyncs(job: dict[str, Any], now: datetime) -> bool:
+    """Whether the resync reconciles ``job`` (pure; ``job`` as read, ``now`` aware).
+
+    Every job but a Succeeded one. A Succeeded job only while there is something left to do: its
+    ``ttlSecondsAfterFinished`` will delete it; or it names a Kueue LocalQueue and finished less than
+    :data:`KUEUE_FINISHED_RESYNC_SECONDS` ago (or says no ``completionTime``): its Workload keeps railtrain's
+    finalizer until the job's last pod has ended (operator/kueue.py, ``_finish``), and that pod's own event, which
+    would reconcile it, is lost when the operator restarts or leadership moves in between. Past that window its
+    pods are long gone (their grace period is far shorter), so a finished job costs the resync nothing for good.
+    """
+    seen = observe_job(job)
+    if seen.status.phase != SUCCEEDED or (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is not None:
+        return True
+    if workload.queue_name(job) is None:
+        return False
+    finished = seen.status.completion_time
+    return finished is None or (now - finished).total_seconds() < KUEUE_FINISHED_RESYNC_SECONDS
 
 
 async def start(memo: OperatorContext) -> None:
@@ -153,7 +177,7 @@ def _at_host(ctx: OperatorContext) -> str:
 
 
 def resync_pass(ctx: OperatorContext) -> None:
-    """One resync: reconcile every unfinished job, each on its own, then one admission pass for all.
+    """One resync: reconcile every job :func:`resyncs` names (the unfinished ones), each on its own, then one admission pass for all.
 
     An error reconciling one job is that job's alone (one line; the next pass
     retries it); an error reading the job list or running the admission pass
@@ -169,9 +193,10 @@ def resync_pass(ctx: OperatorContext) -> None:
     except NotFound:
         log.warning("the TrainingJob CRD is not installed; install crds/trainingjob.yaml")
         return
+    now = ctx.reconciler.now()
     for job in jobs:
-        if observe_job(job).status.phase == SUCCEEDED and (job["spec"].get("runPolicy") or {}).get("ttlSecondsAfterFinished") is None:
-            continue  # nothing left to do for a Succeeded job unless its TTL will delete it
+        if not resyncs(job, now):
+            continue  # nothing left to do for this Succeeded job
         meta = job["metadata"]
         try:
             ctx.reconciler.reconcile_job(meta["namespace"], meta["name"], admit=False)

@@ -158,3 +158,45 @@ def test_a_finished_jobs_workload_is_finished_and_released_in_the_same_pass(loca
     wl = workload_of(kube.custom, namespace, name)
     assert view.state == "Finished" and condition(wl["status"], "Finished")["reason"] == "Succeeded", wl.get("status")
     assert names.FINALIZER not in (wl["metadata"].get("finalizers") or []), wl["metadata"]
+
+
+def test_the_resync_releases_a_just_finished_kueue_jobs_workload_whose_pod_event_was_missed(operator_process, local_kueue, kueue_queue, namespace, kube):
+    """A Kueue job that finished while a pod of it was still live keeps its Workload's finalizer until that pod's end
+    reconciles it again; when that event is missed (the operator restarted, leadership moved), the resync must do it.
+    The old resync skipped every Succeeded job without a TTL, so the finalizer stayed for good. Here the running
+    operator is paused (SIGSTOP) so that only the resync pass under test acts; no pod of the job exists."""
+    import os
+    import signal
+    from datetime import datetime, timezone
+
+    from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
+    from railtrain.operator import kueue as kueue_sync
+    from railtrain.operator import resync
+    from railtrain.operator.context import OperatorContext, RuntimeState
+    from railtrain.operator.job.observed import observe_job
+    from railtrain.operator.kube.verbs import Kube
+    from railtrain.operator.settings import Settings
+
+    queue = kueue_queue(namespace, {TAG: uuid.uuid4().hex[:8]}, gpus=16)  # a flavor over no node: Kueue never admits it here
+    edge, levels = Kube(kube.api_client), (RAILTRAIN_BLOCK, RAILTRAIN_RACK, HOSTNAME)
+    paused = operator_process.proc if operator_process.running() else None
+    if paused is not None:
+        os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        job = kube.custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("late", queue))
+        kueue_sync.sync(edge, job, observe_job(job), levels, [], datetime.now(timezone.utc))  # its Workload, with the finalizer
+        name = workload_name(job["metadata"])
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        finished = {"status": {"phase": "Succeeded", "completionTime": now, "conditions": [
+            {"type": "Succeeded", "status": "True", "reason": "AllRanksSucceeded", "message": "every rank exited 0", "lastTransitionTime": now}]}}  # fmt: skip
+        kube.custom.patch_namespaced_custom_object_status(G, V, namespace, P, "late", finished)
+        assert names.FINALIZER in workload_of(kube.custom, namespace, name)["metadata"]["finalizers"]  # the missed event's work
+        ctx = OperatorContext(Settings(namespace=namespace, topology_levels=levels), edge, identity="test/1", state=RuntimeState(leader=True))
+        resync.resync_pass(ctx)
+        wl = workload_of(kube.custom, namespace, name)
+        done = condition(wl.get("status") or {}, "Finished")
+        assert done is not None and done["reason"] == "Succeeded", f"the resync left the finished job's Workload unfinished: {wl.get('status')}"
+        assert names.FINALIZER not in (wl["metadata"].get("finalizers") or []), wl["metadata"]
+    finally:
+        if paused is not None:
+            os.kill(paused.pid, signal.SIGCONT)
