@@ -106,6 +106,12 @@ def attempt_evidence(text: str) -> tuple[int | None, float | None]:
             blocked if blocked is not None and blocked == blocked and blocked >= 0 else None)  # fmt: skip
 
 
+def first_step_seen(values: Mapping[str, float]) -> int | None:
+    """``railtrain_step`` of a rank's samples (:func:`samples`) once it finished a step (≥ 1, finite), else None."""
+    step = values.get("railtrain_step")
+    return int(step) if step is not None and step == step and 1 <= step < float("inf") else None
+
+
 def parse(text: str, now: datetime) -> dict[str, Any] | None:
     """status.progress (camelCase dict) from rank 0's metrics text, or None before its first step.
 
@@ -114,8 +120,8 @@ def parse(text: str, now: datetime) -> dict[str, Any] | None:
     against the API's bounds by :class:`~railtrain.crds.goodput.Progress`).
     """
     values = samples(text)
-    step = values.get("railtrain_step")
-    if step is None or step != step or step < 1:
+    step = first_step_seen(values)
+    if step is None:
         return None
 
     def ok(name: str) -> float | None:
@@ -152,15 +158,15 @@ def group_progress(text: str, now: datetime) -> dict[str, Any] | None:
     """One replica group's fields of ``status.replicaGroups[]`` (camelCase: ``step``, ``quorum``, ``heals``,
     ``retriedSteps``, ``progressTime``) from its rank 0's metrics text, or None before its first step."""
     values = samples(text)
-    step = values.get("railtrain_step")
-    if step is None or step != step or step < 1:
+    step = first_step_seen(values)
+    if step is None:
         return None
 
     def count(name: str) -> int:
         v = values.get(name)
         return int(v) if v is not None and v == v and 0 <= v < float("inf") else 0
 
-    return {"step": int(step), "quorum": count("railtrain_replica_group_quorum"), "heals": count("railtrain_replica_group_heals"),
+    return {"step": step, "quorum": count("railtrain_replica_group_quorum"), "heals": count("railtrain_replica_group_heals"),
             "retriedSteps": count("railtrain_replica_group_retried_steps"), "progressTime": times.format_time(now)}  # fmt: skip
 
 
@@ -241,8 +247,7 @@ class Reader:
             ledger = self._ledger(first, key)
             groups = {g: p for g, _, text in read if g is not None and (p := group_progress(text, now)) is not None}
             # the job's progress: the rank 0 furthest ahead (with replica groups, the quorum's step; any group may be away)
-            text = max((t for _, _, t in read), key=lambda t: (parse(t, now) or {}).get("step", 0))
-            found = parse(text, now)
+            text, found = max(((t, parse(t, now)) for _, _, t in read), key=lambda tf: (tf[1] or {}).get("step", 0))
             if found is None and ledger is None:
                 return False
             with lock_for(namespace, name):
