@@ -6,7 +6,7 @@ model (same seed; DDP-wrapped when distributed), each with its own AdamW, and dr
 loop (a pool of fixed random token batches, forward, ``lm_loss``, backward, ``clip_grad_norm_``,
 ``optimizer.step``, ``zero_grad``). Only the **on** copy has a ``StepHook`` (contract read from the
 environment, the defaults a user gets: every check on, ``HealthSettings`` default intervals) and calls
-``begin_step``/``check``/``end_step`` every step; the **off** copy calls nothing. After ``--warmup`` untimed
+``begin_step``/``after_forward``/``check``/``end_step`` every step (``--after-forward off``: no ``after_forward``); the **off** copy calls nothing. After ``--warmup`` untimed
 steps of each, the two run ``--pairs`` pairs of blocks of ``--block-steps`` steps, alternating which block
 of a pair goes first (off/on, on/off, ...), so the machine's noise hits both arms alike; every step is timed
 on rank 0 (``perf_counter``, the hook's calls included). The table shows per arm the median step time, and
@@ -82,11 +82,20 @@ class Arm:
             if hooked else None
         )  # fmt: skip
         self.step = 0
+        self.after_forward = args.after_forward == "on"
+        self.after_forward_s = 0.0
 
-    def forward_backward(self, inputs: Any, targets: Any) -> Any:
-        """Zero the gradients, forward and backward on one batch; the detached local loss."""
+    def forward_backward(self, inputs: Any, targets: Any, step: int = 0) -> Any:
+        """Zero the gradients, forward and backward on one batch; the detached local loss.
+
+        With a hook, ``step`` > 0 and ``--after-forward on``, the hook's ``after_forward`` starts its loss all-reduce
+        between the two (what docs/library.md's loop does); the re-execution (``step`` 0) does not call it."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.lm_loss(self.wrapped(inputs), targets)
+        if self.hook is not None and step and self.after_forward:
+            t0 = time.perf_counter()
+            self.hook.after_forward(step, loss)
+            self.after_forward_s += time.perf_counter() - t0
         loss.backward()
         return loss.detach()
 
@@ -102,7 +111,9 @@ class Arm:
             if hook is not None:
                 hook.begin_step(step)
                 h += time.perf_counter() - t0
-            loss = self.forward_backward(inputs, targets)
+            self.after_forward_s = 0.0
+            loss = self.forward_backward(inputs, targets, step)
+            h += self.after_forward_s
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             skip = False
             if hook is not None:
@@ -190,7 +201,7 @@ def worker(args: argparse.Namespace) -> None:
 # --- driver ------------------------------------------------------------------------------------
 
 
-PASSED = ("preset", "batch_size", "seq_len", "threads", "block_steps", "pairs", "warmup")
+PASSED = ("preset", "batch_size", "seq_len", "threads", "block_steps", "pairs", "warmup", "after_forward")
 """Flags the driver hands on to every worker."""
 
 
@@ -272,7 +283,7 @@ def table(args: argparse.Namespace, records: list[dict[str, Any]]) -> Table:
     """The results table: one row per configuration."""
     t = Table(
         f"StepHook overhead: batch {args.batch_size} x {args.seq_len} tokens, CPU, {args.threads} thread(s)/process; "
-        f"{args.pairs} interleaved pairs x {args.block_steps} steps per arm after {args.warmup} warm-up steps",
+        f"{args.pairs} interleaved pairs x {args.block_steps} steps per arm after {args.warmup} warm-up steps; after_forward {args.after_forward}",
         ["preset", "procs", "off ms", "on ms", "on/off wall [IQR] (95% CI)", "on/off CPU [IQR] (95% CI)", "amortized", "in hook calls", "checks run (numeric/timing/fingerprint/KAT)", "watchdog CPU"],
         note="off/on ms: median step wall time; on/off: median over pairs of the ratio of the pair's two blocks (run back to back) of median step "
         "wall time, of median step process CPU time, with the ratios' interquartile range and the median's 95% interval; amortized: all on-steps' "
@@ -301,6 +312,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--block-steps", type=int, default=1, help="Steps of one arm's block (default 1: the arms alternate every step).")
     parser.add_argument("--pairs", type=int, default=200, help="Interleaved pairs of blocks (default 200).")
     parser.add_argument("--warmup", type=int, default=5, help="Untimed steps of each arm first (default 5; the hook's start runs in them).")
+    parser.add_argument("--after-forward", choices=("on", "off"), default="on",
+                        help="The on copy calls StepHook.after_forward between forward and backward, as docs/library.md's loop does "
+                        "(on, default), or leaves the loss all-reduce to check (off: the loop before that call existed).")
     parser.add_argument("--timeout", type=float, default=3600, help="Seconds one configuration may take (default 3600).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/hook_overhead-<time>.json).")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

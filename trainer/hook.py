@@ -7,7 +7,9 @@ Prometheus metrics (:class:`~railtrain.trainer.metrics.TrainerMetrics`: step, lo
 operator reads for progress and goodput). A loop calls, per step::
 
     hook.begin_step(step)                        # before the forward
-    ...forward, backward, grad norm...
+    ...forward...
+    hook.after_forward(step, loss)               # optional: the loss average overlaps the backward
+    ...backward, grad norm...
     loss_value, skip = hook.check(step, loss, grad_norm, recompute)   # before optimizer.step()
     if not skip: optimizer.step()
     hook.end_step(step, step_s)                  # after it
@@ -97,6 +99,9 @@ class StepHook:
         self.loss = float("nan")
         """The last step's loss averaged over the job (:meth:`check`)."""
         self._collective_entered = -1
+        self._early: tuple[int, Any, torch.Tensor, bool] | None = None
+        """The loss all-reduce :meth:`after_forward` started: (step, work, buffer, carries timing)."""
+        self._checked = -1
 
     # -- guarded calls ------------------------------------------------------------------------
     def _guard(self, check: str, call: Callable[[], Any], fallback: Any = None) -> Any:
@@ -162,11 +167,44 @@ class StepHook:
         self.start()
         self.monitor.begin_step(step)
 
+    def after_forward(self, step: int, loss: torch.Tensor) -> None:
+        """Optional, after the step's forward and before its backward (every rank or none): start :meth:`check`'s
+        all-reduce now, in the background, so that it overlaps the backward pass instead of adding to the step.
+
+        The all-reduce carries this rank's loss and, on the straggler check's schedule, its compute seconds (the
+        forward's blocks, timed by then). :meth:`check` waits for it and averages ``loss`` as given here (pass the
+        same loss to both; with gradient accumulation, the step's loss after its last micro-batch's forward). A
+        second call for the same step, or a call after its :meth:`check` (e.g. from a ``recompute``), does nothing.
+        It does nothing either without a process group, with a ``reduce`` of the loop's own, or when the loss is on
+        a GPU (there the loss must reach the host in :meth:`check` anyway; not measured here). Why it exists: the
+        one collective the hook adds per step was most of its cost on a small model (docs/bench-hook.md).
+
+        Args:
+            step: the step (the one :meth:`check` is called with next); loss: this rank's loss, a 0-d tensor.
+
+        Raises:
+            RuntimeError: the process group failed to start the all-reduce (a peer is gone).
+        """
+        if (not self.distributed or self.reduce != self._mean_over_ranks or loss.device.type != "cpu"
+                or self._checked == step or (self._early is not None and self._early[0] == step)):  # fmt: skip
+            return
+        timing = self.monitor.timing_due(step)
+        extra = self._guard("timing", self.monitor.timing_vector) if timing else None
+        buf = loss.detach().float().reshape(1)
+        buf = torch.cat([buf, extra.float()]) if extra is not None else buf.clone()
+        self._early = (step, dist.all_reduce(buf, op=dist.ReduceOp.SUM, async_op=True), buf, extra is not None)
+
+    def _finish_early(self, early: tuple[int, Any, torch.Tensor, bool]) -> tuple[float, list[float] | None]:
+        _, work, buf, timing = early
+        work.wait()
+        return float(buf[0]) / self.contract.world_size, buf[1:].tolist() if timing else None
+
     def check(self, step: int, loss: torch.Tensor, grad_norm: float | torch.Tensor,
               recompute: Callable[[], torch.Tensor] | None = None) -> tuple[float, bool]:  # fmt: skip
         """After the backward pass, before ``optimizer.step()`` (every rank; one all-reduce when distributed).
 
-        Averages the loss over the job (the straggler check's compute times ride on the same all-reduce), then
+        Averages the loss over the job (the straggler check's compute times ride on the same all-reduce; when
+        :meth:`after_forward` started it, waits for it: the loss given there is the one averaged), then
         checks the loss and gradient norm for NaN/Inf and spikes; an anomaly is re-executed with ``recompute`` to
         tell hardware from data.
 
@@ -188,10 +226,15 @@ class StepHook:
         """
         if self._collective_entered != step:
             self.before_collective(step)
+        self._checked = step
         norm = float(grad_norm)
-        timing = self.monitor.timing_due(step)
-        extra = self._guard("timing", self.monitor.timing_vector) if timing else None
-        mean, times = self.reduce(loss.detach(), extra)
+        early, self._early = self._early, None
+        if early is not None and early[0] == step:
+            mean, times = self._finish_early(early)
+        else:
+            timing = self.monitor.timing_due(step)
+            extra = self._guard("timing", self.monitor.timing_vector) if timing else None
+            mean, times = self.reduce(loss.detach(), extra)
         if times is not None:
             self.monitor.record_times(times)
         self.loss = mean

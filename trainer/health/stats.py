@@ -227,16 +227,23 @@ class SpikeDetector:
     rel_floor: float = 0.05
     warmup_ratio: float = 100.0
     values: deque = field(default_factory=deque)
+    _stats: tuple[float, float] | None = field(default=None, init=False, repr=False, compare=False)
+    """(median, MAD) of ``values``, kept until the next :meth:`accept` (the check reads them several times a step)."""
+
+    def _median_mad(self) -> tuple[float, float]:
+        if self._stats is None:
+            med = statistics.median(self.values)
+            self._stats = (med, statistics.median(abs(v - med) for v in self.values))
+        return self._stats
 
     def score(self, x: float) -> float:
         """Robust z-score of ``x`` against the kept values (``inf`` for a non-finite ``x``, 0 while warming up)."""
         if not math.isfinite(x):
             return math.inf
         if len(self.values) < self.min_samples:
-            ref = abs(statistics.median(self.values)) if self.values else 0.0
+            ref = abs(self._median_mad()[0]) if self.values else 0.0
             return math.inf if ref > 0 and abs(x) > self.warmup_ratio * ref else 0.0
-        med = statistics.median(self.values)
-        mad = statistics.median(abs(v - med) for v in self.values)
+        med, mad = self._median_mad()
         scale = max(MAD_TO_SIGMA * mad, self.rel_floor * abs(med), 1e-12)
         return (x - med) / scale
 
@@ -245,13 +252,14 @@ class SpikeDetector:
         z = self.score(x)
         if z == math.inf or len(self.values) < self.min_samples:
             return z > self.threshold
-        return z > self.threshold and x > self.ratio * abs(statistics.median(self.values))
+        return z > self.threshold and x > self.ratio * abs(self._median_mad()[0])
 
     def accept(self, x: float) -> None:
         """Record a value judged normal."""
         self.values.append(x)
         while len(self.values) > self.window:
             self.values.popleft()
+        self._stats = None
 
 
 def hang_deadline(step_times: Sequence[float], factor: float, floor: float) -> float:
