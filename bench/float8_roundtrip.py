@@ -65,10 +65,10 @@ def reload_persistent(trainer: Trainer) -> str:
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     value.zero_()
     only = dataclasses.replace(trainer.config, checkpoint_local_dir="", checkpoint_memory_dir="")
-    checkpointer = build_checkpointer(only, trainer.info, trainer.dims.describe(), trainer.log, trainer.prometheus.observe_checkpoint, {})
+    checkpointer = build_checkpointer(only, trainer.dims.describe(), trainer.model, trainer.optimizer, trainer.contract, trainer.health, trainer.log)
     assert checkpointer is not None
     try:
-        checkpointer.load_latest(trainer.model, trainer.optimizer, trainer._train_state())
+        checkpointer.resume(trainer.sampler.state())
         return checkpointer.loaded_from
     finally:
         checkpointer.close()

@@ -13,6 +13,7 @@ Imports: torch, the trainer's checkpoint package and :mod:`railtrain.trainer.pod
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,8 @@ from torch import nn
 
 
 class JobCheckpointer:
-    """Saves and resumes a model, its optimizer and a few integers (the step, a data cursor) in the job's tiers.
+    """Saves and resumes a model, its optimizer, a few integers (the step, a data cursor) and any other stateful
+    objects of the loop (``states``) in the job's tiers.
 
     Every rank constructs it (a collective when distributed) and calls :meth:`resume` and :meth:`save` at the same
     steps. Without any tier (no ``RAILTRAIN_CHECKPOINT*_DIR``) every method is a no-op: :attr:`enabled` is ``False``.
@@ -39,6 +41,12 @@ class JobCheckpointer:
             (:data:`~railtrain.trainer.checkpoint.Observer`, e.g. ``StepHook.metrics.observe_checkpoint``).
         phase: called as ``phase(step, "checkpoint")`` before a save (e.g. ``StepHook.phase``, so the hang watchdog
             allows a save its longer deadline).
+        run_id: the run that owns the node-local tiers (their shards of another run are never loaded); default:
+            the contract's ``RAILTRAIN_RUN_ID``.
+        states: other objects of the loop saved and resumed with the model, by name: anything with
+            ``state_dict()``/``load_state_dict()`` whose state holds tensors, numbers, strings and plain containers
+            (an LR scheduler, a ``torchdata`` ``StatefulDataLoader``). A checkpoint saved without one of these names
+            does not fit (passed over like another model's).
 
     Raises:
         ContractError: the contract is read here and a variable is missing or malformed (named).
@@ -49,10 +57,11 @@ class JobCheckpointer:
         self, model: nn.Module, optimizer: torch.optim.Optimizer, contract: Contract | None = None, *,
         tiers: tuple[TierConfig, ...] | None = None, layout: str = "", async_save: bool = True,
         log: Callable[[str], None] | None = None, observe: Observer | None = None,
-        phase: Callable[[int, str], None] | None = None,
+        phase: Callable[[int, str], None] | None = None, run_id: str | None = None, states: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         self.contract = c = contract or read_contract()
         self.model, self.optimizer, self.phase = model, optimizer, phase
+        self.states = dict(states or {})
         self.log = log or ((lambda line: print(line, flush=True)) if c.rank == 0 else (lambda line: None))
         chosen = [t for t in (c.tiers if tiers is None else tiers) if t.enabled]
         self.enabled = bool(chosen)
@@ -65,7 +74,7 @@ class JobCheckpointer:
         self.checkpointer = Checkpointer(
             chosen, rank=c.rank, world_size=c.world_size, local_world_size=c.local_world_size,
             distributed=dist.is_available() and dist.is_initialized(), layout=layout or f"world={c.world_size}",
-            async_save=async_save, cuda=cuda, log=self.log, observe=observe, hold_step=c.faults.hold_checkpoint_step, run_id=c.run_id,
+            async_save=async_save, cuda=cuda, log=self.log, observe=observe, hold_step=c.faults.hold_checkpoint_step, run_id=c.run_id if run_id is None else run_id,
         )  # fmt: skip
 
     def resume(self, extra: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -84,12 +93,37 @@ class JobCheckpointer:
         current = {"step": 0, **(extra or {})}
         if self.checkpointer is None:
             return current
-        saved = self.checkpointer.load_latest(self.model, self.optimizer, current)
+        saved = self.checkpointer.load_latest(self.model, self.optimizer, current, self.states)
         if saved is None:
             return current
         self.step = saved["step"]
         self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         return saved
+
+    @property
+    def loaded_from(self) -> str:
+        """After a :meth:`resume` that loaded a step: ``"tier <name>, <why>"`` (what had to be skipped); else ``""``."""
+        return self.checkpointer.loaded_from if self.checkpointer else ""
+
+    @property
+    def loaded_tier(self) -> str | None:
+        """After a :meth:`resume` that loaded a step: the name of its tier (``memory``, ``local``, ``persistent``); else ``None``."""
+        tier = self.checkpointer.loaded_tier if self.checkpointer else None
+        return tier.name if tier is not None else None
+
+    def start_over_hint(self, step: int) -> str:
+        """Where the resumed ``step`` lives, for a "nothing to train" line: the persistent location (delete it to start
+        over), or the node-local tier of this run (another run id starts over)."""
+        return self.checkpointer.start_over_hint(step) if self.checkpointer else f"the checkpoint tiers already hold step {step}"
+
+    def release_node_tiers(self, step: int) -> str:
+        """After a run that succeeded at ``step`` and :meth:`wait`: empty the node-local tiers when the persistent tier
+        holds ``step`` complete, else keep them (the only copy). Every rank calls (collectives).
+
+        Returns:
+            One line for the log (``""`` without node-local tiers or any tier).
+        """
+        return self.checkpointer.release_node_tiers(step) if self.checkpointer else ""
 
     def due(self, step: int, last_step: int) -> list[str]:
         """The tiers that save after ``step`` of a run to ``last_step`` (each on its interval, all at the last step)."""
@@ -114,7 +148,7 @@ class JobCheckpointer:
             return []
         if self.phase is not None:
             self.phase(step, "checkpoint")
-        blocked = self.checkpointer.save(step, self.model, self.optimizer, {"step": step, **(extra or {})}, last_step)
+        blocked = self.checkpointer.save(step, self.model, self.optimizer, {"step": step, **(extra or {})}, last_step, self.states)
         self.step = step
         self.log(f"checkpoint step={step} tiers={','.join(due)} blocked_s={blocked:.3f}")
         return due

@@ -25,7 +25,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract, threads
 from railtrain.crds.replica_groups import read_replica_group_env
-from railtrain.trainer.checkpoint import Checkpointer, NonFiniteState
+from railtrain.trainer.checkpoint import NonFiniteState
+from railtrain.trainer.checkpointing import JobCheckpointer
 from railtrain.trainer import float8
 from railtrain.trainer.config import TrainConfig, apply_launch_context, checkpoint_tiers, model_shape, read_launch_context
 from railtrain.trainer.data import WindowSampler, load_corpus
@@ -148,9 +149,15 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
 
 
 def build_checkpointer(
-    config: TrainConfig, info: DistInfo, layout: str, log: Callable[[str], None], observe: Callable[[str, str, float, int], None], environ: Mapping[str, str]
-) -> Checkpointer | None:
-    """A :class:`Checkpointer` over :func:`~railtrain.trainer.config.checkpoint_tiers` (``None`` when there are none); a collective.
+    config: TrainConfig, layout: str, model: nn.Module, optimizer: torch.optim.Optimizer, pod: Contract, hook: StepHook, log: Callable[[str], None]
+) -> JobCheckpointer | None:
+    """The library's :class:`~railtrain.trainer.checkpointing.JobCheckpointer` over
+    :func:`~railtrain.trainer.config.checkpoint_tiers` (``None`` when there are none); a collective.
+
+    Args:
+        config: the filled configuration (tiers, async saves, run id); layout: the parallel layout's description;
+        model, optimizer: what is saved; pod: the pod contract (ranks, the hold-checkpoint fault); hook: the step hook
+        (its hang watchdog's checkpoint phase, its checkpoint metrics); log: prints on rank 0.
 
     Raises:
         ValueError: ``--checkpoint-dir`` is a URI fsspec cannot open.
@@ -158,11 +165,9 @@ def build_checkpointer(
     tiers = checkpoint_tiers(config)
     if not tiers:
         return None
-    hold = contract.read_faults(environ).hold_checkpoint_step
-    return Checkpointer(
-        tiers, rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, distributed=info.distributed,
-        layout=layout, async_save=config.checkpoint_async, cuda=info.device.type == "cuda", log=log, observe=observe,
-        hold_step=hold, run_id=config.run_id,
+    return JobCheckpointer(
+        model, optimizer, pod, tiers=tuple(tiers), layout=layout, async_save=config.checkpoint_async, log=log,
+        observe=hook.metrics.observe_checkpoint, phase=hook.phase, run_id=config.run_id,
     )  # fmt: skip
 
 
@@ -274,7 +279,7 @@ class Trainer:
         # writes them, one copy of the model: the lowest of each step's quorum (group 0 until the first quorum says);
         # a replacement group heals from a live peer at its first quorum
         self.writes_checkpoints = replica_env is None or replica_env.group == 0
-        self.checkpointer = build_checkpointer(config, info, dims.describe(), self.log, self.prometheus.observe_checkpoint, environ)
+        self.checkpointer = build_checkpointer(config, dims.describe(), self.model, self.optimizer, self.contract, self.health, self.log)
         self.step = 0
         self.committed = True
         """Whether the last :meth:`train_step` was committed (always, without replica groups)."""
@@ -348,8 +353,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, grad_norm, lr, skip
 
-    def save_checkpoint(self, last_step: int) -> float:
-        """Checkpoint the current step to the due tiers (every rank calls); returns the seconds the loop was blocked.
+    def save_checkpoint(self, last_step: int) -> list[str]:
+        """Checkpoint the current step to the due tiers (every rank calls; the library's
+        :meth:`~railtrain.trainer.checkpointing.JobCheckpointer.save`, which logs the line); returns the tiers written.
 
         Raises:
             HealthVerdict: ``user-error`` ``NonFiniteUpdate`` when the state is not finite on some rank (it is
@@ -357,7 +363,7 @@ class Trainer:
         """
         assert self.checkpointer is not None
         try:
-            return self.checkpointer.save(self.step, self.model, self.optimizer, self._train_state(), last_step)
+            return self.checkpointer.save(self.step, last_step, self.sampler.state())
         except NonFiniteState as err:
             raise HealthVerdict(
                 contract.VERDICT_USER_ERROR, contract.REASON_NON_FINITE_UPDATE,
@@ -366,21 +372,17 @@ class Trainer:
                 step=self.step, evidence=err.evidence,
             ) from None  # fmt: skip
 
-    def _train_state(self) -> dict[str, int]:
-        return {"step": self.step, **self.sampler.state()}
-
     def resume(self) -> None:
         """Load the newest complete checkpoint, if any, and continue from its step."""
         if self.checkpointer is None:
             return
-        saved = self.checkpointer.load_latest(self.model, self.optimizer, self._train_state())
-        if saved is None:
+        saved = self.checkpointer.resume(self.sampler.state())  # logs "resumed from step N (...)"
+        if self.checkpointer.loaded_tier is None:
             return
         self.step = saved.pop("step")
         if self.fp8:
             float8.precompute_scales(self.model)  # the loaded weights' float8 scales, before the first forward
         self.prometheus.resumed_step.set(self.step)
-        self.log(f"resumed from step {self.step} ({self.checkpointer.loaded_from})")
         faults = self.contract.faults
         missed = [f"{kind} at step {f.step}" for kind in ("bitflip", "hang", "kill", "bad_batch") if (f := getattr(faults, kind)) is not None and f.step <= self.step]
         if missed:
@@ -393,7 +395,7 @@ class Trainer:
     def _start_over(self) -> str:
         """The second half of the "nothing to train" line: how to start over from the tier that was loaded."""
         train_on = "or raise --steps (railtrain run --local --steps N) to train further"
-        if self.checkpointer is not None and self.checkpointer.loaded_tier is not None and self.checkpointer.loaded_tier.name != "persistent":
+        if self.checkpointer is not None and self.checkpointer.loaded_tier not in (None, "persistent"):
             return f"set another spec.checkpoint.runId (or none) to start over, {train_on}"
         return f"delete it to start over, {train_on}"
 
@@ -458,10 +460,8 @@ class Trainer:
                         record["quorum"] = self.replica.participants()
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
-                if self.checkpointer and self.writes_checkpoints and (due := self.checkpointer.due(self.step, c.steps)):
-                    self.health.phase(self.step, "checkpoint")
-                    blocked = self.save_checkpoint(c.steps)
-                    self.log(f"checkpoint step={self.step} tiers={','.join(due)} blocked_s={blocked:.3f}")
+                if self.checkpointer and self.writes_checkpoints:
+                    self.save_checkpoint(c.steps)  # the tiers due at this step, if any
             if self.checkpointer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
                 if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):

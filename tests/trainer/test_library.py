@@ -105,3 +105,43 @@ def test_checkpoint_round_trip_in_the_persistent_tier(tmp_path):
     assert torch.equal(fresh.weight, model.weight)
     loader.close()
     assert rt.JobCheckpointer(model, optimizer, rt.Contract()).resume() == {"step": 0}  # no tier: a no-op
+
+
+@pytest.mark.parametrize("tier", ["persistent", "local"])
+def test_other_stateful_objects_are_saved_and_resumed_with_the_model_in_each_tier(tmp_path, tier):
+    """``states``: an LR scheduler (floats, ints, lists) comes back as it was saved, beside the model, from the
+    persistent tier (DCP) and from a node-local tier (per-rank shards); a checkpoint saved before the loop passed it
+    still resumes the model, and the scheduler keeps its own state (said in the log)."""
+    contract_ = rt.Contract(tiers=(TierConfig(tier, str(tmp_path / tier), 1, 3),))
+    torch.manual_seed(0)
+    model, fresh = nn.Linear(4, 2), nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    for _ in range(5):
+        model(torch.ones(1, 4)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    saver = rt.JobCheckpointer(model, optimizer, contract_, async_save=False, states={"scheduler": scheduler})
+    assert saver.save(5, 10) == [tier]
+    saver.close()
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    fresh_scheduler = torch.optim.lr_scheduler.StepLR(fresh_opt, step_size=2, gamma=0.5)
+    loader = rt.JobCheckpointer(fresh, fresh_opt, contract_, states={"scheduler": fresh_scheduler})
+    assert loader.resume() == {"step": 5}
+    assert fresh_scheduler.state_dict() == scheduler.state_dict() and fresh_scheduler.last_epoch == 5
+    assert fresh_scheduler.get_last_lr() == scheduler.get_last_lr() == [1e-3 * 0.5**2]
+    assert torch.equal(fresh.weight, model.weight)
+    loader.close()
+    without = rt.Contract(tiers=(TierConfig(tier, str(tmp_path / "without"), 1, 3),))
+    plain = rt.JobCheckpointer(model, optimizer, without, async_save=False)
+    assert plain.save(1, 10) == [tier]
+    plain.close()
+    other = nn.Linear(4, 2)
+    other_opt = torch.optim.AdamW(other.parameters())
+    lines: list[str] = []
+    own = torch.optim.lr_scheduler.StepLR(other_opt, 2)
+    wants = rt.JobCheckpointer(other, other_opt, without, states={"scheduler": own}, log=lines.append)
+    assert wants.resume() == {"step": 1} and wants.loaded_tier == tier, lines
+    assert torch.equal(other.weight, model.weight) and own.last_epoch == 0
+    assert any("holds no 'scheduler' state" in line for line in lines), lines
+    wants.close()

@@ -103,9 +103,12 @@ class Checkpointer:
         """Names of the tiers that save after ``step``."""
         return [t.name for t in self.tiers if should_save(step, t.interval, last_step)]
 
-    def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int]) -> dict[str, Any]:
+    def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int], states: Mapping[str, Any] | None = None) -> dict[str, Any]:
         model_sd, optim_sd = plain_tensors(get_state_dict(model, optimizer))
-        return {"model": model_sd, "optim": optim_sd, "train": {k: torch.tensor(v, dtype=torch.int64) for k, v in train.items()}}
+        state = {"model": model_sd, "optim": optim_sd, "train": {k: torch.tensor(v, dtype=torch.int64) for k, v in train.items()}}
+        if states:  # other stateful objects of the loop (an LR scheduler, a data loader): absent without any
+            state["states"] = {name: obj.state_dict() for name, obj in states.items()}
+        return state
 
     @contextlib.contextmanager
     def _quiet(self) -> Iterator[None]:
@@ -118,8 +121,12 @@ class Checkpointer:
 
     # --- save -----------------------------------------------------------------------
 
-    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int], last_step: int) -> float:
+    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int], last_step: int,
+             states: Mapping[str, Any] | None = None) -> float:  # fmt: skip
         """Checkpoint ``step`` to the tiers that are due (every rank must call).
+
+        ``states``: other objects with ``state_dict()``/``load_state_dict()`` saved beside the model (their
+        ``state_dict`` holds tensors, numbers, strings and plain containers), by name.
 
         Returns:
             Seconds the caller was blocked: waiting for the previous save,
@@ -133,7 +140,7 @@ class Checkpointer:
             return 0.0
         start = time.perf_counter()
         self.wait()
-        state = self._state(model, optimizer, train)
+        state = self._state(model, optimizer, train, states)
         self._refuse_nonfinite(step, state, "saving")
         staged = self.stager.stage(state)
         job = (step, staged, dict(train), tiers)
@@ -224,11 +231,13 @@ class Checkpointer:
 
     # --- load -----------------------------------------------------------------------
 
-    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int]) -> dict[str, int] | None:
+    def load_latest(self, model: nn.Module, optimizer: torch.optim.Optimizer, train: Mapping[str, int],
+                    states: Mapping[str, Any] | None = None) -> dict[str, int] | None:  # fmt: skip
         """Restore the newest complete and valid checkpoint reachable in any tier (every rank must call).
 
         ``train`` gives the keys (and current values) of the integers saved
-        alongside. Sets :attr:`loaded_from`.
+        alongside; ``states`` the other stateful objects saved with :meth:`save` (the same names: a checkpoint
+        without them does not fit and is passed over). Sets :attr:`loaded_from`.
 
         Returns:
             The saved ``train`` integers, or ``None`` when no tier holds a usable checkpoint.
@@ -239,7 +248,7 @@ class Checkpointer:
         if not candidates:
             return None
         # Built only now: get_state_dict gives the optimizer its state (a zero step), which a fresh run must not have.
-        template = self._state(model, optimizer, train)
+        template = self._state(model, optimizer, train, states)
         rejected: list[str] = []
         poisoned: NonFiniteState | None = None
         for step, index in sorted(candidates, key=lambda c: (-c[0], c[1])):
@@ -261,6 +270,11 @@ class Checkpointer:
                 poisoned = poisoned or err
                 continue
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            for name, obj in (states or {}).items():
+                if name in state.get("states", {}):
+                    obj.load_state_dict(state["states"][name])
+                else:
+                    self.log(f"checkpoint: step {step} holds no {name!r} state (saved before the loop passed it): it keeps its own")
             self.loaded_tier = tier
             self.observe("load", tier.name, result.seconds, result.bytes)
             why = "newest complete step" if not rejected else f"after rejecting {', '.join(rejected)}"

@@ -25,7 +25,7 @@ from railtrain.trainer.checkpoint.comm import Comm
 from railtrain.trainer.checkpoint.files import GLOBAL_FORMAT, open_storage
 from railtrain.trainer.checkpoint.report import TierResult, describe_error
 from railtrain.trainer.checkpoint.retention import GOOD_KEY, newest_good, prune_plan
-from railtrain.trainer.checkpoint.state import CheckpointMismatch, model_mismatch
+from railtrain.trainer.checkpoint.state import CheckpointMismatch, model_mismatch, saved_states_only
 
 
 class PersistentTier:
@@ -154,6 +154,10 @@ class PersistentTier:
             result.error = f"{self.name} step {step}: " + "; ".join(all_errors[:3])
             return None, result
         self._check_fits(step, template, comm)
+        if "states" in template:  # only the loop's stateful objects this checkpoint holds (DCP refuses a missing key)
+            keys = self.storage.reader(step).read_metadata().state_dict_metadata if comm.rank == 0 else {}
+            held = comm.all_gather([n for n in template["states"] if any(k == f"states.{n}" or k.startswith(f"states.{n}.") for k in keys)])[0]
+            template = saved_states_only(template, held)
         dcp.load(template, storage_reader=self.storage.reader(step), process_group=comm.group, no_dist=not comm.distributed)
         result.bytes = sum(v["bytes"] for v in manifest["files"].values()) // comm.world_size
         result.seconds = time.perf_counter() - start

@@ -31,7 +31,7 @@ from railtrain.trainer.checkpoint.files import SHARD_FORMAT, ShardDir, parse_man
 from railtrain.trainer.checkpoint.io import CopySink, ShardBuffer, write_hashed
 from railtrain.trainer.checkpoint.report import TierResult, describe_error
 from railtrain.trainer.checkpoint.retention import is_good
-from railtrain.trainer.checkpoint.state import ShardMismatch, deserialize, load_file, rebuild
+from railtrain.trainer.checkpoint.state import ShardMismatch, deserialize, load_file, rebuild, saved_states_only
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class ShardTier:
                 raise OSError(err)
             # The own shard is read straight from its (verified) file into tensors: no intermediate bytes.
             loaded = deserialize(payload) if payload is not None else load_file(self.dir.data_path(step, "rank", self.rank))
-            state = rebuild(template, loaded)
+            state = rebuild(saved_states_only(template, loaded.get("states", {}) if isinstance(loaded, dict) else {}), loaded)
         except (ShardMismatch, RuntimeError, ValueError, OSError) as exc:
             err = describe_error(exc)
         errs = comm.all_gather(err)

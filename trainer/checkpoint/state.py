@@ -215,6 +215,18 @@ def load_file(path: str) -> Any:
     return torch.load(path, weights_only=True, map_location="cpu")
 
 
+def saved_states_only(template: dict[str, Any], saved: Any) -> dict[str, Any]:
+    """``template`` with its ``states`` (the loop's other stateful objects) cut to the names ``saved`` holds.
+
+    A checkpoint written before the loop added an object (e.g. an LR scheduler) still loads; the object keeps its
+    state and the manager says so. ``saved``: the names (any container of them) the checkpoint holds.
+    """
+    if "states" not in template:
+        return template
+    kept = {k: v for k, v in template["states"].items() if k in saved}
+    return {**template, "states": kept} if kept else {k: v for k, v in template.items() if k != "states"}
+
+
 def rebuild(template: Any, loaded: Any, path: str = "") -> Any:
     """Put a local shard back into the shape of the live state.
 
