@@ -18,7 +18,7 @@ import time
 import pytest
 
 from .conftest import railtrain, wait_for
-from .kind_support import OPERATOR_NAMESPACE, OPERATOR_REPLICAS, RELEASE, KindE2E, write_job
+from .kind_support import OPERATOR_NAMESPACE, OPERATOR_REPLICAS, RELEASE, REPO, KindE2E, write_job
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(3600)]  # the first test also builds the images and starts the cluster
 
@@ -227,3 +227,37 @@ def test_deleting_the_leaders_pod_hands_admission_to_the_standby_within_15_s(kin
     assert kind_cluster.lease_holder() == standby, (leader, standby, kind_cluster.lease_holder())
     logs = kind_cluster.kubectl("logs", standby, "-n", OPERATOR_NAMESPACE).stdout
     assert "leading: this operator" in logs and "Traceback" not in logs, logs[-3000:]
+
+
+OWN_LOOP = "examples/own-loop/trainingjob.yaml"
+KILL_OWN_LOOP = KILL_WORKER.replace('*"-m railtrain.trainer"*', '*"own-loop/train.py"*')
+"""torchrun and its worker running examples/own-loop/train.py (the supervisor, PID 1, is spared)."""
+
+
+def test_own_loop_example_runs_from_a_configmap_reports_progress_and_resumes_in_place_after_a_killed_rank(kind_cluster, kind_ns, tmp_path):
+    """Issue 30 on real pods: examples/own-loop/train.py (a plain DDP loop plus the library's lines) as a TrainingJob
+    on the stock trainer image, the script mounted from a ConfigMap (what a user without an image of their own does).
+    Its hook's metrics give ``status.progress``; rank 1's processes killed at step >= 300 → the processes restart in
+    place → the loop resumes from the newest node-local checkpoint its ``JobCheckpointer`` wrote (step >= 200, the
+    same pods) → Succeeded at step 1500."""
+    name = "own-loop"
+    kind_cluster.kubectl("create", "configmap", "own-loop-script", "-n", kind_ns, f"--from-file=train.py={REPO / 'examples' / 'own-loop' / 'train.py'}")
+    template = {"spec": {
+        "volumes": [{"name": "script", "configMap": {"name": "own-loop-script"}}],
+        "containers": [{"name": "trainer", "volumeMounts": [{"name": "script", "mountPath": "/workspace/examples/own-loop", "readOnly": True}]}],
+    }}  # fmt: skip
+    path, _ = write_job(tmp_path, OWN_LOOP, kind_cluster.trainer_image, args=["--steps", "1500"], checkpoint={"local": {"interval": 100, "keep": 2}},
+                        template=template, runPolicy={"restartInPlace": True})  # fmt: skip
+    railtrain("submit", str(path), "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig)
+    _run_until_step(kind_cluster, kind_ns, name, 300)
+    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("progress", {}).get("step", 0) >= 1, 120, f"{name} progress in status", interval=2)
+    before = pod_uids(kind_cluster, name, kind_ns)
+    assert len(before) == 2, before
+    kind_cluster.kubectl("exec", f"{name}-1", "-n", kind_ns, "--", "sh", "-c", KILL_OWN_LOOP)
+    wait_for(lambda: kind_cluster.job(name, kind_ns).get("status", {}).get("inPlaceRestarts") == 1, 300, f"{name} restarted in place", interval=2)
+    assert _resumed_step(kind_cluster, name, kind_ns) >= 200, rank0_log(kind_cluster, name, kind_ns)[-3000:]
+    wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 600, f"{name} finished", interval=2)
+    log = rank0_log(kind_cluster, name, kind_ns)
+    assert kind_cluster.phase(name, kind_ns) == "Succeeded", log[-3000:]
+    assert "done step=1500" in log and max(losses(log)) == 1500, log[-3000:]
+    assert pod_uids(kind_cluster, name, kind_ns) == before  # the same pods: the processes restarted inside them

@@ -249,3 +249,66 @@ def test_kueue_rbac_only_when_enabled(helm):
     assert set(rules["workloads/status"]) >= {"update", "patch"} and rules["workloads/finalizers"] == ["update"]
     for read_only in ("resourceflavors", "workloadpriorityclasses", "priorityclasses"):
         assert rules[read_only] == ["get", "list", "watch"], read_only
+
+
+def test_the_queue_label_cannot_change_while_the_job_is_admitted(helm, cluster, kube, namespace):
+    """Kueue's rule for the jobs it manages (the queue-name label is immutable while the job is not suspended), held
+    for TrainingJobs by the chart's ValidatingAdmissionPolicy (``kueue.enabled``) on the real API server: while the
+    Scheduled condition is True, adding, changing or removing ``kueue.x-k8s.io/queue-name`` is refused with one
+    sentence naming the label and what to do; other labels still change; once Scheduled is False (suspended, or
+    waiting for admission) the label changes."""
+    from kubernetes.client.exceptions import ApiException
+    from railtrain.crds import contract
+    from railtrain.crds.kueue import QUEUE_LABEL
+
+    assert not [d for d in render(helm, namespace) if d["kind"].startswith("ValidatingAdmissionPolicy")]  # only with Kueue
+    docs = [d for d in render(helm, namespace, "kueue.enabled=true") if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    suffix = uuid.uuid4().hex[:6]
+    policy, binding = docs
+    policy["metadata"]["name"] += f"-{suffix}"  # cluster-scoped: unique per run, and bound to this test's namespace only
+    binding["metadata"]["name"] += f"-{suffix}"
+    binding["spec"]["policyName"] = policy["metadata"]["name"]
+    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    custom, group, version, plural = kube.custom, contract.API_GROUP, contract.API_VERSION, contract.PLURAL
+
+    def scheduled(name: str, status: str) -> None:
+        custom.patch_namespaced_custom_object_status(group, version, namespace, plural, name, {"status": {"conditions": [
+            {"type": "Scheduled", "status": status, "reason": "Test", "message": "set by the test", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})  # fmt: skip
+
+    def relabel(name: str, value: str | None, dry_run: bool = False) -> str:
+        """'' when the API server took the label change, else its message."""
+        try:
+            custom.patch_namespaced_custom_object(group, version, namespace, plural, name, {"metadata": {"labels": {QUEUE_LABEL: value}}},
+                                                  **({"dry_run": "All"} if dry_run else {}))  # fmt: skip
+            return ""
+        except ApiException as err:
+            assert err.status == 422, err
+            return json.loads(err.body)["message"]
+
+    try:
+        body = {"apiVersion": f"{group}/{version}", "kind": "TrainingJob", "metadata": {"name": "queued", "labels": {QUEUE_LABEL: "team-a"}},
+                "spec": {"image": "ghcr.io/railtrain/trainer:0.1.0", "command": ["torchrun", "-m", "railtrain.trainer"], "nodes": 2, "procsPerNode": 8,
+                         "resources": {"gpus": 8}}}  # fmt: skip
+        custom.create_namespaced_custom_object(group, version, namespace, plural, body)
+        own = json.loads(json.dumps(body))
+        own["metadata"] = {"name": "own-queue"}  # railtrain's own queue: no label
+        custom.create_namespaced_custom_object(group, version, namespace, plural, own)
+        scheduled("queued", "True")
+        scheduled("own-queue", "True")
+        wait_for(lambda: relabel("queued", "team-b", dry_run=True), 30, "the policy in force")  # the API server loads a new policy within seconds
+        message = relabel("queued", "team-b")
+        assert f"metadata.labels[{QUEUE_LABEL}] cannot change while the job is admitted (its Scheduled condition is True)" in message, message
+        assert "spec.runPolicy.suspend" in message and 'from "team-a" to "team-b"' in message, message
+        assert relabel("queued", None)  # removing it (to railtrain's own queue) is a change too
+        assert relabel("own-queue", "team-a")  # and so is adding it to a job railtrain's queue admitted
+        custom.patch_namespaced_custom_object(group, version, namespace, plural, "queued", {"metadata": {"labels": {"team": "vision"}}})  # other labels: free
+        job = custom.get_namespaced_custom_object(group, version, namespace, plural, "queued")
+        assert job["metadata"]["labels"] == {QUEUE_LABEL: "team-a", "team": "vision"}
+        scheduled("queued", "False")  # suspended, or waiting for admission: the label may change
+        assert relabel("queued", "team-b") == ""
+        assert custom.get_namespaced_custom_object(group, version, namespace, plural, "queued")["metadata"]["labels"][QUEUE_LABEL] == "team-b"
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", binding["metadata"]["name"], check=False)
+        cluster.kubectl("delete", "validatingadmissionpolicy", policy["metadata"]["name"], check=False)
