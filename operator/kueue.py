@@ -32,7 +32,7 @@ from railtrain.operator.job.kueueadmit import KueueAdmission
 from railtrain.operator.job.kueuestatus import KueueView
 from railtrain.operator.job.observed import Observed
 from railtrain.operator.job.phases.step import Plan
-from railtrain.operator.kube.errors import ApiError, Invalid, NotFound
+from railtrain.operator.kube.errors import ApiError, Invalid, NotFound, WebhookFailed
 from railtrain.operator.kube.kueue import KueueVerbs
 
 log = logging.getLogger("railtrain.operator")
@@ -41,6 +41,13 @@ NOT_INSTALLED = (
     f"the Workload API ({names.GROUP}/{names.VERSION}) is not served on this cluster: Kueue is not installed; "
     f"install Kueue, or remove the {names.QUEUE_LABEL} label to use railtrain's own queue"
 )
+
+
+def not_answering(err: WebhookFailed) -> str:
+    """The sentence of a Workload the API server could not admit because Kueue's webhook failed (Kueue down or restarting)."""
+    which = f" {err.webhook}" if err.webhook else ""
+    return (f"Kueue's admission webhook{which} does not answer ({err.message.rsplit(': ', 1)[-1]}): Kueue is down or restarting; "
+            "the Workload is created when Kueue answers again")
 
 
 def priority(verbs: KueueVerbs, job: dict[str, Any], seen: Observed) -> workload.Priority:
@@ -114,6 +121,8 @@ def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:
         return KueueView(reason="KueueNotInstalled", message=NOT_INSTALLED)
     except Invalid as err:
         return KueueView(reason="WorkloadRefused", message=f"the API server refused the Workload: {err.message}")
+    except WebhookFailed as err:
+        return KueueView(reason="KueueNotAnswering", message=not_answering(err))
     return kueuestatus.view(made) if made is not None else KueueView(name=want["metadata"]["name"])
 
 
@@ -175,11 +184,13 @@ def default_queue(kube: Any, job: dict[str, Any], seen: Observed, queue: str | N
     return False
 
 
-def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]]) -> dict[str, KueueAdmission]:
+def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]], unmade: Mapping[str, KueueView] | None = None) -> dict[str, KueueAdmission]:
     """``namespace/name`` → :class:`~railtrain.operator.job.kueueadmit.KueueAdmission` of each waiting Kueue job in ``waiting``.
 
     One GET of the Workload per waiting Kueue job, and one per admitted flavor; a job whose Workload cannot be
-    read is left out (it waits this pass, with its Workload unknown).
+    read is left out (it waits this pass, with its Workload unknown). ``unmade``: ``namespace/name`` → the view
+    :func:`sync` returned when it could not create a job's Workload (Kueue not installed or not answering, the
+    Workload refused); a job without a Workload is shown that way, so its condition says why, not only that it waits.
     """
     verbs = KueueVerbs(kube)
     out: dict[str, KueueAdmission] = {}
@@ -190,7 +201,10 @@ def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]]) -> dict[
             continue
         meta = job["metadata"]
         try:
-            v = kueuestatus.view(verbs.get_workload(meta["namespace"], workload.workload_name(meta)))
+            stored = verbs.get_workload(meta["namespace"], workload.workload_name(meta))
+            v = kueuestatus.view(stored)
+            if stored is None and unmade:
+                v = unmade.get(f"{meta['namespace']}/{meta['name']}", v)
             labels, tolerations = flavor_terms(verbs, v)
         except (ApiError, ValueError) as err:
             log.warning("%s/%s: its Workload could not be read this pass: %s", meta["namespace"], meta["name"], err)

@@ -50,7 +50,7 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf")),
 )
 RECONCILE_ERRORS = Counter(
-    "railtrain_reconcile_errors_total", "Reconciles that raised, by kind: conflict, not_found, forbidden, invalid, throttled, server, unreachable, internal.", ["kind"],
+    "railtrain_reconcile_errors_total", "Reconciles that raised, by kind: conflict, not_found, forbidden, invalid, throttled, server, webhook, unreachable, internal.", ["kind"],
 )
 GANG_TIMEOUTS = Counter("railtrain_gang_timeouts_total", "Gangs released and re-queued because not every rank ran within runPolicy.gangTimeoutSeconds.")
 RESYNC_SECONDS = Histogram(
@@ -69,7 +69,7 @@ DEGRADED_SECONDS = Gauge(
 )
 RESTART_REASONS = (reasons.RESTARTING, *REASON_CAUSE)
 """Condition reasons of a gang restart: the job's own (``Restarting``) and each of crds/goodput.py ``REASON_CAUSE``."""
-ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "unreachable", "internal")
+ERROR_KINDS = ("conflict", "not_found", "forbidden", "invalid", "throttled", "server", "webhook", "unreachable", "internal")
 """Every ``kind`` label :func:`error_kind` returns."""
 # Prometheus' instrumentation guidance: export a labelled counter's known series at 0 from the start. A series
 # born at its first increment is at 1 in its first sample, so increase()/rate() (the chart's dashboard panels)
@@ -111,7 +111,7 @@ def error_kind(err: BaseException) -> str:
 
     An API server's answer is its typed error's kind (:attr:`railtrain.operator.kube.errors.ApiError.kind`):
     conflict (409), not_found (404), forbidden (401/403), invalid (400/422 and any other 4xx), throttled (429),
-    server (5xx); no answer at all is unreachable; anything else (a bug) is internal.
+    server (5xx), webhook (5xx because an admission webhook failed, e.g. Kueue's while it restarts); no answer at all is unreachable; anything else (a bug) is internal.
     """
     answer = classify(err)
     if answer is not None and answer.status:

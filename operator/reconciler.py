@@ -125,6 +125,16 @@ class Reconciler:
         self._locks_guard = threading.Lock()
         self._scheduling = threading.Lock()
         self._passes_started = 0
+        self.kueue_unmade: dict[str, kueuestatus.KueueView] = {}
+        """``namespace/name`` → why the job's Workload could not be created at its last reconcile (Kueue not installed
+        or not answering, the Workload refused), for the admission pass's WaitingForKueue sentence."""
+
+    def _remember_unmade(self, key: str, view: kueuestatus.KueueView | None) -> None:
+        """Keep (or forget) why ``key``'s Workload could not be created, as :func:`railtrain.operator.kueue.sync` said."""
+        if view is not None and view.state == kueuestatus.MISSING and view.message:
+            self.kueue_unmade[key] = view
+        else:
+            self.kueue_unmade.pop(key, None)
 
     def job_lock(self, namespace: str, name: str) -> threading.Lock:
         """The lock every path that writes this job's status holds (reconciles, admission decisions, progress writes)."""
@@ -133,6 +143,7 @@ class Reconciler:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted job's lock (a reconcile still holding it keeps it until it finds the job gone)."""
+        self.kueue_unmade.pop(f"{namespace}/{name}", None)
         with self._locks_guard:
             lock = self._locks.get((namespace, name))
             if lock is not None and not lock.locked():
@@ -209,6 +220,7 @@ class Reconciler:
         nodes = kube.list_nodes() if controller.needs_nodes(seen, pods) else None
         grow_to = self._grow_to(seen, nodes, at) if nodes is not None else None
         kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)
+        self._remember_unmade(f"{namespace}/{name}", kview)
         stop = kueuestatus.stop_for(kview, workload.queue_name(job) or "", seen, pods)  # Kueue evicted it: the gang stops whole
         p = planner.plan(seen, pods, kube.get_service(namespace, name), at, stop, nodes=nodes, grow_to=grow_to, settings=self.settings, lighthouse=controller.lighthouse_of(kube, job))
         kueue.dress(kube, job, p)
@@ -275,7 +287,7 @@ class Reconciler:
             return []  # holds matter only to a job that is being placed
         nodes = kube.list_nodes()
         metrics.observe_nodes(nodes)
-        found = admit.decide(queue, active, nodes, self.settings, kueue.admissions(kube, [job for job, _, _ in queue.waiting.values()]))
+        found = admit.decide(queue, active, nodes, self.settings, kueue.admissions(kube, [job for job, _, _ in queue.waiting.values()], self.kueue_unmade))
         self._write(found, at)
         return found.decisions
 

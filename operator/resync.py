@@ -29,7 +29,7 @@ from railtrain.operator.context import OperatorContext
 from railtrain.operator.job import workload
 from railtrain.operator.job.conditions import SUCCEEDED
 from railtrain.operator.job.observed import observe_job
-from railtrain.operator.kube.errors import NotFound, classify
+from railtrain.operator.kube.errors import NotFound, WebhookFailed, classify
 from railtrain.operator.kube.fence import NotLeader
 
 log = logging.getLogger("railtrain.operator")
@@ -180,8 +180,9 @@ def resync_pass(ctx: OperatorContext) -> None:
     """One resync: reconcile every job :func:`resyncs` names (the unfinished ones), each on its own, then one admission pass for all.
 
     An error reconciling one job is that job's alone (one line; the next pass
-    retries it); an error reading the job list or running the admission pass
-    is raised to the loop. Every pass reads the Lease (one GET), so that an API
+    retries it), an admission webhook's failure too (:class:`~railtrain.operator.kube.errors.WebhookFailed`);
+    the API server's own trouble (429, other 5xx, no answer), an error reading the job list or running the
+    admission pass is raised to the loop. Every pass reads the Lease (one GET), so that an API
     server that is gone is noticed even when every other read comes from the
     watch-fed caches; a standby does nothing else.
     """
@@ -203,8 +204,10 @@ def resync_pass(ctx: OperatorContext) -> None:
         except NotLeader:
             raise  # the rest of the pass would be refused too
         except Exception as err:
-            if kube.transient(err):
+            if kube.transient(err) and not isinstance(classify(err), WebhookFailed):
                 raise  # the server's trouble, not this job's: one line for the pass, not one per job
+            # (an admission webhook that fails, e.g. Kueue's while it restarts, is the trouble of the jobs it covers:
+            # the other jobs' reconciles, the progress reads and the admission pass go on)
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=trace(err))
     metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
     if ctx.state.progress is not None:  # status.progress of Running jobs, read in the background (operator/progress.py)

@@ -187,6 +187,10 @@ class LocalKueue:
             self.placed_metrics_certs = True
         (self.tmp / "config.yaml").write_text(yaml.safe_dump(self._config()))
         self.cluster.kubectl("create", "namespace", "kueue-system", check=False)
+        self._launch(timeout)
+
+    def _launch(self, timeout: float) -> None:
+        """Start the manager process (configuration, certificates and webhooks in place) and wait until it is ready."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -199,6 +203,21 @@ class LocalKueue:
             raise
         except BaseException:
             raise TimeoutError(f"Kueue did not come up; its log ends:\n{self.tail()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL the manager (a crash: its webhooks stop answering; its objects and configuration stay)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def restart(self, timeout: float = 180) -> None:
+        """Start the manager again after :meth:`kill` (as its Deployment would), until it is ready.
+
+        Raises:
+            TimeoutError: not ready within ``timeout`` s; ClusterError: it exited while starting.
+        """
+        self.kill()
+        self._launch(timeout)
 
     def _config(self) -> dict[str, Any]:
         """Kueue's ``Configuration`` (config.kueue.x-k8s.io/v1beta2) for an off-cluster run."""

@@ -116,6 +116,8 @@ def view(workload: Mapping[str, Any] | None) -> KueueView:
 def pending_sentence(v: KueueView, queue: str) -> str:
     """The Scheduled condition's message for a job Kueue has not admitted (pure): the Workload, the LocalQueue, and Kueue's own words."""
     if v.state == MISSING:
+        if v.message:  # its creation failed (operator/kueue.py, _create): say why
+            return f"its Workload in LocalQueue {queue} cannot be created yet: {v.message}"
         return f"waiting for its Workload in LocalQueue {queue} to be created"
     said = f"{v.reason}: {v.message}" if v.reason and v.message else (v.message or v.reason or "Kueue has not considered it yet")
     if v.state == EVICTED:

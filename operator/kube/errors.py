@@ -5,7 +5,7 @@ Every refusal the operator's edge (:mod:`.verbs`, :mod:`.cached`, :mod:`.informe
 classes below, by HTTP status: :class:`NotFound` (404), :class:`Conflict` (409),
 :class:`Gone` (410, a watch's resourceVersion too old), :class:`Invalid` (400, 422),
 :class:`Forbidden` (401, 403), and the :class:`Transient` answers worth a retry as
-they are, :class:`Throttled` (429), :class:`ServerError` (5xx) and
+they are, :class:`Throttled` (429), :class:`ServerError` (5xx; :class:`WebhookFailed` when an admission webhook failed) and
 :class:`Unreachable` (status 0: the client got no HTTP answer). Any other status is
 a plain :class:`ApiError`. ``str()`` of each is the short phrase of a log line
 (``429 storage is (re)initializing``), :meth:`ApiError.sentence` the one sentence a
@@ -23,6 +23,7 @@ May import: the kubernetes client's exception type and the standard library only
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, ClassVar, TypeVar
 
 from kubernetes.client.rest import ApiException
@@ -125,6 +126,25 @@ class ServerError(Transient):
     """5xx: the API server (or what it calls, etcd or a webhook) failed."""
 
 
+class WebhookFailed(ServerError):
+    """5xx because an admission webhook the API server had to call did not answer or failed (e.g. Kueue's, while Kueue
+    is down or restarting): the trouble of the objects that webhook covers, not of the API server (other requests
+    go through). :attr:`webhook` names it (``""`` when the message does not)."""
+
+    kind = "webhook"
+
+    def __init__(self, status: int, reason: str | None = None, body: str | bytes | None = None):
+        super().__init__(status, reason, body)
+        found = WEBHOOK_NAME.search(self.message)
+        self.webhook = found.group(1) if found else ""
+
+
+WEBHOOK_FAILED = "failed calling webhook"
+"""The API server's words (``Internal error occurred: failed calling webhook "<name>": ...``) when an admission
+webhook it must call fails (k8s.io/apiserver, ``pkg/admission/plugin/webhook``)."""
+WEBHOOK_NAME = re.compile(r'failed calling webhook "([^"]+)"')
+
+
 class Unreachable(Transient):
     """Status 0: the client got no HTTP answer (e.g. a TLS failure the client reports as an ApiException)."""
 
@@ -144,6 +164,8 @@ def typed(err: ApiException) -> ApiError:
     """The typed error of a client ``ApiException`` (by its status: :data:`BY_STATUS`)."""
     status = int(err.status or 0)
     cls = BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+    if cls is ServerError and WEBHOOK_FAILED in server_message(err):
+        cls = WebhookFailed
     return cls(status, err.reason, err.body)
 
 

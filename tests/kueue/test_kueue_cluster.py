@@ -20,7 +20,7 @@ from railtrain.crds import kueue as names
 from railtrain.crds import reasons
 from railtrain.operator.job.workload import workload_name
 from railtrain.operator.scheduling.kueue import expand
-from tests.operator.clusterkit import G, P, V, all_running, condition, finish, job_body, job_status, pods_of
+from tests.operator.clusterkit import G, P, V, all_running, condition, events_with, finish, job_body, job_status, pods_of
 from tests.polling import wait_for
 
 TAG = "railtrain.dev/kueue-test"
@@ -200,3 +200,68 @@ def test_the_resync_releases_a_just_finished_kueue_jobs_workload_whose_pod_event
     finally:
         if paused is not None:
             os.kill(paused.pid, signal.SIGCONT)
+
+
+def test_a_running_jobs_workload_deleted_by_hand_stops_the_gang_whole_then_a_new_workload_is_admitted_and_it_runs_again(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28's fault list, a Workload deleted by hand (``kubectl delete workload``) under a running gang: as Kueue's
+    own integrations do, the gang stops whole (Scheduled False, EvictedByKueue, every pod deleted), railtrain drops its
+    finalizer so the deletion completes, and a new Workload (another uid) stands for the job; Kueue admits it and the
+    gang runs again on new pods. Nothing is left half-way: no pod of the old gang keeps running beside the new one."""
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("kept", queue))
+    wait_for(lambda: all_running(core, namespace, "kept", 2), 90, "the job admitted by Kueue and Running")
+    first = {p.metadata.uid for p in pods_of(core, namespace, "kept")}
+    name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "kept")["metadata"])
+    old_uid = workload_of(custom, namespace, name)["metadata"]["uid"]
+
+    custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS, name)  # by hand
+    # Kueue admits the new Workload within a second here, so the stopped state (Scheduled False) is too brief to poll
+    # for; its Warning Event stays.
+    said = events_with(core, namespace, "kept", reasons.EVICTED_BY_KUEUE, timeout=60, where=lambda e: "the Workload is being deleted" in e.message)
+    event = said[reasons.EVICTED_BY_KUEUE][0]
+    assert event.type == "Warning" and f"Kueue evicted Workload {name}" in event.message and "WorkloadDeleted" in event.message, event.message
+    wait_for(lambda: (w := workload_of(custom, namespace, name)) is not None and w["metadata"]["uid"] != old_uid and w, 90,
+             "the old Workload gone (railtrain's finalizer dropped) and a new one created for the job")
+    wait_for(lambda: all_running(core, namespace, "kept", 2, old_uids=frozenset(first)), 120, "the job admitted again by Kueue and Running on new pods")
+    live = [p for p in pods_of(core, namespace, "kept") if not p.metadata.deletion_timestamp]
+    assert len(live) == 2 and not {p.metadata.uid for p in live} & first, [p.metadata.name for p in live]
+    new = workload_of(custom, namespace, name)
+    assert condition(new["status"], "Admitted")["status"] == "True" and names.FINALIZER in new["metadata"]["finalizers"]
+
+
+def test_kueue_killed_and_restarted_leaves_the_running_gang_alone_and_admits_the_waiting_job_when_back(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28's fault list, Kueue restarted: its manager SIGKILLed while one job runs on all the quota. The running
+    gang is left alone (the same pods keep running: a Kueue that does not answer is no eviction); a job submitted
+    meanwhile, whose Workload cannot be created while Kueue's webhooks are down, says so in its Scheduled condition
+    instead of waiting silently, and creates no pod; once Kueue is back the job's Workload is created and waits on
+    quota, and when the first job ends it is admitted and runs.
+
+    On the old code the late job had no condition at all: its Workload's create failed with a 500 on every
+    reconcile, which the resync also took for the API server's trouble and so gave up its whole pass."""
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("holder", queue))
+    running = wait_for(lambda: all_running(core, namespace, "holder", 2), 90, "the first job admitted and Running")
+    uids = {p.metadata.uid for p in running}
+    local_kueue.kill()
+    try:
+        custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("late", queue))
+        said = wait_for(lambda: (c := scheduled(custom, namespace, "late", reasons.WAITING_FOR_KUEUE)) and "does not answer" in c["message"] and c,
+                        60, "the late job's Scheduled condition saying Kueue does not answer")  # fmt: skip
+        assert f"its Workload in LocalQueue {queue} cannot be created yet: Kueue's admission webhook" in said["message"], said["message"]
+        assert "Kueue is down or restarting; the Workload is created when Kueue answers again" in said["message"], said["message"]
+        assert pods_of(core, namespace, "late") == []
+        assert {p.metadata.uid for p in pods_of(core, namespace, "holder") if not p.metadata.deletion_timestamp} == uids
+    finally:
+        local_kueue.restart()
+    late_wl = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "late")["metadata"])
+    wait_for(lambda: workload_of(custom, namespace, late_wl), 60, "the late job's Workload created once Kueue is back")
+    wait_for(lambda: (c := scheduled(custom, namespace, "late", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"], 60, "the late job waiting on quota")
+    assert {p.metadata.uid for p in all_running(core, namespace, "holder", 2) or []} == uids  # still the same gang
+    finish(core, namespace, "holder")
+    wait_for(lambda: all_running(core, namespace, "late", 2), 120, "the late job admitted once the first finished, and Running")

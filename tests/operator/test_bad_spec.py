@@ -10,6 +10,7 @@ sequence on a real control plane is in ``test_bad_spec_cluster.py``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -152,6 +153,32 @@ def test_a_resync_pass_isolates_one_jobs_error_and_admits_the_others(caplog):
     lines = [r.getMessage() for r in caplog.records if "team/flaky" in r.getMessage()]
     # one line from flaky's reconcile, one from applying its admission decision; each names the answer, no traceback
     assert len(lines) == 2 and all("403" in line for line in lines) and not any(r.exc_info for r in caplog.records)
+
+
+class WebhookKube(FlakyKube):
+    """``get_job`` of job ``flaky`` answers 500 because an admission webhook does not answer (Kueue's, restarting)."""
+
+    def get_job(self, ns, name):
+        if name == "flaky":
+            err = ApiException(status=500, reason="Internal Server Error")
+            err.body = json.dumps({"kind": "Status", "code": 500, "reason": "InternalError", "message": 'Internal error occurred: failed calling webhook '
+                                   '"mworkload.kb.io": failed to call webhook: Post "https://127.0.0.1:9443/mutate": dial tcp 127.0.0.1:9443: connect: connection refused'})  # fmt: skip
+            raise err
+        return super().get_job(ns, name)
+
+
+def test_a_failing_admission_webhook_is_one_jobs_trouble_and_the_resync_pass_goes_on(caplog):
+    """Found with Kueue killed (tests/kueue/test_kueue_cluster.py): the API server answers 500 "failed calling webhook"
+    for the objects Kueue's webhooks cover. The resync took any 5xx for the API server's own trouble and gave up the
+    whole pass, so while Kueue was down no job was resynced or admitted by it. The webhook's failure is now the job's
+    (one line), and the pass goes on: the good job is admitted and created."""
+    kube = WebhookKube([node("n0"), node("n1")], [job_obj("flaky", nodes=1), job_obj("good", nodes=1)])
+    ctx = operator_context(kube)
+    with caplog.at_level(logging.WARNING, "railtrain.operator"):
+        resync.resync_pass(ctx)
+    assert len(pinned(kube, "good")) == 1
+    lines = [r.getMessage() for r in caplog.records if "team/flaky" in r.getMessage()]
+    assert lines and all('failed calling webhook "mworkload.kb.io"' in line for line in lines), lines
 
 
 def test_the_resync_loop_survives_errors_and_stops_the_operator_when_the_server_is_gone(caplog):

@@ -31,6 +31,16 @@ def test_error_kind_names_the_kind_of_a_reconcile_error(err, kind):
     assert metrics.error_kind(err) == kind
 
 
+def test_a_5xx_because_an_admission_webhook_failed_is_its_own_kind_naming_the_webhook():
+    from railtrain.operator.kube.errors import WebhookFailed, typed
+
+    err = ApiException(status=500, reason="Internal Server Error")
+    err.body = '{"kind": "Status", "code": 500, "message": "Internal error occurred: failed calling webhook \\"vworkload.kb.io\\": failed to call webhook: connection refused"}'
+    answer = typed(err)
+    assert isinstance(answer, WebhookFailed) and answer.webhook == "vworkload.kb.io" and metrics.error_kind(err) == "webhook"
+    assert not isinstance(typed(ApiException(status=500, reason="etcdserver: request timed out")), WebhookFailed)
+
+
 def test_every_known_restart_reason_and_error_kind_is_exported_at_zero_before_it_happens():
     # increase() over a series born at 1 counts nothing: the dashboard would never show a first restart or error
     from prometheus_client import REGISTRY, generate_latest
