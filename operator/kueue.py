@@ -100,8 +100,14 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
     if seen.usable is None or seen.pod0 is None:
         return kueuestatus.view(stored)  # the planner fails the job (InvalidSpec); no Workload for a spec that cannot become pods
     want = workload.desired(seen, levels, priority(verbs, job, seen))
+    active = not seen.usable.spec.run_policy.suspend  # a suspended job's Workload is deactivated: its quota goes back to the queue
     if stored is None:
+        want["spec"]["active"] = active  # not in the spec hash: suspending does not replace the Workload
         return _create(verbs, want)
+    if bool((stored.get("spec") or {}).get("active", True)) != active and verbs.set_active(stored, active):
+        log.info("%s/%s: %s Workload %s (runPolicy.suspend is %s)", meta["namespace"], meta["name"], "reactivated" if active else "deactivated",
+                 name, str(not active).lower())  # fmt: skip
+        stored = verbs.get_workload(meta["namespace"], name) or stored
     current = kueuestatus.view(stored)
     if not workload.equivalent(stored, want) and not current.reserved:
         log.info("%s/%s: the job changed while waiting for Kueue; replacing Workload %s", meta["namespace"], meta["name"], name)

@@ -95,7 +95,10 @@ def view(workload: Mapping[str, Any] | None) -> KueueView:
         return KueueView(state=FINISHED, reason=str(done.get("reason", "")), message=str(done.get("message", "")), **base)
     if base["deleting"]:
         return KueueView(state=EVICTED, reason="WorkloadDeleted", message="the Workload is being deleted", **base)
-    if (evicted := _true(workload, "Evicted")) is not None:
+    active = (workload.get("spec") or {}).get("active") is not False
+    if (evicted := _true(workload, "Evicted")) is not None and not (evicted.get("reason") == "Deactivated" and active):
+        # (a Deactivated eviction of a Workload active again is over: Kueue requeued it and leaves Evicted True until
+        # its next admission; it waits like any pending Workload)
         return KueueView(state=EVICTED, reason=str(evicted.get("reason", "")), message=str(evicted.get("message", "")), **base)
     admission = status.get("admission") or {}
     if _true(workload, "Admitted") is not None and admission:

@@ -75,6 +75,12 @@ class KueueVerbs:
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept}}
         return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object, workload, body)
 
+    def set_active(self, workload: dict[str, Any], active: bool) -> bool:
+        """Write the Workload's ``spec.active`` (Kueue evicts and holds a deactivated Workload, releasing its quota;
+        reactivated, it is queued again), guarded by its resourceVersion; False when gone or changed."""
+        body = {"metadata": {"resourceVersion": workload["metadata"].get("resourceVersion")}, "spec": {"active": active}}
+        return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object, workload, body)
+
     def _guarded_merge_patch(self, verb: Any, workload: dict[str, Any], body: dict[str, Any]) -> bool:
         """One fenced JSON merge patch of the Workload (``verb``: the object's or its status's); False on 404/409."""
         meta = workload["metadata"]

@@ -265,3 +265,31 @@ def test_kueue_killed_and_restarted_leaves_the_running_gang_alone_and_admits_the
     assert {p.metadata.uid for p in all_running(core, namespace, "holder", 2) or []} == uids  # still the same gang
     finish(core, namespace, "holder")
     wait_for(lambda: all_running(core, namespace, "late", 2), 120, "the late job admitted once the first finished, and Running")
+
+
+def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the_next_and_resuming_queues_it_again(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """``runPolicy.suspend`` of a Kueue job maps to its Workload's ``spec.active`` (as Kueue's own integrations map
+    ``suspend``): the gang stops and the Workload is deactivated, so Kueue releases its quota and admits the job that
+    waited on it; resumed, the Workload is active again and queued, and is admitted when the other job ends. Before,
+    a suspended job's pods went but its Workload kept the quota, and the waiting job stayed waiting."""
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("paused", queue))
+    wait_for(lambda: all_running(core, namespace, "paused", 2), 90, "the first job admitted and Running")
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("next", queue))
+    wait_for(lambda: (c := scheduled(custom, namespace, "next", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"], 60, "the second job waiting on quota")
+    name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "paused")["metadata"])
+
+    custom.patch_namespaced_custom_object(G, V, namespace, P, "paused", {"spec": {"runPolicy": {"suspend": True}}})
+    wait_for(lambda: workload_of(custom, namespace, name)["spec"].get("active") is False, 30, "the suspended job's Workload deactivated")
+    wait_for(lambda: all_running(core, namespace, "next", 2), 90, "the second job admitted on the released quota, and Running")
+    assert not [p for p in pods_of(core, namespace, "paused") if not p.metadata.deletion_timestamp]
+    assert not condition(workload_of(custom, namespace, name).get("status") or {}, "QuotaReserved") or condition(workload_of(custom, namespace, name)["status"], "QuotaReserved")["status"] == "False"
+
+    custom.patch_namespaced_custom_object(G, V, namespace, P, "paused", {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(lambda: workload_of(custom, namespace, name)["spec"].get("active") is True, 30, "the resumed job's Workload active again")
+    wait_for(lambda: (c := scheduled(custom, namespace, "paused", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"], 60, "the resumed job queued, waiting on quota")
+    finish(core, namespace, "next")
+    wait_for(lambda: all_running(core, namespace, "paused", 2), 120, "the resumed job admitted again when the second ended, and Running")

@@ -110,6 +110,20 @@ def test_view_reads_pending_admitted_evicted_and_answers_them():
     assert {c["type"]: c for c in done["conditions"]}["Finished"]["reason"] == "Succeeded"
 
 
+def test_a_deactivated_workload_is_evicted_until_it_is_active_again_then_it_waits_like_any_pending_one():
+    """Kueue leaves Evicted True (reason Deactivated) on a reactivated Workload until its next admission, beside
+    Requeued True (Reactivated) and QuotaReserved False with the reason it waits: a resumed job's condition must
+    quote that reason, not the eviction that is over."""
+    conds = [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "insufficient unused quota for nvidia.com/gpu"},
+             {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "The workload is deactivated"},
+             {"type": "Requeued", "status": "True", "reason": "Reactivated", "message": "The workload was reactivated"}]  # fmt: skip
+    off = {"metadata": {"name": "w"}, "spec": {"active": False}, "status": {"conditions": conds}}
+    assert kueuestatus.view(off).state == kueuestatus.EVICTED and kueuestatus.view(off).reason == "Deactivated"
+    back = kueuestatus.view(off | {"spec": {"active": True}})
+    assert back.state == kueuestatus.PENDING and kueuestatus.pending_sentence(back, "q") == (
+        "waiting for Kueue to admit Workload w from LocalQueue q: Pending: insufficient unused quota for nvidia.com/gpu")
+
+
 def test_eviction_stops_the_whole_gang_and_says_kueues_reason():
     obj = kueue_job(status={"phase": "Running", "restarts": 0, "conditions": [
         {"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "m", "lastTransitionTime": "2026-12-03T11:00:00Z"},
