@@ -28,5 +28,8 @@ FINALIZER = f"{GROUP}/resource-in-use"
 """On the Workload until its job has finished with it."""
 WORKLOAD_ANNOTATION = f"{GROUP}/workload"
 """On each pod of an admitted gang: the Workload's name (as Kueue's jobframework does under TAS)."""
+DEACTIVATED_FOR_SUSPEND = "railtrain.dev/deactivated-for-suspend"
+"""On a Workload railtrain deactivated because its job is suspended (``runPolicy.suspend``): only such a deactivation
+is undone when the job resumes; one an administrator made (``spec.active: false`` by hand) stays."""
 PODSET_LABEL = f"{GROUP}/podset"
 """On each pod of an admitted gang: its pod set's name."""

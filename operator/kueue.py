@@ -103,8 +103,12 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
     active = not seen.usable.spec.run_policy.suspend  # a suspended job's Workload is deactivated: its quota goes back to the queue
     if stored is None:
         want["spec"]["active"] = active  # not in the spec hash: suspending does not replace the Workload
+        if not active:
+            want["metadata"]["annotations"][names.DEACTIVATED_FOR_SUSPEND] = "true"
         return _create(verbs, want)
-    if bool((stored.get("spec") or {}).get("active", True)) != active and verbs.set_active(stored, active):
+    was_active = (stored.get("spec") or {}).get("active") is not False
+    ours = ((stored.get("metadata") or {}).get("annotations") or {}).get(names.DEACTIVATED_FOR_SUSPEND) == "true"
+    if ((was_active and not active) or (not was_active and active and ours)) and verbs.set_active(stored, active):  # an admin's deactivation stays
         log.info("%s/%s: %s Workload %s (runPolicy.suspend is %s)", meta["namespace"], meta["name"], "reactivated" if active else "deactivated",
                  name, str(not active).lower())  # fmt: skip
         stored = verbs.get_workload(meta["namespace"], name) or stored

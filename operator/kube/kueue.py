@@ -76,9 +76,13 @@ class KueueVerbs:
         return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object, workload, body)
 
     def set_active(self, workload: dict[str, Any], active: bool) -> bool:
-        """Write the Workload's ``spec.active`` (Kueue evicts and holds a deactivated Workload, releasing its quota;
-        reactivated, it is queued again), guarded by its resourceVersion; False when gone or changed."""
-        body = {"metadata": {"resourceVersion": workload["metadata"].get("resourceVersion")}, "spec": {"active": active}}
+        """Write the Workload's ``spec.active`` for its job's ``runPolicy.suspend`` (Kueue evicts and holds a deactivated
+        Workload, releasing its quota; reactivated, it is queued again), marking a deactivation as railtrain's own
+        (:data:`railtrain.crds.kueue.DEACTIVATED_FOR_SUSPEND`) so that only that one is undone on resume; guarded by
+        its resourceVersion. Returns False when the Workload is gone or changed since it was read."""
+        meta = workload["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {names.DEACTIVATED_FOR_SUSPEND: None if active else "true"}},
+                "spec": {"active": active}}  # fmt: skip
         return self._guarded_merge_patch(self.custom.patch_namespaced_custom_object, workload, body)
 
     def _guarded_merge_patch(self, verb: Any, workload: dict[str, Any], body: dict[str, Any]) -> bool:

@@ -271,7 +271,8 @@ def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the
     """``runPolicy.suspend`` of a Kueue job maps to its Workload's ``spec.active`` (as Kueue's own integrations map
     ``suspend``): the gang stops and the Workload is deactivated, so Kueue releases its quota and admits the job that
     waited on it; resumed, the Workload is active again and queued, and is admitted when the other job ends. Before,
-    a suspended job's pods went but its Workload kept the quota, and the waiting job stayed waiting."""
+    a suspended job's pods went but its Workload kept the quota, and the waiting job stayed waiting. (A Workload an
+    administrator deactivates by hand stays inactive: the first scene's eviction.)"""
     core, custom = kube.core, kube.custom
     tag = uuid.uuid4().hex[:8]
     gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
@@ -284,6 +285,7 @@ def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the
 
     custom.patch_namespaced_custom_object(G, V, namespace, P, "paused", {"spec": {"runPolicy": {"suspend": True}}})
     wait_for(lambda: workload_of(custom, namespace, name)["spec"].get("active") is False, 30, "the suspended job's Workload deactivated")
+    assert workload_of(custom, namespace, name)["metadata"]["annotations"][names.DEACTIVATED_FOR_SUSPEND] == "true"  # railtrain's, undone on resume
     wait_for(lambda: all_running(core, namespace, "next", 2), 90, "the second job admitted on the released quota, and Running")
     assert not [p for p in pods_of(core, namespace, "paused") if not p.metadata.deletion_timestamp]
     assert not condition(workload_of(custom, namespace, name).get("status") or {}, "QuotaReserved") or condition(workload_of(custom, namespace, name)["status"], "QuotaReserved")["status"] == "False"
