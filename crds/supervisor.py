@@ -33,6 +33,7 @@ May import: the standard library and ``railtrain.crds`` only (it starts before t
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -80,10 +81,21 @@ def coordinator_url(environ: Mapping[str, str]) -> str:
 
 
 def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> dict[str, Any]:
+    """One request to the coordinator; its JSON answer.
+
+    Raises:
+        OSError: no answer, or an answer cut short: an HTTP-level failure (``http.client.HTTPException``, e.g.
+            ``IncompleteRead`` when the connection closes after the headers, seen under load) is raised as a
+            ``ConnectionError``, so every caller's "the coordinator did not answer, try again" covers it.
+        ValueError: the answer is not JSON.
+    """
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    with urllib.request.urlopen(request, timeout=timeout) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return json.loads(r.read())
+    except http.client.HTTPException as err:
+        raise ConnectionError(f"the coordinator at {url} answered incompletely: {err!r}") from err
 
 
 def supervisor_env(run_policy: Any, status: Any = None) -> list[dict[str, str]]:

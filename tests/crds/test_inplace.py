@@ -4,6 +4,7 @@ and status.goodput's in-place causes."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -121,3 +122,43 @@ def test_goodput_accounts_in_place_restarts_by_cause():
     assert g.lost_seconds["restart_in_place_retryable"] == pytest.approx(5.0)
     assert g.lost_seconds["restart_job"] == pytest.approx(20.0)
     assert goodput.total(g) == pytest.approx(g.wall_seconds)
+
+
+def test_a_coordinator_answer_cut_short_is_retried_like_no_answer():
+    """Found in a fresh-clone run under load (tests/cli/test_local_inplace.py's killed trainer rank): node rank 1's
+    supervisor, waiting for the coordinator's decision, got a response whose connection closed after its headers
+    (``http.client.IncompleteRead``, not an ``OSError``) and died of it; its node failed and the in-place restart
+    became a gang restart. Any answer cut short is now "did not answer, try again". Here a real HTTP server cuts its
+    first answer after the headers and answers the second properly."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from railtrain.crds import supervisor as sv
+
+    served = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            served.append(self.path)
+            data = json.dumps({"attempt": 0, "decisions": {}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if len(served) > 1:
+                self.wfile.write(data)
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {contract.ENV_RDZV_ADDR: "127.0.0.1", sv.ENV_SUPERVISOR_PORT: str(server.server_address[1]), contract.ENV_NODE_RANK: "1"}
+        state = sv.Supervisor(["true"], env)._state(time.monotonic() + 10)
+        assert state == {"attempt": 0, "decisions": {}} and len(served) == 2  # the cut answer was asked again
+    finally:
+        server.shutdown()
+        server.server_close()

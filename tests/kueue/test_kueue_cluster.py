@@ -202,18 +202,24 @@ def test_the_resync_releases_a_just_finished_kueue_jobs_workload_whose_pod_event
             os.kill(paused.pid, signal.SIGCONT)
 
 
+def one_running(kube, gpu_nodes, kueue_queue, namespace, name):
+    """Two fresh 8-GPU nodes in one rack, a LocalQueue with 16 GPUs of quota over them (all of it for one 2-node job),
+    and job ``name`` in it admitted by Kueue and Running; returns ``(queue, the uids of the job's pods)``."""
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    kube.custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job(name, queue))
+    running = wait_for(lambda: all_running(kube.core, namespace, name, 2), 90, f"{name} admitted by Kueue and Running")
+    return queue, {p.metadata.uid for p in running}
+
+
 def test_a_running_jobs_workload_deleted_by_hand_stops_the_gang_whole_then_a_new_workload_is_admitted_and_it_runs_again(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
     """Issue 28's fault list, a Workload deleted by hand (``kubectl delete workload``) under a running gang: as Kueue's
     own integrations do, the gang stops whole (Scheduled False, EvictedByKueue, every pod deleted), railtrain drops its
     finalizer so the deletion completes, and a new Workload (another uid) stands for the job; Kueue admits it and the
     gang runs again on new pods. Nothing is left half-way: no pod of the old gang keeps running beside the new one."""
     core, custom = kube.core, kube.custom
-    tag = uuid.uuid4().hex[:8]
-    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
-    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
-    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("kept", queue))
-    wait_for(lambda: all_running(core, namespace, "kept", 2), 90, "the job admitted by Kueue and Running")
-    first = {p.metadata.uid for p in pods_of(core, namespace, "kept")}
+    _, first = one_running(kube, gpu_nodes, kueue_queue, namespace, "kept")
     name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "kept")["metadata"])
     old_uid = workload_of(custom, namespace, name)["metadata"]["uid"]
 
@@ -242,12 +248,7 @@ def test_kueue_killed_and_restarted_leaves_the_running_gang_alone_and_admits_the
     On the old code the late job had no condition at all: its Workload's create failed with a 500 on every
     reconcile, which the resync also took for the API server's trouble and so gave up its whole pass."""
     core, custom = kube.core, kube.custom
-    tag = uuid.uuid4().hex[:8]
-    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
-    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
-    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("holder", queue))
-    running = wait_for(lambda: all_running(core, namespace, "holder", 2), 90, "the first job admitted and Running")
-    uids = {p.metadata.uid for p in running}
+    queue, uids = one_running(kube, gpu_nodes, kueue_queue, namespace, "holder")
     local_kueue.kill()
     try:
         custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("late", queue))
@@ -274,11 +275,7 @@ def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the
     a suspended job's pods went but its Workload kept the quota, and the waiting job stayed waiting. (A Workload an
     administrator deactivates by hand stays inactive: the first scene's eviction.)"""
     core, custom = kube.core, kube.custom
-    tag = uuid.uuid4().hex[:8]
-    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
-    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
-    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("paused", queue))
-    wait_for(lambda: all_running(core, namespace, "paused", 2), 90, "the first job admitted and Running")
+    queue, _ = one_running(kube, gpu_nodes, kueue_queue, namespace, "paused")
     custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("next", queue))
     wait_for(lambda: (c := scheduled(custom, namespace, "next", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"], 60, "the second job waiting on quota")
     name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "paused")["metadata"])
