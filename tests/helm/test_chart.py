@@ -5,7 +5,9 @@ operator does and no more."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -251,12 +253,14 @@ def test_kueue_rbac_only_when_enabled(helm):
         assert rules[read_only] == ["get", "list", "watch"], read_only
 
 
-def test_the_queue_label_cannot_change_while_the_job_is_admitted(helm, cluster, kube, namespace):
+def test_the_queue_label_cannot_change_while_the_job_is_admitted(helm, cluster, kube, namespace, operator_process):
     """Kueue's rule for the jobs it manages (the queue-name label is immutable while the job is not suspended), held
     for TrainingJobs by the chart's ValidatingAdmissionPolicy (``kueue.enabled``) on the real API server: while the
     Scheduled condition is True, adding, changing or removing ``kueue.x-k8s.io/queue-name`` is refused with one
     sentence naming the label and what to do; other labels still change; once Scheduled is False (suspended, or
-    waiting for admission) the label changes."""
+    waiting for admission) the label changes. The worker's operator is paused (SIGSTOP) meanwhile: the test writes
+    the jobs' Scheduled condition itself, which a running operator would overwrite (it failed so in a fresh-clone
+    run, where another module had started the operator)."""
     from kubernetes.client.exceptions import ApiException
     from railtrain.crds import contract
     from railtrain.crds.kueue import QUEUE_LABEL
@@ -272,6 +276,9 @@ def test_the_queue_label_cannot_change_while_the_job_is_admitted(helm, cluster, 
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     custom, group, version, plural = kube.custom, contract.API_GROUP, contract.API_VERSION, contract.PLURAL
+    paused = operator_process.proc if operator_process.running() else None
+    if paused is not None:
+        os.kill(paused.pid, signal.SIGSTOP)
 
     def scheduled(name: str, status: str) -> None:
         custom.patch_namespaced_custom_object_status(group, version, namespace, plural, name, {"status": {"conditions": [
@@ -310,5 +317,7 @@ def test_the_queue_label_cannot_change_while_the_job_is_admitted(helm, cluster, 
         assert relabel("queued", "team-b") == ""
         assert custom.get_namespaced_custom_object(group, version, namespace, plural, "queued")["metadata"]["labels"][QUEUE_LABEL] == "team-b"
     finally:
+        if paused is not None:
+            os.kill(paused.pid, signal.SIGCONT)
         cluster.kubectl("delete", "validatingadmissionpolicybinding", binding["metadata"]["name"], check=False)
         cluster.kubectl("delete", "validatingadmissionpolicy", policy["metadata"]["name"], check=False)
