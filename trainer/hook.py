@@ -124,7 +124,11 @@ class StepHook:
         both = torch.cat([out, extra.float()]) if extra is not None else out
         both = both.to(loss.device)
         dist.all_reduce(both, op=dist.ReduceOp.SUM)
-        return float(both[0]) / self.contract.world_size, both[1:].tolist() if extra is not None else None
+        return self._job_mean(both, extra is not None)
+
+    def _job_mean(self, summed: torch.Tensor, timing: bool) -> tuple[float, list[float] | None]:
+        """The all-reduced ``[loss, *compute seconds]`` as (mean loss over the job, every rank's seconds or None)."""
+        return float(summed[0]) / self.contract.world_size, summed[1:].tolist() if timing else None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -197,7 +201,7 @@ class StepHook:
     def _finish_early(self, early: tuple[int, Any, torch.Tensor, bool]) -> tuple[float, list[float] | None]:
         _, work, buf, timing = early
         work.wait()
-        return float(buf[0]) / self.contract.world_size, buf[1:].tolist() if timing else None
+        return self._job_mean(buf, timing)
 
     def check(self, step: int, loss: torch.Tensor, grad_norm: float | torch.Tensor,
               recompute: Callable[[], torch.Tensor] | None = None) -> tuple[float, bool]:  # fmt: skip
