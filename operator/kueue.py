@@ -9,7 +9,8 @@ A TrainingJob labelled ``kueue.x-k8s.io/queue-name`` is Kueue's to admit
 
 * :func:`sync`, at each reconcile of a Kueue job: create its one Workload,
   replace it when the job changed while it waits, answer an eviction once the
-  gang is stopped (the quota reservation cleared), mark it Finished when the job
+  gang is stopped (the quota reservation cleared), keep its ``PodsReady``
+  condition (Kueue's ``waitForPodsReady``), mark it Finished when the job
   ends and then drop railtrain's finalizer; returns the Workload's view;
 * :func:`admissions`, once per admission pass: each waiting Kueue job's
   Workload with its admitted flavors' node labels and tolerations;
@@ -119,7 +120,13 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
         verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
         return KueueView(name=name, reason="Replaced", message="the job changed while it waited; its Workload is being replaced")
     if current.state == kueuestatus.EVICTED and current.reserved and not _live(job, pods):
-        verbs.patch_workload_status(stored, kueuestatus.requeued_status(stored, now))  # stopped: Kueue may queue it again
+        patch = kueuestatus.requeued_status(stored, now)  # stopped: Kueue may queue it again
+        after = {**stored, "status": {**(stored.get("status") or {}), **patch}}
+        if (ready := kueuestatus.pods_ready_status(after, False, now)) is not None:
+            patch["conditions"] = ready["conditions"]
+        verbs.patch_workload_status(stored, patch)
+    elif (ready := kueuestatus.pods_ready_status(stored, kueuestatus.gang_ready(stored, seen, list(pods)), now)) is not None:
+        verbs.patch_workload_status(stored, ready)  # PodsReady, for Kueue's waitForPodsReady (a lost race: the next reconcile)
     return current
 
 

@@ -158,6 +158,10 @@ class LocalKueue:
         log_path: where the manager's output goes.
         frameworks: Kueue's built-in integrations to enable (``integrations.frameworks``).
         external_frameworks: GVKs whose owners write their own Workloads (``integrations.externalFrameworks``).
+
+    Attributes:
+        wait_for_pods_ready: Kueue's ``waitForPodsReady`` section (e.g. ``{"timeout": "10s"}``), or None for none; read
+            at each :meth:`start` and :meth:`restart`.
     """
 
     def __init__(self, cluster: LocalCluster, root: Path, log_path: Path, frameworks: Sequence[str] = ("batch/job", "pod"),
@@ -168,6 +172,7 @@ class LocalKueue:
         self.port, self.health = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
         self.placed_metrics_certs = False
+        self.wait_for_pods_ready: dict[str, Any] | None = None
 
     def start(self, timeout: float = 180) -> None:
         """Certificates, CRDs, webhooks, then the manager process, until it is ready.
@@ -217,6 +222,7 @@ class LocalKueue:
             TimeoutError: not ready within ``timeout`` s; ClusterError: it exited while starting.
         """
         self.kill()
+        (self.tmp / "config.yaml").write_text(yaml.safe_dump(self._config()))
         self._launch(timeout)
 
     def _config(self) -> dict[str, Any]:
@@ -224,7 +230,8 @@ class LocalKueue:
         integrations: dict[str, Any] = {"frameworks": self.frameworks}
         if self.external:
             integrations["externalFrameworks"] = self.external
-        return {
+        extra: dict[str, Any] = {"waitForPodsReady": dict(self.wait_for_pods_ready)} if self.wait_for_pods_ready else {}
+        return extra | {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": "kueue-system",
             "manageJobsWithoutQueueName": False,
             "managedJobsNamespaceSelector": {"matchLabels": {NS_LABEL: "true"}},

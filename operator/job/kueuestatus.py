@@ -13,7 +13,9 @@ after an eviction, once the gang is stopped, :func:`requeued_status` (the
 ``Requeued`` condition, the quota reservation cleared: ``QuotaReserved`` False
 reason ``Pending``, ``Admitted`` False, no ``admission``), so Kueue queues it
 again; when the job ends, :func:`finished_status` (``Finished`` True, reason
-``Succeeded`` or ``Failed``).
+``Succeeded`` or ``Failed``); all along, :func:`pods_ready_status` keeps the
+``PodsReady`` condition that Kueue's ``waitForPodsReady`` waits for
+(:func:`gang_ready` says whether the admitted pod count is ready).
 
 May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operator/job``); never kopf, the kubernetes client or ``operator/kube``.
 """
@@ -165,6 +167,73 @@ def finished_status(workload: Mapping[str, Any], succeeded: bool, message: str, 
     return {"conditions": _set(conds, "Finished", True, "Succeeded" if succeeded else "Failed", message or "the job ended", now, gen)}
 
 
+PODS_READY = "PodsReady"
+"""The Workload condition Kueue's ``waitForPodsReady`` reads (``apis/kueue/v1beta2/workload_types.go``, ``WorkloadPodsReady``)."""
+
+WAIT_FOR_START, WAIT_FOR_RECOVERY, STARTED, RECOVERED = "WaitForStart", "WaitForRecovery", "Started", "Recovered"
+"""``PodsReady``'s reasons, as Kueue's own job integrations write them (v0.17 ``jobframework``)."""
+
+
+def _owned_live(obj: Observed | Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    uid = (observed(obj).obj.get("metadata") or {}).get("uid")
+    return [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and any(r.get("uid") == uid and r.get("controller") for r in (p.get("metadata") or {}).get("ownerReferences") or [])]
+
+
+def admitted_count(workload: Mapping[str, Any]) -> int:
+    """The pods the Workload stands for: its admission's pod-set counts when admitted (a partial admission counts what
+    was admitted), else its ``spec.podSets`` counts (pure; 0 for a Workload without pod sets)."""
+    assigned = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    if assigned and all(a.get("count") is not None for a in assigned):
+        return sum(int(a["count"]) for a in assigned)
+    return sum(int(ps.get("count") or 0) for ps in (workload.get("spec") or {}).get("podSets") or [])
+
+
+def gang_ready(workload: Mapping[str, Any], obj: Observed | Mapping[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Kueue's ``PodsReady`` test for a job (pure): at least :func:`admitted_count` of the job's own pods (controller
+    owner, not being deleted) are Ready or have Succeeded. ``obj``: the TrainingJob as observed or as read; ``pods``:
+    its pods (others are ignored). Rule: ``WorkloadPodsReady`` in Kueue's ``workload_types.go``."""
+    want = admitted_count(workload)
+    ready = 0
+    for p in _owned_live(obj, pods):
+        status = p.get("status") or {}
+        if status.get("phase") == "Succeeded" or any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+            ready += 1
+    return want > 0 and ready >= want
+
+
+def pods_ready_status(workload: Mapping[str, Any], ready: bool, now: datetime) -> dict[str, Any] | None:
+    """The ``PodsReady`` condition the Workload must carry now (pure): a merge-patch body for ``workloads/status``, or
+    None when the condition already says it (same status and reason).
+
+    Kueue's rules for its own integrations (``generatePodsReadyCondition`` in v0.17's ``jobframework``), which
+    ``waitForPodsReady`` then enforces (evicting an admitted Workload whose condition is not True within its timeout,
+    or False for longer than its recovery timeout): not admitted, False :data:`WAIT_FOR_START`; ready, True
+    :data:`STARTED` (:data:`RECOVERED` after a recovery); not ready after having been ready (the gang restarts), False
+    :data:`WAIT_FOR_RECOVERY` until ready again; otherwise False :data:`WAIT_FOR_START`.
+
+    Args:
+        workload: the Workload as stored; ready: :func:`gang_ready` of its job; now: the write's time.
+    """
+    old = condition(workload, PODS_READY)
+    old_reason = (old or {}).get("reason")
+    n = admitted_count(workload)
+    if not view(workload).admitted:
+        status, reason, message = False, WAIT_FOR_START, "the Workload is not admitted; its pods have not started"
+    elif ready:
+        status, reason = True, RECOVERED if old_reason in (WAIT_FOR_RECOVERY, RECOVERED) else STARTED
+        message = f"all {n} pods of the gang are ready and the job is running"
+    elif old is not None and (old.get("status") == "True" or old_reason == WAIT_FOR_RECOVERY):
+        status, reason, message = False, WAIT_FOR_RECOVERY, f"a pod of the gang failed or was replaced; waiting for all {n} pods to be ready again"
+    else:
+        status, reason, message = False, WAIT_FOR_START, f"not all {n} pods of the gang are ready yet"
+    if old is not None and old.get("status") == ("True" if status else "False") and old_reason == reason:
+        return None
+    gen = (workload.get("metadata") or {}).get("generation")
+    conds = list((workload.get("status") or {}).get("conditions") or [])
+    return {"conditions": _set(conds, PODS_READY, status, reason, message, now, gen)}
+
+
 def stop_for(v: KueueView | None, queue: str, obj: Observed | Mapping[str, Any], pods: list[dict[str, Any]]) -> Refusal | None:
     """The order to stop a Kueue job's gang, when its Workload no longer admits it (pure).
 
@@ -181,11 +250,7 @@ def stop_for(v: KueueView | None, queue: str, obj: Observed | Mapping[str, Any],
     """
     if v is None or v.admitted or v.state == FINISHED:
         return None
-    seen = observed(obj)
-    uid = (seen.obj.get("metadata") or {}).get("uid")
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
-            and any(r.get("uid") == uid and r.get("controller") for r in (p.get("metadata") or {}).get("ownerReferences") or [])
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    if not true_of(seen.status, SCHEDULED) and not live:
+    live = [p for p in _owned_live(obj, pods) if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    if not true_of(observed(obj).status, SCHEDULED) and not live:
         return None
     return Refusal(reasons.EVICTED_BY_KUEUE, pending_sentence(v, queue), warning=True)

@@ -20,7 +20,7 @@ from railtrain.crds import kueue as names
 from railtrain.crds import reasons
 from railtrain.operator.job.workload import workload_name
 from railtrain.operator.scheduling.kueue import expand
-from tests.operator.clusterkit import G, P, V, all_running, condition, events_with, finish, job_body, job_status, pods_of
+from tests.operator.clusterkit import G, P, V, all_running, condition, end_pod, events_with, finish, job_body, job_status, observe, pods_of
 from tests.polling import wait_for
 
 TAG = "railtrain.dev/kueue-test"
@@ -292,3 +292,42 @@ def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the
     wait_for(lambda: (c := scheduled(custom, namespace, "paused", reasons.WAITING_FOR_KUEUE)) and "quota" in c["message"], 60, "the resumed job queued, waiting on quota")
     finish(core, namespace, "next")
     wait_for(lambda: all_running(core, namespace, "paused", 2), 120, "the resumed job admitted again when the second ended, and Running")
+
+
+def test_with_wait_for_pods_ready_a_ready_gang_keeps_its_admission_past_the_timeout_and_a_restarted_one_recovers(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, ``PodsReady`` where Kueue waits for it: Kueue restarted with ``waitForPodsReady`` (timeout 8 s) evicts
+    an admitted Workload whose ``PodsReady`` condition is not True within the timeout. railtrain writes it as Kueue's
+    own integrations do: True (Started) once the gang's pods are Ready, so the running gang keeps its admission and
+    its pods well past the timeout; a rank's failure restarts the gang on new pods, PodsReady goes False
+    (WaitForRecovery) and comes back True (Recovered), still admitted. On the old code nothing wrote PodsReady and
+    Kueue evicted the running gang 8 s after admitting it (PodsReadyTimeout)."""
+    from datetime import datetime, timezone
+
+    core, custom = kube.core, kube.custom
+    timeout_s = 8
+    local_kueue.wait_for_pods_ready = {"timeout": f"{timeout_s}s", "recoveryTimeout": "120s"}
+    local_kueue.restart()
+    try:
+        _, first = one_running(kube, gpu_nodes, kueue_queue, namespace, "ready")
+        name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "ready")["metadata"])
+        started = wait_for(lambda: (c := condition((workload_of(custom, namespace, name) or {}).get("status") or {}, "PodsReady"))
+                           and c["status"] == "True" and c, 60, "the Workload's PodsReady True")  # fmt: skip
+        assert started["reason"] == "Started" and "all 2 pods of the gang are ready" in started["message"], started
+        admitted_at = datetime.strptime(condition(workload_of(custom, namespace, name)["status"], "Admitted")["lastTransitionTime"],
+                                        "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)  # fmt: skip
+        past = max(0.0, (admitted_at - datetime.now(timezone.utc)).total_seconds() + timeout_s + 6)
+        seen = observe(lambda: (condition(workload_of(custom, namespace, name)["status"], "Admitted")["status"],
+                                (condition(workload_of(custom, namespace, name)["status"], "Evicted") or {}).get("status", "none"),
+                                frozenset(p.metadata.uid for p in pods_of(core, namespace, "ready") if not p.metadata.deletion_timestamp)),
+                       past)  # fmt: skip
+        assert seen == [("True", "none", frozenset(first))], f"the gang lost its admission or pods past Kueue's timeout: {seen}"
+        end_pod(core, namespace, sorted(p.metadata.name for p in pods_of(core, namespace, "ready"))[0], code=1, message="rank failed")
+        wait_for(lambda: all_running(core, namespace, "ready", 2, old_uids=frozenset(first)), 120, "the gang restarted on new pods")
+        recovered = wait_for(lambda: (c := condition(workload_of(custom, namespace, name)["status"], "PodsReady")) and c["reason"] == "Recovered" and c,
+                             60, "PodsReady True again, reason Recovered")  # fmt: skip
+        assert recovered["status"] == "True", recovered
+        wl = workload_of(custom, namespace, name)
+        assert condition(wl["status"], "Admitted")["status"] == "True" and (condition(wl["status"], "Evicted") or {}).get("status") != "True", wl["status"]
+    finally:
+        local_kueue.wait_for_pods_ready = None
+        local_kueue.restart()

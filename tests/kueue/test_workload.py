@@ -184,3 +184,69 @@ def test_the_operators_kueue_flags_parse_and_a_bad_queue_name_is_one_sentence():
     assert (parse([], environ={}).plan.kueue_queue, parse([], environ={}).plan.kueue_only) == (None, False)
     with pytest.raises(SettingsError, match=r"^--kueue-default-queue: 'Team_A' is not a LocalQueue name"):
         parse(["--kueue-default-queue", "Team_A"], environ={})
+
+
+def _ready(pod, ready=True):
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return pod
+
+
+def _pods_ready(wl):
+    return kueuestatus.condition(wl, kueuestatus.PODS_READY)
+
+
+def _apply(wl, patch):
+    return {**wl, "status": {**wl["status"], **patch}}
+
+
+def test_pods_ready_follows_kueues_rules_through_start_a_gang_restart_and_recovery():
+    """Issue 28, ``PodsReady`` where Kueue's ``waitForPodsReady`` waits for it: False WaitForStart while the gang's pods
+    come up, True Started once the admitted count is Ready, False WaitForRecovery while a restarted gang comes back,
+    True Recovered after; the job's own pods only (a stranger's Ready pod does not count); no write when nothing changed."""
+    obj = kueue_job()
+    pods = gang(obj, phase="Running", gated=False, nodes=["b0r1n1", "b0r1n2"])
+    wl = admitted("w", ["b0r1n1", "b0r1n2"])
+    assert kueuestatus.admitted_count(wl) == 2
+    assert not kueuestatus.gang_ready(wl, obj, pods)  # Running, not Ready yet
+    patch = kueuestatus.pods_ready_status(wl, False, NOW)
+    wl = _apply(wl, patch)
+    assert (_pods_ready(wl)["status"], _pods_ready(wl)["reason"]) == ("False", kueuestatus.WAIT_FOR_START)
+    assert kueuestatus.pods_ready_status(wl, False, NOW) is None  # said already: no second write
+    _ready(pods[0])
+    other = kueue_job("other")
+    stranger = _ready(gang(other, phase="Running", gated=False, nodes=["b0r1n3", "b0r1n4"])[0])
+    assert not kueuestatus.gang_ready(wl, obj, pods + [stranger])  # one of two; the other job's pod is not ours
+    _ready(pods[1])
+    assert kueuestatus.gang_ready(wl, obj, pods)
+    wl = _apply(wl, kueuestatus.pods_ready_status(wl, True, NOW))
+    started = _pods_ready(wl)
+    assert (started["status"], started["reason"]) == ("True", kueuestatus.STARTED) and "all 2 pods" in started["message"]
+    assert [c["type"] for c in wl["status"]["conditions"]].count("PodsReady") == 1 and _pods_ready(wl)["observedGeneration"] == 1
+    # the gang restarts: its pods are deleted and made again
+    assert not kueuestatus.gang_ready(wl, obj, [_ready(pods[0])])
+    wl = _apply(wl, kueuestatus.pods_ready_status(wl, False, NOW))
+    assert (_pods_ready(wl)["status"], _pods_ready(wl)["reason"]) == ("False", kueuestatus.WAIT_FOR_RECOVERY)
+    assert kueuestatus.pods_ready_status(wl, False, NOW) is None  # still recovering
+    wl = _apply(wl, kueuestatus.pods_ready_status(wl, True, NOW))
+    assert (_pods_ready(wl)["status"], _pods_ready(wl)["reason"]) == ("True", kueuestatus.RECOVERED)
+    # a pod being deleted is not ready; a Succeeded one is
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-12-03T12:00:00Z"
+    assert not kueuestatus.gang_ready(wl, obj, pods)
+    pods[1]["metadata"].pop("deletionTimestamp")
+    pods[1]["status"] = {"phase": "Succeeded"}
+    assert kueuestatus.gang_ready(wl, obj, pods)
+
+
+def test_pods_ready_is_wait_for_start_while_pending_or_evicted_and_counts_a_partial_admission():
+    pending = {"metadata": {"name": "w", "generation": 1}, "spec": {"podSets": [{"name": "main", "count": 4}]}, "status": {}}
+    assert kueuestatus.admitted_count(pending) == 4
+    said = _pods_ready(_apply(pending, kueuestatus.pods_ready_status(pending, True, NOW)))
+    assert (said["status"], said["reason"]) == ("False", kueuestatus.WAIT_FOR_START)  # not admitted: whatever the pods
+    wl = admitted("w", ["b0r1n1", "b0r1n2"])
+    wl["spec"]["podSets"] = [{"name": "main", "count": 4, "minCount": 2}]
+    assert kueuestatus.admitted_count(wl) == 2  # admitted with 2 of 4: 2 ready pods are the whole gang
+    wl = _apply(wl, kueuestatus.pods_ready_status(wl, True, NOW))
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted"})
+    requeued = kueuestatus.requeued_status(wl, NOW)
+    after = _pods_ready(_apply(wl, kueuestatus.pods_ready_status(_apply(wl, requeued), False, NOW)))
+    assert (after["status"], after["reason"]) == ("False", kueuestatus.WAIT_FOR_START)
