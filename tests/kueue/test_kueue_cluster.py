@@ -331,3 +331,60 @@ def test_with_wait_for_pods_ready_a_ready_gang_keeps_its_admission_past_the_time
     finally:
         local_kueue.wait_for_pods_ready = None
         local_kueue.restart()
+
+
+
+def test_the_operator_killed_between_kueues_admission_and_pod_creation_makes_the_gang_once_when_back(operator_process, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28's fault list, the railtrain operator killed between Kueue's admission and the gang's pods. The running
+    operator is paused (SIGSTOP) before the job exists, so it creates neither the Workload nor the pods; the
+    operator's own reconcile and admission pass run here in-process and "crash" at the pod creates (every create of a
+    pod raises): the Workload is created and admitted, the pass has recorded its admission in the job's status (nodes
+    chosen inside Kueue's assignment, ``created`` false) and no pod exists. The paused operator is then SIGKILLed and a
+    new one started: it must create the gang once, on the recorded nodes, with Kueue's workload annotation, under the
+    same Workload (no second one, no orphan), without a restart; and the Workload gets ``PodsReady``."""
+    import signal
+
+    from railtrain.operator.context import OperatorContext, RuntimeState
+    from railtrain.operator.kube.verbs import Kube
+    from railtrain.operator.settings import parse
+
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    if operator_process.running():
+        os.kill(operator_process.proc.pid, signal.SIGSTOP)
+    try:
+        edge = Kube(kube.api_client)
+
+        def crash(manifests, *args, **kwargs):
+            raise RuntimeError("the operator died here (test)")
+
+        edge.create_many = crash  # the crash point: after the pass's status write, at the pods' creation
+        ctx = OperatorContext(parse(["--namespace", namespace, "--topology-preset", "railtrain"]), edge, identity="test/1", state=RuntimeState(leader=True))
+        job = custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("crash", queue))
+        name = workload_name(job["metadata"])
+
+        def admitted_and_recorded():
+            ctx.reconciler.reconcile_job(namespace, "crash")  # the job's Workload created and kept, as the operator's handler does
+            ctx.reconciler.admission_pass()
+            recorded = job_status(custom, namespace, "crash").get("admission") or {}
+            return recorded if recorded.get("nodes") else None
+
+        recorded = wait_for(admitted_and_recorded, 90, "the Workload admitted by Kueue and the admission recorded by the in-process pass")
+        assert recorded.get("created") is False and pods_of(core, namespace, "crash") == [], recorded
+        wl = workload_of(custom, namespace, name)
+        assert condition(wl["status"], "Admitted")["status"] == "True", wl["status"]
+        uid = wl["metadata"]["uid"]
+    finally:
+        operator_process.kill()  # SIGKILL (it was paused): no cleanup, as a crashed operator pod ends
+    operator_process.start()
+    running = wait_for(lambda: all_running(core, namespace, "crash", 2), 120, "the gang created by the new operator and Running")
+    assert sorted(p.spec.node_name for p in running) == sorted(recorded["nodes"]), ([p.spec.node_name for p in running], recorded)
+    assert all(p.metadata.annotations.get(names.WORKLOAD_ANNOTATION) == name for p in running), [p.metadata.annotations for p in running]
+    workloads = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.WORKLOADS)["items"]
+    assert [(w["metadata"]["name"], w["metadata"]["uid"]) for w in workloads] == [(name, uid)], "a second Workload or an orphan"
+    ready = wait_for(lambda: (c := condition(workload_of(custom, namespace, name)["status"], "PodsReady")) and c["status"] == "True" and c, 60, "PodsReady True")
+    assert ready["reason"] == "Started", ready
+    status = job_status(custom, namespace, "crash")
+    assert status.get("restarts", 0) == 0 and (status.get("admission") or {}).get("created") is not False, status
