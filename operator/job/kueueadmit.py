@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from railtrain.crds import reasons
-from railtrain.operator.job.kueuestatus import KueueView, pending_sentence
+from railtrain.operator.job.kueuestatus import KueueView, exceeds_quota, pending_sentence
 from railtrain.operator.scheduling.kueue import assigned_nodes, place_in_assignment
 from railtrain.operator.scheduling.placement import GangRequest, Placement
 from railtrain.operator.scheduling.queue import Decision, queue_key
@@ -63,7 +63,7 @@ def place(requests: Sequence[GangRequest], admissions: Mapping[str, KueueAdmissi
         admission = admissions.get(request.job) or KueueAdmission(queue="?")
         view = admission.view
         if not view.admitted:
-            out.append(Decision(request.job, Refusal(reasons.WAITING_FOR_KUEUE, pending_sentence(view, admission.queue), warning=False)))
+            out.append(Decision(request.job, Refusal(reasons.WAITING_FOR_KUEUE, pending_sentence(view, admission.queue), warning=exceeds_quota(view), permanent=exceeds_quota(view))))
             continue
         nodes = assigned_nodes(cluster, view.levels, view.domains) if view.domains else None
         result = place_in_assignment(request, cluster, nodes, admission.node_labels, admission.tolerations)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from railtrain.crds import reasons
+from railtrain.crds import contract, reasons
 from railtrain.crds.times import format_time
 from railtrain.operator.job.conditions import SCHEDULED, true_of
 from railtrain.operator.job.observed import Observed, observed
@@ -127,7 +127,24 @@ def pending_sentence(v: KueueView, queue: str) -> str:
     said = f"{v.reason}: {v.message}" if v.reason and v.message else (v.message or v.reason or "Kueue has not considered it yet")
     if v.state == EVICTED:
         return f"Kueue evicted Workload {v.name} (LocalQueue {queue}): {said}; waiting to be admitted again"
-    return f"waiting for Kueue to admit Workload {v.name} from LocalQueue {queue}: {said}"
+    waiting = f"waiting for Kueue to admit Workload {v.name} from LocalQueue {queue}: {said}"
+    if exceeds_quota(v):
+        return (f"{waiting}. {contract.NEVER_FITS} LocalQueue {queue}'s ClusterQueue as its quota is: the request is more than "
+                "its maximum capacity, borrowing included; ask for fewer nodes or a larger quota (it stays queued in case the quota grows)")
+    return waiting
+
+
+def exceeds_quota(v: KueueView) -> bool:
+    """Whether Kueue's pending message says the job's request is more than its ClusterQueue's maximum capacity
+    (nominal quota plus what it may borrow in its cohort) and names no way to wait for it (pure).
+
+    Kueue's flavor assigner (v0.17 ``flavorassigner.go``, ``fitsResourceQuota``) says ``> maximum capacity`` for a
+    flavor that can never hold the request and ``insufficient unused quota`` for one where waiting or preemption can
+    help; only a message with the first and none of the second (nor a topology or preemption remark) counts.
+    """
+    text = v.message
+    return (v.state == PENDING and "> maximum capacity" in text
+            and not any(hope in text for hope in ("insufficient unused quota", "topology", "preempt")))
 
 
 def _set(conditions: list[dict[str, Any]], type_: str, status: bool, reason: str, message: str, now: datetime, generation: Any) -> list[dict[str, Any]]:

@@ -388,3 +388,30 @@ def test_the_operator_killed_between_kueues_admission_and_pod_creation_makes_the
     assert ready["reason"] == "Started", ready
     status = job_status(custom, namespace, "crash")
     assert status.get("restarts", 0) == 0 and (status.get("admission") or {}).get("created") is not False, status
+
+
+def test_submit_wait_follows_kueues_reasons_and_stops_on_a_request_over_the_queues_maximum_capacity(operator, local_kueue, kueue_queue, gpu_nodes, cluster, namespace, kube, tmp_path):
+    """Issue 28's CLI: ``railtrain submit --wait`` of a Kueue job prints Kueue's own pending reason as it waits, and a
+    job larger than its ClusterQueue's maximum capacity (3 nodes x 8 GPUs against 16 GPUs of quota: Kueue says
+    "> maximum capacity") is said to never fit the quota as it is: ``--wait`` stops with exit 1 and that sentence, as it
+    does for a gang too large for railtrain's own cluster, and the job stays queued (its Workload kept). Before,
+    ``--wait`` followed such a job forever."""
+    import yaml
+
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(2, labels={TAG: tag}, nodes_per_rack=2)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    path = tmp_path / "big.yaml"
+    body = kueue_job("big", queue, nodes=3)
+    body["spec"]["command"] = ["python", "-c", "print('hi')"]
+    body["spec"].pop("args", None)
+    path.write_text(yaml.safe_dump(body))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "400"}
+    done = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "submit", str(path), "-n", namespace, "--wait"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "> maximum capacity (16)" in out and f"It can never fit LocalQueue {queue}'s ClusterQueue as its quota is" in out, out
+    status = job_status(kube.custom, namespace, "big")
+    assert status.get("phase") == "Pending", status
+    assert workload_of(kube.custom, namespace, workload_name(kube.custom.get_namespaced_custom_object(G, V, namespace, P, "big")["metadata"])) is not None

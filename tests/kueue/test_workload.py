@@ -250,3 +250,38 @@ def test_pods_ready_is_wait_for_start_while_pending_or_evicted_and_counts_a_part
     requeued = kueuestatus.requeued_status(wl, NOW)
     after = _pods_ready(_apply(wl, kueuestatus.pods_ready_status(_apply(wl, requeued), False, NOW)))
     assert (after["status"], after["reason"]) == ("False", kueuestatus.WAIT_FOR_START)
+
+
+def test_a_request_over_the_clusterqueues_maximum_capacity_is_said_to_never_fit_as_the_quota_is():
+    """``submit --wait`` and ``railtrain get`` stop on "It can never fit" (crds/contract.py, PERMANENT_MARKERS): Kueue's
+    "> maximum capacity" (no flavor can ever hold the request, borrowing included) is that, for the quota; "insufficient
+    unused quota" (waiting or preemption can help) is not."""
+    from railtrain.crds import contract
+
+    def pending(message):
+        return kueuestatus.view({"metadata": {"name": "w"}, "spec": {"active": True}, "status": {"conditions": [
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}]}})  # fmt: skip
+
+    never = pending("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gpu, previously considered "
+                    "podsets requests (0) + current podset request (24) > maximum capacity (16)")  # fmt: skip
+    assert kueuestatus.exceeds_quota(never)
+    said = kueuestatus.pending_sentence(never, "team-q")
+    assert contract.NEVER_FITS in said and "LocalQueue team-q's ClusterQueue as its quota is" in said and "(24) > maximum capacity (16)" in said
+    waits = pending("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 8 more needed")
+    assert not kueuestatus.exceeds_quota(waits) and contract.NEVER_FITS not in kueuestatus.pending_sentence(waits, "team-q")
+    mixed = pending("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor a, previously considered podsets "
+                    "requests (0) + current podset request (24) > maximum capacity (16), insufficient unused quota for nvidia.com/gpu in flavor b, 8 more needed")  # fmt: skip
+    assert not kueuestatus.exceeds_quota(mixed)  # flavor b can hold it once others finish
+    refusal = admit_waiting_refusal(never)
+    assert refusal.permanent and refusal.warning and refusal.reason == reasons.WAITING_FOR_KUEUE
+    assert not admit_waiting_refusal(waits).permanent
+
+
+def admit_waiting_refusal(view):
+    """The refusal the admission pass gives a waiting Kueue job whose Workload reads as ``view``."""
+    from railtrain.operator.job import kueueadmit
+
+    obj = kueue_job()
+    request = planner.gang_request(observe_job(obj), [], NOW)
+    decisions, _ = kueueadmit.place([request], {request.job: KueueAdmission("team-q", view)}, snapshot([], []))
+    return decisions[0].result
