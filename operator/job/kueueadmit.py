@@ -17,7 +17,7 @@ May import: ``railtrain.crds``, ``operator/scheduling`` and this wing (``operato
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from railtrain.crds import reasons
@@ -66,8 +66,31 @@ def place(requests: Sequence[GangRequest], admissions: Mapping[str, KueueAdmissi
             out.append(Decision(request.job, Refusal(reasons.WAITING_FOR_KUEUE, pending_sentence(view, admission.queue), warning=exceeds_quota(view), permanent=exceeds_quota(view))))
             continue
         nodes = assigned_nodes(cluster, view.levels, view.domains) if view.domains else None
+        request, fewer = within_admitted_count(request, view)
+        if fewer is not None:
+            out.append(Decision(request.job, fewer))
+            continue
         result = place_in_assignment(request, cluster, nodes, admission.node_labels, admission.tolerations)
         taken = [n for r, n in enumerate(result.nodes) if r not in request.fixed] if isinstance(result, Placement) else list(nodes or ())
         cluster = cluster.reserve(taken, request.gpus_per_node, request.needs.requests, holder=request.job)
         out.append(Decision(request.job, result))
     return out, cluster
+
+
+def within_admitted_count(request: GangRequest, view: KueueView) -> tuple[GangRequest, Refusal | None]:
+    """``request`` held to the pod count Kueue admitted (pure): after a partial admission (an elastic job's
+    ``minCount``, operator/job/workload.py) only gang sizes up to that count are placed, the largest first as always.
+
+    Returns:
+        ``(request, None)``, the request's sizes narrowed when Kueue admitted fewer than it asks; or ``(request,
+        refusal)`` when no size the job allows is that small (the admitted count is below every size its
+        parallelism allows), with reason :data:`~railtrain.crds.reasons.OUTSIDE_KUEUE_ASSIGNMENT`.
+    """
+    if not view.count or view.count >= max(request.sizes):
+        return request, None
+    sizes = tuple(c for c in request.sizes if c <= view.count)
+    if not sizes:
+        return request, Refusal(reasons.OUTSIDE_KUEUE_ASSIGNMENT, (
+            f"Kueue admitted {view.count} pods, fewer than the smallest gang this job's parallelism allows ({min(request.sizes)} nodes); "
+            "set spec.elastic.minNodes to a size the parallelism allows"))
+    return replace(request, counts=sizes), None

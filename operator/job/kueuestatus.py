@@ -51,6 +51,8 @@ class KueueView:
         reserved: whether ``status.admission`` is set (quota still reserved).
         deleting: the Workload has a deletionTimestamp.
         topology: its pod set's ``topologyRequest`` (empty without one).
+        count: the pods admitted (the admission's pod-set count: below ``spec.podSets[0].count`` after a partial
+            admission of an elastic job's ``minCount``); 0 unless admitted.
     """
 
     name: str = ""
@@ -64,6 +66,7 @@ class KueueView:
     reserved: bool = False
     deleting: bool = False
     topology: Mapping[str, Any] = field(default_factory=dict)
+    count: int = 0
 
     @property
     def admitted(self) -> bool:
@@ -107,7 +110,7 @@ def view(workload: Mapping[str, Any] | None) -> KueueView:
         assignment = next(iter(admission.get("podSetAssignments") or []), {})
         levels, domains = expand(assignment.get("topologyAssignment"))
         return KueueView(state=ADMITTED, cluster_queue=str(admission.get("clusterQueue", "")), flavors=dict(assignment.get("flavors") or {}),
-                         levels=levels, domains=tuple(domains), **base)
+                         levels=levels, domains=tuple(domains), count=admitted_count(workload), **base)
     if (workload.get("spec") or {}).get("active") is False:
         return KueueView(state=PENDING, reason="Inactive", message="the Workload is deactivated (spec.active is false)", **base)
     waiting = condition(workload, "QuotaReserved") or {}
@@ -211,6 +214,9 @@ def gang_ready(workload: Mapping[str, Any], obj: Observed | Mapping[str, Any], p
     owner, not being deleted) are Ready or have Succeeded. ``obj``: the TrainingJob as observed or as read; ``pods``:
     its pods (others are ignored). Rule: ``WorkloadPodsReady`` in Kueue's ``workload_types.go``."""
     want = admitted_count(workload)
+    placed = observed(obj).status.admitted_nodes
+    if placed:  # an elastic gang placed below the admitted count (a count its parallelism allows) is whole at its size
+        want = min(want, placed)
     ready = 0
     for p in _owned_live(obj, pods):
         status = p.get("status") or {}

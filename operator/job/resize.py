@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract
 from railtrain.crds.api import TrainingJobSpec, TrainingJobStatus
+from railtrain.crds.kueue import QUEUE_LABEL
 from railtrain.operator.scheduling import snapshot as cluster_model
 from railtrain.operator.scheduling.queue import Hold, schedule
 from railtrain.operator.job.observed import Observed, observed
@@ -32,6 +33,8 @@ def wants_to_grow(job: Observed | dict[str, Any]) -> bool:
     seen = observed(job)
     spec, status = seen.obj.get("spec") or {}, seen.status
     admitted, nodes = status.admitted_nodes, spec.get("nodes", 1)
+    if (seen.obj.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL):
+        return False  # a Kueue job's size is its admission's: growing would take nodes outside its quota (docs/kueue.md)
     return bool(spec.get("elastic")) and status.phase == "Running" and admitted is not None and admitted < nodes
 
 

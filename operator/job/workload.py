@@ -130,7 +130,10 @@ def desired(seen: Observed, levels: Sequence[str], priority: Priority) -> dict[s
     if queue is None or seen.usable is None or seen.pod0 is None:
         raise ValueError("only a Kueue job with a usable spec has a Workload")
     meta = seen.meta
-    podset: dict[str, Any] = {"name": PODSET, "count": seen.usable.spec.nodes, "template": pod_template(seen.pod0)}
+    job_spec = seen.usable.spec
+    podset: dict[str, Any] = {"name": PODSET, "count": job_spec.nodes, "template": pod_template(seen.pod0)}
+    if job_spec.elastic is not None and (fewest := min(job_spec.node_counts())) < job_spec.nodes:
+        podset["minCount"] = fewest  # Kueue's partial admission: it may admit any count from here to nodes
     if (topo := topology_request(seen, levels)) is not None:
         podset["topologyRequest"] = topo
     spec: dict[str, Any] = {"queueName": queue, "podSets": [podset], "priority": priority.value}

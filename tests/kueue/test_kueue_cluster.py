@@ -415,3 +415,28 @@ def test_submit_wait_follows_kueues_reasons_and_stops_on_a_request_over_the_queu
     status = job_status(kube.custom, namespace, "big")
     assert status.get("phase") == "Pending", status
     assert workload_of(kube.custom, namespace, workload_name(kube.custom.get_namespaced_custom_object(G, V, namespace, P, "big")["metadata"])) is not None
+
+
+def test_an_elastic_job_partially_admitted_by_kueue_runs_at_the_admitted_count_and_does_not_grow_past_its_quota(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, an elastic job's ``minCount``: 3 nodes free in the flavor but 16 GPUs of quota; an elastic job of 3
+    nodes (``minNodes`` 2, grow interval 0) gets a Workload with ``minCount`` 2, Kueue admits 2 pods (partial
+    admission), and the gang runs on 2 nodes inside the assignment (``admittedNodes`` 2) with ``PodsReady`` True. It
+    does not grow onto the free third node (that would run 24 GPUs on 16 of quota): the same 2 pods over several
+    resync periods. On the old code the Workload asked for 3 pods and nothing less, so Kueue never admitted it."""
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(3, labels={TAG: tag}, nodes_per_rack=3)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=16)
+    body = kueue_job("elastic", queue, nodes=3)
+    body["spec"]["elastic"] = {"minNodes": 2, "growIntervalSeconds": 0}
+    custom.create_namespaced_custom_object(G, V, namespace, P, body)
+    name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "elastic")["metadata"])
+    running = wait_for(lambda: all_running(core, namespace, "elastic", 2), 90, "the elastic job admitted by Kueue with 2 of 3 nodes and Running")
+    wl = workload_of(custom, namespace, name)
+    assert wl["spec"]["podSets"][0]["count"] == 3 and wl["spec"]["podSets"][0]["minCount"] == 2, wl["spec"]["podSets"][0]
+    assert wl["status"]["admission"]["podSetAssignments"][0]["count"] == 2, wl["status"]["admission"]
+    assert job_status(custom, namespace, "elastic").get("admittedNodes") == 2
+    wait_for(lambda: (c := condition(workload_of(custom, namespace, name)["status"], "PodsReady")) and c["status"] == "True", 60, "PodsReady True at 2 pods")
+    uids = frozenset(p.metadata.uid for p in running)
+    seen = observe(lambda: frozenset(p.metadata.uid for p in pods_of(core, namespace, "elastic")), 6)
+    assert seen == [uids], f"the gang changed (grew past Kueue's admission?): {seen}"

@@ -285,3 +285,39 @@ def admit_waiting_refusal(view):
     request = planner.gang_request(observe_job(obj), [], NOW)
     decisions, _ = kueueadmit.place([request], {request.job: KueueAdmission("team-q", view)}, snapshot([], []))
     return decisions[0].result
+
+
+def test_an_elastic_jobs_workload_may_be_partially_admitted_and_its_gang_takes_the_admitted_count_and_never_grows_past_it():
+    """Issue 28, an elastic job's ``minCount``: its Workload asks for ``spec.nodes`` pods with ``minCount`` the fewest its
+    parallelism allows (Kueue's partial admission may then admit fewer); the pass places a gang of at most the
+    admitted count inside the assignment; a count below every allowed size is refused with a sentence; a Kueue job
+    never grows by itself (that would take nodes outside its quota); a fixed-size job has no ``minCount``."""
+    from railtrain.operator.job import kueueadmit, resize
+
+    elastic = kueue_job(nodes=4, elastic={"minNodes": 2}, parallelism={"data": 8, "fsdp": 4})  # world 4x8; fsdp 4 -> any node count
+    podset = workload.desired(observe_job(elastic), LEVELS, workload.Priority(0))["spec"]["podSets"][0]
+    assert (podset["count"], podset["minCount"]) == (4, 2)
+    assert "minCount" not in workload.desired(observe_job(kueue_job()), LEVELS, workload.Priority(0))["spec"]["podSets"][0]
+    even = kueue_job(nodes=4, elastic={"minNodes": 2}, parallelism={"data": 2, "fsdp": 16})  # inner 16 = 2 nodes: sizes 2 and 4, not 3
+
+    nodes, pods = fabric(blocks=1, racks=2, per_rack=4)
+    snap = snapshot(nodes, pods, "nvidia.com/gpu", LEVELS)
+    request = admit.read_queue([elastic], [], [], NOW).waiting["team/llm"][2]
+    wl = admitted("w", ["b0r1n1", "b0r1n2", "b0r1n3"])  # Kueue admitted 3 of 4
+    v = kueuestatus.view(wl)
+    assert v.count == 3
+    decisions, _ = kueueadmit.place([request], {request.job: KueueAdmission("team-q", v)}, snap)
+    placed = decisions[0].result
+    assert isinstance(placed, Placement) and sorted(placed.nodes) == ["b0r1n1", "b0r1n2", "b0r1n3"]
+    ev_request = admit.read_queue([even], [], [], NOW).waiting["team/llm"][2]
+    ev_decisions, _ = kueueadmit.place([ev_request], {ev_request.job: KueueAdmission("team-q", v)}, snap)
+    two = ev_decisions[0].result  # 3 admitted, but this parallelism runs on 2 or 4 nodes: 2 of the 3
+    assert isinstance(two, Placement) and len(two.nodes) == 2 and set(two.nodes) <= {"b0r1n1", "b0r1n2", "b0r1n3"}
+    one = kueuestatus.view(admitted("w", ["b0r1n1"]))
+    _, refused = kueueadmit.within_admitted_count(ev_request, one)
+    assert refused is not None and refused.reason == reasons.OUTSIDE_KUEUE_ASSIGNMENT and "Kueue admitted 1 pods" in refused.message
+
+    running = kueue_job(nodes=4, elastic={"minNodes": 2}, status={"phase": "Running", "admittedNodes": 3})
+    assert not resize.wants_to_grow(running)
+    running["metadata"]["labels"] = {}
+    assert resize.wants_to_grow(running)  # the same job in railtrain's own queue grows
