@@ -23,7 +23,9 @@ ENV_FAULT_BITFLIP = "RAILTRAIN_FAULT_BITFLIP"
 ``named_parameters`` order of the rank's local shard; the first parameter) or of the model's
 output (``target=activation``, the step's first forward only) on ``rank`` at ``step``;
 ``mode=once`` (a transient fault) or ``persistent`` (the device stays bad: from ``step`` on the
-activation flip repeats in every forward and the rank's known-answer test is corrupted too)."""
+activation flip repeats in every forward and the rank's known-answer test is corrupted too).
+With replica groups (``spec.faultTolerance``), ``group=G`` limits it to replica group ``G``'s ``rank``
+(default ``-1``: that rank of every group, whose copies then stay alike)."""
 ENV_FAULT_SLOW = "RAILTRAIN_FAULT_SLOW"
 """Make ``rank``'s compute ``factor`` times slower from ``from_step`` on (a straggler)."""
 ENV_FAULT_HANG = "RAILTRAIN_FAULT_HANG"
@@ -48,6 +50,7 @@ class BitFlipFault:
     bit: int = 0
     index: int = 0
     target: str = "param"
+    group: int = -1
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ def parse_fault(kind: str, text: str) -> Any:
     if missing:
         raise ContractError(f"{variable} needs {', '.join(missing)}, got {text!r}")
     fault = cls(**values)
-    if any(isinstance(getattr(fault, n), int) and getattr(fault, n) < (-1 if n == "rank" and kind == "bad_batch" else 0) for n in known):
+    if any(isinstance(getattr(fault, n), int) and getattr(fault, n) < (-1 if (n == "rank" and kind == "bad_batch") or n == "group" else 0) for n in known):
         raise ContractError(f"{variable}: integers must be >= 0, got {text!r}")
     if kind == "slow" and fault.factor < 1:
         raise ContractError(f"{variable} factor must be >= 1, got {fault.factor}")

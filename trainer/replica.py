@@ -20,9 +20,12 @@ Lighthouse: :class:`ReplicaSync` holds this process's ``torchft.Manager`` and gi
 3. :meth:`ReplicaSync.should_commit`: every group votes; the optimizer steps only when it returns True. A step
    whose all-reduce lost a peer returns False and the trainer runs the same step again (no step is skipped).
 
+4. :meth:`ReplicaSync.gather`: at the health checks' fingerprint interval, each rank's parameter fingerprint is
+   compared with its counterparts in the other groups (the SDC check across groups,
+   :meth:`~railtrain.trainer.health.monitor.HealthMonitor.check_fingerprints`).
+
 What is not wired (docs/fault-tolerance.md): FSDP, tensor, pipeline or context parallelism inside a group (their
-sharded state would have to heal shard by shard; refused by :func:`check_group_layout`), and the SDC parameter
-fingerprints across groups (they compare replicas inside a group only).
+sharded state would have to heal shard by shard; refused by :func:`check_group_layout`).
 
 May import torch and torchft (imported only when a job has replica groups); never kopf.
 """
@@ -248,6 +251,28 @@ class ReplicaSync:
         if not ok:
             self.retried += 1
         return ok
+
+    def gather(self, values: list[int]) -> dict[int, list[int]] | None:
+        """Gather ``values`` (integers in int64) from this rank's counterpart in every replica group of the current
+        quorum: ``{group: their values}``, this group's included. One ``manager.allreduce`` (a sum of one row per
+        group, each group filling only its own: an exact gather). Called by every group of the quorum at the same
+        committed step (the health checks' fingerprint interval: :meth:`HealthMonitor.check_fingerprints`).
+
+        Returns:
+            The values per group, or None when this group is not participating or the all-reduce failed (a peer left
+            mid-way; torchft records the error until the next quorum).
+        """
+        import torch.distributed as dist
+
+        if not self.manager.is_participating():
+            return None
+        table = torch.zeros(self.env.groups, 1 + len(values), dtype=torch.int64)
+        table[self.env.group, 0] = 1
+        table[self.env.group, 1:] = torch.tensor(values, dtype=torch.int64)
+        self.manager.allreduce(table, reduce_op=dist.ReduceOp.SUM).wait()
+        if self.manager.errored() is not None:
+            return None
+        return {g: table[g, 1:].tolist() for g in range(self.env.groups) if int(table[g, 0]) == 1}
 
     def writes_checkpoints(self) -> bool:
         """Whether this group writes the job's checkpoints at this step: it is the lowest of the step's quorum

@@ -292,6 +292,10 @@ class Trainer:
                 replica.load_model_state(self.model, self.optimizer, self._set_step), self.log, environ,
                 start_allowance_s=self.contract.health.hang_warmup_s,  # the groups start at different times
             )  # fmt: skip
+            monitor = self.health.monitor
+            monitor.replica_group = monitor.injector.group = replica_env.group  # a fault may name one group
+            if monitor.enabled:
+                monitor.across_groups = self.replica.gather  # the SDC fingerprints compared across the groups too
 
     def _set_step(self, step: int) -> None:
         self.step = step

@@ -40,18 +40,22 @@ HANG_FLOOR_S = 1
 """The hang watchdog's floor when a test runs the health checks: waiting for a group (seconds) is far longer."""
 
 
-def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[str, ...] = (), **fault_tolerance: int) -> tuple[object, dict[str, str]]:
-    """A 2-group × 1-process job of the tiny preset on 2 × 16-byte sequences per step; the checked job and its faults.
+def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                **fault_tolerance: int) -> tuple[object, dict[str, str]]:  # fmt: skip
+    """A 2-group (or ``replicaGroups``) × 1-process job of the tiny preset on one 16-byte sequence per group per step; the checked job and its faults.
     ``health``: the health checks run, with a hang floor of :data:`HANG_FLOOR_S` (else ``--no-health``); ``args``:
-    more trainer flags."""
+    more trainer flags; ``env``: more variables; ``fault_tolerance``: spec.faultTolerance's fields (``replicaGroups`` 2
+    unless given) and ``backoffLimit``."""
     run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
-    extra = {"env": [{"name": "RAILTRAIN_HEALTH_HANG_FLOOR_S", "value": str(HANG_FLOOR_S)}]} if health else {}
+    variables = ({"RAILTRAIN_HEALTH_HANG_FLOOR_S": str(HANG_FLOOR_S)} if health else {}) | (env or {})
+    extra = {"env": [{"name": k, "value": v} for k, v in variables.items()]} if variables else {}
     doc = manifests.job(
         name="rg",
         command=["torchrun", "-m", "railtrain.trainer"],
-        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", "2", "--seq-len", "16",
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(fault_tolerance.get("replicaGroups", 2)), "--seq-len", "16",
               "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"]), *args],
         faultTolerance={"replicaGroups": 2, **fault_tolerance},
+        nodes=fault_tolerance.get("replicaGroups", 2),  # one 1-process node per group
         **({"runPolicy": run_policy} if run_policy else {}),
         **extra,
     )  # fmt: skip
@@ -286,3 +290,43 @@ def test_kills_fire_in_order_each_once_every_group_trains_again(tmp_path):
     assert run._kill_due(g0)
     run.kill_times.append(2.0)
     assert not run._kill_due(g0) and not run._kill_due(g1)  # every kill fired
+
+
+def test_a_bit_flip_in_one_of_three_groups_is_found_across_the_groups_and_only_that_group_is_replaced(tmp_path):
+    """Issue 31, the SDC fingerprints across replica groups: three 1-process groups, one bit of group 1's parameters
+    flipped at step 3 (``RAILTRAIN_FAULT_BITFLIP`` with ``group=1``: only that group's copy). Inside a group there is
+    no replica to compare with; across the groups the fingerprint at step 5 shows groups 0 and 2 agreeing and group 1
+    not: group 1 alone ends with the ``hardware-suspect``/``ParameterMismatch`` verdict (naming its node), it is
+    replaced alone, heals from a healthy group, and the three step together again; groups 0 and 2 are never
+    replaced and skip no step. On the old code nothing compared the groups: the corrupted copy trained on unnoticed."""
+    # minReplicas 3: no group steps before all three are up, so group 1 cannot heal past the fault's step; the other
+    # two wait for its replacement (quorumTimeoutSeconds is long enough for its start)
+    job, faults = trainer_job(tmp_path, steps=100000, health=True, env={"RAILTRAIN_HEALTH_FINGERPRINT_INTERVAL": "5"},
+                              replicaGroups=3, minReplicas=3, quorumTimeoutSeconds=200)  # fmt: skip
+    faults = {**faults, "RAILTRAIN_FAULT_BITFLIP": "rank=0,step=3,bit=20,group=1"}
+    run = runner(tmp_path, job, faults, None)
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
+    thread.start()
+
+    def all_three_again() -> bool:
+        g1 = run.groups[1]
+        if len(g1.launched_at) < 2:
+            return False
+        after = {n for t, n in g1.step_times if t >= g1.launched_at[1]}
+        return len(after & {n for _, n in run.groups[0].step_times} & {n for _, n in run.groups[2].step_times}) >= 2
+
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and thread.is_alive() and not all_three_again():
+        time.sleep(0.2)
+    run.request_stop()
+    thread.join(timeout=60)
+    record = run.record()
+    g0, g1, g2 = record["groups"]
+    assert all_three_again(), f"group 1 was not replaced and back in the quorum: {record}"
+    assert g1["replacements"] == 1 and g0["replacements"] == 0 and g2["replacements"] == 0, record
+    assert g1["reason"] == "ParameterMismatch", record
+    assert g1["healed"] >= 1, record  # the replacement loaded a healthy group's state
+    for g in (g0, g2):  # the healthy groups trained on: no step missing from their logs
+        steps = sorted({n for _, n in g["step_times"]})
+        assert steps == list(range(steps[0], steps[-1] + 1)), record

@@ -72,16 +72,21 @@ class FaultInjector:
         faults: the run's faults (from :func:`~railtrain.crds.contract.read_faults`).
         rank: this global rank.
         log: where to announce an injected fault (stderr of every rank).
+
+    Attributes:
+        group: this process's replica group (``spec.faultTolerance``; -1 without): a fault naming a ``group`` fires
+            only in that group.
     """
 
     def __init__(self, faults: contract.Faults, rank: int, log: Callable[[str], None] | None = None) -> None:
         self.faults, self.rank = faults, rank
+        self.group = -1
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self.step = 0
         self.forwards = 0  # forwards run in this step (a re-execution is the second)
 
     def _mine(self, fault: Any) -> bool:
-        return fault is not None and getattr(fault, "rank", -1) in (self.rank, -1)
+        return fault is not None and getattr(fault, "rank", -1) in (self.rank, -1) and getattr(fault, "group", -1) in (self.group, -1)
 
     def begin_step(self, step: int, model: nn.Module) -> None:
         """Called before the step's compute: the parameter bit flip happens here."""

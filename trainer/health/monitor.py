@@ -96,6 +96,12 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         """The per-rank compute seconds of the last timing check (rank 0 adds them to --metrics-file)."""
         self.watchdog: Watchdog | None = None
         self._events: list[tuple[Any, Any]] = []
+        self.across_groups: Callable[[list[int]], dict[int, list[int]] | None] | None = None
+        """With replica groups (``spec.faultTolerance``): gathers a list of integers from this rank's counterpart in every
+        group of the quorum, ``{group: values}`` (None when the gather failed: a peer left mid-way); set by the trainer
+        (:meth:`railtrain.trainer.replica.ReplicaSync.gather`). :meth:`check_fingerprints` then compares the groups too."""
+        self.replica_group = -1
+        """This process's replica group (-1 without groups)."""
         if not enabled and not faults.any():
             return  # nothing to time or inject: no hooks at all (the "off" baseline of bench/health.py)
         model.register_forward_hook(self._post_forward)
@@ -327,7 +333,8 @@ class HealthMonitor(ComputeTiming, SettingsReload):
             )  # fmt: skip
 
     def check_fingerprints(self, step: int) -> None:
-        """Compare parameter fingerprints within each replica group (no-op without replication).
+        """Compare parameter fingerprints within each replica group (no-op without replication), and across the
+        replica groups of ``spec.faultTolerance`` when :attr:`across_groups` is set (:meth:`_check_across_groups`).
 
         A group with a strict majority names the ranks that differ from it. A group without one
         (two replicas) cannot say which copy is wrong, so the step is re-examined on every rank:
@@ -341,8 +348,12 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         Raises:
             HealthVerdict: ``hardware-suspect``/``ParameterMismatch`` when some group disagrees.
         """
-        if not self.groups:
-            return
+        if self.groups:
+            self._check_within_groups(step)
+        if self.across_groups is not None:
+            self._check_across_groups(step)
+
+    def _check_within_groups(self, step: int) -> None:
         self.metrics.checks.labels("fingerprint").inc()
         first = model_fingerprint(self.model)
         prints = {r: row[0] for r, row in enumerate(self._gather([first], torch.int64))}
@@ -368,6 +379,64 @@ class HealthMonitor(ComputeTiming, SettingsReload):
             contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, [],
             f"step {step}: parameter bytes of ranks {unattributed} differ, and with no majority among the replicas and no rank whose "
             f"re-hash or known-answer test is wrong, the evidence does not say which copy is wrong: no node named",
+            evidence,
+        )  # fmt: skip
+
+    def _check_across_groups(self, step: int) -> None:
+        """Compare this rank's parameter fingerprint with its counterparts in the other replica groups of the quorum
+        (same rank, same layout: the same bytes when healthy), by the rule of :meth:`check_fingerprints` with groups in
+        place of ranks: a strict majority of groups names the groups that differ; without one, each group re-hashes
+        its bytes and runs the known-answer test, the groups exchange what they found, and only a group those re-runs
+        single out is named. Every group reaches the same answer. A named group's ranks raise the verdict (naming
+        this rank when its own re-run singled it out or it is its group's only process, else no rank: the
+        corruption is shared by the whole group); the others log it and train on (the named group leaves the
+        quorum and its replacement heals from a healthy group). When nothing singles a group out, every group raises
+        it without a node (the job goes back to its last checkpoint, where the copies agree). A gather that fails (a
+        group left mid-way) skips the check until the next interval.
+
+        Raises:
+            HealthVerdict: ``hardware-suspect``/``ParameterMismatch`` in a named group, or in every group when unattributed.
+        """
+        gather = self.across_groups
+        assert gather is not None
+        first = model_fingerprint(self.model)
+        got = gather([first])
+        if got is None or len(got) < 2:
+            return
+        self.metrics.checks.labels("fingerprint").inc()
+        prints = {g: row[0] for g, row in got.items()}
+        found = stats.compare_fingerprints([sorted(prints)], prints)
+        if not found:
+            return
+        self.metrics.mismatches.labels("fingerprint").inc()
+        self.progress.mark(step, "rerun")
+        mine = [int(model_fingerprint(self.model) != first), self._known_answer_flag()]
+        flags = gather(mine)
+        if flags is None:
+            return
+        rehash = {g for g, row in flags.items() if row[0]}
+        kat = {g for g, row in flags.items() if row[1]}
+        named, unattributed = stats.attribute_mismatches(found, rehash, kat)
+        evidence = {
+            "replica_groups": {str(g): f"{v:016x}" for g, v in sorted(prints.items())}, "majority": found[0].decided,
+            "rehash_differs": sorted(rehash), "known_answer_differs": sorted(kat), "rank": self.rank,
+        }  # fmt: skip
+        me = self.replica_group
+        if named and me not in named:
+            self.log(f"health: step {step}: replica group(s) {named} hold parameter bytes that differ from the other groups' "
+                     f"(rank {self.rank}'s copies); they leave the quorum and heal from a healthy group")  # fmt: skip
+            return
+        if named:
+            ranks = [self.rank] if any(mine) or self.world == 1 else []
+            raise self._verdict(
+                contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, ranks,
+                f"step {step}: replica group {me}'s parameter bytes (rank {self.rank}) differ from the other replica groups'"
+                + ("" if ranks else "; every rank of the group holds them, so no one node is named"), evidence,
+            )  # fmt: skip
+        raise self._verdict(
+            contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_PARAMETER_MISMATCH, step, [],
+            f"step {step}: the parameter bytes of replica groups {unattributed} differ (rank {self.rank}), and with no majority among "
+            f"the groups and no group whose re-hash or known-answer test is wrong, the evidence does not say which copy is wrong: no node named",
             evidence,
         )  # fmt: skip
 
