@@ -42,7 +42,14 @@ def kueue_rows(job: Mapping[str, Any], workload: Mapping[str, Any] | None, local
     cq = v.cluster_queue or str(((local_queue or {}).get("spec") or {}).get("clusterQueue") or "")
     where = f"LocalQueue {queue}" + (f", ClusterQueue {cq}" if cq else "" if local_queue else " (not found)")
     rows = [("Kueue:", f"Workload {v.name} ({where})")]
-    rows.append(("Admission:", _admission(v, undecoded)))
+    admission = _admission(v, undecoded)
+    asked = ks.admitted_count({"spec": workload.get("spec") or {}})
+    if v.admitted and v.count and v.count < asked:
+        admission += f"; partial admission: {v.count} of the {asked} pods asked for (spec.elastic.minNodes)"
+    rows.append(("Admission:", admission))
+    ready = ks.condition(workload, ks.PODS_READY)
+    if ready is not None:
+        rows.append(("Pods ready:", f"{ready.get('status', '?')} ({ready.get('reason', '')}): {ready.get('message', '')}"))
     evictions = _evictions(workload)
     if evictions:
         rows.append(("Evictions:", evictions))

@@ -82,3 +82,16 @@ def test_plan_says_a_labelled_job_is_kueues_and_what_its_workload_would_request(
     data = plan.as_data(result)["decision"]
     assert data["reason"] == "KueueAdmits" and data["kueue"]["topologyRequest"]["required"] == "railtrain.dev/rack"
     assert data["kueue"]["resourcesPerPod"]["trainer"]["nvidia.com/gpu"] == "8" and data["kueue"]["pods"] == 3
+
+
+def test_pods_ready_and_a_partial_admission_are_shown():
+    """``railtrain describe`` of a Kueue job: the Workload's ``PodsReady`` (Kueue's ``waitForPodsReady`` reads it) and,
+    after a partial admission of an elastic job, how many of the pods asked for were admitted."""
+    wl = admitted("trainingjob-llm-uid-l", ["b0r1n1", "b0r1n2"])
+    wl["spec"]["podSets"] = [{"name": "main", "count": 3, "minCount": 2}]
+    wl["status"]["conditions"].append({"type": "PodsReady", "status": "True", "reason": "Started", "message": "all 2 pods of the gang are ready and the job is running"})
+    said = rows(kueue_job(nodes=3), wl)
+    assert said["Admission:"].endswith("; partial admission: 2 of the 3 pods asked for (spec.elastic.minNodes)"), said
+    assert said["Pods ready:"] == "True (Started): all 2 pods of the gang are ready and the job is running"
+    full = rows(kueue_job(nodes=2), admitted("trainingjob-llm-uid-l", ["b0r1n1", "b0r1n2"]))
+    assert "partial" not in full["Admission:"] and "Pods ready:" not in full
