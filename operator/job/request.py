@@ -149,6 +149,7 @@ def _queue_entry(seen: Observed, gang: list[dict[str, Any]], n: int, fresh: bool
         avoid=frozenset(status.avoid_nodes),
         nvlink=spec.topology.nvlink_domain,
         prefer=tuple(hold.nodes) if fresh and (hold := hold_record(status, now)) else (),
+        groups=spec.fault_tolerance.replica_groups if spec.fault_tolerance is not None else 1,  # each group in its own tightest domain
     )
 
 

@@ -68,6 +68,10 @@ class GangRequest:
             ``status.hold``): :func:`place_gang` gives each position its old node back where it
             still fits, so (after the same rank rotation) each rank finds the node-local
             checkpoints it wrote.
+        groups: replica groups (``spec.faultTolerance.replicaGroups``; 1 without): the gang is ``groups``
+            consecutive blocks of ``nodes / groups`` ranks, each a torchrun world of its own, and
+            :func:`place_gang` places each block in its own tightest domain (the topology request, NVLink
+            domain included, applies to each group; groups need not share a domain).
     """
 
     job: str
@@ -86,6 +90,7 @@ class GangRequest:
     avoid: frozenset[str] = frozenset()
     nvlink: bool = False
     prefer: tuple[str, ...] = ()
+    groups: int = 1
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -248,6 +253,10 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
     kept nodes span domains a required level forbids, say) the gang is placed
     afresh.
 
+    A gang of replica groups (``request.groups`` > 1, not elastic) is placed group by group, each group in its own
+    tightest domain (:func:`place_groups`); when that greedy pass finds no room the gang is tried as one block
+    before it is refused.
+
     Args:
         request: the gang's needs; ranks in ``request.fixed`` keep their node.
         cluster: nodes with free capacity already net of every bound or pinned
@@ -267,6 +276,57 @@ def place_gang(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Re
         a node that is gone or ineligible: the caller must recreate the gang),
         its message naming the numbers and what would help.
     """
+    if request.groups > 1 and len(request.sizes) == 1 and request.nodes % request.groups == 0:
+        each = place_groups(request, cluster)
+        if isinstance(each, Placement):
+            return each
+        whole = _place_whole(replace(request, groups=1), cluster)  # greedy per group can miss a fit the whole gang has
+        return whole if isinstance(whole, Placement) else each
+    return _place_whole(request, cluster)
+
+
+def place_groups(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Refusal:
+    """Place a gang of ``request.groups`` replica groups group by group (pure): group ``g`` takes ranks
+    ``g·n/R … (g+1)·n/R − 1`` in the tightest domain that fits it alone (the topology request applied to the group,
+    rail-aware order inside it), on what the groups before it left; all or nothing.
+
+    Why: each group is a torchrun world whose collectives (FSDP, tensor, pipeline, context, DDP inside it) need
+    the tight domain; across groups only the per-step gradient average of torchft crosses, so the whole gang need
+    not share one (issue 31).
+
+    Returns:
+        A :class:`Placement` of the whole gang in rank order (its summary describes group 0's domain, with
+        ``spread`` over every rank), or the first group's :class:`Refusal`, its message naming the group.
+    """
+    per = request.nodes // request.groups
+    view = cluster
+    ranked: list[str] = []
+    domains: list[Mapping[str, str]] = []
+    said: list[str] = []
+    first: Placement | None = None
+    for g in range(request.groups):
+        lo, hi = g * per, (g + 1) * per
+        sub = replace(request, nodes=per, counts=(per,), groups=1, fixed={r - lo: n for r, n in request.fixed.items() if lo <= r < hi},
+                      prefer=tuple(request.prefer[lo:hi]) if request.prefer else ())  # fmt: skip
+        got = _place_whole(sub, view)
+        if isinstance(got, Refusal):
+            return replace(got, message=f"replica group {g} (ranks {lo}-{hi - 1}): {got.message}")
+        first = first or got
+        view = view.excluding(got.nodes, f"taken by replica group {g} of the same gang")  # one rank per node, whichever group
+        ranked.extend(got.nodes)
+        domains.extend(got.domains)
+        where = got.summary.get("domain") or "any node"
+        said.append(f"group {g} inside {got.summary.get('domainLevel') or 'the cluster'}={where}" if got.summary.get("domain") else f"group {g} on {where}")
+    assert first is not None
+    levels = cluster.levels
+    spread = {lv: len({d.get(lv) for d in domains}) for lv in levels}
+    summary = {**first.summary, "spread": spread}
+    explanation = f"each of the {request.groups} replica groups in its own tightest domain: " + "; ".join(said)
+    return Placement(tuple(ranked), reasons.GANG_PLACED, tuple(domains), summary, explanation)
+
+
+def _place_whole(request: GangRequest, cluster: ClusterSnapshot) -> Placement | Refusal:
+    """:func:`place_gang` for the gang as one block (with its ``prefer`` tried first)."""
     kept = _kept(request, cluster)
     if kept:
         again = _place(replace(request, fixed={**kept, **request.fixed}, prefer=()), cluster, kept=len(kept))

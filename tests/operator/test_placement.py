@@ -239,3 +239,28 @@ def test_reserve_takes_gpus_off_the_named_nodes_only():
     snap = snapshot([node("a"), node("b")], [])
     after = snap.reserve(["a", "ghost"], 8)
     assert after.nodes["a"].free_gpus == 0 and after.nodes["b"].free_gpus == 8 and snap.nodes["a"].free_gpus == 8
+
+
+def test_replica_groups_are_placed_each_in_its_own_tightest_domain_all_or_nothing():
+    """Issue 31, per-group placement: a 4-node job of 2 replica groups, required at the rack level, on racks where
+    no rack has 4 free nodes but two have 2 each: each group (2 consecutive ranks) lands inside one rack, the two
+    racks differ, rails kept inside each group; the same job without groups waits for a rack. A group that fits
+    nowhere refuses the whole gang with a message naming the group; a relocating group is placed around the
+    ranks of the groups that stay (their nodes fixed)."""
+    busy = full("b0r0n0", "b0r0n1", "b0r1n0", "b0r1n1", "b1r0n0", "b1r0n1", "b1r0n2", "b1r1n0", "b1r1n1", "b1r1n2")
+    nodes, pods = fabric(used=busy)  # free: b0r0n2-3, b0r1n2-3, b1r0n3, b1r1n3
+    snap = snapshot(nodes, pods, "nvidia.com/gpu", PRESETS["railtrain"])
+    alone = place_gang(req(4, policy="required", level=RACK), snap)
+    assert isinstance(alone, Refusal) and alone.reason == "TopologyUnsatisfiable"
+    request = req(4, policy="required", level=RACK, groups=2)
+    placed = place_gang(request, snap)
+    assert isinstance(placed, Placement), placed
+    assert_valid(placed, snap, request)
+    first, second = {rack_of(n) for n in placed.nodes[:2]}, {rack_of(n) for n in placed.nodes[2:]}
+    assert len(first) == 1 and len(second) == 1 and first != second, placed.nodes
+    assert "each of the 2 replica groups in its own tightest domain" in placed.explanation and "group 1 inside" in placed.explanation
+    assert placed.summary["spread"][RACK] == 2
+    three = place_gang(req(6, policy="required", level=RACK, groups=3), snap)  # three racks with 2 free: b1's have 1 each
+    assert isinstance(three, Refusal) and three.message.startswith("replica group 2 (ranks 4-5): "), three.message
+    moved = place_gang(req(4, fixed={0: "b0r0n2", 1: "b0r0n3"}, policy="required", level=RACK, groups=2), snap)
+    assert isinstance(moved, Placement) and moved.nodes[:2] == ("b0r0n2", "b0r0n3") and {rack_of(n) for n in moved.nodes[2:]} == {"b0r1"}
