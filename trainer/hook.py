@@ -14,6 +14,12 @@ operator reads for progress and goodput). A loop calls, per step::
     if not skip: optimizer.step()
     hook.end_step(step, step_s)                  # after it
 
+With replica groups (``spec.faultTolerance``: the contract's replica-group variables are set; pass ``optimizer=``)
+the hook also drives torchft's Manager: ``step = hook.begin_step(step)`` takes the step's quorum (a group behind
+it heals from a live peer, and the step returned is the quorum's), ``hook.average_gradients()`` after the
+backward averages the gradients over the groups, ``check`` votes (``hook.committed`` False: run the same step
+again), and only ``hook.writes_checkpoints`` groups save. examples/own-loop/train.py shows the loop.
+
 A detector's finding raises :class:`~railtrain.trainer.health.verdict.HealthVerdict` (hand it to
 :func:`railtrain.trainer.outcome.write_verdict`). A detector's own failure (a bug, an odd model) never ends the
 loop: it is logged once per check and counted in ``railtrain_health_internal_errors{check}``, and training goes on.
@@ -25,6 +31,7 @@ metrics modules.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -32,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from prometheus_client import Counter
+from railtrain.crds.replica_groups import read_replica_group_env
 from railtrain.trainer.health.monitor import HealthMonitor
 from railtrain.trainer.health.verdict import HealthVerdict
 from railtrain.trainer.metrics import TrainerMetrics
@@ -64,15 +72,21 @@ class StepHook:
         reduce: the loss all-reduce (:data:`Reduce`); default: the mean of every rank's local loss.
         serve_metrics: local rank 0 serves ``/metrics`` on the contract's port (a port taken costs a warning).
         log: prints a line (default: stderr on rank 0).
+        optimizer: the loop's optimizer; needed with replica groups (a healing group loads a peer's model and
+            optimizer state), ignored without.
 
     Raises:
-        ContractError: the contract is read here and a variable is missing or malformed (named).
+        ContractError: the contract (or a replica-group variable) is read here and a variable is missing or
+            malformed (named).
+        ValueError: the job has replica groups and no ``optimizer`` was given.
+        ImportError: the job has replica groups and torchft is not installed (``pip install 'railtrain[ft]'``).
     """
 
     def __init__(
         self, model: nn.Module, contract: Contract | None = None, *, total_steps: int = 0, tokens_per_step: int = 0,
         flops_per_token: float = 0.0, peak_flops: float = 0.0, coordinates: Sequence[Mapping[str, int]] | None = None,
         reduce: Reduce | None = None, serve_metrics: bool = True, log: Callable[[str], None] | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:  # fmt: skip
         self.contract = c = contract or read_contract()
         self.log = log or (_stderr if c.rank == 0 else (lambda line: None))
@@ -102,6 +116,26 @@ class StepHook:
         self._early: tuple[int, Any, torch.Tensor, bool] | None = None
         """The loss all-reduce :meth:`after_forward` started: (step, work, buffer, carries timing)."""
         self._checked = -1
+        self.committed = True
+        """Whether the last :meth:`check`'s step may be applied (always without replica groups); False: a group of
+        the quorum failed mid-step, so no group applies it: run the same step again."""
+        self.replica = None
+        """The replica groups' :class:`~railtrain.trainer.replica.ReplicaSync` (torchft's Manager), or None."""
+        self._plain = getattr(model, "module", model)  # under DDP the parameters are the wrapped module's
+        self._replica_started = False
+        groups = read_replica_group_env(os.environ)
+        if groups is not None:
+            if optimizer is None:
+                raise ValueError("spec.faultTolerance (replica groups) needs StepHook(..., optimizer=...): a healing group loads a peer's model and optimizer state")
+            from railtrain.trainer import replica as rg
+
+            self.replica = rg.ReplicaSync(
+                groups, c.rank, c.world_size, rg.model_state(self._plain, optimizer, lambda: self.replica.step if self.replica else 0),
+                rg.load_model_state(self._plain, optimizer, lambda step: None), self.log, start_allowance_s=c.health.hang_warmup_s,
+            )  # fmt: skip
+            self.monitor.replica_group = self.monitor.injector.group = groups.group
+            if self.monitor.enabled:
+                self.monitor.across_groups = self.replica.gather  # the SDC fingerprints across the groups too
 
     # -- guarded calls ------------------------------------------------------------------------
     def _guard(self, check: str, call: Callable[[], Any], fallback: Any = None) -> Any:
@@ -147,6 +181,8 @@ class StepHook:
         """Stop the watchdog and the metrics endpoint (idempotent); ``failed=True`` keeps the watchdog's shared hang verdict readable."""
         self._guard("stop", lambda: self.monitor.stop(failed=failed))
         self.metrics.close()
+        if self.replica is not None:
+            self.replica.close()
 
     def shared_hang(self) -> HealthVerdict | None:
         """The gang's hang verdict if some rank's watchdog set one, else ``None`` (for the verdict writer)."""
@@ -166,10 +202,42 @@ class StepHook:
         return self.monitor.skipped
 
     # -- per step -------------------------------------------------------------------------------
-    def begin_step(self, step: int) -> None:
-        """Before the step's forward (``step`` >= 1): heartbeat, and the injected faults due at this step."""
+    def begin_step(self, step: int) -> int:
+        """Before the step's forward (``step`` >= 1): heartbeat, and the injected faults due at this step.
+
+        With replica groups, first the step's quorum (torchft): a group behind the quorum heals from a live peer (its
+        model and optimizer state are loaded here) and the step to run is the quorum's next one. Its first call
+        tells the quorum the loop's committed step (``step`` − 1, e.g. after a checkpoint resume).
+
+        Returns:
+            The step to run: ``step``, or with replica groups the quorum's next step (a healed group jumps ahead).
+
+        Raises:
+            HealthVerdict: ``retryable``/``QuorumLost`` when no quorum of ``minReplicas`` groups forms in time.
+        """
         self.start()
+        if self.replica is not None:
+            if not self._replica_started:
+                self._replica_started = True
+                self.replica.set_step(step - 1)
+            self.monitor.phase(step - 1, "quorum", self.replica.longest_start_s())  # waiting for groups is no hang
+            self.replica.start_step()
+            step = self.replica.step + 1
         self.monitor.begin_step(step)
+        return step
+
+    def average_gradients(self) -> None:
+        """After the backward pass, before clipping (every rank): with replica groups, average every gradient over the
+        groups of the step's quorum (one ``manager.allreduce`` each; a peer lost mid-way is recorded by torchft and
+        makes :meth:`check` vote the step down). Nothing without replica groups."""
+        if self.replica is not None:
+            self.replica.allreduce_gradients(self._plain)
+
+    @property
+    def writes_checkpoints(self) -> bool:
+        """Whether this rank's group saves the job's checkpoints at this step: always without replica groups; with
+        them, the lowest group of the quorum only (one copy of the model; :meth:`ReplicaSync.writes_checkpoints`)."""
+        return self.replica is None or self.replica.writes_checkpoints()
 
     def after_forward(self, step: int, loss: torch.Tensor) -> None:
         """Optional, after the step's forward and before its backward (every rank or none): start :meth:`check`'s
@@ -222,7 +290,9 @@ class StepHook:
 
         Returns:
             ``(loss averaged over ranks, skip)``: ``skip`` is ``True`` when the optimizer must not step (a data
-            anomaly within the allowed count, or a non-finite loss or gradient norm); zero the gradients either way.
+            anomaly within the allowed count, a non-finite loss or gradient norm, or with replica groups a step the
+            groups voted down: then :attr:`committed` is False and the loop runs the same step again); zero the
+            gradients either way.
 
         Raises:
             HealthVerdict: ``hardware-suspect`` (re-execution or known-answer test differs on a rank) or
@@ -244,6 +314,9 @@ class StepHook:
         self.loss = mean
         local = loss.detach()
         skip = self._guard("numeric", lambda: self.monitor.check_numeric(step, mean, norm, local, recompute or (lambda: local)), False)
+        if self.replica is not None:
+            self.committed = self.replica.should_commit()  # every group votes; False: no group applies this step
+            skip = skip or not self.committed
         return mean, bool(skip) or not (math.isfinite(mean) and math.isfinite(norm))
 
     def before_collective(self, step: int) -> None:

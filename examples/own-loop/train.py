@@ -32,14 +32,16 @@ def train(args: argparse.Namespace, contract: rt.Contract) -> None:
     model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, 1)).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if contract.distributed else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    hook = rt.StepHook(ddp, contract, total_steps=args.steps, tokens_per_step=BATCH * contract.world_size)  # railtrain
+    hook = rt.StepHook(ddp, contract, total_steps=args.steps, tokens_per_step=BATCH * contract.world_size, optimizer=optimizer)  # railtrain
     ckpt = rt.JobCheckpointer(ddp, optimizer, contract, phase=hook.phase, observe=hook.metrics.observe_checkpoint)  # railtrain
-    start = ckpt.resume()["step"]  # railtrain
+    step = ckpt.resume()["step"]  # railtrain
     try:
         with rt.exit_with_verdict(hook):  # railtrain: a finding or crash leaves its verdict and exit code
-            for step in range(start + 1, args.steps + 1):
+            while step < args.steps:
                 t0 = time.perf_counter()
-                hook.begin_step(step)  # railtrain
+                step = hook.begin_step(step + 1)  # railtrain (with replica groups: the quorum's step, after a heal)
+                if step > args.steps:
+                    break
                 x, y = (t.to(device) for t in batch(step, contract.rank))
 
                 def forward_backward(x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
@@ -49,15 +51,20 @@ def train(args: argparse.Namespace, contract: rt.Contract) -> None:
                     return loss.detach()
 
                 loss = forward_backward()
+                hook.average_gradients()  # railtrain (replica groups: the gradients averaged over the groups)
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 mean_loss, skip = hook.check(step, loss, grad_norm, forward_backward)  # railtrain
                 if not skip:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                if not hook.committed:  # railtrain (replica groups: a group failed mid-step; run it again)
+                    step -= 1
+                    continue
                 hook.end_step(step, time.perf_counter() - t0)  # railtrain
                 if contract.rank == 0:
                     print(f"step={step} loss={mean_loss:.4f}", flush=True)
-                ckpt.save(step, args.steps)  # railtrain
+                if hook.writes_checkpoints:  # railtrain (replica groups: one group writes)
+                    ckpt.save(step, args.steps)  # railtrain
             ckpt.wait()  # railtrain
     finally:
         hook.close()  # railtrain

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from railtrain.crds import contract
 
@@ -43,3 +44,28 @@ def test_a_malformed_contract_variable_is_one_sentence_and_exit_code_2(tmp_path)
     proc = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--steps", "1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == contract.EXIT_USER_ERROR, proc.stderr
     assert proc.stderr.strip().splitlines() == [f"railtrain: error: environment variable {contract.ENV_NNODES} must be an integer, got 'two'"]
+
+
+def test_with_replica_groups_a_killed_group_heals_from_its_peer_and_the_run_finishes(tmp_path):
+    """The library hook driving torchft (issue 31): the same own loop as 2 replica groups (``spec.faultTolerance``) with
+    no other change than the lines the example already carries; ``--fault-kill-group group=1,step=4`` SIGKILLs group
+    1. It is replaced alone, heals from group 0 (the hook's ``begin_step`` returns the quorum's step), and both train
+    to the end: the run exits 0 and group 0 was never replaced. (With replica groups, ``StepHook`` needs the
+    optimizer; without them, the example runs exactly as before.)"""
+    pytest.importorskip("torchft")
+    doc = yaml.safe_load((EXAMPLE / "trainingjob.yaml").read_text())
+    doc["spec"]["command"] = ["torchrun", str(EXAMPLE / "train.py")]
+    doc["spec"]["args"] = ["--steps", "40"]
+    # minReplicas 2: the groups step together (this loop's steps take milliseconds: alone, group 0 would be done before
+    # group 1 started); group 0 then waits for group 1's replacement, which heals from it
+    doc["spec"]["faultTolerance"] = {"replicaGroups": 2, "minReplicas": 2, "quorumTimeoutSeconds": 300}
+    doc["spec"].pop("checkpoint", None)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", "--fault-kill-group", "group=1,step=4"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    out, err = proc.stdout, " ".join(proc.stderr.split())
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "replica group 1: healed from a peer at step" in out, out[-3000:]
+    assert re.search(r"replica group 0: step 40, healed \d+ time\(s\), 0 replacement\(s\)", out + err), out[-2000:] + err[-2000:]
+    assert re.search(r"replica group 1: step 40, healed [1-9]\d* time\(s\), 1 replacement\(s\)", out + err), out[-2000:] + err[-2000:]
