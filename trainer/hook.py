@@ -74,6 +74,8 @@ class StepHook:
         log: prints a line (default: stderr on rank 0).
         optimizer: the loop's optimizer; needed with replica groups (a healing group loads a peer's model and
             optimizer state), ignored without.
+        drive_replica_groups: with replica groups, the hook drives torchft (default); False: the loop does it
+            itself (the built-in trainer, with its own :class:`~railtrain.trainer.replica.ReplicaSync`).
 
     Raises:
         ContractError: the contract (or a replica-group variable) is read here and a variable is missing or
@@ -86,7 +88,7 @@ class StepHook:
         self, model: nn.Module, contract: Contract | None = None, *, total_steps: int = 0, tokens_per_step: int = 0,
         flops_per_token: float = 0.0, peak_flops: float = 0.0, coordinates: Sequence[Mapping[str, int]] | None = None,
         reduce: Reduce | None = None, serve_metrics: bool = True, log: Callable[[str], None] | None = None,
-        optimizer: torch.optim.Optimizer | None = None,
+        optimizer: torch.optim.Optimizer | None = None, drive_replica_groups: bool = True,
     ) -> None:  # fmt: skip
         self.contract = c = contract or read_contract()
         self.log = log or (_stderr if c.rank == 0 else (lambda line: None))
@@ -123,7 +125,7 @@ class StepHook:
         """The replica groups' :class:`~railtrain.trainer.replica.ReplicaSync` (torchft's Manager), or None."""
         self._plain = getattr(model, "module", model)  # under DDP the parameters are the wrapped module's
         self._replica_started = False
-        groups = read_replica_group_env(os.environ)
+        groups = read_replica_group_env(os.environ) if drive_replica_groups else None
         if groups is not None:
             if optimizer is None:
                 raise ValueError("spec.faultTolerance (replica groups) needs StepHook(..., optimizer=...): a healing group loads a peer's model and optimizer state")

@@ -24,8 +24,9 @@ Lighthouse: :class:`ReplicaSync` holds this process's ``torchft.Manager`` and gi
    compared with its counterparts in the other groups (the SDC check across groups,
    :meth:`~railtrain.trainer.health.monitor.HealthMonitor.check_fingerprints`).
 
-What is not wired (docs/fault-tolerance.md): FSDP, tensor, pipeline or context parallelism inside a group (their
-sharded state would have to heal shard by shard; refused by :func:`check_group_layout`).
+FSDP inside a group heals shard by shard: rank ``r`` of every group holds the same shard, so the gradient average,
+a heal's state and the fingerprints carry local shards (:func:`local`). What is not wired (docs/fault-tolerance.md):
+tensor, pipeline or context parallelism inside a group (refused by :func:`check_group_layout`).
 
 May import torch and torchft (imported only when a job has replica groups); never kopf.
 """
@@ -94,19 +95,19 @@ def quorum_retries(quorum_timeout_seconds: float) -> int:
 
 
 def check_group_layout(describe: str, uses_fsdp: bool, tp: int, pp: int, cp: int) -> None:
-    """Refuse a layout inside a replica group that this version does not heal: only DDP (or one process) is wired.
+    """Refuse a layout inside a replica group that this version does not heal: DDP and FSDP (one process too) are wired.
 
     Args:
         describe: the degrees in words (``ParallelDims.describe()``), for the message.
         uses_fsdp, tp, pp, cp: the group's own degrees.
 
     Raises:
-        ValueError: FSDP, tensor, pipeline or context parallelism inside a group (one sentence naming the field).
+        ValueError: tensor, pipeline or context parallelism inside a group (one sentence naming the field).
     """
-    if uses_fsdp or tp > 1 or pp > 1 or cp > 1:
+    if tp > 1 or pp > 1 or cp > 1:
         raise ValueError(
-            f"spec.faultTolerance: replica groups run plain data parallelism inside each group in this version, but the "
-            f"group's degrees are {describe}; set spec.parallelism to data only (fsdp, tensor, pipeline and context 1)"
+            f"spec.faultTolerance: replica groups run data parallelism or FSDP inside each group in this version, but the "
+            f"group's degrees are {describe}; set spec.parallelism.tensor, pipeline and context to 1"
         )
 
 
@@ -241,7 +242,7 @@ class ReplicaSync:
 
         A failure (a peer died) is recorded by torchft, not raised: :meth:`should_commit` then returns False.
         """
-        works = [self.manager.allreduce(p.grad) for p in model.parameters() if p.grad is not None]
+        works = [self.manager.allreduce(local(p.grad)) for p in model.parameters() if p.grad is not None]  # an FSDP shard in place
         for work in works:
             work.wait()
 
@@ -292,17 +293,60 @@ class ReplicaSync:
             pass
 
 
+def local(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s local part: an FSDP-sharded ``DTensor``'s own shard (sharing its storage), any other tensor as is.
+
+    Rank ``r`` of every group holds the same shard (the groups' layouts are identical), so a shard is what crosses
+    groups: in the gradient average, in a heal, in the fingerprints."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _locals(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return local(value)
+    if isinstance(value, dict):
+        return {k: _locals(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_locals(v) for v in value)
+    return value
+
+
 def model_state(model: nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], int]) -> Callable[[], dict[str, Any]]:
-    """The state a healing peer receives: ``{"model", "optimizer", "step"}`` of this rank (a callback for :class:`ReplicaSync`)."""
-    return lambda: {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step()}
+    """The state a healing peer receives: ``{"model", "optimizer", "step"}`` of this rank, sharded tensors as their
+    local shards (what torchft's transport sends; a callback for :class:`ReplicaSync`)."""
+    return lambda: {"model": _locals(model.state_dict()), "optimizer": _locals(optimizer.state_dict()), "step": step()}
 
 
 def load_model_state(model: nn.Module, optimizer: torch.optim.Optimizer, set_step: Callable[[int], None]) -> Callable[[dict[str, Any]], None]:
-    """Loads what :func:`model_state` sent: the peer's weights, optimizer state and step (a callback for :class:`ReplicaSync`)."""
+    """Loads what :func:`model_state` sent: the peer's weights, optimizer state and step (a callback for :class:`ReplicaSync`).
+
+    Plain tensors load as they are. Under FSDP each parameter's shard is copied into this rank's own shard, and the
+    optimizer's per-parameter state is made sharded again like its parameter (``DTensor.from_local`` with the
+    parameter's mesh and placements) before ``load_state_dict``.
+    """
 
     def load(state: dict[str, Any]) -> None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        from torch.distributed.tensor import DTensor
+
+        own = model.state_dict()
+        if any(isinstance(v, DTensor) for v in own.values()):
+            with torch.no_grad():
+                for name, target in own.items():
+                    local(target).copy_(state["model"][name])
+        else:
+            model.load_state_dict(state["model"])
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        sent = state["optimizer"]
+        rebuilt = {}
+        for index, entry in (sent.get("state") or {}).items():
+            p = params[int(index)] if int(index) < len(params) else None
+            if isinstance(p, DTensor):
+                entry = {k: DTensor.from_local(v, p.device_mesh, p.placements, run_check=False)
+                         if isinstance(v, torch.Tensor) and v.shape == p.to_local().shape else v for k, v in entry.items()}  # fmt: skip
+            rebuilt[index] = entry
+        optimizer.load_state_dict({**sent, "state": rebuilt})
         set_step(int(state["step"]))
 
     return load

@@ -192,6 +192,7 @@ def build_hook(config: TrainConfig, info: DistInfo, dims: ParallelDims, model: n
     return StepHook(
         model, here, total_steps=config.steps, tokens_per_step=tokens, flops_per_token=model_shape(config).flops_per_token(config.seq_len),
         peak_flops=config.peak_tflops * 1e12, coordinates=[dims.coordinates(r) for r in range(info.world_size)], reduce=reduce, log=log,
+        drive_replica_groups=False,  # the trainer's own ReplicaSync (Trainer.__init__) drives torchft
     )  # fmt: skip
 
 

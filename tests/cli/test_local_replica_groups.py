@@ -41,21 +41,23 @@ HANG_FLOOR_S = 1
 
 
 def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                **fault_tolerance: int) -> tuple[object, dict[str, str]]:  # fmt: skip
-    """A 2-group (or ``replicaGroups``) × 1-process job of the tiny preset on one 16-byte sequence per group per step; the checked job and its faults.
-    ``health``: the health checks run, with a hang floor of :data:`HANG_FLOOR_S` (else ``--no-health``); ``args``:
-    more trainer flags; ``env``: more variables; ``fault_tolerance``: spec.faultTolerance's fields (``replicaGroups`` 2
-    unless given) and ``backoffLimit``."""
+                fsdp: int = 1, **fault_tolerance: int) -> tuple[object, dict[str, str]]:  # fmt: skip
+    """A 2-group (or ``replicaGroups``) job of the tiny preset, each group one node of 1 process (of ``fsdp``
+    processes sharding the model with FSDP when ``fsdp`` > 1), on one 16-byte sequence per data-parallel rank per
+    step; the checked job and its faults. ``health``: the health checks run, with a hang floor of
+    :data:`HANG_FLOOR_S` (else ``--no-health``); ``args``: more trainer flags; ``env``: more variables;
+    ``fault_tolerance``: spec.faultTolerance's fields (``replicaGroups`` 2 unless given) and ``backoffLimit``."""
     run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
     variables = ({"RAILTRAIN_HEALTH_HANG_FLOOR_S": str(HANG_FLOOR_S)} if health else {}) | (env or {})
     extra = {"env": [{"name": k, "value": v} for k, v in variables.items()]} if variables else {}
     doc = manifests.job(
         name="rg",
         command=["torchrun", "-m", "railtrain.trainer"],
-        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(fault_tolerance.get("replicaGroups", 2)), "--seq-len", "16",
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(fault_tolerance.get("replicaGroups", 2) * fsdp), "--seq-len", "16",
               "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"]), *args],
         faultTolerance={"replicaGroups": 2, **fault_tolerance},
-        nodes=fault_tolerance.get("replicaGroups", 2),  # one 1-process node per group
+        nodes=fault_tolerance.get("replicaGroups", 2),  # one node per group
+        **({"procsPerNode": fsdp, "parallelism": {"data": fault_tolerance.get("replicaGroups", 2), "fsdp": fsdp}} if fsdp > 1 else {}),
         **({"runPolicy": run_policy} if run_policy else {}),
         **extra,
     )  # fmt: skip
@@ -330,3 +332,20 @@ def test_a_bit_flip_in_one_of_three_groups_is_found_across_the_groups_and_only_t
     for g in (g0, g2):  # the healthy groups trained on: no step missing from their logs
         steps = sorted({n for _, n in g["step_times"]})
         assert steps == list(range(steps[0], steps[-1] + 1)), record
+
+
+def test_fsdp_inside_the_groups_a_killed_group_heals_shard_by_shard_from_its_peer(tmp_path):
+    """Issue 31, FSDP inside a replica group: 2 groups of one node × 2 processes sharding the model (fsdp 2). Rank r of
+    each group holds the same shard, so the cross-group gradient average and a heal carry shards. Group 1 is killed at
+    step 4; its replacement heals from group 0 (its first step is past group 0's step at its relaunch), both step
+    together again, and group 0 was never replaced. On the old code a group's FSDP was refused before training."""
+    job, faults = trainer_job(tmp_path, steps=100000, fsdp=2, minReplicas=1)
+    run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
+    code, record = run_until_together(run)
+    g0, g1 = record["groups"]
+    assert code == 130, record
+    assert g1["replacements"] == 1 and g0["replacements"] == 0 and g1["healed"] >= 1, record
+    assert len(together(run)) >= 3, f"the replacement never stepped with the survivor: {record}"
+    steps = [n for _, n in replacement_steps(run)]
+    survivor_at_relaunch = max(n for t, n in g0["step_times"] if t <= g1["launched_at"][1])
+    assert steps and steps[0] > survivor_at_relaunch, record
