@@ -38,7 +38,10 @@ def test_metrics_after_a_job_runs_restarts_and_succeeds(api, namespace, gpu_node
 
     assert grew("railtrain_job_time_to_running_seconds_count"), "one job reached Running for the first time"
     took = value(after, "railtrain_job_time_to_running_seconds_sum") - value(before, "railtrain_job_time_to_running_seconds_sum")
-    assert 0 <= took <= time.monotonic() - began  # whole seconds (the timestamps' precision): 0 when it ran within the second it was created
+    # whole seconds (the timestamps' precision): 0 when it ran within the second it was created, and up to 1 s more
+    # than the time that passed when the two timestamps fall on either side of a second's edge (a fresh-clone run
+    # measured 1 against 0.91 s elapsed)
+    assert 0 <= took < time.monotonic() - began + 1
     assert grew("railtrain_gang_restarts_total", reason="Restarting")
     assert grew("railtrain_admission_pass_duration_seconds_count", by=2), "the first gang and the restarted one were admitted"
     assert grew("railtrain_reconcile_duration_seconds_count", by=5)
