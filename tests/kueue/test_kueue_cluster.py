@@ -295,16 +295,18 @@ def test_suspending_a_kueue_job_deactivates_its_workload_so_its_quota_admits_the
 
 
 def test_with_wait_for_pods_ready_a_ready_gang_keeps_its_admission_past_the_timeout_and_a_restarted_one_recovers(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
-    """Issue 28, ``PodsReady`` where Kueue waits for it: Kueue restarted with ``waitForPodsReady`` (timeout 8 s) evicts
+    """Issue 28, ``PodsReady`` where Kueue waits for it: Kueue restarted with ``waitForPodsReady`` (timeout 20 s) evicts
     an admitted Workload whose ``PodsReady`` condition is not True within the timeout. railtrain writes it as Kueue's
     own integrations do: True (Started) once the gang's pods are Ready, so the running gang keeps its admission and
     its pods well past the timeout; a rank's failure restarts the gang on new pods, PodsReady goes False
-    (WaitForRecovery) and comes back True (Recovered), still admitted. On the old code nothing wrote PodsReady and
-    Kueue evicted the running gang 8 s after admitting it (PodsReadyTimeout)."""
+    (WaitForRecovery) and comes back True (Recovered), still admitted. On the old code (run with an 8 s timeout) nothing wrote PodsReady and
+    Kueue evicted the running gang 8 s after admitting it (PodsReadyTimeout). The timeout here is 20 s
+    so that a loaded machine's slow pod start (admission → pods Ready → the reconcile writing PodsReady) is not taken
+    for the fault."""
     from datetime import datetime, timezone
 
     core, custom = kube.core, kube.custom
-    timeout_s = 8
+    timeout_s = 20
     local_kueue.wait_for_pods_ready = {"timeout": f"{timeout_s}s", "recoveryTimeout": "120s"}
     local_kueue.restart()
     try:
