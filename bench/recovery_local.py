@@ -22,6 +22,10 @@ With ``--local-modes gang,in-place`` each fault that can restart in place
 trainer processes get SIGKILL (its pod-side supervisor lives on, as a container
 that keeps running), the supervisors restart the processes inside the running
 "nodes", and no gang is rebuilt; the two modes alternate so load hits both.
+With ``spare`` among the modes, ``node-lost`` also runs with ``spec.spares: 1``
+(and ``restartInPlace``): node 1's supervisor and processes get SIGKILL, the
+coordinator hears it fall silent (5 s), the spare "node" takes rank 1 and node 0
+restarts in place; no gang is rebuilt.
 
 Measured: seconds from the fault (for the last two: from the end of the failed
 gang, since the detection time belongs to bench/health.py) to the first
@@ -115,7 +119,7 @@ def _trainers_under(pid: int) -> list[int]:
     return found
 
 
-def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int, in_place: bool = False) -> Any:
+def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int, in_place: bool = False, spares: int = 0) -> Any:
     env = []
     if fault == "hardware-suspect":
         env.append({"name": contract.ENV_FAULT_BITFLIP, "value": f"rank=1,step={fault_step},mode=once,bit=30"})
@@ -127,18 +131,20 @@ def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: i
             "image": "local", "command": ["torchrun", "-m", "railtrain.trainer"], "nodes": 2, "procsPerNode": 1, "env": env,
             "args": ["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--lr-decay-steps", str(steps), "--log-every", "1"],
             "checkpoint": {"location": str(persistent), "interval": 50, "memory": {"interval": memory_interval}},
-            "runPolicy": {"restartInPlace": in_place},
+            "runPolicy": {"restartInPlace": in_place}, "spares": spares,
         },
     })  # fmt: skip
 
 
 def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> dict[str, Any]:
-    """One local run with one fault, restarted as a new gang (``mode`` "gang") or in place ("in-place"); returns the sample."""
-    in_place = mode == "in-place"
+    """One local run with one fault, restarted as a new gang (``mode`` "gang"), in place ("in-place") or with a hot spare
+    taking the lost node's rank ("spare"); returns the sample."""
+    spare = mode == "spare"
+    in_place = mode == "in-place" or spare
     scratch = Path(tempfile.mkdtemp(prefix="railtrain-recovery-"))
     name, uid = f"rec-{uuid.uuid4().hex[:6]}", local_run.new_local_uid()
     shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / "railtrain" / local_run.LOCAL_NAMESPACE / name  # local_run_roots without the run id
-    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step, in_place)
+    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step, in_place, int(spare))
     runner: RecoveringRun | None = None
 
     def fire() -> None:
@@ -146,6 +152,10 @@ def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> d
             return
         gang = runner.current  # type: ignore[union-attr]
         proc = gang._procs[1]  # noqa: SLF001 - the bench plays the fault: node 1 dies
+        if spare:  # the whole node: its supervisor too
+            gang.kill_node(1)
+            shutil.rmtree(shm / uid / "node-1", ignore_errors=True)
+            return
         if in_place:  # the trainer processes die, the node and its supervisor live on
             for pid in _trainers_under(proc.pid):
                 try:
@@ -153,19 +163,19 @@ def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> d
                 except ProcessLookupError:
                     pass
             return
-        os.killpg(proc.pid, signal.SIGKILL)
+        gang.kill_node(1)  # the node's group and every descendant: torchrun's workers run in sessions of their own
         if fault == "node-lost":
             shutil.rmtree(shm / uid / "node-1", ignore_errors=True)  # node 1's RAM is gone with it
 
     clock = Clock(args.fault_step, fire)
 
     def plan(restarts: int) -> list[Any]:
-        ports = local_run.free_ports(3)
+        ports = local_run.free_ports(3 + int(spare))
         return local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=scratch, restarts=restarts, uid=uid)
 
     def make_gang(nodes: list[Any]) -> Any:
         clock.restart = runner.restarts if runner else 0
-        return local_run.LocalGang(nodes, workdir=scratch, grace=2, out=clock)
+        return local_run.LocalGang(nodes, workdir=scratch, grace=2, out=clock, hold=spare)
 
     try:
         runner = RecoveringRun(job, plan, make_gang, scratch)
@@ -189,13 +199,15 @@ def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> d
 
 IN_PLACE_FAULTS = ("rank-killed",)
 """The local faults that restart in place (a trainer process dies, its node lives on)."""
+SPARE_FAULTS = ("node-lost",)
+"""The local faults a hot spare answers (the whole node is gone)."""
 
 
 def run_local(args: argparse.Namespace) -> dict[str, Any]:
     """Every local fault kind (× restart mode) ``args.local_repeats`` times, modes alternating; prints a table and returns the record."""
     faults = [f for f in args.local_faults.split(",") if f]
     modes = [m for m in args.local_modes.split(",") if m]
-    arms = [(f, m) for f in faults for m in modes if m == "gang" or f in IN_PLACE_FAULTS]
+    arms = [(f, m) for f in faults for m in modes if m == "gang" or (m == "in-place" and f in IN_PLACE_FAULTS) or (m == "spare" and f in SPARE_FAULTS)]
     samples = []
     for i in range(args.local_repeats):
         for fault, mode in arms:
@@ -219,8 +231,9 @@ def run_local(args: argparse.Namespace) -> dict[str, Any]:
         table.add(f, m, fmt_s(summary[key]["p50_s"]), fmt_s(summary[key]["max_s"]), "met" if summary[key]["p50_s"] <= GOAL_S else "missed",
                   "/".join(map(str, summary[key]["gangs_rebuilt"])), summary[key]["steps_lost_max"], "≤ interval" if ok else "> interval")
     for f in faults:
-        if f"{f}/in-place" in summary and f in summary:
-            summary[f"{f}/ratio"] = round(summary[f"{f}/in-place"]["p50_s"] / summary[f]["p50_s"], 3)
+        for m in ("in-place", "spare"):
+            if f"{f}/{m}" in summary and f in summary:
+                summary[f"{f}/{m}/ratio"] = round(summary[f"{f}/{m}"]["p50_s"] / summary[f]["p50_s"], 3)
     table.print()
     return {"machine_before": machine(), "samples": samples, "summary": summary}
 
@@ -231,4 +244,4 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-steps", type=int, default=60)
     parser.add_argument("--fault-step", type=int, default=35)
     parser.add_argument("--memory-interval", type=int, default=10)
-    parser.add_argument("--local-modes", default="gang", help="Comma-separated subset of gang,in-place (in place: spec.runPolicy.restartInPlace; rank-killed only).")
+    parser.add_argument("--local-modes", default="gang", help="Comma-separated subset of gang,in-place,spare (in place: spec.runPolicy.restartInPlace, rank-killed only; spare: spec.spares 1, node-lost only).")

@@ -201,6 +201,11 @@ def describe_view(job: dict[str, Any], pods: list[dict[str, Any]], events: list[
     if reasons:
         restarts += "; by reason: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
     extra.add_row("Restarts:", restarts)
+    if spec.get("spares"):  # hot spares: waiting spare pods of this gang (a spare that took a rank is a rank's pod now)
+        waiting = [p for p in pods if "railtrain.dev/spare" in ((p.get("metadata") or {}).get("labels") or {}) and pod_restart(p) == current
+                   and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
+        where = ", ".join(f"{p['metadata']['name']} on {(p.get('spec') or {}).get('nodeName') or '(not bound)'}" for p in waiting)
+        extra.add_row("Spares:", f"{spec['spares']} wanted, {len(waiting)} waiting" + (f": {where}" if where else ""))
     for label, key in (("Started:", "startTime"), ("Completed:", "completionTime")):
         if status.get(key):
             extra.add_row(label, f"{age(status[key], now)} ago")

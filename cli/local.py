@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from railtrain.cli.errors import CliError
-from railtrain.crds import contract, fabric, launcher, threads
+from railtrain.crds import contract, fabric, launcher, supervisor, threads
 from railtrain.crds.api import TrainingJob
 from railtrain.operator.job import render
 
@@ -312,32 +312,42 @@ def plan_local(
             ``OMP_NUM_THREADS``/``OMP_WAIT_POLICY`` win over railtrain's choice (:func:`local_thread_env`).
 
     Returns:
-        One :class:`LocalNode` per node rank, in rank order.
+        One :class:`LocalNode` per node rank, in rank order, then one per hot spare (``spec.spares``): spare ``i`` is
+        local node ``nodes + i`` (its own name, metrics port and node-local tier directories, as a spare pod has its
+        own node), with :data:`~railtrain.crds.supervisor.ENV_SPARE` set; it takes a lost node's rank when the
+        gang's coordinator gives it one.
 
     Raises:
         CliError: ``spec.command`` is empty.
-        ValueError: fewer metrics ports than nodes.
+        ValueError: fewer metrics ports than nodes and spares.
     """
-    if len(metrics_ports) < job.spec.nodes:
-        raise ValueError(f"need {job.spec.nodes} metrics ports, got {len(metrics_ports)}")
+    want = job.spec.nodes + job.spec.spares
+    if len(metrics_ports) < want:
+        raise ValueError(f"need {want} metrics ports, got {len(metrics_ports)}")
     name = job.metadata.name
+    shell = os.environ if environ is None else environ
+
+    def node_env(rank: int, local: int, tiers: dict[str, str]) -> dict[str, str]:
+        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR, uid=uid)
+        pod_env = dataclasses.replace(
+            pod_env, rdzv_port=rdzv_port, metrics_port=metrics_ports[local], checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+            node_name=local_node_name(local), **(tiers or local_tier_dirs(pod_env, name, rank)),
+        )  # fmt: skip
+        env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
+        return local_thread_env(job, env, shell)
+
     nodes = []
     for pod in render.render_gang(job, LOCAL_NAMESPACE, uid, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
         container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
-        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR, uid=uid)
-        pod_env = dataclasses.replace(
-            pod_env,
-            rdzv_port=rdzv_port,
-            metrics_port=metrics_ports[rank],
-            checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
-            node_name=local_node_name(rank),
-            **local_tier_dirs(pod_env, name, rank),
-        )
-        env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
-        env = local_thread_env(job, env, os.environ if environ is None else environ)
         argv = local_argv(container.get("command", []), container.get("args", []), python)
-        nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=env))
+        nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=node_env(rank, rank, {})))
+    for i in range(job.spec.spares):  # a spare is its own local node, with its own (empty) node-local tiers
+        local, last = job.spec.nodes + i, nodes[job.spec.nodes - 1]
+        probe = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, 0, uid=uid)
+        tiers = {f"checkpoint_{t}_dir": os.path.join(root, f"spare-{i}") for t, root in local_run_roots(probe, name).items()}
+        env = node_env(last.rank, local, tiers) | {supervisor.ENV_SPARE: f"spare-{i}"}
+        nodes.append(LocalNode(rank=local, argv=last.argv, env=env))
     return nodes
 
 
@@ -385,12 +395,16 @@ class LocalGang:
         log_dir: folder of the nodes' log files (``None``: no files).
         settle: seconds the other nodes get to end on their own after the first failure (:data:`SETTLE_SECONDS`).
         label: put before ``rank N`` in the screen's prefix (e.g. ``"group 1 "`` for a replica group's gang).
+        hold: a supervised gang with hot spares (``spec.spares``): a node other than node rank 0 that ends (lost, or
+            replaced by a spare) does not end the gang; node rank 0's supervisor, which hosts the coordinator and
+            leaves last, says how the gang ended.
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
                  notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS,
                  on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS,
-                 label: str = ""):
+                 label: str = "", hold: bool = False):
+        self.hold = hold
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
@@ -445,7 +459,7 @@ class LocalGang:
                 if self._tracebacks:
                     ranks = ", ".join(str(r) for r in sorted(self._tracebacks))
                     self.notify(f"the run succeeded; not shown: {sum(self._tracebacks.values())} shutdown traceback(s) of node rank {ranks} "
-                                f"(a peer closed its connection as the gang ended){self._where()}")  # fmt: skip
+                                f"(a peer closed its connection: the gang ended, or a node was lost){self._where()}")  # fmt: skip
                 return 0
             rank, returncode = failed
             self.failed = (rank, exit_status(returncode))
@@ -494,6 +508,8 @@ class LocalGang:
         return failed
 
     def _wait(self) -> tuple[int, int] | None:
+        if self.hold:
+            return self._wait_for_rank_0()
         while True:
             failed = self._poll()
             if failed is not None:
@@ -502,6 +518,24 @@ class LocalGang:
                 self._poll()
                 return None
             time.sleep(0.1)
+
+    def _wait_for_rank_0(self) -> tuple[int, int] | None:
+        """:meth:`_wait` of a held gang: node rank 0's end is the gang's; after a success the others get :attr:`settle` s to end."""
+        while (code := self._procs[0].poll()) is None:
+            self._poll()
+            time.sleep(0.1)
+        self._poll()
+        if code != 0:
+            return (0, code)
+        self._settle()
+        if any(p.poll() is None for p in self._procs.values()):
+            self._stop_all(mute=set(self._procs))
+        return None
+
+    def kill_node(self, rank: int) -> None:
+        """SIGKILL every process of local node ``rank`` at once (its machine lost), from any thread (see :meth:`kill`)."""
+        proc = self._procs.get(rank)
+        self._kill([proc] if proc is not None else [])
 
     def _settle(self) -> None:
         """Give the other nodes :attr:`settle` seconds to end on their own, noting when each does."""
@@ -623,7 +657,12 @@ class LocalGang:
         """SIGKILL every process of every running node at once (a whole group of machines lost), from any thread:
         each node's process group and every descendant (torchrun starts its workers in sessions of their own, so a
         signal to the node's group alone would leave them running). :meth:`run` then sees them fail."""
-        running = [p for p in list(self._procs.values()) if p.poll() is None]
+        self._kill(list(self._procs.values()))
+
+    @staticmethod
+    def _kill(procs: list[subprocess.Popen[str]]) -> None:
+        """SIGKILL the process group of each of ``procs`` still running, and every descendant of theirs."""
+        running = [p for p in procs if p.poll() is None]
         pids = [pid for proc in running for pid in _descendants(proc.pid)]
         for proc in running:
             _signal_group(proc, signal.SIGKILL)

@@ -81,6 +81,25 @@ def with_steps(job: TrainingJob, steps: int) -> TrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"args": args})})
 
 
+def with_spares(job: TrainingJob, spares: int) -> TrainingJob:
+    """``job`` with ``spec.spares`` set to ``spares`` (``run --local --spares N``), checked as the manifest would be.
+
+    Raises:
+        CliError: ``spares`` breaks a rule of spec.spares (e.g. without ``spec.runPolicy.restartInPlace``): the
+            rule's sentence, naming ``--spares`` (exit status 2).
+    """
+    from pydantic import ValidationError
+
+    from railtrain.crds.api import TrainingJobSpec
+
+    try:
+        spec = TrainingJobSpec.model_validate(job.spec.model_dump() | {"spares": spares})
+    except ValidationError as err:
+        why = "; ".join(str(e.get("ctx", {}).get("error", e["msg"])) for e in err.errors())
+        raise CliError(f"--spares {spares}: {why}", exit_code=2) from None
+    return job.model_copy(update={"spec": spec})
+
+
 def check_faults(faults: dict[str, Any], flags: dict[str, str], world_size: int, last_step: int | None) -> None:
     """Refuse fault flags that could never fire in this job.
 

@@ -21,8 +21,9 @@ from railtrain.crds.goodput import Attempt, Goodput, breakdown
 STEP = re.compile(r"\bstep=(\d+) loss=")
 RESUMED = re.compile(r"\bresumed from step (\d+)")
 BLOCKED = re.compile(r"\bcheckpoint step=\d+ .*\bblocked_s=([0-9.]+)")
-IN_PLACE = re.compile(r"railtrain supervisor: attempt \d+: .*\[path in-place, verdict ([a-z-]+)\]")
-"""Node rank 0's supervisor's line for an in-place restart (crds/supervisor.py): the attempt ends, the next one starts."""
+IN_PLACE = re.compile(r"railtrain supervisor: attempt \d+: .*\[path (in-place|spare), verdict ([a-z-]+)\]")
+"""Node rank 0's supervisor's line for an in-place restart or a hot spare's takeover (crds/supervisor.py): the
+attempt ends, the next one starts; the cause is the verdict, or ``spare`` for a takeover."""
 
 ACTION_REASON = {"restart-job": "Restarting", "restart-infrastructure": "NodeQuarantined", "suspend": "Suspended"}
 """A local restart decision (cli/local_recovery.py) → the condition reason the operator writes for the same restart."""
@@ -66,7 +67,7 @@ class GoodputRecorder:
         if m := IN_PLACE.search(text):
             with self._lock:
                 a, now = self.attempts[-1], self.clock()
-                self.attempts[-1] = replace(a, ended=now, end_reason="Restarting", in_place=m.group(1))
+                self.attempts[-1] = replace(a, ended=now, end_reason="Restarting", in_place=m.group(2) if m.group(1) == "in-place" else "spare")
                 self.attempts.append(Attempt(released=now))
             return
         step, resumed, blocked = STEP.search(text), RESUMED.search(text), BLOCKED.search(text)

@@ -38,7 +38,8 @@ from typing import Callable, Protocol
 from railtrain.cli.local import local_node_name
 from railtrain.cli.local_goodput import GoodputRecorder
 from railtrain.crds import contract, inplace, recovery
-from railtrain.crds.supervisor import ENV_SPENT, ENV_SUPERVISOR_PORT, supervisor_env as _supervisor_items
+from railtrain.crds.supervisor import ENV_SPENT, ENV_SUPERVISOR_PORT, NODE_RANK_KEY, supervisor_env as _supervisor_items
+from railtrain.crds.verdicts import json_object
 from railtrain.crds.faults import spent_faults  # noqa: F401  (re-exported: the supervisor drops met faults the same way)
 from railtrain.crds.api import TrainingJob
 
@@ -231,7 +232,9 @@ class RecoveringRun:
             causes = {n.rank: torchrun_cause(self.current.tail(n.rank)) for n in nodes} if hasattr(self.current, "tail") else {}
             ended = getattr(self.current, "ended", None) or {}
             written = {n.rank: p.stat().st_mtime for n, p in zip(nodes, files) if messages[nodes.index(n)]}
-            evidence = local_failures(messages, code, first, causes, ended, written)
+            holder = holders(messages, self.job.spec.nodes)  # a rank a hot spare took is read from the spare
+            pick = lambda values: {r: values[holder.get(r, r)] for r in range(self.job.spec.nodes) if holder.get(r, r) in values}  # noqa: E731
+            evidence = local_failures([messages[holder.get(r, r)] for r in range(self.job.spec.nodes)], code, first, pick(causes), pick(ended), pick(written))
             self._count_in_place(messages)
             d = recovery.decide(evidence, self.job.spec.run_policy, self.counters, datetime.now(timezone.utc))
             self.history.append(d)
@@ -250,6 +253,18 @@ class RecoveringRun:
                     self.sleep(d.backoff_seconds)
                 except KeyboardInterrupt:
                     return 130
+
+
+def holders(messages: list[str | None], nnodes: int) -> dict[int, int]:
+    """Node rank → the local node (a hot spare, index ≥ ``nnodes``) whose termination message says it took that rank
+    (:data:`railtrain.crds.supervisor.NODE_RANK_KEY`); ranks no spare took are absent."""
+    out = {}
+    for index, text in enumerate(messages[nnodes:], start=nnodes):
+        data = json_object(text)
+        rank = data.get(NODE_RANK_KEY) if data is not None else None
+        if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < nnodes:
+            out[rank] = index
+    return out
 
 
 def supervisor_env(job: TrainingJob, counters: recovery.Counters, taken: set[str | None]) -> dict[str, str]:

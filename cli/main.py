@@ -148,7 +148,8 @@ def validate(
 
     if server:
         _validate_on_server(new, job, namespace, kubeconfig)
-    typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')}, world size {spec.world_size})")
+    spares = f", {count(spec.spares, 'hot spare')}" if spec.spares else ""
+    typer.echo(f"{new.source}: valid TrainingJob {job.metadata.name} ({count(spec.nodes, 'node')} × {count(spec.procs_per_node, 'process', 'processes')}, world size {spec.world_size}{spares})")
     if not server:
         say("pod-level rules (names, volumes, probes of spec.template) are the API server's, checked when the pods are created; 'railtrain validate --server' asks it now")
 
@@ -187,6 +188,8 @@ def run(
     fault_hang: Annotated[Optional[str], typer.Option("--fault-hang", help="Inject: hang a rank, e.g. 'rank=1,step=5' (more keys: kind=compute|collective|init; init: never joins the process group, step 0).")] = None,
     fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
     fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
+    spares: Annotated[Optional[int], typer.Option("--spares", min=0, max=64, metavar="N", help="Start N hot spare nodes (spec.spares; needs spec.runPolicy.restartInPlace): a lost node's rank goes to a spare and the other nodes restart in place (docs/operator.md, Hot spares).", show_default=False)] = None,
+    fault_lose_node: Annotated[Optional[str], typer.Option("--fault-lose-node", help="Inject: SIGKILL every process of a node (supervisor and workers) once node rank 0 logged the step, e.g. 'node=1,step=20', as when its machine is lost.")] = None,
     fault_kill_group: Annotated[Optional[str], typer.Option("--fault-kill-group", help="Inject (spec.faultTolerance): SIGKILL every process of a replica group once it logged the step, e.g. 'group=1,step=5'; it is replaced alone (docs/fault-tolerance.md).")] = None,
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.
@@ -209,14 +212,15 @@ def run(
     if workdir is not None and not workdir.is_dir():
         raise CliError(f"--workdir: {workdir} is not a directory", exit_code=2)
     given = {"bitflip": fault_bitflip, "slow": fault_slow, "hang": fault_hang, "kill": fault_kill, "bad_batch": fault_bad_batch}
-    job, faults = runlocal.checked_job(file, steps, given)
+    job, faults = runlocal.checked_job(file, steps, given, spares)
     spec = job.spec
     base_dir = (workdir or Path.cwd()).resolve()  # relative paths in the manifest resolve where the processes run
     if spec.fault_tolerance is not None:  # replica groups: R gangs and a Lighthouse (railtrain.cli.local_replica)
         raise typer.Exit(runlocal.run_replica_groups(job, faults, fault_kill_group, base_dir, workdir, verbose, grace))
     if fault_kill_group:
         raise CliError("--fault-kill-group needs replica groups (spec.faultTolerance); use --fault-kill to kill one rank", exit_code=2)
-    ports = local_run.free_ports(spec.nodes + 1)
+    lose = runlocal.lose_node_watcher(fault_lose_node, job, lambda: runner.current, lambda s: say(s, style="yellow"))  # checked before anything starts
+    ports = local_run.free_ports(spec.nodes + spec.spares + 1)
     uid = local_run.new_local_uid()  # one run: its restarts share the node-local tiers, a new invocation does not
     nodes = local_run.plan_local(job, rdzv_port=ports[0], metrics_ports=ports[1:], base_dir=base_dir, extra_env=faults, uid=uid)
     logs = local_run.local_log_dir(job.metadata.name, uid)
@@ -230,7 +234,11 @@ def run(
     notify = lambda s: say(s, style="yellow")  # noqa: E731
     recorder = GoodputRecorder()
     with tempfile.TemporaryDirectory(prefix="railtrain-local-") as messages:
-        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=recorder.line, log_dir=logs)  # noqa: E731
+        def on_line(rank: int, line: str) -> None:
+            recorder.line(rank, line)
+            lose(rank, line)
+
+        gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=on_line, log_dir=logs, hold=spec.spares > 0)  # noqa: E731
         runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
         code = runner.run()
     elapsed = time.monotonic() - started

@@ -27,10 +27,52 @@ def gang_plan(job: Any, first: list[Any], base_dir: Path, faults: dict[str, str]
     def plan(restarts: int) -> list[Any]:
         if not restarts:
             return first
-        fresh = local_run.free_ports(job.spec.nodes + 1)  # a new rendezvous, as a new gang of pods gets
+        fresh = local_run.free_ports(job.spec.nodes + job.spec.spares + 1)  # a new rendezvous, as a new gang of pods gets
         return local_run.plan_local(job, rdzv_port=fresh[0], metrics_ports=fresh[1:], base_dir=base_dir, restarts=restarts, extra_env=faults, uid=uid)
 
     return plan
+
+
+def lose_node_watcher(text: str | None, job: Any, gang: Callable[[], Any], notify: Callable[[str], None]) -> Callable[[int, str], None]:
+    """``--fault-lose-node node=K,step=S``: a line watcher (``on_line``) that SIGKILLs local node ``K`` of the running
+    gang (``gang()``) once node rank 0 logged step ``S`` or a later one, once (:class:`railtrain.crds.faults.LoseNodeFault`).
+
+    Raises:
+        CliError: a malformed value, or a node the job does not have (exit 2).
+    """
+    import re
+    import threading
+
+    from railtrain.cli.errors import CliError
+    from railtrain.crds.contract_errors import ContractError
+    from railtrain.crds.faults import parse_lose_node
+
+    if not text:
+        return lambda rank, line: None
+    try:
+        fault = parse_lose_node(text)
+    except ContractError as err:
+        raise CliError(str(err), exit_code=2) from None
+    if fault.node >= job.spec.nodes:
+        raise CliError(f"--fault-lose-node: node {fault.node} does not exist (spec.nodes is {job.spec.nodes})", exit_code=2)
+    from railtrain.cli.local_checks import job_steps
+
+    last = job_steps(job)
+    if last is not None and fault.step > last:
+        raise CliError(f"--fault-lose-node: step {fault.step} comes after the job's last step ({last}, --steps in spec.args): the fault could never fire", exit_code=2)
+    step_line, fired, lock = re.compile(r"\bstep=(\d+) loss="), [], threading.Lock()
+
+    def watch(rank: int, line: str) -> None:
+        if rank != 0 or fired or not (m := step_line.search(line)) or int(m.group(1)) < fault.step:
+            return
+        with lock:
+            if fired:
+                return
+            fired.append(True)
+        notify(f"--fault-lose-node: node {fault.node}'s processes killed at step {m.group(1)} (its machine lost)")
+        gang().kill_node(fault.node)
+
+    return watch
 
 
 def finish_tiers(job: Any, uid: str, succeeded: bool) -> None:
@@ -46,7 +88,7 @@ def finish_tiers(job: Any, uid: str, succeeded: bool) -> None:
         say(f"{kept} (run {run_id}; {resume}, or delete them)")
 
 
-def checked_job(file: Path, steps: int | None, given: dict[str, str | None]) -> tuple[Any, dict[str, str]]:
+def checked_job(file: Path, steps: int | None, given: dict[str, str | None], spares: int | None = None) -> tuple[Any, dict[str, str]]:
     """``run --local``'s job and fault injection: the manifest ``file`` read and checked (``--steps`` applied when
     not None), and the ``--fault-*`` flags ``given`` (kind → flag value or None) checked against it.
 
@@ -64,6 +106,8 @@ def checked_job(file: Path, steps: int | None, given: dict[str, str | None]) -> 
     job = doc.job()
     if steps is not None:
         job = local_checks.with_steps(job, steps)
+    if spares is not None:
+        job = local_checks.with_spares(job, spares)
     job = manifest.checked(job, doc.source)
     local_checks.check_faults(parsed_faults, local_run.FAULT_FLAGS, job.spec.world_size, local_checks.job_steps(job))
     return job, local_run.fault_environment(given)
@@ -86,7 +130,8 @@ def announce(job: Any, argv: list[str], rdzv_port: int, base_dir: Path, logs: Pa
     for warning in (local_checks.size_warning(spec.world_size, os.cpu_count()), local_checks.memory_warning(job, memory_bytes())):
         if warning:
             say(warning, style="yellow")
-    say(f"starting {count(spec.world_size, 'rank')} on {count(spec.nodes, 'local node')}; the first lines come after torch has started in every process")
+    spares = f" and {count(spec.spares, 'hot spare')} (waiting outside the world; a lost node's rank goes to one)" if spec.spares else ""
+    say(f"starting {count(spec.world_size, 'rank')} on {count(spec.nodes, 'local node')}{spares}; the first lines come after torch has started in every process")
 
 
 def say_outcome(job: Any, code: int, elapsed: float, history: list[Any]) -> None:

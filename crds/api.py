@@ -263,6 +263,8 @@ SPEC_RULES: tuple[Rule, ...] = (
     # torchrun's own restarts hang a gang; restarts are the operator's (crds/launcher.py)
     Rule(cel=launcher.ENV_CEL, check=launcher.no_restart_env, message=launcher.ENV_MESSAGE, field_path=".env", detail=launcher.env_detail),
     Rule(cel=launcher.IN_PLACE_CEL, check=launcher.in_place_has_command, message=launcher.IN_PLACE_MESSAGE, field_path=".runPolicy.restartInPlace"),
+    Rule(cel=launcher.SPARES_CEL, check=launcher.spares_restart_in_place, message=launcher.SPARES_MESSAGE, field_path=".spares"),
+    Rule(cel=launcher.SPARES_GROUPS_CEL, check=launcher.spares_without_groups, message=launcher.SPARES_GROUPS_MESSAGE, field_path=".spares"),
     # replica groups (torchft) split only the data-parallel dimension (crds/replica_groups.py)
     Rule(cel=replica_groups.DIVIDE_NODES[0], check=replica_groups.groups_divide_nodes, message=replica_groups.DIVIDE_NODES[1], field_path=replica_groups.DIVIDE_NODES[2],
          detail=lambda s: f"replicaGroups {s.fault_tolerance.replica_groups}, nodes {s.nodes}"),
@@ -302,6 +304,7 @@ class TrainingJobSpec(_Model):
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="Admission order: jobs with higher priority are admitted first; equal priorities go by creationTimestamp. No preemption.")
     elastic: Elastic | None = Field(None, description="Admit the job with any node count between elastic.minNodes and nodes, the largest that fits now; omitted means exactly nodes.")
     fault_tolerance: FaultTolerance | None = Field(None, description="Replica groups with a per-step quorum (torchft): the data-parallel degree is split into independent groups, each a gang of its own, so a lost node stops its group while the others keep training (docs/fault-tolerance.md); omitted means one gang.")
+    spares: int = Field(0, ge=0, le=64, description="Hot spare pods placed in the gang's domain beside its nodes (counted as the job's): each starts the image and waits, outside the world, until a node of the gang is lost; then it takes exactly that node's rank and the others restart in place, no pod recreated (docs/operator.md, Hot spares). Needs runPolicy.restartInPlace. Omitted: 0.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
     template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")

@@ -14,9 +14,20 @@ supervisors find the store gone and exit, and the operator restarts the gang.
 
 The protocol (JSON over HTTP, :mod:`http.server` in a thread):
 
-* ``GET /state``: ``{"attempt", "failed", "decisions": {attempt: decision}, "ledger", "final"}``;
+* ``GET /state?rank=R&node=N``: ``{"attempt", "failed", "decisions": {attempt: decision}, "ledger", "final",
+  "holders": {rank: spare}}``; a rank's supervisor asks every :data:`railtrain.crds.supervisor.POLL_SECONDS`,
+  which is its heartbeat;
+* ``GET /state?spare=S&node=N``: the same plus ``"assigned"``: a hot spare's heartbeat, and the node rank it is
+  to take (null while it waits);
 * ``POST /report``: ``{"attempt", "rank", "code", "message", "finished", "stopped", "node"}``: how one rank's
   workers of that attempt ended (``stopped``: by its supervisor, because a peer failed).
+
+**Lost ranks and hot spares.** A rank whose supervisor, once heard, stays silent for :data:`LOST_SECONDS` is
+lost (its pod or node is gone): the attempt fails, so the others stop their workers at once rather than wait
+for a collective's timeout, and the attempt is decided without waiting for the lost rank's report. When every
+rank not heard from is lost, :func:`railtrain.crds.inplace.decide_spare` decides: with as many spares alive
+(heard within :data:`LOST_SECONDS`) as ranks lost, and node rank 0 not among them, each lost rank is given to a
+spare (``holders``) and attempt N+1 opens in place; the spare's supervisor starts the command as that rank.
 
 Once a rank of the current attempt failed, the others stop their workers and
 report; when every rank reported (or :data:`SETTLE_SECONDS` passed), the
@@ -33,6 +44,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +55,8 @@ from railtrain.crds import contract, inplace, recovery
 SETTLE_SECONDS = 30.0
 """After the first failure of an attempt, how long the coordinator waits for every rank's report (their supervisors
 stop their workers with SIGTERM, then SIGKILL after a grace); a rank still silent then is lost: the gang restarts."""
+LOST_SECONDS = 5.0
+"""How long a supervisor once heard (it asks every 0.2 s) may stay silent before its rank counts as lost."""
 DONE = "done"
 """The path of a gang whose every rank succeeded."""
 
@@ -84,14 +98,54 @@ class Coordinator:
     final: bool = False
     seen_final: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    lost_seconds: float = LOST_SECONDS
+    seen: dict[int, float] = field(default_factory=dict)
+    """Node rank → ``time.monotonic()`` its supervisor last asked."""
+    nodes: dict[int, str] = field(default_factory=dict)
+    """Node rank → the node its supervisor runs on (as it says)."""
+    spares: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Waiting spare → ``{"node", "seen"}``."""
+    holders: dict[int, str] = field(default_factory=dict)
+    """Node rank → the spare that took it over."""
 
-    def state(self, rank: int | None = None) -> dict[str, Any]:
-        """What ``GET /state`` answers (``rank``: who asks, to know when every rank saw the final decision)."""
+    def state(self, rank: int | None = None, spare: str | None = None, node: str = "", now: float | None = None, who: str = "") -> dict[str, Any]:
+        """What ``GET /state`` answers, and the asker's heartbeat.
+
+        Args:
+            rank: the node rank whose supervisor asks (to know when every rank saw the final decision, and when one falls silent).
+            spare: a waiting spare's name (it asks until it is given a rank: ``"assigned"``).
+            node: the asker's node name; now: ``time.monotonic()`` (tests pass their own).
+            who: a rank's supervisor that started as a spare says which ("": it did not). A rank given to a spare
+                answers anyone else ``"replaced": true`` (a supervisor thought lost that comes back must not run
+                that rank beside its spare) and is not their heartbeat.
+        """
+        now = time.monotonic() if now is None else now
         with self.lock:
-            if self.final and rank is not None:
-                self.seen_final.add(rank)
-            return {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
-                    "ledger": self.ledger.to_json(), "final": self.final}  # fmt: skip
+            if rank is not None and rank in self.holders and who != self.holders[rank]:
+                return {"attempt": self.ledger.attempt, "failed": True, "final": self.final, "replaced": True, "decisions": {}, "ledger": self.ledger.to_json()}
+            if rank is not None:
+                self.seen[rank] = now
+                if node:
+                    self.nodes[rank] = node
+                if self.final:
+                    self.seen_final.add(rank)
+            assigned = next((r for r, s in self.holders.items() if s == spare), None) if spare is not None else None
+            if spare is not None and assigned is None and not self.final:
+                self.spares[spare] = {"node": node, "seen": now}
+            out = {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
+                   "ledger": self.ledger.to_json(), "final": self.final, "holders": {str(r): s for r, s in sorted(self.holders.items())}}  # fmt: skip
+            if spare is not None:
+                out["assigned"] = assigned
+            return out
+
+    def lost(self, now: float) -> dict[int, str]:
+        """Node ranks of the current attempt that have not reported and whose supervisor, once heard, stayed silent
+        :attr:`lost_seconds` (node rank → its node's name); call under the lock."""
+        return {r: self.nodes.get(r, "") for r, t in self.seen.items() if r not in self.reports and now - t > self.lost_seconds and 0 <= r < self.nnodes}
+
+    def ready_spares(self, now: float) -> list[str]:
+        """Spares that asked within :attr:`lost_seconds`, oldest first; call under the lock."""
+        return [s for s, v in self.spares.items() if now - float(v["seen"]) <= self.lost_seconds]
 
     def report(self, body: dict[str, Any]) -> bool:
         """Record one rank's report; False (dropped) when it names another attempt than the current one."""
@@ -111,13 +165,35 @@ class Coordinator:
             if self.final:
                 return None
             attempt, reports = self.ledger.attempt, dict(self.reports)
+            lost = self.lost(now)
+            if lost and self.failed_at is None:
+                self.failed_at = now  # the others stop their workers now, not at a collective's timeout
             if self.failed_at is None:
                 if len(reports) == self.nnodes and all(int(r.get("code", 1)) == 0 for r in reports.values()):
                     return self._publish(attempt, {"path": DONE, "message": "every rank succeeded"}, final=True)
                 return None
-            if len(reports) < self.nnodes and now - self.failed_at < self.settle_seconds:
+            if len(reports) + len(lost) < self.nnodes and now - self.failed_at < self.settle_seconds:
                 return None
+            silent = set(range(self.nnodes)) - set(reports)
+            if silent and silent == set(lost):
+                return self._decide_lost(attempt, lost, now)
             return self._decide(attempt, reports)
+
+    def _decide_lost(self, attempt: int, lost: dict[int, str], now: float) -> dict[str, Any]:
+        """Every rank not heard from is lost: spares take their places where :func:`~railtrain.crds.inplace.decide_spare` says."""
+        ready = self.ready_spares(now)
+        d = inplace.decide_spare(self.run_policy, self.counters, lost, len(ready))
+        record = {"path": d.path, "action": d.action, "verdict": d.verdict, "reason": d.reason, "message": d.message, "rank": min(lost), "missing": sorted(lost)}
+        if d.path != inplace.PATH_SPARE:
+            return self._publish(attempt, record, final=True)
+        taken = dict(zip(sorted(lost), ready))
+        for rank, spare in taken.items():
+            self.holders[rank] = spare
+            self.spares.pop(spare, None)
+            self.seen[rank] = now  # the spare's supervisor asks as this rank from now on
+        self.counters, self.ledger = d.counters, self.ledger.after_spares(d, len(taken))
+        self.reports, self.failed_at = {}, None
+        return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}}, final=False)
 
     def _decide(self, attempt: int, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
         failures = tuple(f for r in reports.values() if (f := rank_failure(r)) is not None)
@@ -171,8 +247,9 @@ def serve(coordinator: Coordinator, port: int, host: str = "") -> ThreadingHTTPS
             path, _, query = self.path.partition("?")
             if path not in ("/state", "/ledger"):
                 return self._answer(404, {"error": "unknown path"})
-            rank = next((int(v) for k, _, v in (p.partition("=") for p in query.split("&")) if k == "rank" and v.isdigit()), None)
-            self._answer(200, coordinator.state(rank))
+            params = dict(urllib.parse.parse_qsl(query))
+            rank = int(params["rank"]) if params.get("rank", "").isdigit() else None
+            self._answer(200, coordinator.state(rank, params.get("spare") or None, params.get("node", ""), who=params.get("who", "")))
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/report":

@@ -221,14 +221,46 @@ def parse_kill_group(text: str, flag: str = "--fault-kill-group") -> KillGroupFa
     Raises:
         ContractError: an unknown or missing key, or a bad value; the message names ``flag``.
     """
+    return KillGroupFault(**_where_and_step(text, flag, "group"))
+
+
+def _where_and_step(text: str, flag: str, where: str) -> dict[str, int]:
+    """``<where>=W,step=S`` as ``{where: W, "step": S}`` (``W`` ≥ 0, ``S`` ≥ 1).
+
+    Raises:
+        ContractError: an unknown or missing key, or a bad value; the message names ``flag``.
+    """
     values: dict[str, int] = {}
     for part in text.split(","):
         key, sep, raw = (x.strip() for x in part.partition("="))
-        if not sep or key not in ("group", "step"):
-            raise ContractError(f"{flag} must be comma-separated key=value pairs of group, step, got {text!r}")
+        if not sep or key not in (where, "step"):
+            raise ContractError(f"{flag} must be comma-separated key=value pairs of {where}, step, got {text!r}")
         values[key] = coerce(int, raw, f"{flag} {key}")
-    if set(values) != {"group", "step"}:
-        raise ContractError(f"{flag} needs group and step, got {text!r}")
-    if values["group"] < 0 or values["step"] < 1:
-        raise ContractError(f"{flag}: group must be >= 0 and step >= 1, got {text!r}")
-    return KillGroupFault(**values)
+    if set(values) != {where, "step"}:
+        raise ContractError(f"{flag} needs {where} and step, got {text!r}")
+    if values[where] < 0 or values["step"] < 1:
+        raise ContractError(f"{flag}: {where} must be >= 0 and step >= 1, got {text!r}")
+    return values
+
+
+@dataclass(frozen=True)
+class LoseNodeFault:
+    """A node of the gang lost at a step (``railtrain run --local --fault-lose-node node=K,step=S``; ``spec.spares``).
+
+    Local runs only, no variable of its own: once node rank 0 has logged step ``step`` or a later one (the first
+    gang; steps are logged every ``--log-every`` steps), the runner SIGKILLs every process of local node ``node``
+    (its supervisor and workers) at once, as when its machine is lost. A hot spare takes its rank; without one
+    the gang restarts.
+    """
+
+    node: int
+    step: int
+
+
+def parse_lose_node(text: str, flag: str = "--fault-lose-node") -> LoseNodeFault:
+    """Parse ``node=K,step=S`` (``node`` ≥ 0, ``step`` ≥ 1).
+
+    Raises:
+        ContractError: an unknown or missing key, or a bad value; the message names ``flag``.
+    """
+    return LoseNodeFault(**_where_and_step(text, flag, "node"))

@@ -46,8 +46,11 @@ from typing import Any, Mapping
 from railtrain.crds import reasons, recovery
 from railtrain.crds.verdicts import REASON_QUORUM_LOST, json_object
 
-PATH_IN_PLACE, PATH_GANG, PATH_NONE = "in-place", "gang", "none"
-""":attr:`railtrain.crds.recovery.Decision.path` values (a hot spare's path comes later)."""
+PATH_IN_PLACE, PATH_GANG, PATH_NONE, PATH_SPARE = "in-place", "gang", "none", "spare"
+""":attr:`railtrain.crds.recovery.Decision.path` values: in place, the whole gang, none (the job fails), a hot spare
+takes a lost node's rank (:func:`decide_spare`)."""
+SPARE_CAUSE = "spare"
+"""The :attr:`Ledger.causes` key of a spare's takeover (goodput's lost time ``restart_in_place_spare``)."""
 ESCALATE_AFTER = 1
 """In-place restarts in a row after which the next failure escalates to a gang restart (the second failure in a row)."""
 GANG_WORDS = "restarting the whole gang"
@@ -114,8 +117,10 @@ class Ledger:
         restarts: the gang's restart count (``RAILTRAIN_RESTART_COUNT``) the ledger belongs to.
         attempt: the gang's current attempt (0 before any in-place restart).
         job, infrastructure: in-place restarts of each kind.
-        causes: in-place restarts by the verdict that caused them.
-        streak: in-place restarts in a row since the gang started.
+        causes: in-place restarts by the verdict that caused them (:data:`SPARE_CAUSE` for a spare's takeover).
+        streak: in-place restarts in a row since the gang started (a spare's takeover is not one: the node was lost,
+            not the processes' doing).
+        spares: node ranks a hot spare took over in this gang.
     """
 
     restarts: int = 0
@@ -124,6 +129,7 @@ class Ledger:
     infrastructure: int = 0
     causes: Mapping[str, int] = field(default_factory=dict)
     streak: int = 0
+    spares: int = 0
 
     def after(self, d: recovery.Decision) -> "Ledger":
         """The ledger after in-place restart ``d`` (a decision whose path is :data:`PATH_IN_PLACE`)."""
@@ -131,22 +137,75 @@ class Ledger:
         causes = dict(self.causes) | {d.verdict: int(self.causes.get(d.verdict, 0)) + 1}
         return replace(self, attempt=self.attempt + 1, causes=causes, streak=self.streak + 1, **{kind: getattr(self, kind) + 1})
 
+    def after_spares(self, d: recovery.Decision, taken: int) -> "Ledger":
+        """The ledger after decision ``d`` (path :data:`PATH_SPARE`) gave ``taken`` lost node ranks to spares: the next
+        attempt, one infrastructure restart per rank taken (as ``d``'s counters spent them), the streak unchanged."""
+        causes = dict(self.causes) | {SPARE_CAUSE: int(self.causes.get(SPARE_CAUSE, 0)) + taken}
+        return replace(self, attempt=self.attempt + 1, infrastructure=self.infrastructure + taken, causes=causes, spares=self.spares + taken)
+
     def to_json(self) -> dict[str, Any]:
         """The ledger as JSON data (the :data:`LEDGER_KEY` value)."""
-        return {"restarts": self.restarts, "attempt": self.attempt, "job": self.job, "infrastructure": self.infrastructure, "causes": dict(self.causes), "streak": self.streak}
+        return {"restarts": self.restarts, "attempt": self.attempt, "job": self.job, "infrastructure": self.infrastructure, "causes": dict(self.causes),
+                "streak": self.streak, "spares": self.spares}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Any) -> "Ledger | None":
         """A ledger from JSON data, or None when ``data`` is not one (a claim from the pod: checked, never trusted)."""
         if not isinstance(data, dict):
             return None
-        ints = {k: data.get(k, 0) for k in ("restarts", "attempt", "job", "infrastructure", "streak")}
+        ints = {k: data.get(k, 0) for k in ("restarts", "attempt", "job", "infrastructure", "streak", "spares")}
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000 for v in ints.values()):
             return None
         causes = data.get("causes") or {}
         if not isinstance(causes, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in causes.items()):
             return None
         return cls(causes=dict(causes), **ints)
+
+
+def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int, str], ready: int) -> recovery.Decision:
+    """Node ranks whose supervisors fell silent (their pods or nodes lost): do hot spares take their places?
+
+    The one rule's infrastructure restart (:func:`railtrain.crds.recovery.restart_infrastructure`, reason
+    ``NodeLost``) for each lost node, in rank order, on ``counters``: each spends one of
+    ``maxInfrastructureRestarts`` and counts the node's failure, as a gang restart for the same loss would. Then:
+
+    1. a spent budget fails the job (path :data:`PATH_NONE`);
+    2. **gang** when node rank 0 is among the lost (it hosts the coordinator, so nothing is left to hand its rank
+       over) or fewer spares are ready than ranks were lost (two nodes lost with one spare: no rank is given a
+       spare, so nothing is half taken over);
+    3. otherwise **spare**: each lost rank goes to a ready spare; the other ranks restart their processes in place.
+
+    Args:
+        run_policy: the job's ``RunPolicy``; counters: the job-wide counters (plus this gang's in-place restarts).
+        lost: node rank → its node's name ("" unknown), the ranks lost.
+        ready: spares registered and alive.
+
+    Returns:
+        The decision, ``path`` set; its message says "a hot spare takes node rank K's place" or why the gang restarts.
+
+    Raises:
+        ValueError: ``lost`` is empty.
+    """
+    if not lost:
+        raise ValueError("decide_spare needs at least one lost node rank")
+    ranks = sorted(lost)
+    what = "; ".join(f"node rank {r}'s supervisor fell silent (its pod or node {lost[r] or '?'} lost)" for r in ranks)
+    whole = 0 in lost or ready < len(ranks)
+    d, c = None, counters
+    for r in ranks[:1] if whole else ranks:  # a gang restart is one restart; each spare's takeover is one
+        d = recovery.restart_infrastructure(run_policy, c, reasons.NODE_LOST, what, node=lost[r])
+        if d.action == recovery.FAIL:
+            return replace(d, path=PATH_NONE)
+        c = d.counters
+    assert d is not None
+    if 0 in lost:
+        return replace(d, path=PATH_GANG, message=f"{d.message}; node rank 0 hosts the coordinator, so no spare can take its place")
+    if whole:
+        return replace(d, path=PATH_GANG, message=f"{d.message}; {ready} spare(s) ready for {len(ranks)} lost node rank(s)")
+    places = ", ".join(str(r) for r in ranks)
+    counts = f"job restarts {c.job_restarts}/{run_policy.backoff_limit}, infrastructure restarts {c.infrastructure_restarts}/{run_policy.max_infrastructure_restarts}"
+    text = f"{what}; a hot spare takes node rank {places}'s place, the others {IN_PLACE_WORDS} ({counts})"
+    return replace(d, path=PATH_SPARE, message=text, backoff_seconds=0)
 
 
 def ledger_in_message(text: str | None) -> Ledger | None:

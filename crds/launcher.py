@@ -147,3 +147,28 @@ IN_PLACE_MESSAGE = (
 def in_place_has_command(spec: Any) -> bool:
     """The rule over a :class:`railtrain.crds.api.TrainingJobSpec`: True unless ``restartInPlace`` is set without ``command``."""
     return not spec.run_policy.restart_in_place or bool(spec.command)
+
+
+SPARES_CEL = "!has(self.spares) || self.spares == 0 || (has(self.runPolicy) && has(self.runPolicy.restartInPlace) && self.runPolicy.restartInPlace)"
+"""``spec.spares`` needs ``spec.runPolicy.restartInPlace``: a spare takes a lost rank's place through the gang's
+coordinator, which the pod-side supervisor serves (:mod:`railtrain.crds.coordinator`)."""
+SPARES_MESSAGE = (
+    "spec.spares needs spec.runPolicy.restartInPlace: true: a hot spare takes a lost node's rank through the pod-side "
+    "supervisor's coordinator, which runs only when the job restarts in place; set restartInPlace: true or spares: 0"
+)
+SPARES_GROUPS_CEL = "!has(self.spares) || self.spares == 0 || !has(self.faultTolerance)"
+"""``spec.spares`` and replica groups do not combine: a lost group's node is replaced with its group (crds/replica_groups.py)."""
+SPARES_GROUPS_MESSAGE = (
+    "spec.spares and spec.faultTolerance cannot be combined: with replica groups a lost node's group is replaced alone "
+    "while the others train on; set spares: 0 or drop faultTolerance"
+)
+
+
+def spares_restart_in_place(spec: Any) -> bool:
+    """The rule over a :class:`railtrain.crds.api.TrainingJobSpec`: True unless ``spares`` > 0 without ``restartInPlace``."""
+    return not spec.spares or spec.run_policy.restart_in_place
+
+
+def spares_without_groups(spec: Any) -> bool:
+    """The rule over a :class:`railtrain.crds.api.TrainingJobSpec`: True unless ``spares`` > 0 with ``faultTolerance``."""
+    return not spec.spares or spec.fault_tolerance is None

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -57,6 +58,14 @@ ENV_RUN_POLICY = "RAILTRAIN_RUN_POLICY"
 """``spec.runPolicy`` as JSON (camelCase): the bounds and the failure policy the one rule applies."""
 ENV_SPENT = "RAILTRAIN_RESTARTS_SPENT"
 """``{"jobRestarts": J, "infrastructureRestarts": I}`` when the pod was created: what the job had spent."""
+ENV_SPARE = "RAILTRAIN_SPARE"
+"""Set on a hot spare's pod (``spec.spares``): the spare's name. Its supervisor waits outside the world until the
+coordinator gives it a lost node's rank (:class:`Spare`)."""
+ENV_SPARE_WARMUP = "RAILTRAIN_SPARE_WARMUP"
+"""Modules a waiting spare imports once in a throwaway process, comma-separated (default ``torch``; empty: none), so
+that the files the workers load are in the page cache when it takes a rank."""
+NODE_RANK_KEY = "nodeRank"
+"""The termination-message key a supervisor that started as a spare adds: the node rank it took."""
 ENV_RDZV_ID = "PET_RDZV_ID"
 """torchrun's ``--rdzv-id``, set per attempt."""
 DEFAULT_SUPERVISOR_PORT = 29510
@@ -128,7 +137,9 @@ class Supervisor:
         coordinator: node rank 0's own :class:`~railtrain.crds.coordinator.Coordinator` (it also steps it), else None.
     """
 
-    def __init__(self, command: Sequence[str], environ: Mapping[str, str], coordinator: Any = None) -> None:
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str], coordinator: Any = None, who: str = "") -> None:
+        self.who = who
+        """The spare this supervisor started as ("": a rank of its own)."""
         self.command, self.env = list(command), dict(environ)
         self.rank = int(environ.get(contract.ENV_NODE_RANK) or 0)
         self.url = coordinator_url(environ)
@@ -151,7 +162,10 @@ class Supervisor:
             if self.coordinator is not None:
                 self.coordinator.step()
             try:
-                state = _call(f"{self.url}/state?rank={self.rank}")
+                query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who})
+                state = _call(f"{self.url}/state?{query}")
+                if state.get("replaced"):
+                    raise Replaced(f"node rank {self.rank} was given to a hot spare while this supervisor was silent")
                 self.ledger = inplace.Ledger.from_json(state.get("ledger")) or self.ledger
                 return state
             except (OSError, ValueError):
@@ -165,7 +179,17 @@ class Supervisor:
         return env | {ENV_ATTEMPT: str(attempt), ENV_RDZV_ID: f"{job}-{self.ledger.restarts}-{attempt}", contract.ENV_TERMINATION_MESSAGE_PATH: str(message)}
 
     def run(self) -> int:
-        """Run attempts until the gang's decision is final; returns the exit status for the pod."""
+        """Run attempts until the gang's decision is final; returns the exit status for the pod (0 when this rank
+        was given to a spare meanwhile: this pod is out of the gang and nothing of it is to blame)."""
+        try:
+            return self._run()
+        except Replaced as out:
+            if self.proc is not None and self.proc.poll() is None:
+                stop(self.proc, PEER_STOP_GRACE_SECONDS)
+            print(f"railtrain supervisor (rank {self.rank}): {out}; leaving", file=sys.stderr, flush=True)
+            return 0
+
+    def _run(self) -> int:
         spent: set[str] = set()
         try:
             attempt = int(self._state(time.monotonic() + self.wait_first)["attempt"])
@@ -187,7 +211,7 @@ class Supervisor:
                 return self._leave(code or contract.EXIT_FAILED, text, str(err), stopped)
             if self.coordinator is not None and decision.get("path") != "done":
                 print(f"railtrain supervisor: attempt {attempt}: {decision.get('message')} [path {decision.get('path')}, verdict {decision.get('verdict')}]", file=sys.stderr, flush=True)
-            if decision.get("path") != inplace.PATH_IN_PLACE:
+            if decision.get("path") not in (inplace.PATH_IN_PLACE, inplace.PATH_SPARE):  # a spare's takeover: the others go on in place
                 return self._leave(0 if decision.get("path") == "done" and code == 0 else (code or contract.EXIT_FAILED), text, "", stopped)
             spent |= spent_faults({k: v for k, v in self.env.items() if k not in spent}, [text])
             attempt = int(decision["next"])
@@ -230,7 +254,10 @@ class Supervisor:
             print(f"railtrain supervisor (rank {self.rank}): {why}", file=sys.stderr, flush=True)
         try:
             if os.path.isfile(self.final_path):
-                Path(self.final_path).write_text(inplace.with_ledger(verdict, self.ledger, stopped) if code else (verdict or ""))
+                text = inplace.with_ledger(verdict, self.ledger, stopped) if code else (verdict or "")
+                if self.who and code:
+                    text = json.dumps(json.loads(text) | {NODE_RANK_KEY: self.rank}, separators=(",", ":"))
+                Path(self.final_path).write_text(text)
         except OSError:
             pass
         if self.coordinator is not None:  # the others read the final decision from here: stay until they did
@@ -238,6 +265,70 @@ class Supervisor:
             while not self.coordinator.everyone_saw_the_end() and time.monotonic() < end:
                 time.sleep(POLL_SECONDS)
         return code
+
+
+class Replaced(Exception):
+    """The coordinator gave this supervisor's rank to a hot spare (it was silent long enough to count as lost)."""
+
+
+class Spare:
+    """A hot spare's supervisor (``spec.spares``): it waits outside the world, heard by the coordinator, until it is
+    given a lost node's rank; then it runs that rank's attempts as a :class:`Supervisor`.
+
+    Args:
+        command: the training command; environ: the spare pod's environment (:data:`ENV_SPARE` names it).
+    """
+
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str]) -> None:
+        self.command, self.env = list(command), dict(environ)
+        self.name = environ.get(ENV_SPARE) or "spare"
+        self.url = coordinator_url(environ)
+        self.wait_first = float(json.loads(environ.get(ENV_RUN_POLICY) or "{}").get("gangTimeoutSeconds", 300))
+        self.supervisor: Supervisor | None = None
+        self.warm: subprocess.Popen[bytes] | None = None
+
+    def terminate(self, *args: Any) -> None:
+        """SIGTERM: as :meth:`Supervisor.terminate` once a rank is taken; before that, just leave."""
+        if self.warm is not None and self.warm.poll() is None:
+            self.warm.kill()
+        if self.supervisor is not None:
+            self.supervisor.terminate(*args)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    def _warm_up(self) -> None:
+        modules = [m.strip() for m in self.env.get(ENV_SPARE_WARMUP, "torch").split(",") if m.strip()]
+        if modules:
+            code = "import importlib\nfor m in %r:\n    try:\n        importlib.import_module(m)\n    except Exception:\n        pass" % modules
+            self.warm = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def run(self) -> int:
+        """Wait for a rank; returns the pod's exit status: the taken rank's (:meth:`Supervisor.run`), or 0 when the
+        gang ended (or its coordinator went away) while this spare waited: a spare is never blamed."""
+        self._warm_up()
+        query = urllib.parse.urlencode({"spare": self.name, "node": self.env.get(contract.ENV_NODE_NAME, "")})
+        heard, limit = time.monotonic(), self.wait_first
+        while True:
+            try:
+                state = _call(f"{self.url}/state?{query}")
+                heard, limit = time.monotonic(), UNREACHABLE_SECONDS
+            except (OSError, ValueError):
+                if time.monotonic() - heard > limit:
+                    print(f"railtrain spare {self.name}: the gang's coordinator at {self.url} did not answer; leaving", file=sys.stderr, flush=True)
+                    return 0
+                time.sleep(POLL_SECONDS)
+                continue
+            if state.get("final"):
+                return 0
+            if state.get("assigned") is not None:
+                break
+            time.sleep(POLL_SECONDS)
+        if self.warm is not None and self.warm.poll() is None:
+            self.warm.kill()
+        rank = int(state["assigned"])
+        print(f"railtrain spare {self.name}: takes node rank {rank} at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
+        env = {k: v for k, v in self.env.items() if k != ENV_SPARE} | {contract.ENV_NODE_RANK: str(rank), contract.ENV_PET_NODE_RANK: str(rank)}
+        self.supervisor = Supervisor(self.command, env, who=self.name)
+        return self.supervisor.run()
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float = GRACE_SECONDS) -> int:
@@ -264,6 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return contract.EXIT_USER_ERROR
     environ = dict(os.environ)
+    if environ.get(ENV_SPARE):
+        spare = Spare(args, environ)
+        signal.signal(signal.SIGTERM, spare.terminate)
+        return spare.run()
     coordinator = start_coordinator(environ) if int(environ.get(contract.ENV_NODE_RANK) or 0) == 0 else None
     supervisor = Supervisor(args, environ, coordinator)
     signal.signal(signal.SIGTERM, supervisor.terminate)  # the workers run in their own session: they hear it from here

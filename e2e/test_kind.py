@@ -128,10 +128,10 @@ def _run_until_step(kind_cluster: KindE2E, ns: str, name: str, step: int) -> Non
     wait_for(lambda: max(losses(rank0_log(kind_cluster, name, ns)) or [0]) >= step, 600, f"{name} at step {step}", interval=2)
 
 
-def _restart_job(tmp_path, kind_cluster: KindE2E, ns: str, name: str, checkpoint: dict, steps: int = 160, **spec) -> None:
+def _restart_job(tmp_path, kind_cluster: KindE2E, ns: str, name: str, checkpoint: dict, steps: int = 160, log_every: int = 10, **spec) -> None:
     path, _ = write_job(
         tmp_path, TINY, kind_cluster.trainer_image,
-        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--lr-decay-steps", str(steps), "--log-every", "10"],
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--lr-decay-steps", str(steps), "--log-every", str(log_every)],
         checkpoint=checkpoint, **spec,
     )  # fmt: skip
     text = path.read_text().replace("name: tiny", f"name: {name}", 1)

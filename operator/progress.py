@@ -244,7 +244,7 @@ class Reader:
             first = next((pod for _, pod, _ in read if pod is not None and endpoint(pod) is not None), None)
             if first is None:
                 return False
-            ledger = self._ledger(first, key)
+            ledger, holders = self._ledger(first, key)
             groups = {g: p for g, _, text in read if g is not None and (p := group_progress(text, now)) is not None}
             # the job's progress: the rank 0 furthest ahead (with replica groups, the quorum's step; any group may be away)
             text, found = max(((t, parse(t, now)) for _, _, t in read), key=lambda tf: (tf[1] or {}).get("step", 0))
@@ -254,6 +254,8 @@ class Reader:
                 job = kube.get_job(namespace, name)
                 if job is None or observe_job(job).status.phase != "Running":
                     return False
+                if holders:
+                    self._take_over(kube, job, holders)
                 stored = job.get("status") or {}  # as stored: the goodput patch extends its attempts
                 patch, counted = self._in_place(job, stored, ledger, now)
                 stored = {**stored, **patch}
@@ -279,16 +281,39 @@ class Reader:
             with self._guard:
                 self._busy.discard(key)
 
-    def _ledger(self, pod: Mapping[str, Any], key: tuple[str, str]) -> inplace.Ledger | None:
-        """The in-place ledger node rank 0's supervisor serves (a job with runPolicy.restartInPlace), or None."""
+    def _ledger(self, pod: Mapping[str, Any], key: tuple[str, str]) -> tuple[inplace.Ledger | None, dict[int, str]]:
+        """The in-place ledger node rank 0's supervisor serves (a job with runPolicy.restartInPlace), or None, and its
+        ``holders`` (node rank → the hot spare pod the coordinator gave it; checked: ranks and names only)."""
         url = ledger_endpoint(pod)
         if url is None:
-            return None
+            return None, {}
         try:
-            return inplace.Ledger.from_json(json.loads(self._fetch(url)).get("ledger"))
+            body = json.loads(self._fetch(url))
+            raw = body.get("holders") or {}
+            holders = {int(r): s for r, s in raw.items() if str(r).isdigit() and isinstance(s, str) and 0 < len(s) <= 253} if isinstance(raw, dict) else {}
+            return inplace.Ledger.from_json(body.get("ledger")), holders
         except (OSError, ValueError, AttributeError) as err:
             log.debug("%s/%s: no in-place ledger from %s: %s", *key, url, err)
-            return None
+            return None, {}
+
+    @staticmethod
+    def _take_over(kube: Any, job: Mapping[str, Any], holders: Mapping[int, str]) -> None:
+        """Make the pods say what the coordinator decided (:func:`railtrain.operator.job.spares.takeover`): each
+        spare that took a rank is labelled with it, then the rank's old pod is deleted at once (its node is lost)."""
+        from railtrain.operator import controller
+        from railtrain.operator.job import spares
+
+        meta = job["metadata"]
+        pods = controller.job_pods(kube, dict(job))
+        relabel, delete, sentences = spares.takeover(job, pods, holders)
+        uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in pods}
+        for name, labels in relabel.items():
+            kube.label_pod(meta["namespace"], name, labels, uids.get(name))
+        for name in delete:
+            kube.force_delete_pod(meta["namespace"], name)
+        for sentence in sentences:
+            log.info("%s/%s spare reason=%s: %s", meta["namespace"], meta["name"], spares.SPARE_TAKEOVER, sentence)
+            kube.emit_event(job, "Normal", spares.SPARE_TAKEOVER, sentence)
 
     @staticmethod
     def _in_place(job: Mapping[str, Any], stored: Mapping[str, Any], ledger: inplace.Ledger | None, now: datetime) -> tuple[dict[str, Any], str]:

@@ -41,7 +41,9 @@ from typing import Any, Callable
 
 from railtrain.operator import controller, kueue, metrics
 from railtrain.operator.coalescer import Coalescer
-from railtrain.operator.job import admit, kueuestatus, ledger, planner, resize, workload
+from railtrain.crds import contract
+from railtrain.crds.labels import HOSTNAME
+from railtrain.operator.job import admit, kueuestatus, ledger, planner, resize, spares, workload
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.kube.fence import NotLeader
 from railtrain.operator.kube.pool import CREATE_CONCURRENCY
@@ -283,13 +285,46 @@ class Reconciler:
         self._log_problems(queue)
         metrics.observe_jobs(queue.observed.values())  # every job listed, its status read once for the queue and the count
         metrics.ADMISSION_QUEUE.set(len(queue.waiting))
-        if not queue.waiting:
+        with_spares = any((j.get("spec") or {}).get("spares") for j in jobs) or any(spares.is_spare(p) for p in pods)
+        if not queue.waiting and not with_spares:
             return []  # holds matter only to a job that is being placed
         nodes = kube.list_nodes()
         metrics.observe_nodes(nodes)
+        if with_spares:  # before the queue: a running gang's spares are its capacity (a refill gets back what it had)
+            try:
+                active = [*active, *self._spares(jobs, pods, [*active, *queue.promised], nodes)]
+            except NotLeader:
+                raise
+            except Exception as err:  # a spare's trouble never stops the queue; the next pass tries again
+                log.warning("spares not kept this pass, retried next pass: %s", describe(err))
+                active = kube.list_active_pods()  # what was created before the error counts
+        if not queue.waiting:
+            return []
         found = admit.decide(queue, active, nodes, self.settings, kueue.admissions(kube, [job for job, _, _ in queue.waiting.values()], self.kueue_unmade))
         self._write(found, at)
         return found.decisions
+
+    def _spares(self, jobs: list[dict[str, Any]], pods: list[dict[str, Any]], taken: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pass's hot-spare work (:func:`railtrain.operator.job.spares.plan_spares`): delete stale spare pods and
+        create the missing ones, bound to free nodes of the gang's domain; returns the spare pods created (the queue's
+        ledger then counts them)."""
+        create, delete, short = spares.plan_spares(jobs, pods, taken, nodes, self.settings.levels)
+        down = spares.down_nodes(nodes)
+        for pod in delete:  # one on a lost node goes at once: its kubelet will never confirm
+            meta = pod["metadata"]
+            if pod["spec"].get("nodeName") in down:
+                self.kube.force_delete_pod(meta["namespace"], meta["name"])
+            else:
+                self.kube.delete_pod(meta["namespace"], meta["name"], meta.get("uid"))
+        for line in short:
+            log.info("spares: %s", line)
+        made = []
+        if create:
+            for pod, ok in zip(create, self.kube.create_many(create)):
+                if ok:
+                    made.append(pod)
+                    log.info("%s/%s spare: created %s on %s", pod["metadata"]["namespace"], pod["metadata"]["labels"][contract.LABEL_JOB_NAME], pod["metadata"]["name"], pod["spec"]["nodeSelector"].get(HOSTNAME))
+        return made
 
     def _listed(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The jobs of the watched namespace and every railtrain pod (read first), less the namespaces being deleted

@@ -109,6 +109,12 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
         time.sleep(interval)
 
 
+START_TRIES = 3
+"""How many times :meth:`LocalCluster.start` tries when a component's port was taken before it listened."""
+PORT_TAKEN = "address already in use"
+"""The error a component logs when its port was taken (Go's ``net.Listen``)."""
+
+
 class LocalCluster:
     """One local control plane named ``name``, with its state in ``state_dir``.
 
@@ -185,7 +191,20 @@ class LocalCluster:
                 its processes are killed, its state folder is kept, and the
                 message carries the tail of each component's log.
             railtrain.cli.controlplane.binaries.BinariesError: no binaries.
+
+        A component that could not bind its port ("address already in use": the kernel gave kwokctl a free port,
+        and an outgoing connection of another process took it before the component listened) is not this
+        cluster's fault: the start is tried again with new ports, up to :data:`START_TRIES` times.
         """
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                return self._start_once(timeout, owner_pid)
+            except ClusterError as exc:
+                if attempt == START_TRIES or PORT_TAKEN not in str(exc):
+                    raise
+
+    def _start_once(self, timeout: float, owner_pid: int | None) -> "LocalCluster":
+        """One try of :meth:`start`."""
         bin_dir = self.bin_dir
         self.stop()
         self.state_dir.mkdir(parents=True)

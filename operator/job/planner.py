@@ -36,7 +36,7 @@ from railtrain.crds.times import format_time
 from railtrain.operator.job import attempts
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang, in_the_way, owned, rank_names
+from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang, in_the_way, owned, rank_names, rank_of
 from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
@@ -140,9 +140,13 @@ def gang_ever_created(status: TrainingJobStatus | dict[str, Any] | None) -> bool
 
 
 def missing_names(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
-    """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels."""
+    """Rank pod names absent from ``pods``: the controller reads these by name, since a pod in the way need not carry the job's labels.
+
+    A rank held by a pod of another name (a hot spare that took it, :mod:`railtrain.operator.job.spares`) is not
+    missing: its ``<job>-<rank>`` name is not read on every reconcile while the spare holds it."""
     have = {p["metadata"]["name"] for p in pods}
-    return [name for name in rank_names(obj) if name not in have]
+    held = {rank_of(p) for p in owned(obj, pods)}
+    return [name for rank, name in enumerate(rank_names(obj)) if name not in have and rank not in held]
 
 
 def finish(step: Step, phase: str) -> Plan:

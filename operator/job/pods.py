@@ -108,9 +108,13 @@ def owned(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any
     The Kubernetes controller convention: a controller acts only on objects it
     owns, and labels only narrow the list (a pod carrying the job's labels but
     not its ownerReference is someone else's, and is never adopted).
+
+    A hot spare still waiting (:data:`~railtrain.crds.contract.LABEL_SPARE`) is the job's but not part of its
+    gang, and is left out (:mod:`railtrain.operator.job.spares` keeps them); a spare that took a rank has lost
+    that label and is in.
     """
     uid = obj["metadata"].get("uid")
-    return [p for p in pods if uid and controller_uid(p) == uid]
+    return [p for p in pods if uid and controller_uid(p) == uid and contract.LABEL_SPARE not in (p["metadata"].get("labels") or {})]
 
 
 def rank_names(obj: dict[str, Any]) -> list[str]:
@@ -129,10 +133,16 @@ def in_the_way(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str
 
 
 def current_gang(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods of the job's current restart count (``status.restarts`` of ``job``, as observed or as read), not being deleted, ordered by rank."""
+    """Pods of the job's current restart count (``status.restarts`` of ``job``, as observed or as read), not being deleted, ordered by rank.
+
+    Where two pods carry one rank (a hot spare labelled with the rank it took, before the rank's old pod is deleted:
+    :func:`railtrain.operator.job.spares.takeover`), the newer one holds it."""
     restarts = observed(job).status.restarts
     live = [p for p in pods if restart_of(p) == restarts and not p["metadata"].get("deletionTimestamp")]
-    return sorted(live, key=rank_of)
+    by_rank: dict[int, dict[str, Any]] = {}
+    for p in sorted(live, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        by_rank[rank_of(p)] = p  # two pods of one rank: a hot spare just took it (the newer), the old one is being deleted
+    return sorted(by_rank.values(), key=rank_of)
 
 
 def admitted_nodes(spec: TrainingJobSpec, gang: list[dict[str, Any]]) -> int:

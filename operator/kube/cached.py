@@ -322,6 +322,10 @@ class CachedKube:
         """:meth:`Kube.release_pod`."""
         self.kube.release_pod(namespace, name, node, annotations)
 
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None], uid: str | None = None) -> bool:
+        """:meth:`Kube.label_pod`."""
+        return self.kube.label_pod(namespace, name, labels, uid)
+
     def force_delete_pod(self, namespace: str, name: str) -> None:
         """:meth:`Kube.force_delete_pod`."""
         self.kube.force_delete_pod(namespace, name)

@@ -272,6 +272,28 @@ class Kube:
             raise
         self._saw("pods", self._json(res), mine=True)
 
+    def label_pod(self, namespace: str, name: str, labels: dict[str, str | None], uid: str | None = None) -> bool:
+        """Set (a value) or remove (``None``) labels of a pod in one merge patch (a hot spare taking a rank).
+
+        Args:
+            uid: when given, patch only the pod with this uid (a test in the patch: a pod of the same name
+                created meanwhile is left alone).
+
+        Returns:
+            False when the pod is gone or is another object now (404/409/422).
+        """
+        body: dict[str, Any] = {"metadata": {"labels": dict(labels)}}
+        if uid:
+            body["metadata"]["uid"] = uid
+        self._fenced()
+        try:
+            res = call(self.core.patch_namespaced_pod, name, namespace, body, field_manager=FIELD_MANAGER,
+                       _content_type="application/merge-patch+json", _preload_content=False)  # fmt: skip
+        except (NotFound, Conflict, Invalid):
+            return False
+        self._saw("pods", self._json(res), mine=True)
+        return True
+
     def force_delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod with grace period 0: the API server removes the object at once, without waiting for
         its kubelet (used only for pods on a lost node, whose kubelet will never confirm); gone is fine."""

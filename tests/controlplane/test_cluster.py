@@ -134,3 +134,33 @@ def test_not_ready_label_makes_the_node_not_ready_until_it_is_removed(kube, gpu_
     kube.core.patch_node(sick, {"metadata": {"labels": {LABEL_KWOK_NOT_READY: None}}})
     up = wait_until(lambda: (c := ready_of(kube, sick)).status == "True" and c, 30, f"{sick} Ready again")
     assert up.reason == "KubeletReady"
+
+
+def test_a_start_whose_port_was_taken_before_its_component_listened_is_tried_again(monkeypatch):
+    """A fresh-clone run lost a worker's control plane: kube-scheduler could not bind the free port kwokctl had
+    picked (an outgoing connection took it first). That start is tried again with new ports; any other failure is not."""
+    from railtrain.cli.controlplane import ClusterError, LocalCluster
+    from railtrain.cli.controlplane import cluster as cluster_module
+
+    tries: list[str] = []
+
+    def once(self, timeout, owner_pid):
+        tries.append(self.name)
+        if len(tries) == 1:
+            raise ClusterError('kube-scheduler exited during startup\n"command failed" err="failed to create listener: listen tcp 127.0.0.1:35977: bind: address already in use"')
+        return self
+
+    monkeypatch.setattr(LocalCluster, "_start_once", once)
+    c = LocalCluster("port-race")
+    assert c.start() is c and len(tries) == 2
+
+    def broken(self, timeout, owner_pid):
+        tries.append("broken")
+        raise ClusterError("kube-apiserver exited during startup: bad flag")
+
+    monkeypatch.setattr(LocalCluster, "_start_once", broken)
+    tries.clear()
+    with pytest.raises(ClusterError, match="bad flag"):
+        c.start()
+    assert tries == ["broken"]  # not a port race: no second try
+    assert cluster_module.START_TRIES >= 2

@@ -70,6 +70,10 @@ def test_defaults_and_world_size():
         ({"nodes": 3, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance.replicaGroups must divide spec.nodes: each replica group is a gang of nodes / replicaGroups whole nodes: replicaGroups 2, nodes 3"),
         ({"nodes": 2, "parallelism": {"data": 1, "fsdp": 8}, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance.replicaGroups must divide spec.parallelism.data: replica groups split the data-parallel (replicated) dimension only"),
         ({"nodes": 2, "elastic": {"minNodes": 1}, "faultTolerance": {"replicaGroups": 2}}, "spec.faultTolerance and spec.elastic cannot be combined"),
+        ({"spares": 1}, "spec.spares needs spec.runPolicy.restartInPlace: true"),
+        ({"spares": -1}, "spec.spares: must be at least 0, not -1"),
+        ({"spares": 1, "command": ["torchrun"], "runPolicy": {"restartInPlace": True}, "nodes": 2, "faultTolerance": {"replicaGroups": 2}},
+         "spec.spares and spec.faultTolerance cannot be combined"),
     ],
 )
 def test_invalid_specs_name_the_field(spec, expected):

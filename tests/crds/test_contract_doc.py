@@ -8,7 +8,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from railtrain.crds import contract, fabric, threads
+from railtrain.crds import contract, fabric, supervisor, threads
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
 PREFIXES = ("ENV_", "LABEL_", "ANNOTATION_", "REASON_", "VERDICT_")
@@ -20,6 +20,7 @@ def contract_names() -> dict[str, str]:
     names |= {"SCHEDULING_GATE": contract.SCHEDULING_GATE, "MANAGED_BY": contract.MANAGED_BY}
     names |= {f"health:{f.name}": contract.health_variable(f.name) for f in fields(contract.HealthSettings)}
     names |= {"fabric.ANNOTATION_PROFILE": fabric.ANNOTATION_PROFILE, "fabric.NODE_HCAS": fabric.NODE_HCAS, "threads.ENV_OMP_WAIT_POLICY": threads.ENV_OMP_WAIT_POLICY}
+    names |= {f"supervisor.{n}": getattr(supervisor, n) for n in dir(supervisor) if n.startswith("ENV_") and getattr(supervisor, n).startswith("RAILTRAIN_")}
     return names
 
 

@@ -15,6 +15,15 @@ def test_the_api_server_refuses_the_restart_count_by_environment_variable(kube):
     assert dry_run(kube, manifest(env=[{"name": "PET_MAX_RESTARTS", "value": "0"}])) is None
 
 
+def test_the_api_server_refuses_spares_without_restart_in_place_or_with_replica_groups(kube):
+    refused = dry_run(kube, manifest(spares=1))
+    assert refused is not None and launcher.SPARES_MESSAGE in refused, refused
+    groups = manifest(spares=1, command=["torchrun"], runPolicy={"restartInPlace": True}, faultTolerance={"replicaGroups": 2})
+    refused = dry_run(kube, groups)
+    assert refused is not None and launcher.SPARES_GROUPS_MESSAGE in refused, refused
+    assert dry_run(kube, manifest(spares=1, command=["torchrun"], runPolicy={"restartInPlace": True})) is None
+
+
 def test_the_operator_fails_a_job_that_gives_torchrun_restarts_with_the_reason(kube, namespace, operator):
     body = manifest(command=["torchrun", "--max-restarts=2", "-m", "railtrain.trainer"])
     body["metadata"] = {"name": "torchrun-restarts", "namespace": namespace}

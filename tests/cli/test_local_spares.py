@@ -1,0 +1,110 @@
+"""``railtrain run --local --spares N`` (``spec.spares``): hot spare nodes wait beside the gang; when a node's
+processes are all SIGKILLed (``--fault-lose-node``, its machine lost) a spare takes exactly that node's rank and the
+other nodes restart their processes in place under the same supervisors: no gang restart. Node rank 0 lost (it hosts
+the coordinator) still restarts the gang. The scripts are small Python programs (no torch) except the trainer test,
+which checks the step the spare resumed from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from railtrain.crds import contract
+from railtrain.crds.supervisor import ENV_ATTEMPT, ENV_SPARE_WARMUP
+from tests.cli import manifests
+
+CLI = [sys.executable, "-m", "railtrain.cli.main"]
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = f"""
+import os, time
+rank, attempt, node = os.environ[{contract.ENV_NODE_RANK!r}], os.environ[{ENV_ATTEMPT!r}], os.environ[{contract.ENV_NODE_NAME!r}]
+for step in range(1, 31):
+    print(f"step={{step}} loss=1.0 rank={{rank}} attempt={{attempt}} node={{node}} pid={{os.getppid()}}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def run(tmp_path: Path, *flags: str, nodes: int = 3, **spec) -> subprocess.CompletedProcess:
+    doc = manifests.job(command=["python", "-c", SCRIPT], nodes=nodes, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
+                        runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0}, **spec)  # fmt: skip
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    return subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", *flags], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+def logs(proc: subprocess.CompletedProcess) -> Path:
+    return Path(re.search(r"^logs: (\S+)", proc.stderr, re.M).group(1))
+
+
+def test_a_lost_node_s_rank_goes_to_the_spare_and_the_others_restart_in_place(tmp_path):
+    proc = run(tmp_path, "--spares", "1", "--fault-lose-node", "node=1,step=8")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "a hot spare takes node rank 1's place, the others restarting in place (job restarts 0/3, infrastructure restarts 1/10) [path spare" in out
+    folder = logs(proc)
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(4)]  # no second gang
+    spare = (folder / "restart-0-node-3.log").read_text()
+    assert "railtrain spare spare-0: takes node rank 1 at attempt 1" in spare
+    assert re.search(r"^step=30 loss=1.0 rank=1 attempt=1 node=local-3 ", spare, re.M)  # rank 1 finished on the spare's node
+    lost = (folder / "restart-0-node-1.log").read_text()
+    assert "attempt=1" not in lost  # the lost node ran nothing after its loss
+    for survivor in (0, 2):
+        text = (folder / f"restart-0-node-{survivor}.log").read_text()
+        pids = set(re.findall(r"pid=(\d+)", text))
+        assert len(pids) == 1 and re.search(rf"^step=30 loss=1.0 rank={survivor} attempt=1 ", text, re.M)  # same supervisor, in place
+    assert "restart_in_place_spare" in proc.stderr and "restart of the whole gang" not in proc.stderr
+    assert "starting 3 ranks on 3 local nodes and 1 hot spare (waiting outside the world" in proc.stderr
+
+
+def test_node_rank_0_lost_restarts_the_gang_even_with_a_spare(tmp_path):
+    proc = run(tmp_path, "--spares", "1", "--fault-lose-node", "node=0,step=5", nodes=2)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "after 1 restart of the whole gang" in proc.stderr
+    assert (logs(proc) / "restart-1-node-0.log").is_file()
+
+
+def test_spares_and_the_lose_node_flag_refuse_what_cannot_work(tmp_path):
+    doc = manifests.job(command=["python", "-c", "pass"])
+    path = manifests.write(tmp_path / "plain.yaml", doc)
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--spares", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--spares 1: spec.spares needs spec.runPolicy.restartInPlace: true" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run(tmp_path, "--spares", "1", "--fault-lose-node", "node=3,step=2")
+    assert proc.returncode == 2 and "--fault-lose-node: node 3 does not exist (spec.nodes is 3)" in proc.stderr, proc.stderr
+    assert "starting" not in proc.stderr  # refused before anything starts
+    doc = manifests.job(command=["python", "-c", "pass"], args=["--steps", "40"], runPolicy={"restartInPlace": True})
+    path = manifests.write(tmp_path / "steps.yaml", doc)
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--spares", "1", "--fault-lose-node", "node=1,step=99"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "--fault-lose-node: step 99 comes after the job's last step (40, --steps in spec.args)" in proc.stderr, proc.stderr
+
+
+def test_the_spare_takes_a_lost_trainer_node_s_rank_and_resumes_from_the_checkpoint(tmp_path):
+    """The tiny trainer, 2 nodes and 1 spare: node 1's machine is lost at step 6, after the step-4 checkpoint; the
+    spare takes rank 1 (its node-local tiers are empty), both resume from the step-4 checkpoint and finish."""
+    doc = yaml.safe_load((REPO / "examples/tiny/trainingjob.yaml").read_text())
+    args = doc["spec"]["args"]
+    args[args.index("--steps") + 1], args[args.index("--log-every") + 1] = "8", "1"
+    args += ["--seq-len", "32", "--no-checkpoint-async"]  # the step-4 checkpoint is complete before step 5 starts
+    doc["spec"]["checkpoint"]["interval"] = 4
+    doc["spec"]["runPolicy"] = {"restartInPlace": True}
+    doc["spec"]["spares"] = 1
+    path = manifests.write(tmp_path / "tiny.yaml", doc)
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", "--fault-lose-node", "node=1,step=6"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "[path spare, verdict retryable]" in out, out[-4000:]
+    folder = logs(proc)
+    spare = (folder / "restart-0-node-2.log").read_text()
+    assert "takes node rank 1 at attempt 1" in spare
+    node0 = (folder / "restart-0-node-0.log").read_text()
+    attempt1 = node0[node0.index("[path spare"):]
+    resumed = int(re.search(r"^resumed from step (\d+)", attempt1, re.M).group(1))
+    assert resumed >= 4 and re.search(r"^step=8 loss=", attempt1, re.M)
+    assert not (folder / "restart-1-node-0.log").exists()  # no gang restart

@@ -1,0 +1,141 @@
+"""Hot spares in the gang's coordinator (crds/coordinator.py) and the one rule's spare path (crds/inplace.py:
+decide_spare): a rank whose supervisor falls silent is lost, a ready spare takes exactly its place and the attempt
+goes on in place; two ranks lost with one spare, node rank 0 lost, or no spare alive restart the gang with nothing
+half taken over; a supervisor thought lost that comes back is told its rank is gone; the budget bounds takeovers."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from railtrain.crds import inplace, recovery
+from railtrain.crds.api import RunPolicy
+from railtrain.crds.coordinator import LOST_SECONDS, Coordinator, serve
+
+POLICY = RunPolicy(restart_in_place=True, max_infrastructure_restarts=3)
+
+
+def gang(n=3, spares=("spare-0",), t=0.0, **kw):
+    """A coordinator whose n ranks and spares have all been heard at time t."""
+    c = Coordinator(n, POLICY, recovery.Counters(**kw), inplace.Ledger(restarts=2))
+    for r in range(n):
+        c.state(r, node=f"n{r}", now=t)
+    for s in spares:
+        c.state(spare=s, node=f"s-{s}", now=t)
+    return c
+
+
+def beat(c, ranks, spares=(), t=0.0):
+    for r in ranks:
+        c.state(r, now=t)
+    for s in spares:
+        c.state(spare=s, now=t)
+
+
+def stopped(c, ranks, attempt=0):
+    """The survivors' supervisors stopped their workers for the lost peer and reported so."""
+    for r in ranks:
+        assert c.report({"attempt": attempt, "rank": r, "code": 1, "stopped": True, "message": None, "finished": 1.0, "node": f"n{r}"})
+
+
+def test_a_silent_rank_is_lost_and_a_ready_spare_takes_exactly_its_place():
+    c = gang()
+    beat(c, [0, 2], ["spare-0"], t=3.0)
+    assert c.step(now=3.0) is None  # rank 1 silent 3 s: not lost yet
+    beat(c, [0, 2], ["spare-0"], t=LOST_SECONDS + 1)
+    assert c.step(now=LOST_SECONDS + 1) is None and c.state(0, now=LOST_SECONDS + 1)["failed"]  # lost: the others stop their workers now
+    stopped(c, [0, 2])
+    d = c.step(now=LOST_SECONDS + 1)  # decided once the survivors reported, without waiting for the lost rank
+    assert (d["path"], d["missing"], d["takeovers"], d["next"]) == (inplace.PATH_SPARE, [1], {"1": "spare-0"}, 1)
+    assert "a hot spare takes node rank 1's place, the others restarting in place (job restarts 0/3, infrastructure restarts 1/3)" in d["message"]
+    assert c.state(spare="spare-0", now=7.0)["assigned"] == 1
+    state = c.state(1, who="spare-0", now=7.0)  # the spare asks as rank 1 from now on
+    assert (state["attempt"], state["failed"], state["holders"]) == (1, False, {"1": "spare-0"})
+    ledger = inplace.Ledger.from_json(state["ledger"])
+    assert (ledger.attempt, ledger.infrastructure, ledger.spares, ledger.causes, ledger.streak) == (1, 1, 1, {inplace.SPARE_CAUSE: 1}, 0)
+    assert c.state(1, now=7.5).get("replaced")  # rank 1's old supervisor, back from a partition: out, not a second rank 1
+    assert not c.final
+
+
+def test_two_ranks_lost_with_one_spare_restart_the_gang_and_nothing_is_half_taken():
+    c = gang(4)
+    beat(c, [0, 3], ["spare-0"], t=LOST_SECONDS + 1)
+    stopped(c, [0, 3])
+    d = c.step(now=LOST_SECONDS + 1)
+    assert (d["path"], d["missing"]) == (inplace.PATH_GANG, [1, 2]) and c.final
+    assert "1 spare(s) ready for 2 lost node rank(s)" in d["message"] and c.holders == {}
+    assert c.state(spare="spare-0", now=7.0)["assigned"] is None  # the spare leaves with the gang, holding nothing
+
+
+def test_a_spare_killed_while_it_waits_is_not_ready_and_rank_0_lost_cannot_be_replaced():
+    c = gang()  # spare-0 heard at 0, never again (killed while it waits)
+    beat(c, [0, 2], t=LOST_SECONDS + 1)
+    stopped(c, [0, 2])
+    d = c.step(now=LOST_SECONDS + 1)
+    assert d["path"] == inplace.PATH_GANG and "0 spare(s) ready for 1 lost node rank(s)" in d["message"]
+    c = gang()
+    beat(c, [1, 2], ["spare-0"], t=LOST_SECONDS + 1)
+    stopped(c, [1, 2])
+    d = c.step(now=LOST_SECONDS + 1)
+    assert d["path"] == inplace.PATH_GANG and "node rank 0 hosts the coordinator" in d["message"]
+
+
+def test_takeovers_spend_the_infrastructure_budget_and_a_spent_budget_fails():
+    c = gang(infrastructure_restarts=3)
+    beat(c, [0, 2], ["spare-0"], t=LOST_SECONDS + 1)
+    stopped(c, [0, 2])
+    d = c.step(now=LOST_SECONDS + 1)
+    assert (d["path"], d["reason"]) == (inplace.PATH_NONE, recovery.REASON_INFRA_LIMIT) and c.final and c.holders == {}
+
+
+def test_a_rank_that_reported_is_not_lost_and_a_silent_rank_without_spares_still_ends_the_gang():
+    c = gang(spares=())
+    c.report({"attempt": 0, "rank": 2, "code": 3, "message": None, "finished": 1.0, "node": "n2"})
+    beat(c, [0], t=LOST_SECONDS + 1)  # rank 2 reported, then stayed silent: not lost; rank 1 silent: lost
+    assert c.lost(LOST_SECONDS + 1) == {1: "n1"}
+    d = c.step(now=LOST_SECONDS + 1)
+    assert d is None  # rank 0 has neither reported nor been lost: wait (its supervisor is stopping its workers)
+    stopped(c, [0])
+    d = c.step(now=LOST_SECONDS + 1)
+    assert d["path"] == inplace.PATH_GANG and d["missing"] == [1] and c.final
+
+
+@pytest.mark.parametrize("values", [{"node": 1}, {"node": 1, "step": 0}, {"nodes": 1, "step": 2}])
+def test_lose_node_flag_refuses_what_cannot_fire(values):
+    from railtrain.crds.contract_errors import ContractError
+    from railtrain.crds.faults import parse_lose_node
+
+    with pytest.raises(ContractError, match="--fault-lose-node"):
+        parse_lose_node(",".join(f"{k}={v}" for k, v in values.items()))
+
+
+def test_over_http_a_spare_registers_and_is_given_its_rank():
+    c = gang(2, spares=(), t=__import__("time").monotonic())
+    c.lost_seconds = 0.5
+    server = serve(c, 0, host="127.0.0.1")
+    port = server.server_address[1]
+
+    def get(query):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/state?{query}", timeout=5) as r:
+            return json.loads(r.read())
+
+    try:
+        assert get("spare=spare-0&node=s0")["assigned"] is None
+        import time
+
+        deadline = time.monotonic() + 10
+        d = None
+        while d is None and time.monotonic() < deadline:  # rank 1 never asks again: lost after 0.5 s
+            get("rank=0")
+            get("spare=spare-0&node=s0")
+            if get("rank=0")["failed"] and 0 not in c.reports:
+                stopped(c, [0])
+            d = c.step()
+            time.sleep(0.05)
+        assert d is not None and d["takeovers"] == {"1": "spare-0"}
+        assert get("spare=spare-0&node=s0")["assigned"] == 1
+        assert get("rank=1&who=spare-0")["attempt"] == 1 and get("rank=1").get("replaced")
+    finally:
+        server.shutdown()

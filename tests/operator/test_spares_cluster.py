@@ -1,0 +1,96 @@
+"""Hot spares on a real control plane (KWOK nodes): the operator keeps a job's spare pod bound on a free node of the
+gang's rack once the gang runs, the ledger counts it (another job cannot take its node), and when node rank 0's
+coordinator says a spare took a lost rank, the pods are made to say so: the spare carries the rank, the lost rank's
+pod is deleted, no other pod is touched, the job counts one infrastructure restart and no gang restart, and a new
+spare is bound; a waiting spare whose node goes NotReady is replaced. KWOK pods run no process: the test serves what node rank 0's supervisor would, to the operator's
+own progress reader run in-process against the API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from railtrain.cli.controlplane.cluster import LABEL_KWOK_NOT_READY
+from railtrain.crds import contract, inplace
+from railtrain.operator import progress
+from railtrain.operator.kube.verbs import Kube
+from tests.polling import wait_for
+
+from .clusterkit import G, P, V, condition, events_with, job_body, job_obj, job_status, pods_of
+
+pytestmark = pytest.mark.cluster
+
+POLICY = {"restartInPlace": True, "restartBackoffSeconds": 0}
+
+
+def split(pods):
+    """(rank pods by rank, spare pods) of Running, bound pods not being deleted."""
+    ok = [p for p in pods if p.status.phase == "Running" and p.spec.node_name and not p.metadata.deletion_timestamp]
+    ranks = {int(p.metadata.labels[contract.LABEL_NODE_RANK]): p for p in ok if contract.LABEL_NODE_RANK in p.metadata.labels}
+    return ranks, [p for p in ok if contract.LABEL_SPARE in p.metadata.labels]
+
+
+def test_a_spare_waits_in_the_gangs_rack_takes_a_lost_rank_without_a_gang_restart_and_is_refilled(api, namespace, gpu_nodes, operator, kube):
+    core, custom = api
+    names = gpu_nodes(4)  # one rack of four
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("sp", spares=1, runPolicy=POLICY))
+
+    def settled():
+        ranks, spare = split(pods_of(core, namespace, "sp"))
+        return (ranks, spare) if len(ranks) == 2 and len(spare) == 1 else None
+
+    ranks, [spare] = wait_for(settled, 90, "the gang Running and its spare bound")
+    rank_nodes = {p.spec.node_name for p in ranks.values()}
+    assert spare.spec.node_name in set(names) - rank_nodes and spare.metadata.name == "sp-spare-0-0"
+    env = {e.name: e.value for e in next(c for c in spare.spec.containers if c.name == "trainer").env}
+    assert env["RAILTRAIN_SPARE"] == "sp-spare-0-0" and spare.spec.containers[0].command[:3] == ["python", "-m", "railtrain.crds.supervisor"]
+
+    # the ledger counts the spare's GPUs as the job's: of four nodes, one is left, and a 2-node job waits
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("other", nodes=2))
+    wait_for(lambda: (c := condition(job_status(custom, namespace, "other"), "Scheduled")) and c["status"] == "False", 60, "other waits")
+
+    # node rank 0's coordinator gave rank 1 to the spare (its supervisor fell silent): the reader reads it with the ledger
+    ledger = inplace.Ledger(restarts=0, attempt=1, infrastructure=1, causes={inplace.SPARE_CAUSE: 1}, spares=1)
+    body = json.dumps({"ledger": ledger.to_json(), "holders": {"1": "sp-spare-0-0"}, "attempt": 1})
+    edge, locks = Kube(kube.api_client), {}
+
+    def read() -> bool:  # a status write can lose a race with the operator's own (409): the next read counts it
+        reader = progress.Reader(fetch=lambda url: body if url.endswith("/ledger") else "")
+        done = reader.poll(edge, [job_obj(custom, namespace, "sp")], datetime.now(timezone.utc), lambda ns, n: locks.setdefault((ns, n), threading.Lock()))
+        return any(f.result(timeout=30) for f in done) or job_status(custom, namespace, "sp").get("inPlaceRestarts") == 1
+
+    wait_for(read, 60, "the takeover read and counted")
+
+    def taken():
+        now, spares = split(pods_of(core, namespace, "sp"))
+        rank1 = now.get(1)
+        return now if rank1 is not None and rank1.metadata.name == "sp-spare-0-0" and 0 in now and len(spares) == 1 else None
+
+    now = wait_for(taken, 60, "rank 1 held by the spare pod, and a new spare")
+    assert now[0].metadata.uid == ranks[0].metadata.uid  # rank 0 untouched
+    assert now[1].metadata.uid == spare.metadata.uid and contract.LABEL_SPARE not in now[1].metadata.labels  # the same pod, now rank 1
+    assert all(p.metadata.name != "sp-1" for p in pods_of(core, namespace, "sp"))  # the lost rank's pod is gone
+    [refill] = split(pods_of(core, namespace, "sp"))[1]
+    assert refill.metadata.name == "sp-spare-0-1" and refill.spec.node_name not in {now[0].spec.node_name, now[1].spec.node_name}
+    st = job_status(custom, namespace, "sp")
+    assert (st["phase"], st.get("restarts", 0), st["infrastructureRestarts"], st["inPlaceRestarts"]) == ("Running", 0, 1, 1)
+    seen = events_with(core, namespace, "sp", "SpareTakeover", "InPlaceRestart")
+    assert "hot spare sp-spare-0-0 on " in seen["SpareTakeover"][0].message and "took node rank 1 (sp-1 on " in seen["SpareTakeover"][0].message
+    assert "(spare 1)" in seen["InPlaceRestart"][0].message and "infrastructure restarts 1/" in seen["InPlaceRestart"][0].message
+    assert condition(job_status(custom, namespace, "other"), "Scheduled")["status"] == "False"  # still no room: the new spare holds its node
+    # the node of a waiting spare lost (NotReady): that spare is deleted at once and another bound on the free node left
+    core.patch_node(refill.spec.node_name, {"metadata": {"labels": {LABEL_KWOK_NOT_READY: "true"}}})
+
+    def moved():
+        spares = split(pods_of(core, namespace, "sp"))[1]
+        gone = all(p.metadata.name != refill.metadata.name for p in pods_of(core, namespace, "sp"))
+        return spares if gone and len(spares) == 1 else None
+
+    [third] = wait_for(moved, 60, "the lost node's spare replaced")
+    used = {now[0].spec.node_name, now[1].spec.node_name, refill.spec.node_name}
+    assert third.metadata.name == "sp-spare-0-2" and third.spec.node_name in set(names) - used
+    owner = refill.metadata.owner_references[0]  # the job's deletion takes its spares (ownerReferences, the garbage collector)
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == ("TrainingJob", "sp", job_obj(custom, namespace, "sp")["metadata"]["uid"], True)
