@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from railtrain.cli.errors import CliError
+from railtrain.cli.local_goodput import SPARE_TOOK_RANK_0
 from railtrain.crds import contract, fabric, launcher, supervisor, threads
 from railtrain.crds.api import TrainingJob
 from railtrain.operator.job import render
@@ -69,6 +70,10 @@ NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|sign
 """Lines of ranks other than 0 that are shown without --verbose."""
 SHUTDOWN_NOISE = re.compile(r"DistNetworkError: .*(Failed to recv, got 0 bytes|Connection reset by peer|Broken pipe)")
 """The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended."""
+HOLD_SECONDS = 40.0
+"""A held gang (hot spares) whose node rank 0 failed: how long the others may run on before they are stopped, when
+no spare took node rank 0 (the coordinator's successor decides within about 2 x its lost-rank silence, 5 s, plus
+the time the others take to stop their workers)."""
 LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
 """The last line of torchrun's own traceback when its worker failed (its report of the worker follows)."""
 LAUNCHER_LOG = re.compile(r"^\[?[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+( +\d+)? \S+:\d+\] ")
@@ -395,9 +400,9 @@ class LocalGang:
         log_dir: folder of the nodes' log files (``None``: no files).
         settle: seconds the other nodes get to end on their own after the first failure (:data:`SETTLE_SECONDS`).
         label: put before ``rank N`` in the screen's prefix (e.g. ``"group 1 "`` for a replica group's gang).
-        hold: a supervised gang with hot spares (``spec.spares``): a node other than node rank 0 that ends (lost, or
-            replaced by a spare) does not end the gang; node rank 0's supervisor, which hosts the coordinator and
-            leaves last, says how the gang ended.
+        hold: a supervised gang with hot spares (``spec.spares``): a node that ends (lost, or replaced by a spare)
+            does not end the gang while the others run on; the node that runs node rank 0 (local node 0, or the
+            spare that says it took node rank 0) says how the gang ended.
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
@@ -405,6 +410,8 @@ class LocalGang:
                  on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS,
                  label: str = "", hold: bool = False):
         self.hold = hold
+        self.rank0 = 0
+        """The local node that runs node rank 0 (a spare's once it took that rank)."""
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
@@ -520,13 +527,28 @@ class LocalGang:
             time.sleep(0.1)
 
     def _wait_for_rank_0(self) -> tuple[int, int] | None:
-        """:meth:`_wait` of a held gang: node rank 0's end is the gang's; after a success the others get :attr:`settle` s to end."""
-        while (code := self._procs[0].poll()) is None:
+        """:meth:`_wait` of a held gang: the end of the node that runs node rank 0 is the gang's; after a success the
+        others get :attr:`settle` s to end. When that node fails while others run, the gang's coordinator may have
+        moved to another supervisor and a spare may take node rank 0: the wait goes on (for the spare, or for the
+        others to end on the coordinator's final decision), at most :data:`HOLD_SECONDS`."""
+        failed_at = None
+        while True:
+            watched = self.rank0
+            code = self._procs[watched].poll()
             self._poll()
+            if code is None:
+                failed_at = None
+            elif code == 0:
+                break
+            else:
+                failed_at = failed_at or time.monotonic()
+                others = [p for i, p in self._procs.items() if i != watched and p.poll() is None]
+                if self.rank0 == watched and (not others or time.monotonic() - failed_at > HOLD_SECONDS):
+                    if others:
+                        self._stop_all(mute=set(self._procs))
+                    return (watched, code)
             time.sleep(0.1)
         self._poll()
-        if code != 0:
-            return (0, code)
         self._settle()
         if any(p.poll() is None for p in self._procs.values()):
             self._stop_all(mute=set(self._procs))
@@ -593,6 +615,8 @@ class LocalGang:
         try:
             for raw in stream:
                 line = raw.rstrip("\r\n")
+                if self.hold and line.startswith("railtrain spare") and SPARE_TOOK_RANK_0.match(line):
+                    self.rank0 = rank
                 if log is not None:
                     log.write(line + "\n")
                     log.flush()

@@ -22,8 +22,11 @@ STEP = re.compile(r"\bstep=(\d+) loss=")
 RESUMED = re.compile(r"\bresumed from step (\d+)")
 BLOCKED = re.compile(r"\bcheckpoint step=\d+ .*\bblocked_s=([0-9.]+)")
 IN_PLACE = re.compile(r"railtrain supervisor: attempt \d+: .*\[path (in-place|spare), verdict ([a-z-]+)\]")
-"""Node rank 0's supervisor's line for an in-place restart or a hot spare's takeover (crds/supervisor.py): the
-attempt ends, the next one starts; the cause is the verdict, or ``spare`` for a takeover."""
+"""The coordinator's supervisor's line for an in-place restart or a hot spare's takeover (crds/supervisor.py; node
+rank 0's, or its successor's once it was lost): the attempt ends, the next one starts; the cause is the verdict, or
+``spare`` for a takeover."""
+SPARE_TOOK_RANK_0 = re.compile(r"railtrain spare \S+: takes node rank 0 ")
+"""A spare's line when the coordinator gave it node rank 0: its lines are node rank 0's from then on."""
 
 ACTION_REASON = {"restart-job": "Restarting", "restart-infrastructure": "NodeQuarantined", "suspend": "Suspended"}
 """A local restart decision (cli/local_recovery.py) → the condition reason the operator writes for the same restart."""
@@ -44,6 +47,8 @@ class GoodputRecorder:
     clock: Callable[[], datetime] = _utcnow
     created: datetime = field(init=False)
     attempts: list[Attempt] = field(default_factory=list, init=False)
+    rank0: int = field(default=0, init=False)
+    """The local node whose lines are node rank 0's."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -53,6 +58,7 @@ class GoodputRecorder:
         """A gang's processes are being started now."""
         with self._lock:
             self.attempts.append(Attempt(released=self.clock()))
+            self.rank0 = 0
 
     def gang_ended(self, action: str) -> None:
         """The current gang was stopped; ``action`` is the restart decision (:data:`ACTION_REASON`)."""
@@ -61,14 +67,20 @@ class GoodputRecorder:
                 self.attempts[-1] = replace(self.attempts[-1], ended=self.clock(), end_reason=ACTION_REASON.get(action, "Restarting"))
 
     def line(self, rank: int, text: str) -> None:
-        """One line node ``rank`` printed; only rank 0's step, resume and checkpoint lines count."""
-        if rank != 0 or not self.attempts:
+        """One line local node ``rank`` printed; only node rank 0's step, resume and checkpoint lines count (local
+        node 0's, or a spare's once it took node rank 0), and the coordinator's in-place and spare lines (any node's)."""
+        if not self.attempts:
             return
-        if m := IN_PLACE.search(text):
+        if "railtrain spare" in text and SPARE_TOOK_RANK_0.search(text):
+            self.rank0 = rank
+            return
+        if "railtrain supervisor" in text and (m := IN_PLACE.search(text)):
             with self._lock:
                 a, now = self.attempts[-1], self.clock()
                 self.attempts[-1] = replace(a, ended=now, end_reason="Restarting", in_place=m.group(2) if m.group(1) == "in-place" else "spare")
                 self.attempts.append(Attempt(released=now))
+            return
+        if rank != self.rank0:
             return
         step, resumed, blocked = STEP.search(text), RESUMED.search(text), BLOCKED.search(text)
         if not (step or resumed or blocked):

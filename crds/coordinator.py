@@ -1,4 +1,4 @@
-"""The gang's in-place restart coordinator: one small HTTP store on node rank 0's supervisor that every rank's supervisor reaches.
+"""The gang's in-place restart coordinator: one small HTTP store on one supervisor (node rank 0's at first) that every rank's supervisor reaches.
 
 Why a store of its own, not torchrun's: torchrun's c10d/static store lives in
 node rank 0's *agent*, which is one of the processes an in-place restart ends;
@@ -8,17 +8,29 @@ attempt after a partial restart (#135712). This store lives in the supervisor,
 which outlives every attempt of its gang, and it alone numbers the attempts:
 a supervisor asks it which attempt to start and never counts by itself, and a
 report that names any other attempt than the current one is dropped, so
-nothing from attempt N is read in attempt N+1. If node rank 0's pod is lost
-the store goes with it, and so does every in-place restart: the other
-supervisors find the store gone and exit, and the operator restarts the gang.
+nothing from attempt N is read in attempt N+1.
+
+**Losing the coordinator's pod.** The store starts on node rank 0's supervisor, but losing that pod does not lose
+it: every supervisor serves its own copy of the last state it read (``GET /ledger``; the state comes with every
+heartbeat, so the copy is at most a poll old), and the state names the **succession**, the live ranks'
+supervisors in rank order. When the coordinator stays silent for :data:`LOST_SECONDS`, every supervisor and spare
+turns to the first of them; that supervisor, finding itself named, starts a coordinator from its copy
+(:meth:`Coordinator.successor`): the attempt, the ledger and the job-wide counters, the decisions, the holders.
+The old host's rank is then lost like any other (its rank can go to a hot spare), ranks that had reported send
+their reports again, and spares register again (the new coordinator waits up to :data:`LOST_SECONDS` for them
+before it restarts the gang for want of one). If the successor is silent too, the next one is tried. A network
+partition that leaves the old and the new coordinator each heard by some ranks is not handled: both would decide.
 
 The protocol (JSON over HTTP, :mod:`http.server` in a thread):
 
-* ``GET /state?rank=R&node=N``: ``{"attempt", "failed", "decisions": {attempt: decision}, "ledger", "final",
-  "holders": {rank: spare}}``; a rank's supervisor asks every :data:`railtrain.crds.supervisor.POLL_SECONDS`,
-  which is its heartbeat;
-* ``GET /state?spare=S&node=N``: the same plus ``"assigned"``: a hot spare's heartbeat, and the node rank it is
-  to take (null while it waits);
+* ``GET /state?rank=R&node=N&addr=H:P``: ``{"attempt", "failed", "decisions": {attempt: decision}, "ledger",
+  "final", "holders": {rank: spare}, "host", "succession", "addrs", "counters", "master", "spares", "nodes"}``; a
+  rank's supervisor asks every :data:`railtrain.crds.supervisor.POLL_SECONDS`, which is its heartbeat (``addr``:
+  where its own server answers, for the succession);
+* ``GET /state?spare=S&node=N&addr=H:P``: the same plus ``"assigned"``: a hot spare's heartbeat, and the node rank
+  it is to take (null while it waits);
+* ``GET /ledger``: the state without a heartbeat (the operator reads it); a supervisor that does not host the
+  coordinator answers its copy, marked ``"copy": true``, and answers ``/state`` and ``/report`` with 503;
 * ``POST /report``: ``{"attempt", "rank", "code", "message", "finished", "stopped", "node"}``: how one rank's
   workers of that attempt ended (``stopped``: by its supervisor, because a peer failed).
 
@@ -26,8 +38,10 @@ The protocol (JSON over HTTP, :mod:`http.server` in a thread):
 lost (its pod or node is gone): the attempt fails, so the others stop their workers at once rather than wait
 for a collective's timeout, and the attempt is decided without waiting for the lost rank's report. When every
 rank not heard from is lost, :func:`railtrain.crds.inplace.decide_spare` decides: with as many spares alive
-(heard within :data:`LOST_SECONDS`) as ranks lost, and node rank 0 not among them, each lost rank is given to a
-spare (``holders``) and attempt N+1 opens in place; the spare's supervisor starts the command as that rank.
+(heard within :data:`LOST_SECONDS`) as ranks lost, each lost rank is given to a spare (``holders``) and attempt N+1
+opens in place; the spare's supervisor starts the command as that rank. When the spare takes node rank 0, whose
+torchrun agent hosts torch's static rendezvous store, the state's ``master`` names the spare's host, and every
+supervisor starts the next attempts with it as ``PET_MASTER_ADDR``.
 
 Once a rank of the current attempt failed, the others stop their workers and
 report; when every rank reported (or :data:`SETTLE_SECONDS` passed), the
@@ -107,8 +121,18 @@ class Coordinator:
     """Waiting spare → ``{"node", "seen"}``."""
     holders: dict[int, str] = field(default_factory=dict)
     """Node rank → the spare that took it over."""
+    host: int = 0
+    """The node rank whose supervisor runs this coordinator."""
+    addrs: dict[int, str] = field(default_factory=dict)
+    """Node rank → ``host:port`` of its supervisor's own server (as it says), for the succession."""
+    master: str = ""
+    """The host of torch's rendezvous store (node rank 0's torchrun agent) once a spare took node rank 0; "": the
+    pods' own ``PET_MASTER_ADDR``."""
+    spares_until: float | None = None
+    """A successor's deadline (``time.monotonic()``) for the spares to register again before it decides a loss
+    without them; None: no wait."""
 
-    def state(self, rank: int | None = None, spare: str | None = None, node: str = "", now: float | None = None, who: str = "") -> dict[str, Any]:
+    def state(self, rank: int | None = None, spare: str | None = None, node: str = "", now: float | None = None, who: str = "", addr: str = "") -> dict[str, Any]:
         """What ``GET /state`` answers, and the asker's heartbeat.
 
         Args:
@@ -118,6 +142,8 @@ class Coordinator:
             who: a rank's supervisor that started as a spare says which ("": it did not). A rank given to a spare
                 answers anyone else ``"replaced": true`` (a supervisor thought lost that comes back must not run
                 that rank beside its spare) and is not their heartbeat.
+            addr: ``host:port`` where the asker's own server answers ("": unknown; it is then left out of the
+                succession).
         """
         now = time.monotonic() if now is None else now
         with self.lock:
@@ -127,16 +153,69 @@ class Coordinator:
                 self.seen[rank] = now
                 if node:
                     self.nodes[rank] = node
+                if addr:
+                    self.addrs[rank] = addr
                 if self.final:
                     self.seen_final.add(rank)
             assigned = next((r for r, s in self.holders.items() if s == spare), None) if spare is not None else None
             if spare is not None and assigned is None and not self.final:
-                self.spares[spare] = {"node": node, "seen": now}
-            out = {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
-                   "ledger": self.ledger.to_json(), "final": self.final, "holders": {str(r): s for r, s in sorted(self.holders.items())}}  # fmt: skip
+                self.spares[spare] = {"node": node or self.spares.get(spare, {}).get("node", ""), "seen": now, "addr": addr}
+            out = self._view(now)
             if spare is not None:
                 out["assigned"] = assigned
             return out
+
+    def view(self, now: float | None = None) -> dict[str, Any]:
+        """What ``GET /ledger`` answers: the state as :meth:`state` gives it, without anyone's heartbeat."""
+        with self.lock:
+            return self._view(time.monotonic() if now is None else now)
+
+    def _view(self, now: float) -> dict[str, Any]:
+        alive = [r for r in sorted(self.addrs) if r != self.host and 0 <= r < self.nnodes and now - self.seen.get(r, float("-inf")) <= self.lost_seconds]
+        return {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
+                "ledger": self.ledger.to_json(), "final": self.final, "holders": {str(r): s for r, s in sorted(self.holders.items())},
+                "host": self.host, "succession": [self.addrs[r] for r in alive], "addrs": {str(r): a for r, a in sorted(self.addrs.items())},
+                "counters": {"jobRestarts": self.counters.job_restarts, "infrastructureRestarts": self.counters.infrastructure_restarts},
+                "master": self.master, "nodes": {str(r): n for r, n in sorted(self.nodes.items())},
+                "spares": {name: {"node": v.get("node", ""), "addr": v.get("addr", ""), "age": round(max(0.0, now - float(v["seen"])), 3)} for name, v in self.spares.items()}}  # fmt: skip
+
+    @classmethod
+    def successor(cls, copy: dict[str, Any], nnodes: int, run_policy: Any, host: int, heard: float, now: float | None = None) -> "Coordinator":
+        """The coordinator a supervisor starts when the one it followed fell silent and the succession names it.
+
+        Args:
+            copy: the last state it read from the old coordinator (``GET /state``'s answer).
+            nnodes: ranks in the gang; run_policy: the job's ``RunPolicy``.
+            host: this supervisor's node rank; heard: ``time.monotonic()`` when ``copy`` was read (the old host was
+                last heard then: its rank is lost once :data:`LOST_SECONDS` passed since).
+            now: ``time.monotonic()`` (tests pass their own).
+
+        Returns:
+            A coordinator at the copy's attempt, ledger, job-wide counters, decisions and holders; every other rank
+            counts as heard now (a rank lost with the old host goes silent and is lost in its turn), and the
+            spares the copy names must register again within :data:`LOST_SECONDS`.
+
+        Raises:
+            ValueError: the copy holds no ledger.
+        """
+        now = time.monotonic() if now is None else now
+        ledger = inplace.Ledger.from_json(copy.get("ledger"))
+        if ledger is None:
+            raise ValueError("the coordinator's copy holds no ledger")
+        counts = copy.get("counters") or {}
+        counters = recovery.Counters(job_restarts=int(counts.get("jobRestarts", 0)), infrastructure_restarts=int(counts.get("infrastructureRestarts", 0)))
+        old = int(copy.get("host", 0))
+        c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""))
+        c.decisions = {int(k): v for k, v in (copy.get("decisions") or {}).items() if str(k).lstrip("-").isdigit()}
+        c.final = bool(copy.get("final"))
+        c.holders = {int(r): str(s) for r, s in (copy.get("holders") or {}).items() if str(r).isdigit()}
+        c.addrs = {int(r): str(a) for r, a in (copy.get("addrs") or {}).items() if str(r).isdigit() and int(r) != old}
+        c.nodes = {int(r): str(n) for r, n in (copy.get("nodes") or {}).items() if str(r).isdigit()}
+        c.seen = {r: (heard if r == old else now) for r in range(nnodes)}
+        if copy.get("failed") and not c.final:
+            c.failed_at = now  # the ranks that had reported report again to this coordinator
+        c.spares_until = now + c.lost_seconds
+        return c
 
     def lost(self, now: float) -> dict[int, str]:
         """Node ranks of the current attempt that have not reported and whose supervisor, once heard, stayed silent
@@ -176,6 +255,8 @@ class Coordinator:
                 return None
             silent = set(range(self.nnodes)) - set(reports)
             if silent and silent == set(lost):
+                if len(self.ready_spares(now)) < len(lost) and self.spares_until is not None and now < self.spares_until:
+                    return None  # a successor: the spares the old coordinator knew have not all registered again yet
                 return self._decide_lost(attempt, lost, now)
             return self._decide(attempt, reports)
 
@@ -189,11 +270,17 @@ class Coordinator:
         taken = dict(zip(sorted(lost), ready))
         for rank, spare in taken.items():
             self.holders[rank] = spare
-            self.spares.pop(spare, None)
+            addr = str(self.spares.pop(spare, {}).get("addr") or "")
+            if addr:
+                self.addrs[rank] = addr
+            else:
+                self.addrs.pop(rank, None)
+            if rank == 0:  # node rank 0's torchrun agent hosts torch's rendezvous store: the spare's host from now on
+                self.master = addr.rpartition(":")[0].strip("[]") if addr else ""
             self.seen[rank] = now  # the spare's supervisor asks as this rank from now on
         self.counters, self.ledger = d.counters, self.ledger.after_spares(d, len(taken))
         self.reports, self.failed_at = {}, None
-        return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}}, final=False)
+        return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}, "master": self.master}, final=False)
 
     def _decide(self, attempt: int, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
         failures = tuple(f for r in reports.values() if (f := rank_failure(r)) is not None)
@@ -219,13 +306,44 @@ class Coordinator:
         return record
 
     def everyone_saw_the_end(self) -> bool:
-        """Whether every other rank fetched the final decision (node rank 0's supervisor may leave then)."""
+        """Whether every other rank fetched the final decision (the host's supervisor may leave then)."""
         with self.lock:
-            return self.final and self.seen_final >= set(range(1, self.nnodes))
+            return self.final and self.seen_final >= set(range(self.nnodes)) - {self.host}
 
 
-def serve(coordinator: Coordinator, port: int, host: str = "") -> ThreadingHTTPServer:
-    """Serve ``coordinator`` on ``host:port`` in a daemon thread; returns the server (``shutdown()`` to stop).
+class NotHost(Exception):
+    """A supervisor's server asked for what only the coordinator answers, while this supervisor does not host it."""
+
+
+@dataclass
+class Seat:
+    """What one supervisor's own server answers: the coordinator's answers while this supervisor hosts it
+    (:attr:`coordinator` set), else its copy of the last state it read (``GET /ledger`` only; ``/state`` and
+    ``/report`` raise :class:`NotHost`, answered 503)."""
+
+    coordinator: Coordinator | None = None
+    copy: dict[str, Any] = field(default_factory=dict)
+
+    def state(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`Coordinator.state`; raises :class:`NotHost` while this supervisor does not host the coordinator."""
+        if self.coordinator is None:
+            raise NotHost("this supervisor does not host the gang's coordinator")
+        return self.coordinator.state(*args, **kwargs)
+
+    def report(self, body: dict[str, Any]) -> bool:
+        """:meth:`Coordinator.report`; raises :class:`NotHost` while this supervisor does not host the coordinator."""
+        if self.coordinator is None:
+            raise NotHost("this supervisor does not host the gang's coordinator")
+        return self.coordinator.report(body)
+
+    def view(self) -> dict[str, Any]:
+        """The coordinator's :meth:`Coordinator.view`, or the copy (``"copy": true``; ``{}`` before the first read)."""
+        return self.coordinator.view() if self.coordinator is not None else (self.copy | {"copy": True} if self.copy else {})
+
+
+def serve(coordinator: Coordinator | Seat, port: int, host: str = "") -> ThreadingHTTPServer:
+    """Serve ``coordinator`` (or a supervisor's :class:`Seat`) on ``host:port`` in a daemon thread; returns the server
+    (``shutdown()`` to stop; ``server_port`` is the port bound, for ``port`` 0).
 
     Raises:
         OSError: the port cannot be bound.
@@ -247,9 +365,14 @@ def serve(coordinator: Coordinator, port: int, host: str = "") -> ThreadingHTTPS
             path, _, query = self.path.partition("?")
             if path not in ("/state", "/ledger"):
                 return self._answer(404, {"error": "unknown path"})
+            if path == "/ledger":
+                return self._answer(200, coordinator.view())
             params = dict(urllib.parse.parse_qsl(query))
             rank = int(params["rank"]) if params.get("rank", "").isdigit() else None
-            self._answer(200, coordinator.state(rank, params.get("spare") or None, params.get("node", ""), who=params.get("who", "")))
+            try:
+                self._answer(200, coordinator.state(rank, params.get("spare") or None, params.get("node", ""), who=params.get("who", ""), addr=params.get("addr", "")))
+            except NotHost as err:
+                self._answer(503, {"error": str(err)})
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/report":
@@ -258,7 +381,10 @@ def serve(coordinator: Coordinator, port: int, host: str = "") -> ThreadingHTTPS
                 body = json.loads(self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16)) or b"{}")
             except ValueError:
                 return self._answer(400, {"error": "not JSON"})
-            self._answer(200, {"accepted": isinstance(body, dict) and coordinator.report(body)})
+            try:
+                self._answer(200, {"accepted": isinstance(body, dict) and coordinator.report(body)})
+            except NotHost as err:
+                self._answer(503, {"error": str(err)})
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

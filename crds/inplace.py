@@ -170,10 +170,11 @@ def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int
     ``maxInfrastructureRestarts`` and counts the node's failure, as a gang restart for the same loss would. Then:
 
     1. a spent budget fails the job (path :data:`PATH_NONE`);
-    2. **gang** when node rank 0 is among the lost (it hosts the coordinator, so nothing is left to hand its rank
-       over) or fewer spares are ready than ranks were lost (two nodes lost with one spare: no rank is given a
+    2. **gang** when fewer spares are ready than ranks were lost (two nodes lost with one spare: no rank is given a
        spare, so nothing is half taken over);
     3. otherwise **spare**: each lost rank goes to a ready spare; the other ranks restart their processes in place.
+       Node rank 0 is no exception: the coordinator that calls this has moved to a surviving supervisor when rank
+       0's was lost (:mod:`railtrain.crds.coordinator`), and torch's rendezvous store moves to the spare's host.
 
     Args:
         run_policy: the job's ``RunPolicy``; counters: the job-wide counters (plus this gang's in-place restarts).
@@ -190,7 +191,7 @@ def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int
         raise ValueError("decide_spare needs at least one lost node rank")
     ranks = sorted(lost)
     what = "; ".join(f"node rank {r}'s supervisor fell silent (its pod or node {lost[r] or '?'} lost)" for r in ranks)
-    whole = 0 in lost or ready < len(ranks)
+    whole = ready < len(ranks)
     d, c = None, counters
     for r in ranks[:1] if whole else ranks:  # a gang restart is one restart; each spare's takeover is one
         d = recovery.restart_infrastructure(run_policy, c, reasons.NODE_LOST, what, node=lost[r])
@@ -198,8 +199,6 @@ def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int
             return replace(d, path=PATH_NONE)
         c = d.counters
     assert d is not None
-    if 0 in lost:
-        return replace(d, path=PATH_GANG, message=f"{d.message}; node rank 0 hosts the coordinator, so no spare can take its place")
     if whole:
         return replace(d, path=PATH_GANG, message=f"{d.message}; {ready} spare(s) ready for {len(ranks)} lost node rank(s)")
     places = ", ".join(str(r) for r in ranks)

@@ -21,8 +21,12 @@ the attempt restarts in place (:func:`railtrain.crds.inplace.decide_path`):
   decides the gang restart (or the failure) itself.
 
 Trainer pods hold no API token: the operator learns about in-place restarts
-from what the pods expose, the coordinator's ``GET /ledger`` on node rank 0
-(:data:`ENV_SUPERVISOR_PORT`) and the termination messages.
+from what the pods expose, the coordinator's ``GET /ledger`` (every supervisor
+serves one on :data:`ENV_SUPERVISOR_PORT`: the coordinator's own on the
+supervisor that hosts it, node rank 0's at first, a copy of its last state on
+the others) and the termination messages. When the coordinator falls silent
+the supervisors follow its succession (:class:`Link`): the first live rank's
+supervisor in rank order starts a coordinator from its copy.
 
 What it reads (besides the pod contract, :mod:`railtrain.crds.contract`):
 :data:`ENV_RUN_POLICY` (``spec.runPolicy`` as JSON) and :data:`ENV_SPENT`
@@ -37,6 +41,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -53,7 +58,12 @@ from railtrain.crds.faults import spent_faults
 ENV_ATTEMPT = "RAILTRAIN_ATTEMPT"
 """The workers' attempt within their gang (0, then 1 after the first in-place restart ...); every rank agrees on it."""
 ENV_SUPERVISOR_PORT = "RAILTRAIN_SUPERVISOR_PORT"
-"""The port of the coordinator on node rank 0 (at :data:`railtrain.crds.contract.ENV_RDZV_ADDR`)."""
+"""The port of every supervisor's own server: the coordinator's on node rank 0 (at
+:data:`railtrain.crds.contract.ENV_RDZV_ADDR`), a copy of its state on the others (a local run, where every node is
+127.0.0.1, binds the others on free ports)."""
+ENV_POD_IP = "RAILTRAIN_POD_IP"
+"""Where this supervisor's server is reached (optional; else the address the pod's hostname resolves to, or
+127.0.0.1 when the coordinator is on 127.0.0.1): what the succession names."""
 ENV_RUN_POLICY = "RAILTRAIN_RUN_POLICY"
 """``spec.runPolicy`` as JSON (camelCase): the bounds and the failure policy the one rule applies."""
 ENV_SPENT = "RAILTRAIN_RESTARTS_SPENT"
@@ -115,17 +125,115 @@ def supervisor_env(run_policy: Any, status: Any = None) -> list[dict[str, str]]:
             {"name": ENV_SPENT, "value": json.dumps(spent, separators=(",", ":"))}]  # fmt: skip
 
 
+def _run_policy(environ: Mapping[str, str]) -> Any:
+    from railtrain.crds.api import RunPolicy  # pydantic: only where the decision is made
+
+    return RunPolicy.model_validate(json.loads(environ.get(ENV_RUN_POLICY) or "{}"))
+
+
 def start_coordinator(environ: Mapping[str, str]) -> Any:
     """Node rank 0: the coordinator for this gang, served on :data:`ENV_SUPERVISOR_PORT` (returns the Coordinator)."""
-    from railtrain.crds.api import RunPolicy  # pydantic: only where the decision is made
     from railtrain.crds.coordinator import Coordinator, serve
 
-    policy = RunPolicy.model_validate(json.loads(environ.get(ENV_RUN_POLICY) or "{}"))
     spent = json.loads(environ.get(ENV_SPENT) or "{}")
     counters = recovery.Counters(job_restarts=int(spent.get("jobRestarts", 0)), infrastructure_restarts=int(spent.get("infrastructureRestarts", 0)))
-    c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), policy, counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)))
+    c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), _run_policy(environ), counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)))
     c.server = serve(c, int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT))
     return c
+
+
+def own_host(environ: Mapping[str, str]) -> str:
+    """The host others reach this supervisor's server at (:data:`ENV_POD_IP`; else 127.0.0.1 when the coordinator
+    is on 127.0.0.1, a local run; else what this machine's hostname resolves to, the pod's IP in a pod)."""
+    if environ.get(ENV_POD_IP):
+        return environ[ENV_POD_IP]
+    if (environ.get(contract.ENV_RDZV_ADDR) or "127.0.0.1") in ("127.0.0.1", "localhost"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return ""
+
+
+def open_seat(environ: Mapping[str, str]) -> tuple[Any, str]:
+    """A supervisor's own server, answering with a :class:`~railtrain.crds.coordinator.Seat`: its copy of the
+    coordinator's state until it hosts the coordinator; returns ``(seat, "host:port")`` ("" when it could not be
+    bound or its host is unknown: this supervisor is then left out of the succession)."""
+    from railtrain.crds.coordinator import Seat, serve
+
+    seat, host = Seat(), own_host(environ)
+    port = int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT)
+    try:
+        seat.server = serve(seat, 0 if host == "127.0.0.1" else port)  # every local node is 127.0.0.1: a free port each
+    except OSError as err:
+        print(f"railtrain supervisor: no server of its own ({err}); it cannot host the coordinator", file=sys.stderr, flush=True)
+        return seat, ""
+    if not host:
+        return seat, ""
+    return seat, f"[{host}]:{seat.server.server_port}" if ":" in host else f"{host}:{seat.server.server_port}"
+
+
+class Link:
+    """The way from one supervisor (or spare) to the gang's coordinator, and on to its successors.
+
+    Every answer of ``GET /state`` is kept as this supervisor's copy (its server answers ``GET /ledger`` with it)
+    and names the succession. When the coordinator has not answered for
+    :data:`~railtrain.crds.coordinator.LOST_SECONDS`, the link turns to the first successor not yet tried; when
+    that is this supervisor itself, ``promote(copy, heard)`` is called first to start a coordinator here.
+
+    Args:
+        url: ``http://host:port`` of the coordinator; addr: this supervisor's own ``host:port`` ("" none);
+        seat: this supervisor's :class:`~railtrain.crds.coordinator.Seat`; promote: see above (None: never hosts).
+    """
+
+    def __init__(self, url: str, addr: str = "", seat: Any = None, promote: Any = None) -> None:
+        from railtrain.crds.coordinator import LOST_SECONDS
+
+        self.url, self.addr, self.seat, self.promote = url, addr, seat, promote
+        self.lost_seconds = LOST_SECONDS
+        self.heard = time.monotonic()
+        self.copy: dict[str, Any] = {}
+        self.copied = self.heard
+        self.tried: set[str] = set()
+        self.moves = 0
+        """How many times the link turned to a successor."""
+
+    def call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request to the coordinator (``path`` with its query); its JSON answer.
+
+        Raises:
+            OSError: no answer (after which the link may have turned to a successor; the caller retries).
+            ValueError: the answer is not JSON.
+        """
+        try:
+            out = _call(f"{self.url}{path}", body)
+        except (OSError, ValueError):
+            self._fail_over()
+            raise
+        self.heard = time.monotonic()
+        if path.startswith("/state") and "succession" in out:
+            self.copy, self.copied = out, self.heard
+            if self.seat is not None and self.seat.coordinator is None:
+                self.seat.copy = out
+        return out
+
+    def _fail_over(self) -> None:
+        now = time.monotonic()
+        if now - self.heard <= self.lost_seconds:
+            return
+        self.tried.add(self.url)
+        for addr in self.copy.get("succession") or []:
+            url = f"http://{addr}"
+            if url in self.tried:
+                continue
+            if addr == self.addr:
+                if self.promote is None:
+                    continue
+                self.promote(self.copy, self.copied)
+            print(f"railtrain supervisor: the gang's coordinator at {self.url} is silent; turning to {url}", file=sys.stderr, flush=True)
+            self.url, self.heard = url, now
+            self.moves += 1
+            return
 
 
 class Supervisor:
@@ -135,15 +243,24 @@ class Supervisor:
         command: the training command (argv).
         environ: the pod's environment.
         coordinator: node rank 0's own :class:`~railtrain.crds.coordinator.Coordinator` (it also steps it), else None.
+        who: the spare this supervisor started as ("": a rank of its own).
+        link: the spare's :class:`Link` (and its seat) to carry on with; None: a new one, with a server of its own.
     """
 
-    def __init__(self, command: Sequence[str], environ: Mapping[str, str], coordinator: Any = None, who: str = "") -> None:
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str], coordinator: Any = None, who: str = "", link: Link | None = None) -> None:
         self.who = who
         """The spare this supervisor started as ("": a rank of its own)."""
         self.command, self.env = list(command), dict(environ)
         self.rank = int(environ.get(contract.ENV_NODE_RANK) or 0)
-        self.url = coordinator_url(environ)
         self.coordinator = coordinator
+        if link is None:
+            seat, addr = (coordinator, "") if coordinator is not None else open_seat(environ)
+            if coordinator is not None:
+                host = own_host(environ)
+                addr = f"{host}:{coordinator.server.server_port}" if host and hasattr(coordinator, "server") else ""
+            link = Link(coordinator_url(environ), addr, seat if coordinator is None else None)
+        link.promote = self._promote
+        self.link = link
         self.final_path = environ.get(contract.ENV_TERMINATION_MESSAGE_PATH) or contract.TERMINATION_MESSAGE_PATH
         self.dir = Path(tempfile.mkdtemp(prefix="railtrain-attempts-"))
         self.ledger = inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0))
@@ -156,19 +273,40 @@ class Supervisor:
             stop(self.proc)
         raise SystemExit(128 + signal.SIGTERM)
 
+    @property
+    def url(self) -> str:
+        """The coordinator this supervisor follows now."""
+        return self.link.url
+
+    def _promote(self, copy: dict[str, Any], heard: float) -> None:
+        """The coordinator fell silent and the succession names this supervisor: host a coordinator from ``copy``."""
+        from railtrain.crds.coordinator import Coordinator
+
+        seat = self.link.seat
+        c = Coordinator.successor(copy, int(self.env.get(contract.ENV_NNODES) or 1), _run_policy(self.env), self.rank, heard)
+        self.coordinator = c
+        if seat is not None:
+            seat.coordinator = c
+        print(f"railtrain supervisor (rank {self.rank}): the gang's coordinator (node rank {copy.get('host', 0)}'s) is silent; "
+              f"this supervisor hosts it from attempt {c.ledger.attempt} on", file=sys.stderr, flush=True)  # fmt: skip
+
     def _state(self, deadline: float) -> dict[str, Any]:
-        """The coordinator's state; raises TimeoutError once it stayed unreachable until ``deadline`` (monotonic)."""
+        """The coordinator's state; raises TimeoutError once it stayed unreachable until ``deadline`` (monotonic;
+        a turn to a successor moves it :data:`UNREACHABLE_SECONDS` on)."""
+        moves = self.link.moves
         while True:
             if self.coordinator is not None:
                 self.coordinator.step()
             try:
-                query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who})
-                state = _call(f"{self.url}/state?{query}")
+                query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
+                state = self.link.call(f"/state?{query}")
                 if state.get("replaced"):
                     raise Replaced(f"node rank {self.rank} was given to a hot spare while this supervisor was silent")
                 self.ledger = inplace.Ledger.from_json(state.get("ledger")) or self.ledger
                 return state
             except (OSError, ValueError):
+                if self.link.moves != moves:
+                    moves, deadline = self.link.moves, max(deadline, time.monotonic() + UNREACHABLE_SECONDS)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
                 time.sleep(POLL_SECONDS)
@@ -176,6 +314,9 @@ class Supervisor:
     def _attempt_env(self, attempt: int, spent: set[str], message: Path) -> dict[str, str]:
         job = self.env.get(contract.ENV_JOB_NAME) or "job"
         env = {k: v for k, v in self.env.items() if k not in spent}
+        master = str(self.link.copy.get("master") or (self.coordinator.master if self.coordinator is not None else ""))
+        if master:  # a spare took node rank 0: torch's rendezvous store is on its host now
+            env[contract.ENV_PET_MASTER_ADDR] = master
         return env | {ENV_ATTEMPT: str(attempt), ENV_RDZV_ID: f"{job}-{self.ledger.restarts}-{attempt}", contract.ENV_TERMINATION_MESSAGE_PATH: str(message)}
 
     def run(self) -> int:
@@ -232,16 +373,19 @@ class Supervisor:
 
     def _decision(self, attempt: int, report: dict[str, Any]) -> dict[str, Any]:
         """Report how this rank's attempt ended and wait for the coordinator's decision on it."""
-        deadline = time.monotonic() + UNREACHABLE_SECONDS
+        deadline, told = time.monotonic() + UNREACHABLE_SECONDS, ""
         while True:
-            try:
-                _call(f"{self.url}/report", report)
-                break
-            except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
-                time.sleep(POLL_SECONDS)
-        while True:
+            if told != self.url:  # first, and again to a successor: it starts without the old coordinator's reports
+                try:
+                    if self.coordinator is not None:
+                        self.coordinator.step()
+                    self.link.call("/report", report)
+                    told, deadline = self.url, time.monotonic() + UNREACHABLE_SECONDS
+                except (OSError, ValueError):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
+                    time.sleep(POLL_SECONDS)
+                    continue
             state = self._state(time.monotonic() + UNREACHABLE_SECONDS)
             decision = (state.get("decisions") or {}).get(str(attempt))
             if decision is not None:
@@ -282,7 +426,8 @@ class Spare:
     def __init__(self, command: Sequence[str], environ: Mapping[str, str]) -> None:
         self.command, self.env = list(command), dict(environ)
         self.name = environ.get(ENV_SPARE) or "spare"
-        self.url = coordinator_url(environ)
+        seat, addr = open_seat(environ)
+        self.link = Link(coordinator_url(environ), addr, seat)
         self.wait_first = float(json.loads(environ.get(ENV_RUN_POLICY) or "{}").get("gangTimeoutSeconds", 300))
         self.supervisor: Supervisor | None = None
         self.warm: subprocess.Popen[bytes] | None = None
@@ -305,15 +450,17 @@ class Spare:
         """Wait for a rank; returns the pod's exit status: the taken rank's (:meth:`Supervisor.run`), or 0 when the
         gang ended (or its coordinator went away) while this spare waited: a spare is never blamed."""
         self._warm_up()
-        query = urllib.parse.urlencode({"spare": self.name, "node": self.env.get(contract.ENV_NODE_NAME, "")})
-        heard, limit = time.monotonic(), self.wait_first
+        query = urllib.parse.urlencode({"spare": self.name, "node": self.env.get(contract.ENV_NODE_NAME, ""), "addr": self.link.addr})
+        heard, limit, moves = time.monotonic(), self.wait_first, 0
         while True:
             try:
-                state = _call(f"{self.url}/state?{query}")
+                state = self.link.call(f"/state?{query}")
                 heard, limit = time.monotonic(), UNREACHABLE_SECONDS
             except (OSError, ValueError):
+                if self.link.moves != moves:  # turned to the coordinator's successor: give it its time
+                    moves, heard, limit = self.link.moves, time.monotonic(), UNREACHABLE_SECONDS
                 if time.monotonic() - heard > limit:
-                    print(f"railtrain spare {self.name}: the gang's coordinator at {self.url} did not answer; leaving", file=sys.stderr, flush=True)
+                    print(f"railtrain spare {self.name}: the gang's coordinator at {self.link.url} did not answer; leaving", file=sys.stderr, flush=True)
                     return 0
                 time.sleep(POLL_SECONDS)
                 continue
@@ -327,7 +474,7 @@ class Spare:
         rank = int(state["assigned"])
         print(f"railtrain spare {self.name}: takes node rank {rank} at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
         env = {k: v for k, v in self.env.items() if k != ENV_SPARE} | {contract.ENV_NODE_RANK: str(rank), contract.ENV_PET_NODE_RANK: str(rank)}
-        self.supervisor = Supervisor(self.command, env, who=self.name)
+        self.supervisor = Supervisor(self.command, env, who=self.name, link=self.link)
         return self.supervisor.run()
 
 

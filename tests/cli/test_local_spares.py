@@ -1,7 +1,7 @@
 """``railtrain run --local --spares N`` (``spec.spares``): hot spare nodes wait beside the gang; when a node's
 processes are all SIGKILLed (``--fault-lose-node``, its machine lost) a spare takes exactly that node's rank and the
 other nodes restart their processes in place under the same supervisors: no gang restart. Node rank 0 lost (it hosts
-the coordinator) still restarts the gang. The scripts are small Python programs (no torch) except the trainer test,
+the coordinator at first) too: the next supervisor hosts the coordinator from its copy and the spare takes rank 0. The scripts are small Python programs (no torch) except the trainer test,
 which checks the step the spare resumed from."""
 
 from __future__ import annotations
@@ -60,12 +60,21 @@ def test_a_lost_node_s_rank_goes_to_the_spare_and_the_others_restart_in_place(tm
     assert "starting 3 ranks on 3 local nodes and 1 hot spare (waiting outside the world" in proc.stderr
 
 
-def test_node_rank_0_lost_restarts_the_gang_even_with_a_spare(tmp_path):
+def test_node_rank_0_lost_its_coordinator_moves_to_node_1_and_the_spare_takes_rank_0(tmp_path):
     proc = run(tmp_path, "--spares", "1", "--fault-lose-node", "node=0,step=5", nodes=2)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "after 1 restart of the whole gang" in proc.stderr
-    assert (logs(proc) / "restart-1-node-0.log").is_file()
+    assert "restart of the whole gang" not in proc.stderr and "restart_in_place_spare" in proc.stderr
+    folder = logs(proc)
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(3)]  # no second gang
+    survivor = (folder / "restart-0-node-1.log").read_text()
+    assert "railtrain supervisor (rank 1): the gang's coordinator (node rank 0's) is silent; this supervisor hosts it from attempt 0 on" in survivor
+    assert "a hot spare takes node rank 0's place" in survivor
+    assert len(set(re.findall(r"pid=(\d+)", survivor))) == 1 and re.search(r"^step=30 loss=1.0 rank=1 attempt=1 ", survivor, re.M)
+    spare = (folder / "restart-0-node-2.log").read_text()
+    assert "railtrain spare spare-0: takes node rank 0 at attempt 1" in spare
+    assert re.search(r"^step=30 loss=1.0 rank=0 attempt=1 node=local-2 ", spare, re.M)  # rank 0 finished on the spare's node
+    assert "attempt=1" not in (folder / "restart-0-node-0.log").read_text()
 
 
 def test_spares_and_the_lose_node_flag_refuse_what_cannot_work(tmp_path):

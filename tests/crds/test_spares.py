@@ -1,7 +1,9 @@
 """Hot spares in the gang's coordinator (crds/coordinator.py) and the one rule's spare path (crds/inplace.py:
 decide_spare): a rank whose supervisor falls silent is lost, a ready spare takes exactly its place and the attempt
-goes on in place; two ranks lost with one spare, node rank 0 lost, or no spare alive restart the gang with nothing
-half taken over; a supervisor thought lost that comes back is told its rank is gone; the budget bounds takeovers."""
+goes on in place; two ranks lost with one spare or no spare alive restart the gang with nothing half taken over; a
+supervisor thought lost that comes back is told its rank is gone; the budget bounds takeovers. The coordinator's own
+host lost: a successor started from a supervisor's copy of the state goes on with the same attempt, ledger and
+counters, gives the old host's rank (node rank 0) to a spare and moves torch's rendezvous store to the spare's host."""
 
 from __future__ import annotations
 
@@ -69,17 +71,62 @@ def test_two_ranks_lost_with_one_spare_restart_the_gang_and_nothing_is_half_take
     assert c.state(spare="spare-0", now=7.0)["assigned"] is None  # the spare leaves with the gang, holding nothing
 
 
-def test_a_spare_killed_while_it_waits_is_not_ready_and_rank_0_lost_cannot_be_replaced():
+def test_a_spare_killed_while_it_waits_is_not_ready():
     c = gang()  # spare-0 heard at 0, never again (killed while it waits)
     beat(c, [0, 2], t=LOST_SECONDS + 1)
     stopped(c, [0, 2])
     d = c.step(now=LOST_SECONDS + 1)
     assert d["path"] == inplace.PATH_GANG and "0 spare(s) ready for 1 lost node rank(s)" in d["message"]
-    c = gang()
-    beat(c, [1, 2], ["spare-0"], t=LOST_SECONDS + 1)
+
+
+def addressed(n=3, t=0.0, **kw):
+    """A gang whose ranks and spare said where their own servers answer."""
+    c = Coordinator(n, POLICY, recovery.Counters(**kw), inplace.Ledger(restarts=2))
+    for r in range(n):
+        c.state(r, node=f"n{r}", addr=f"10.0.0.{r}:29510", now=t)
+    c.state(spare="spare-0", node="s0", addr="10.0.9.9:29510", now=t)
+    return c
+
+
+def test_the_state_names_the_succession_of_live_ranks_in_rank_order_without_the_host():
+    c = addressed(4)
+    assert c.state(0, now=1.0)["succession"] == ["10.0.0.1:29510", "10.0.0.2:29510", "10.0.0.3:29510"]
+    beat(c, [0, 2, 3], t=LOST_SECONDS + 1)  # rank 1 silent: no longer a successor
+    view = c.view(now=LOST_SECONDS + 1)
+    assert view["succession"] == ["10.0.0.2:29510", "10.0.0.3:29510"] and view["host"] == 0
+    assert view["spares"]["spare-0"]["addr"] == "10.0.9.9:29510" and view["counters"] == {"jobRestarts": 0, "infrastructureRestarts": 0}
+
+
+def test_a_successor_from_a_copy_gives_the_old_host_s_rank_0_to_a_spare_and_moves_the_rendezvous_store():
+    old = addressed(3, infrastructure_restarts=1)
+    copy = old.state(1, now=1.0)  # rank 1's last read of the old coordinator (node rank 0's), at its time 1.0
+    c = Coordinator.successor(copy, 3, POLICY, host=1, heard=1.0, now=1.0 + LOST_SECONDS + 0.5)
+    t = 1.0 + LOST_SECONDS + 0.5
+    assert (c.host, c.ledger.restarts, c.counters.infrastructure_restarts) == (1, 2, 1)
+    assert c.lost(t) == {0: "n0"}  # the old host was last heard when the copy was read
+    assert c.step(now=t) is None and c.state(2, now=t)["failed"]  # the others stop their workers
     stopped(c, [1, 2])
-    d = c.step(now=LOST_SECONDS + 1)
-    assert d["path"] == inplace.PATH_GANG and "node rank 0 hosts the coordinator" in d["message"]
+    assert c.step(now=t) is None  # no spare registered again yet: it waits for them, up to LOST_SECONDS
+    c.state(spare="spare-0", node="s0", addr="10.0.9.9:29510", now=t + 0.2)
+    d = c.step(now=t + 0.2)
+    assert (d["path"], d["missing"], d["takeovers"], d["master"]) == (inplace.PATH_SPARE, [0], {"0": "spare-0"}, "10.0.9.9")
+    assert "a hot spare takes node rank 0's place" in d["message"] and "infrastructure restarts 2/3" in d["message"]
+    state = c.state(0, who="spare-0", addr="10.0.9.9:29510", now=t + 0.4)
+    assert (state["attempt"], state["master"], state["host"]) == (1, "10.0.9.9", 1)
+    assert state["succession"] == ["10.0.9.9:29510", "10.0.0.2:29510"]  # node rank 0, now the spare's, comes first again
+
+
+def test_a_successor_without_spares_restarts_the_gang_once_their_wait_is_over():
+    old = addressed(2)
+    copy = old.state(1, now=1.0)
+    t = 1.0 + LOST_SECONDS + 0.5
+    c = Coordinator.successor(copy, 2, POLICY, host=1, heard=1.0, now=t)
+    c.step(now=t)
+    stopped(c, [1])
+    assert c.step(now=t + 1) is None
+    d = c.step(now=t + LOST_SECONDS + 0.1)  # spare-0 never registered again (lost with the old host's node)
+    assert d["path"] == inplace.PATH_GANG and "0 spare(s) ready for 1 lost node rank(s)" in d["message"] and c.final
+    assert c.everyone_saw_the_end() is False and (c.state(0, now=t + 6), c.everyone_saw_the_end())[1] is True
 
 
 def test_takeovers_spend_the_infrastructure_budget_and_a_spent_budget_fails():
