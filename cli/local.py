@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from railtrain.cli.errors import CliError
-from railtrain.cli.local_goodput import SPARE_TOOK_RANK_0
+from railtrain.cli.local_goodput import SPARE_TOOK
 from railtrain.crds import contract, fabric, launcher, supervisor, threads
 from railtrain.crds.api import TrainingJob
 from railtrain.operator.job import render
@@ -412,6 +412,8 @@ class LocalGang:
         self.hold = hold
         self.rank0 = 0
         """The local node that runs node rank 0 (a spare's once it took that rank)."""
+        self.node_rank: dict[int, int] = {}
+        """Local node (a spare) → the node rank it took: the screen's prefix says that rank."""
         self.nodes = nodes
         self.workdir = workdir
         self.verbose = verbose
@@ -615,8 +617,10 @@ class LocalGang:
         try:
             for raw in stream:
                 line = raw.rstrip("\r\n")
-                if self.hold and line.startswith("railtrain spare") and SPARE_TOOK_RANK_0.match(line):
-                    self.rank0 = rank
+                if self.hold and line.startswith("railtrain spare") and (took := SPARE_TOOK.match(line)):
+                    self.node_rank[rank] = int(took.group(1))
+                    if took.group(1) == "0":
+                        self.rank0 = rank
                 if log is not None:
                     log.write(line + "\n")
                     log.flush()
@@ -661,14 +665,14 @@ class LocalGang:
     def _emit(self, rank: int, line: str, hidden: bool = False, worker: bool = True) -> None:
         if self.on_line is not None:
             self.on_line(rank, line)
-        shown = self.verbose or (not hidden and (rank == 0 or bool(NOTEWORTHY.search(line))))
+        shown = self.verbose or (not hidden and (rank == self.rank0 or bool(NOTEWORTHY.search(line))))
         if rank in self._muted and not self.verbose:
             self._muted_lines += 1
             shown = False
         with self._lock:
             self._kept[rank].append((line, shown, worker))
         if shown:
-            self._write(f"[{self.label}rank {rank}] {line}\n")
+            self._write(f"[{self.label}rank {self.node_rank.get(rank, rank)}] {line}\n")
 
     def stop(self) -> None:
         """Stop every running node now (SIGTERM, SIGKILL after the grace period), muting their output; from any thread.

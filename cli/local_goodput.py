@@ -25,8 +25,8 @@ IN_PLACE = re.compile(r"railtrain supervisor: attempt \d+: .*\[path (in-place|sp
 """The coordinator's supervisor's line for an in-place restart or a hot spare's takeover (crds/supervisor.py; node
 rank 0's, or its successor's once it was lost): the attempt ends, the next one starts; the cause is the verdict, or
 ``spare`` for a takeover."""
-SPARE_TOOK_RANK_0 = re.compile(r"railtrain spare \S+: takes node rank 0 ")
-"""A spare's line when the coordinator gave it node rank 0: its lines are node rank 0's from then on."""
+SPARE_TOOK = re.compile(r"railtrain spare \S+: takes node rank (\d+) ")
+"""A spare's line when the coordinator gave it a node rank (crds/supervisor.py): its lines are that rank's from then on."""
 
 ACTION_REASON = {"restart-job": "Restarting", "restart-infrastructure": "NodeQuarantined", "suspend": "Suspended"}
 """A local restart decision (cli/local_recovery.py) → the condition reason the operator writes for the same restart."""
@@ -71,8 +71,9 @@ class GoodputRecorder:
         node 0's, or a spare's once it took node rank 0), and the coordinator's in-place and spare lines (any node's)."""
         if not self.attempts:
             return
-        if "railtrain spare" in text and SPARE_TOOK_RANK_0.search(text):
-            self.rank0 = rank
+        if "railtrain spare" in text and (took := SPARE_TOOK.search(text)):
+            if took.group(1) == "0":
+                self.rank0 = rank
             return
         if "railtrain supervisor" in text and (m := IN_PLACE.search(text)):
             with self._lock:

@@ -32,7 +32,9 @@ The protocol (JSON over HTTP, :mod:`http.server` in a thread):
 * ``GET /ledger``: the state without a heartbeat (the operator reads it); a supervisor that does not host the
   coordinator answers its copy, marked ``"copy": true``, and answers ``/state`` and ``/report`` with 503;
 * ``POST /report``: ``{"attempt", "rank", "code", "message", "finished", "stopped", "node"}``: how one rank's
-  workers of that attempt ended (``stopped``: by its supervisor, because a peer failed).
+  workers of that attempt ended (``stopped``: by its supervisor, because a peer failed); or ``{"attempt", "rank",
+  "leaving": true}``: its supervisor was told to stop (SIGTERM: its pod deleted or evicted, e.g. by a drain), so the
+  rank is lost at once, without the :data:`LOST_SECONDS` of silence, and its later asks are no heartbeat.
 
 **Lost ranks and hot spares.** A rank whose supervisor, once heard, stays silent for :data:`LOST_SECONDS` is
 lost (its pod or node is gone): the attempt fails, so the others stop their workers at once rather than wait
@@ -128,6 +130,8 @@ class Coordinator:
     master: str = ""
     """The host of torch's rendezvous store (node rank 0's torchrun agent) once a spare took node rank 0; "": the
     pods' own ``PET_MASTER_ADDR``."""
+    left: set[int] = field(default_factory=set)
+    """Node ranks whose supervisor said it is leaving (``"leaving"`` report): lost at once, their asks no heartbeat."""
     spares_until: float | None = None
     """A successor's deadline (``time.monotonic()``) for the spares to register again before it decides a loss
     without them; None: no wait."""
@@ -148,7 +152,10 @@ class Coordinator:
         now = time.monotonic() if now is None else now
         with self.lock:
             if rank is not None and rank in self.holders and who != self.holders[rank]:
-                return {"attempt": self.ledger.attempt, "failed": True, "final": self.final, "replaced": True, "decisions": {}, "ledger": self.ledger.to_json()}
+                return {"attempt": self.ledger.attempt, "failed": True, "final": self.final, "replaced": True, "decisions": {}, "ledger": self.ledger.to_json(),
+                        "holders": {str(r): s for r, s in sorted(self.holders.items())}}  # fmt: skip
+            if rank is not None and rank in self.left:
+                return self._view(now)  # a leaving supervisor waits to see its rank taken: no heartbeat
             if rank is not None:
                 self.seen[rank] = now
                 if node:
@@ -220,17 +227,26 @@ class Coordinator:
     def lost(self, now: float) -> dict[int, str]:
         """Node ranks of the current attempt that have not reported and whose supervisor, once heard, stayed silent
         :attr:`lost_seconds` (node rank → its node's name); call under the lock."""
-        return {r: self.nodes.get(r, "") for r, t in self.seen.items() if r not in self.reports and now - t > self.lost_seconds and 0 <= r < self.nnodes}
+        return {r: self.nodes.get(r, "") for r, t in self.seen.items() if r not in self.reports and (r in self.left or now - t > self.lost_seconds) and 0 <= r < self.nnodes}
 
     def ready_spares(self, now: float) -> list[str]:
         """Spares that asked within :attr:`lost_seconds`, oldest first; call under the lock."""
         return [s for s, v in self.spares.items() if now - float(v["seen"]) <= self.lost_seconds]
 
     def report(self, body: dict[str, Any]) -> bool:
-        """Record one rank's report; False (dropped) when it names another attempt than the current one."""
+        """Record one rank's report; False (dropped) when it names another attempt than the current one. A
+        ``"leaving"`` report makes the rank lost at once (unless it already reported or was taken by a spare)."""
         with self.lock:
             if self.final or int(body.get("attempt", -1)) != self.ledger.attempt or not 0 <= int(body.get("rank", -1)) < self.nnodes:
                 return False
+            if body.get("leaving"):
+                rank = int(body["rank"])
+                if rank in self.reports or rank in self.holders:
+                    return False
+                self.left.add(rank)
+                self.seen.setdefault(rank, time.monotonic())
+                self.failed_at = self.failed_at or time.monotonic()
+                return True
             self.reports[int(body["rank"])] = dict(body)
             if int(body.get("code", 1)) != 0 and self.failed_at is None:
                 self.failed_at = time.monotonic()
@@ -263,7 +279,7 @@ class Coordinator:
     def _decide_lost(self, attempt: int, lost: dict[int, str], now: float) -> dict[str, Any]:
         """Every rank not heard from is lost: spares take their places where :func:`~railtrain.crds.inplace.decide_spare` says."""
         ready = self.ready_spares(now)
-        d = inplace.decide_spare(self.run_policy, self.counters, lost, len(ready))
+        d = inplace.decide_spare(self.run_policy, self.counters, lost, len(ready), frozenset(self.left))
         record = {"path": d.path, "action": d.action, "verdict": d.verdict, "reason": d.reason, "message": d.message, "rank": min(lost), "missing": sorted(lost)}
         if d.path != inplace.PATH_SPARE:
             return self._publish(attempt, record, final=True)
@@ -275,6 +291,7 @@ class Coordinator:
                 self.addrs[rank] = addr
             else:
                 self.addrs.pop(rank, None)
+            self.left.discard(rank)
             if rank == 0:  # node rank 0's torchrun agent hosts torch's rendezvous store: the spare's host from now on
                 self.master = addr.rpartition(":")[0].strip("[]") if addr else ""
             self.seen[rank] = now  # the spare's supervisor asks as this rank from now on

@@ -162,7 +162,7 @@ class Ledger:
         return cls(causes=dict(causes), **ints)
 
 
-def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int, str], ready: int) -> recovery.Decision:
+def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int, str], ready: int, left: frozenset[int] = frozenset()) -> recovery.Decision:
     """Node ranks whose supervisors fell silent (their pods or nodes lost): do hot spares take their places?
 
     The one rule's infrastructure restart (:func:`railtrain.crds.recovery.restart_infrastructure`, reason
@@ -180,6 +180,7 @@ def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int
         run_policy: the job's ``RunPolicy``; counters: the job-wide counters (plus this gang's in-place restarts).
         lost: node rank → its node's name ("" unknown), the ranks lost.
         ready: spares registered and alive.
+        left: the lost ranks whose supervisor said it was stopped (its pod deleted or evicted) rather than fell silent.
 
     Returns:
         The decision, ``path`` set; its message says "a hot spare takes node rank K's place" or why the gang restarts.
@@ -190,7 +191,8 @@ def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int
     if not lost:
         raise ValueError("decide_spare needs at least one lost node rank")
     ranks = sorted(lost)
-    what = "; ".join(f"node rank {r}'s supervisor fell silent (its pod or node {lost[r] or '?'} lost)" for r in ranks)
+    what = "; ".join(f"node rank {r}'s supervisor was stopped (its pod on {lost[r] or '?'} deleted or evicted)" if r in left
+                     else f"node rank {r}'s supervisor fell silent (its pod or node {lost[r] or '?'} lost)" for r in ranks)  # fmt: skip
     whole = ready < len(ranks)
     d, c = None, counters
     for r in ranks[:1] if whole else ranks:  # a gang restart is one restart; each spare's takeover is one

@@ -88,6 +88,12 @@ only delay the next attempt (measured in ``run --local``: 10 s of a 23 s in-plac
 short is skipped on resume: every tier's shards are checksummed (docs/checkpoints.md)."""
 POLL_SECONDS = 0.2
 """How often a supervisor looks at its workers and the coordinator."""
+LINGER_SECONDS = 25.0
+"""A supervisor told to stop (SIGTERM: its pod deleted or evicted) while hot spares wait: how long it may stay, after
+saying it is leaving, for a spare to take its rank and the operator to follow (the pod's grace period is 30 s by
+default); it stays up to :data:`FOLLOW_SECONDS` past the takeover, so the operator's progress reader (every 5 s)
+relabels the spare, and deletes this pod at once, while it still terminates: the rank never looks vanished."""
+FOLLOW_SECONDS = 10.0
 UNREACHABLE_SECONDS = 30.0
 """How long the coordinator may stay unreachable once reached (node rank 0 lost): then the supervisor exits."""
 USAGE = "usage: python -m railtrain.crds.supervisor -- COMMAND [ARGS...]"
@@ -268,10 +274,48 @@ class Supervisor:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def terminate(self, *_: Any) -> None:
-        """SIGTERM to the supervisor (the pod deleted, ``run --local`` stopping a node): stop the workers, then leave."""
+        """SIGTERM to the supervisor (the pod deleted or evicted, ``run --local`` stopping a node): stop the workers,
+        then leave. While hot spares wait, it first tells the coordinator it is leaving (its rank is lost at once) and
+        stays until a spare took the rank (at most :data:`LINGER_SECONDS`), usually until the operator, following
+        the takeover, deletes the pod at once. It leaves with 143 either way (never 0: a pod that exited 0 would
+        count its rank as finished)."""
+        leaving = self._say_leaving()
         if self.proc is not None and self.proc.poll() is None:
-            stop(self.proc)
+            stop(self.proc, PEER_STOP_GRACE_SECONDS if leaving else GRACE_SECONDS)
+        if leaving:
+            self._linger()
         raise SystemExit(128 + signal.SIGTERM)
+
+    def _say_leaving(self) -> bool:
+        """Tell the coordinator this rank is leaving when a spare waits to take it; whether it was told."""
+        state = self.link.copy
+        if not state.get("spares") or state.get("final") or self.proc is None:
+            return False
+        try:
+            if self.coordinator is not None:
+                return bool(self.coordinator.report({"attempt": int(state.get("attempt", 0)), "rank": self.rank, "leaving": True}))
+            return bool(self.link.call("/report", {"attempt": int(state.get("attempt", 0)), "rank": self.rank, "leaving": True}).get("accepted"))
+        except (OSError, ValueError):
+            return False
+
+    def _linger(self) -> bool:
+        """Wait for a spare to take this rank (then :data:`FOLLOW_SECONDS` more); whether one took it."""
+        end, taken = time.monotonic() + LINGER_SECONDS, None
+        query = urllib.parse.urlencode({"rank": self.rank, "who": self.who})
+        while time.monotonic() < end and (taken is None or time.monotonic() < taken + FOLLOW_SECONDS):
+            if self.coordinator is not None:
+                self.coordinator.step()
+            try:
+                state = self.link.call(f"/state?{query}")
+            except (OSError, ValueError):
+                state = {}
+            if taken is None and str(self.rank) in (state.get("holders") or {}):
+                taken = time.monotonic()
+                print(f"railtrain supervisor (rank {self.rank}): stopped; hot spare {state['holders'][str(self.rank)]} took this rank", file=sys.stderr, flush=True)
+            if state.get("final"):
+                break
+            time.sleep(POLL_SECONDS)
+        return taken is not None
 
     @property
     def url(self) -> str:

@@ -221,7 +221,7 @@ class Reader:
                     continue
                 self._busy.add(key)
                 self._tried[key] = now
-                started.append(self._pool.submit(self._one, kube, key, rank_zero_pods(seen.obj), now, lock_for))
+                started.append(self._pool.submit(self._one, kube, key, rank_zero_pods(seen.obj), now, lock_for, seen.obj))
             self._tried = {k: v for k, v in self._tried.items() if k in {(s.meta["namespace"], s.meta["name"]) for s in running}}
         return started
 
@@ -237,14 +237,22 @@ class Reader:
             log.debug("%s/%s: no progress from %s: %s", *key, url, err)
             return pod, ""
 
-    def _one(self, kube: Any, key: tuple[str, str], targets: list[tuple[int | None, str]], now: datetime, lock_for: Callable[[str, str], Any]) -> bool:
+    def _one(self, kube: Any, key: tuple[str, str], targets: list[tuple[int | None, str]], now: datetime, lock_for: Callable[[str, str], Any],
+             job: Mapping[str, Any] | None = None) -> bool:  # fmt: skip
         namespace, name = key
         try:
             read = [(group, *self._text(kube, key, pod_name)) for group, pod_name in targets]
+            gang = self._spared_gang(kube, job, read)
+            if gang and read[0][1] is None and (holder := gang[0])["metadata"]["name"] != targets[0][1]:  # a spare took node rank 0
+                read[0] = (read[0][0], *self._text(kube, key, holder["metadata"]["name"]))
             first = next((pod for _, pod, _ in read if pod is not None and endpoint(pod) is not None), None)
             if first is None:
                 return False
             ledger, holders = self._ledger(first, key)
+            for other in gang if ledger is None else ():  # node rank 0's supervisor silent: any other serves its copy
+                if other["metadata"]["name"] != first["metadata"]["name"] and (found_ledger := self._ledger(other, key))[0] is not None:
+                    ledger, holders = found_ledger
+                    break
             groups = {g: p for g, _, text in read if g is not None and (p := group_progress(text, now)) is not None}
             # the job's progress: the rank 0 furthest ahead (with replica groups, the quorum's step; any group may be away)
             text, found = max(((t, parse(t, now)) for _, _, t in read), key=lambda tf: (tf[1] or {}).get("step", 0))
@@ -281,9 +289,21 @@ class Reader:
             with self._guard:
                 self._busy.discard(key)
 
+    @staticmethod
+    def _spared_gang(kube: Any, job: Mapping[str, Any] | None, read: list[tuple[int | None, Any, str]]) -> list[dict[str, Any]]:
+        """A job with hot spares whose node rank 0 did not answer (its pod gone, or its metrics silent): the current
+        gang's rank pods in rank order (:func:`railtrain.operator.job.spares.by_rank`), else ``[]`` (nothing listed)."""
+        if job is None or not int((job.get("spec") or {}).get("spares") or 0) or len(read) != 1 or read[0][2]:
+            return []
+        from railtrain.operator import controller
+        from railtrain.operator.job import spares
+
+        return spares.by_rank(job, controller.job_pods(kube, dict(job)))
+
     def _ledger(self, pod: Mapping[str, Any], key: tuple[str, str]) -> tuple[inplace.Ledger | None, dict[int, str]]:
-        """The in-place ledger node rank 0's supervisor serves (a job with runPolicy.restartInPlace), or None, and its
-        ``holders`` (node rank → the hot spare pod the coordinator gave it; checked: ranks and names only)."""
+        """The in-place ledger ``pod``'s supervisor serves (a job with runPolicy.restartInPlace: the coordinator's, or
+        a supervisor's copy of it), or None, and its ``holders`` (node rank → the hot spare pod the coordinator gave
+        it; checked: ranks and names only)."""
         url = ledger_endpoint(pod)
         if url is None:
             return None, {}

@@ -36,7 +36,8 @@ from railtrain.crds.times import format_time
 from railtrain.operator.job import attempts
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
-from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang, in_the_way, owned, rank_names, rank_of
+from railtrain.operator.job.pods import ended_pods, controller_uid, current_gang, in_the_way, owned, pod_phase, rank_names, rank_of, restart_of
+from railtrain.operator.job.spares import job_spares
 from railtrain.operator.job.request import promised_pods
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.request import hold_of
@@ -90,6 +91,7 @@ def observe(
     step.grow_to = grow_to
     step.lighthouse = lighthouse
     step.gang = current_gang(seen, mine)
+    step.spares_waiting = sum(1 for p in job_spares(obj, pods) if restart_of(p) == seen.status.restarts and pod_phase(p) == "Running" and not p["metadata"].get("deletionTimestamp"))
     step.status["succeededRanks"] = finished_ranks(seen.status, mine, seen.status.restarts)
     step.n = step.job.spec.nodes if step.job else 0
     return step

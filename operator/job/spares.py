@@ -90,6 +90,14 @@ def gang_pods(seen: Observed, pods: Sequence[dict[str, Any]]) -> list[dict[str, 
             and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
 
 
+def by_rank(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The current gang's rank pods in node-rank order (pure); where a spare took a rank (relabelled), the spare's pod
+    comes before the rank's old pod, still listed until it is gone."""
+    seen = observed(job)
+    name = seen.meta["name"]
+    return sorted(gang_pods(seen, pods), key=lambda p: (rank_of(p), p["metadata"]["name"] == contract.pod_name(name, rank_of(p))))
+
+
 def stale(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]], down: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Spare pods of ``job`` to delete: an earlier gang's, one on a node in ``down`` (not Ready: it cannot take a rank),
     or every one once the job is not Running (or spares were lowered: the last beyond ``spec.spares``)."""
@@ -183,7 +191,8 @@ def takeover(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]], hol
 
     Returns:
         ``(relabel, delete, sentences)``: spare pod name → the label changes (the rank's label set, the spare label
-        removed: ``None``); the names of the ranks' old pods to delete at once; one sentence per takeover. Ranks
+        removed: ``None``); the names of the ranks' old pods to delete at once (grace period 0: a lost node's, or
+        one already terminating because it was deleted or evicted); one sentence per takeover. Ranks
         already taken (the spare pod already carries the rank) and spares not found are left out.
     """
     seen = observed(job)
@@ -195,7 +204,9 @@ def takeover(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]], hol
         spare = by_name.get(name)
         if spare is None or restart_of(spare) != seen.status.restarts:
             continue
-        old = [p for p in gang_pods(seen, pods) if rank_of(p) == rank and p["metadata"]["name"] != name]
+        uid = seen.meta.get("uid")
+        old = [p for p in pods if not is_spare(p) and uid and controller_uid(p) == uid and restart_of(p) == seen.status.restarts
+               and rank_of(p) == rank and p["metadata"]["name"] != name]  # fmt: skip  # a terminating one too (its pod deleted): at once
         if is_spare(spare):
             relabel[name] = {contract.LABEL_NODE_RANK: str(rank), contract.LABEL_SPARE: None}
         delete += [p["metadata"]["name"] for p in old]

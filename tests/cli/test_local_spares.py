@@ -93,9 +93,11 @@ def test_spares_and_the_lose_node_flag_refuse_what_cannot_work(tmp_path):
     assert proc.returncode == 2 and "--fault-lose-node: step 99 comes after the job's last step (40, --steps in spec.args)" in proc.stderr, proc.stderr
 
 
-def test_the_spare_takes_a_lost_trainer_node_s_rank_and_resumes_from_the_checkpoint(tmp_path):
-    """The tiny trainer, 2 nodes and 1 spare: node 1's machine is lost at step 6, after the step-4 checkpoint; the
-    spare takes rank 1 (its node-local tiers are empty), both resume from the step-4 checkpoint and finish."""
+def test_the_spare_takes_a_lost_trainer_node_s_rank_0_and_resumes_from_the_checkpoint(tmp_path):
+    """The tiny trainer, 2 nodes and 1 spare: node 0's machine (the coordinator's and torch's rendezvous store's host)
+    is lost at step 6, after the step-4 checkpoint; node 1's supervisor hosts the coordinator, the spare takes rank 0
+    and hosts the next attempt's rendezvous store (its node-local tiers are empty), both resume from the step-4
+    checkpoint and finish; the screen follows rank 0 onto the spare."""
     doc = yaml.safe_load((REPO / "examples/tiny/trainingjob.yaml").read_text())
     args = doc["spec"]["args"]
     args[args.index("--steps") + 1], args[args.index("--log-every") + 1] = "8", "1"
@@ -104,16 +106,54 @@ def test_the_spare_takes_a_lost_trainer_node_s_rank_and_resumes_from_the_checkpo
     doc["spec"]["runPolicy"] = {"restartInPlace": True}
     doc["spec"]["spares"] = 1
     path = manifests.write(tmp_path / "tiny.yaml", doc)
-    proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", "--fault-lose-node", "node=1,step=6"], cwd=tmp_path,
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", "--fault-lose-node", "node=0,step=6"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert "[path spare, verdict retryable]" in out, out[-4000:]
     folder = logs(proc)
+    node1 = (folder / "restart-0-node-1.log").read_text()
+    assert "this supervisor hosts it from attempt 0 on" in node1 and "[path spare, verdict retryable]" in node1, node1[-3000:]
     spare = (folder / "restart-0-node-2.log").read_text()
-    assert "takes node rank 1 at attempt 1" in spare
-    node0 = (folder / "restart-0-node-0.log").read_text()
-    attempt1 = node0[node0.index("[path spare"):]
-    resumed = int(re.search(r"^resumed from step (\d+)", attempt1, re.M).group(1))
-    assert resumed >= 4 and re.search(r"^step=8 loss=", attempt1, re.M)
-    assert not (folder / "restart-1-node-0.log").exists()  # no gang restart
+    assert "takes node rank 0 at attempt 1" in spare
+    resumed = int(re.search(r"^resumed from step (\d+)", spare, re.M).group(1))  # rank 0 logs for the world
+    assert resumed >= 4 and re.search(r"^step=8 loss=", spare, re.M)
+    assert "threads: 1 per process" in node1[node1.index("[path spare"):]  # node 1's second attempt, in place
+    assert re.search(r"^\[rank 0\] step=8 loss=", proc.stdout, re.M)  # the spare's lines, shown as rank 0's
+    assert "restart_in_place_spare" in proc.stderr and not (folder / "restart-1-node-0.log").exists()  # no gang restart
+
+
+def test_a_node_s_supervisor_stopped_as_for_a_deleted_pod_gives_its_rank_to_the_spare_at_once(tmp_path):
+    """SIGTERM to node 1's supervisor, as the kubelet sends when the pod is deleted or evicted (a drain): it tells the
+    coordinator it is leaving, so its rank goes to the spare without the 5 s of silence, and it stays until then."""
+    import os
+    import signal
+    import time
+
+    doc = manifests.job(command=["python", "-c", SCRIPT.replace("range(1, 31)", "range(1, 61)")], nodes=2, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
+                        runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0}, spares=1)  # fmt: skip
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = subprocess.Popen([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        folder = None
+        for line in proc.stderr:
+            if m := re.match(r"^logs: (\S+)", line):
+                folder = Path(m.group(1))
+                break
+        node1 = folder / "restart-0-node-1.log"
+        deadline = time.monotonic() + 120
+        while not re.search(r"^step=5 .* pid=(\d+)", node1.read_text() if node1.exists() else "", re.M):
+            assert time.monotonic() < deadline, "node 1 never reached step 5"
+            time.sleep(0.1)
+        supervisor = int(re.search(r"^step=5 .* pid=(\d+)", node1.read_text(), re.M).group(1))
+        os.kill(supervisor, signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out + err
+    text = node1.read_text()
+    assert "railtrain supervisor (rank 1): stopped; hot spare spare-0 took this rank" in text, text[-2000:]
+    survivor = (folder / "restart-0-node-0.log").read_text()
+    assert "node rank 1's supervisor was stopped (its pod on local-1 deleted or evicted); a hot spare takes node rank 1's place" in survivor
+    assert len(set(re.findall(r"pid=(\d+)", survivor))) == 1 and re.search(r"^step=60 loss=1.0 rank=0 attempt=1 ", survivor, re.M)
+    assert re.search(r"^step=60 loss=1.0 rank=1 attempt=1 node=local-2 ", (folder / "restart-0-node-2.log").read_text(), re.M)
+    assert "restart of the whole gang" not in err and "restart_in_place_spare" in err

@@ -186,3 +186,17 @@ def test_over_http_a_spare_registers_and_is_given_its_rank():
         assert get("rank=1&who=spare-0")["attempt"] == 1 and get("rank=1").get("replaced")
     finally:
         server.shutdown()
+
+
+def test_a_rank_whose_supervisor_says_it_is_leaving_is_lost_at_once_and_its_asks_are_no_heartbeat():
+    c = gang()
+    assert c.report({"attempt": 0, "rank": 1, "leaving": True})  # its pod deleted: SIGTERM to its supervisor
+    assert c.lost(0.1) == {1: "n1"} and c.state(0, now=0.1)["failed"]  # no 5 s of silence first
+    c.state(1, now=0.2)  # the leaving supervisor waits to see its rank taken: not a heartbeat
+    beat(c, [0, 2], ["spare-0"], t=0.3)
+    stopped(c, [0, 2])
+    d = c.step(now=0.3)
+    assert (d["path"], d["takeovers"]) == (inplace.PATH_SPARE, {"1": "spare-0"})
+    assert "node rank 1's supervisor was stopped (its pod on n1 deleted or evicted); a hot spare takes node rank 1's place" in d["message"]
+    assert c.state(1, now=0.4)["holders"] == {"1": "spare-0"} and c.state(1, who="spare-0", now=0.4)["attempt"] == 1
+    assert not c.report({"attempt": 1, "rank": 1, "leaving": True})  # taken: the spare's, not the old supervisor's to give up

@@ -100,3 +100,35 @@ def test_describe_shows_the_waiting_spares_and_the_takeovers_in_the_restarts():
     text = " ".join(render(describe.describe_view(obj, [*pods, spare], [], datetime(2026, 12, 4, 12, tzinfo=timezone.utc)), width=200).split())
     assert "Spares: 1 wanted, 1 waiting: tj-spare-0-0 on n2" in text
     assert "Restarts: 0 (job 0, infrastructure 1); 1 of them in place (this gang: spare 1)" in text
+
+
+def test_a_terminating_rank_pod_is_not_vanished_while_a_spare_waits_to_take_it():
+    """A rank's pod deleted (or evicted by a drain) while a spare waits: its supervisor says it is leaving and stays
+    until the spare took the rank, so while the pod terminates the gang is not restarted; once the pod is gone and no
+    pod carries the rank, or with no spare waiting, the rank has vanished (RankVanished) as before."""
+    from datetime import datetime, timezone
+
+    from railtrain.operator.job import planner
+    from railtrain.operator.job.conditions import find
+
+    now = datetime(2026, 12, 5, 1, 0, tzinfo=timezone.utc)
+    at = "2026-12-05T00:50:00Z"
+    status = {"phase": "Running", "restarts": 0, "startTime": at, "admittedNodes": 2,
+              "conditions": [{"type": "Scheduled", "status": "True", "reason": "GangPlaced", "message": "", "lastTransitionTime": at},
+                             {"type": "Running", "status": "True", "reason": "AllRanksRunning", "message": "", "lastTransitionTime": at}]}  # fmt: skip
+    obj = job_obj("tj", nodes=2, spares=1, runPolicy=POLICY, command=["torchrun", "-m", "railtrain.trainer"], status=status)
+    pods = gang(obj, restarts=0, phase="Running", gated=False, nodes=["n0", "n1"])
+    [spare] = plan(obj, pods)[0]
+    spare["status"] = {"phase": "Running"}
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-12-05T01:00:30Z"
+
+    def reason(pods):
+        p = planner.plan(obj, pods, True, now)
+        c = find(p.status["conditions"], "Scheduled")
+        return p.status.get("phase", "Running"), c["reason"] if c else None, p.delete_pods
+
+    assert reason([*pods, spare]) == ("Running", "GangPlaced", [])  # held: the spare is about to take rank 1
+    assert reason([pods[0], spare])[:2] == ("Restarting", "RankVanished")  # gone, and no pod carries rank 1
+    assert reason(pods)[:2] == ("Restarting", "RankVanished")  # no spare waiting: as before
+    relabel, delete, said = spares.takeover(obj, [*pods, spare], {1: "tj-spare-0-0"})  # the coordinator gave rank 1 to the spare
+    assert relabel == {"tj-spare-0-0": {contract.LABEL_NODE_RANK: "1", contract.LABEL_SPARE: None}} and delete == ["tj-1"]  # at once, terminating or not

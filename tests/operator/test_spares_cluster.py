@@ -94,3 +94,50 @@ def test_a_spare_waits_in_the_gangs_rack_takes_a_lost_rank_without_a_gang_restar
     assert third.metadata.name == "sp-spare-0-2" and third.spec.node_name in set(names) - used
     owner = refill.metadata.owner_references[0]  # the job's deletion takes its spares (ownerReferences, the garbage collector)
     assert (owner.kind, owner.name, owner.uid, owner.controller) == ("TrainingJob", "sp", job_obj(custom, namespace, "sp")["metadata"]["uid"], True)
+
+
+def test_node_rank_0_lost_its_spare_takes_rank_0_read_from_another_supervisor_s_copy(api, namespace, gpu_nodes, operator, kube):
+    """Node rank 0's supervisor (the coordinator's first host) is silent; node rank 1's supervisor, which hosts the
+    coordinator now, serves its state: the reader finds it there, the spare takes rank 0 (rank 0's pod deleted, rank 1
+    untouched, no gang restart), and from then on rank 0's metrics are read from the spare's pod."""
+    core, custom = api
+    gpu_nodes(3)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("zero", spares=1, runPolicy=POLICY))
+
+    def settled():
+        ranks, spare = split(pods_of(core, namespace, "zero"))
+        return (ranks, spare) if len(ranks) == 2 and len(spare) == 1 and all(p.status.pod_ip for p in [*ranks.values(), *spare]) else None
+
+    ranks, [spare] = wait_for(settled, 90, "the gang Running and its spare bound, with IPs")
+    ledger = inplace.Ledger(restarts=0, attempt=1, infrastructure=1, causes={inplace.SPARE_CAUSE: 1}, spares=1)
+    body = json.dumps({"ledger": ledger.to_json(), "holders": {"0": spare.metadata.name}, "attempt": 1, "host": 1, "copy": True})
+    silent, asked = ranks[0].status.pod_ip, []
+
+    def fetch(url: str) -> str:
+        asked.append(url)
+        if f"//{silent}:" in url:
+            raise OSError("timed out")  # node rank 0's node is lost
+        return body if url.endswith("/ledger") else "railtrain_step 7\n"
+
+    edge, locks = Kube(kube.api_client), {}
+
+    def read() -> bool:
+        reader = progress.Reader(fetch=fetch)
+        done = reader.poll(edge, [job_obj(custom, namespace, "zero")], datetime.now(timezone.utc), lambda ns, n: locks.setdefault((ns, n), threading.Lock()))
+        return any(f.result(timeout=30) for f in done) or job_status(custom, namespace, "zero").get("inPlaceRestarts") == 1
+
+    wait_for(read, 60, "the takeover read from rank 1's copy and counted")
+    assert any(ranks[1].status.pod_ip in u and u.endswith("/ledger") for u in asked)
+
+    def taken():
+        now = split(pods_of(core, namespace, "zero"))[0]
+        return now if 0 in now and now[0].metadata.name == spare.metadata.name and all(p.metadata.name != "zero-0" for p in pods_of(core, namespace, "zero")) else None
+
+    now = wait_for(taken, 60, "rank 0 held by the spare pod and zero-0 gone")
+    assert now[1].metadata.uid == ranks[1].metadata.uid and now[0].metadata.uid == spare.metadata.uid  # nothing recreated
+    st = job_status(custom, namespace, "zero")
+    assert (st["phase"], st.get("restarts", 0), st["infrastructureRestarts"]) == ("Running", 0, 1)
+    asked.clear()
+    job = job_obj(custom, namespace, "zero")  # one read, due or not (the last one wrote progress a moment ago)
+    progress.Reader(fetch=fetch)._one(edge, (namespace, "zero"), progress.rank_zero_pods(job), datetime.now(timezone.utc), lambda ns, n: threading.Lock(), job)
+    assert any(now[0].status.pod_ip in u and u.endswith("/metrics") for u in asked), asked  # rank 0's metrics: the spare's pod now

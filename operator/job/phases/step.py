@@ -130,6 +130,7 @@ class Step:
             given when the step is built; :attr:`fabric` and :attr:`quarantine_limit` read them.
         seen: the job as observed in this pass (its status read through the model once), when the step was built from one.
         lighthouse: the job's Lighthouse pod and Service as read in this pass (jobs with ``spec.faultTolerance``), None when not read.
+        spares_waiting: see the attribute.
     """
 
     obj: dict[str, Any]
@@ -154,6 +155,8 @@ class Step:
     service_uid: str = ""
     seen: Observed | None = None
     lighthouse: LighthouseSeen | None = None
+    spares_waiting: int = 0
+    """This gang's hot spare pods Running and not being deleted (they are not in :attr:`pods`: not the gang's yet)."""
     _state: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -213,6 +216,16 @@ class Step:
         """The restart count of the current gang (``status.restarts``, raised by a restart in this pass)."""
         return self.state.restarts
 
+    def spare_may_take(self, pod: dict[str, Any]) -> bool:
+        """Whether ``pod``, a rank pod of the current gang being deleted, is one whose rank a waiting hot spare is about
+        to take (``spec.spares`` with ``runPolicy.restartInPlace``, and a spare pod Running): its supervisor said it
+        is leaving and stays until the spare took the rank (crds/supervisor.py), so the rank is neither vanished nor
+        an old pod to wait for while the pod terminates."""
+        spec = self.job.spec if self.job is not None else None
+        if spec is None or not spec.spares or not spec.run_policy.restart_in_place or self.spares_waiting <= 0:
+            return False
+        return bool(pod["metadata"].get("deletionTimestamp")) and restart_of(pod) == self.restarts
+
     @property
     def old_phase(self) -> str:
         """The phase observed at the start of the pass (Pending when none)."""
@@ -246,9 +259,15 @@ class Step:
         """Ranks of the current gang whose trainer exited 0 (``status.succeededRanks``): complete for this attempt even when their pods are gone."""
         return set(self.state.succeeded_ranks)
 
+    def held(self) -> set[int]:
+        """Ranks whose pod is being deleted while a waiting spare is about to take them (:meth:`spare_may_take`),
+        its trainer container still running: still covered (the gang trains on, in place)."""
+        return {rank_of(p) for p in self.pods if self.spare_may_take(p) and phase(p) == "Running"}
+
     def complete(self) -> bool:
-        """Whether every rank below the gang size has a live pod, or exited 0 earlier in this attempt."""
-        covered = {rank_of(p) for p in self.gang} | self.done
+        """Whether every rank below the gang size has a live pod (or one a spare is about to take: :meth:`held`), or
+        exited 0 earlier in this attempt."""
+        covered = {rank_of(p) for p in self.gang} | self.done | self.held()
         return bool(self.gang or self.done) and self.n > 0 and all(r in covered for r in range(self.n))
 
 

@@ -33,7 +33,7 @@ from railtrain.operator.job.phases.transition import ACTIVE, Transition
 
 def blocking(step: Step) -> list[dict[str, Any]]:
     """Pods of earlier gangs, or being deleted, that hold the name of a rank the current gang lacks, by name."""
-    present = {rank_of(p) for p in step.gang}
+    present = {rank_of(p) for p in step.gang} | step.held()
     old = [p for p in step.pods if p["metadata"].get("deletionTimestamp") or restart_of(p) != step.restarts]
     return sorted((p for p in old if 0 <= rank_of(p) < step.n and rank_of(p) not in present), key=lambda p: p["metadata"]["name"])
 

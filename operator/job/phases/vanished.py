@@ -11,6 +11,13 @@ Only a gang whose Scheduled condition is True counts: the operator's own
 deletions (a restart, a gang timeout, a suspension, an elastic shrink)
 first turn Scheduled False or change the restart count.
 
+With hot spares (``spec.spares``, ``runPolicy.restartInPlace``) and a spare
+pod waiting, a rank whose pod is still terminating is not vanished yet: its
+supervisor, told to stop, has told the gang's coordinator it is leaving and
+stays until a spare took its rank (crds/supervisor.py: ``LINGER_SECONDS``),
+and the progress reader then labels the spare with the rank. Once the pod is
+gone and no pod carries its rank, it has vanished as before.
+
 May import: ``railtrain.crds``, ``operator/scheduling`` and ``operator/job`` (this table is part of it); never kopf, the kubernetes client or ``operator/kube``.
 """
 
@@ -57,7 +64,7 @@ def vanished(step: Step) -> list[tuple[int, str]]:
     terminating = {rank_of(p): p for p in step.pods if restart_of(p) == step.restarts and p["metadata"].get("deletionTimestamp")}
     out = []
     for rank in range(step.n):
-        if rank in live:
+        if rank in live or rank in step.held():
             continue
         pod = terminating.get(rank)
         name = pod["metadata"]["name"] if pod else f"{job}-{rank}"
