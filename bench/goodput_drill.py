@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quiet-tail", type=float, default=60, help="No fault in the last seconds before the expected end (default 60).")
     ap.add_argument("--timeout", type=float, default=7200, help="Seconds the run may take (default 7200).")
     ap.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/goodput_drill-<time>.json).")
+    ap.add_argument("--keep", type=Path, default=None, help="A folder to copy the run's output and node logs to (default: none kept).")
     args = ap.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if args.steps < 10 or args.every <= 0 or not kinds or any(k not in KINDS for k in kinds):
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         path = manifest(folder, args.steps, args.memory_interval)
         out_path = folder / "out.txt"
         with open(out_path, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "railtrain.cli.main", "run", str(path), "--local", "--grace", "2"], cwd=folder,
+            proc = subprocess.Popen([sys.executable, *(os.environ.get("DRILL_RUN", "-m railtrain.cli.main").split()), "run", str(path), "--local", "--grace", "2"], cwd=folder,
                                     stdout=subprocess.PIPE, stderr=out, text=True)  # fmt: skip
             steps: list[tuple[float, int]] = []
 
@@ -193,6 +194,13 @@ def main(argv: list[str] | None = None) -> None:
                 proc.wait()
                 reader.join(timeout=10)
         text = out_path.read_text()
+        if args.keep is not None:
+            import shutil
+
+            args.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out_path, args.keep / "out.txt")
+            if m := re.search(r"^logs: (\S+)", text, re.M):
+                shutil.copytree(m.group(1), args.keep / "logs", dirs_exist_ok=True)
     record["returncode"] = proc.returncode
     record["machine_after"] = machine()
     m = None

@@ -322,10 +322,13 @@ class Coordinator:
         self.final = final
         return record
 
-    def everyone_saw_the_end(self) -> bool:
-        """Whether every other rank fetched the final decision (the host's supervisor may leave then)."""
+    def everyone_saw_the_end(self, now: float | None = None) -> bool:
+        """Whether every other rank fetched the final decision (the host's supervisor may leave then); a lost rank's
+        supervisor (silent, or said it was leaving) will never ask, and is not waited for. ``now``: ``time.monotonic()``
+        (tests pass their own)."""
         with self.lock:
-            return self.final and self.seen_final >= set(range(self.nnodes)) - {self.host}
+            now = time.monotonic() if now is None else now
+            return self.final and self.seen_final >= set(range(self.nnodes)) - {self.host} - set(self.lost(now)) - self.left
 
 
 class NotHost(Exception):

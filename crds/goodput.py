@@ -209,6 +209,10 @@ def breakdown(created: datetime, attempts: list[Attempt], now: datetime) -> Good
                 last = max(a.last_step_at or first, t)
                 active[i] = _seconds(t, last)
                 t = last
+        if a.ended is not None and a.first_step_at is None and bucket.startswith("restart_"):
+            end = max(a.ended, t)  # a restarted gang that ended before its first step: the earlier restart's time runs to its end
+            add(bucket, _seconds(t, end))
+            t = end
         if a.ended is not None:
             cause = restart_cause(a.end_reason)
             bucket = {"suspended": "queued", "starting": "starting"}.get(cause, f"restart_{cause}")

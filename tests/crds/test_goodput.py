@@ -94,3 +94,16 @@ def test_replica_groups_absences_are_degraded_training_in_seconds_of_the_whole_j
     assert g.degraded_seconds == 14 and g.training_seconds == 100 and g.lost_seconds == {} and total(g) == pytest.approx(130)  # counted in training
     assert with_degraded(g, 500).degraded_seconds == 100  # never more than the training time
     assert "degradedSeconds" not in breakdown(T0, [], at(5)).to_api()  # a job without replica groups does not show it
+
+
+def test_a_gang_that_ends_before_its_first_step_keeps_the_earlier_restarts_time_until_it_ended():
+    """A gang restart (job), then the new gang loses a node to a hot spare before its first step: the time from the
+    old gang's last step to the new gang's end is the gang restart's, only the rest the spare's (before, all of it
+    went to the spare)."""
+    attempts = [
+        Attempt(released=at(0), first_step=1, first_step_at=at(10), last_step=100, last_step_at=at(100), ended=at(110), end_reason="Restarting"),
+        Attempt(released=at(110), ended=at(140), end_reason="Restarting", in_place="spare"),
+        Attempt(released=at(140), first_step=91, first_step_at=at(150), last_step=100, last_step_at=at(160), resumed_from=90),
+    ]
+    g = breakdown(at(0), attempts, at(160))
+    assert g.lost_seconds["restart_job"] == pytest.approx(40.0) and g.lost_seconds["restart_in_place_spare"] == pytest.approx(10.0)

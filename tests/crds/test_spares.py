@@ -126,7 +126,17 @@ def test_a_successor_without_spares_restarts_the_gang_once_their_wait_is_over():
     assert c.step(now=t + 1) is None
     d = c.step(now=t + LOST_SECONDS + 0.1)  # spare-0 never registered again (lost with the old host's node)
     assert d["path"] == inplace.PATH_GANG and "0 spare(s) ready for 1 lost node rank(s)" in d["message"] and c.final
-    assert c.everyone_saw_the_end() is False and (c.state(0, now=t + 6), c.everyone_saw_the_end())[1] is True
+    assert c.everyone_saw_the_end(now=t + LOST_SECONDS + 0.2)  # rank 0, the old host, is lost: it will never ask
+
+
+def test_the_host_waits_for_live_ranks_to_read_the_end_but_not_for_lost_ones():
+    c = gang(3, spares=())
+    beat(c, [0, 2], t=LOST_SECONDS + 1)  # rank 1 silent: lost
+    stopped(c, [0, 2])
+    assert c.step(now=LOST_SECONDS + 1)["path"] == inplace.PATH_GANG and c.final
+    assert not c.everyone_saw_the_end(now=LOST_SECONDS + 1)  # rank 2 has not read the decision yet
+    c.state(2, now=LOST_SECONDS + 1.2)
+    assert c.everyone_saw_the_end(now=LOST_SECONDS + 1.2)  # rank 1 is lost: not waited for (it used to hold the host 30 s)
 
 
 def test_takeovers_spend_the_infrastructure_budget_and_a_spent_budget_fails():
