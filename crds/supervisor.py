@@ -94,6 +94,7 @@ saying it is leaving, for a spare to take its rank and the operator to follow (t
 default); it stays up to :data:`FOLLOW_SECONDS` past the takeover, so the operator's progress reader (every 5 s)
 relabels the spare, and deletes this pod at once, while it still terminates: the rank never looks vanished."""
 FOLLOW_SECONDS = 10.0
+"""How long a leaving supervisor stays after the coordinator gave its rank to a spare (two of the operator's reads)."""
 UNREACHABLE_SECONDS = 30.0
 """How long the coordinator may stay unreachable once reached (node rank 0 lost): then the supervisor exits."""
 USAGE = "usage: python -m railtrain.crds.supervisor -- COMMAND [ARGS...]"

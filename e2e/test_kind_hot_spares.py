@@ -43,14 +43,9 @@ def pods_by_name(kind_cluster, name, ns) -> dict[str, dict]:
     return {p["metadata"]["name"]: p for p in json.loads(out)["items"]}
 
 
-def logs(kind_cluster, pod, ns) -> str:
-    return kind_cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
-
-
-@pytest.mark.parametrize("lost_rank", RANKS)
-@pytest.mark.parametrize("repeat", range(REPEATS))
-def test_a_frozen_workers_rank_goes_to_the_hot_spare_and_the_gang_trains_on_without_a_gang_restart(kind_cluster, kind_ns, tmp_path, repeat, lost_rank):
-    name, kept = f"spare-{lost_rank}-{repeat}", 1 - lost_rank
+def spare_job(kind_cluster, kind_ns, tmp_path, name) -> dict:
+    """A 2-node job of 200 steps with one spare and a memory tier every 10 steps, run until its spare runs and it is
+    past step 40; returns the spare pod."""
     _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}},
                  steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1)  # fmt: skip
 
@@ -61,6 +56,18 @@ def test_a_frozen_workers_rank_goes_to_the_hot_spare_and_the_gang_trains_on_with
 
     spare = wait_for(spare_running, 300, f"{name}'s spare Running")
     _run_until_step(kind_cluster, kind_ns, name, 40)
+    return spare
+
+
+def logs(kind_cluster, pod, ns) -> str:
+    return kind_cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
+
+
+@pytest.mark.parametrize("lost_rank", RANKS)
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_a_frozen_workers_rank_goes_to_the_hot_spare_and_the_gang_trains_on_without_a_gang_restart(kind_cluster, kind_ns, tmp_path, repeat, lost_rank):
+    name, kept = f"spare-{lost_rank}-{repeat}", 1 - lost_rank
+    spare = spare_job(kind_cluster, kind_ns, tmp_path, name)
     workers = workers_of(kind_cluster, name, kind_ns)
     assert spare["spec"]["nodeName"] not in workers.values()
     before = pods_by_name(kind_cluster, name, kind_ns)
@@ -111,16 +118,7 @@ def test_a_deleted_rank_pods_rank_goes_to_the_hot_spare_at_once_and_the_gang_tra
     tells the coordinator it is leaving and stays; the spare takes rank 1 without the 5 s of silence, the operator
     labels it and deletes the old pod at once, and the job never restarts its gang (no RankVanished)."""
     name = "spare-deleted"
-    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}},
-                 steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1)  # fmt: skip
-
-    def spare_running():
-        pods = pods_by_name(kind_cluster, name, kind_ns)
-        spare = [p for p in pods.values() if "railtrain.dev/spare" in p["metadata"]["labels"] and p["status"].get("phase") == "Running"]
-        return spare[0] if spare else None
-
-    spare = wait_for(spare_running, 300, f"{name}'s spare Running")
-    _run_until_step(kind_cluster, kind_ns, name, 40)
+    spare = spare_job(kind_cluster, kind_ns, tmp_path, name)
     before = pods_by_name(kind_cluster, name, kind_ns)
     deleted = time.monotonic()
     kind_cluster.kubectl("delete", "pod", f"{name}-1", "-n", kind_ns, "--wait=false")
