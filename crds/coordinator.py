@@ -221,7 +221,7 @@ class Coordinator:
         c.seen = {r: (heard if r == old else now) for r in range(nnodes)}
         if copy.get("failed") and not c.final:
             c.failed_at = now  # the ranks that had reported report again to this coordinator
-        c.spares_until = now + c.lost_seconds
+        c.spares_until = now + c.lost_seconds if copy.get("spares") else None  # no spare was waiting: nothing to wait for
         return c
 
     def lost(self, now: float) -> dict[int, str]:
