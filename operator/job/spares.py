@@ -83,11 +83,11 @@ def wanted(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]], down:
     return max(0, seen.job.spec.spares - len(live(seen, job_spares(seen.obj, pods), down)))
 
 
-def gang_pods(seen: Observed, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The current gang's rank pods (not spares), not being deleted."""
+def gang_pods(seen: Observed, pods: Sequence[dict[str, Any]], terminating: bool = False) -> list[dict[str, Any]]:
+    """The current gang's rank pods (not spares), not being deleted (``terminating``: those being deleted too)."""
     uid = seen.meta.get("uid")
     return [p for p in pods if not is_spare(p) and uid and controller_uid(p) == uid and restart_of(p) == seen.status.restarts
-            and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+            and (terminating or not p["metadata"].get("deletionTimestamp"))]  # fmt: skip
 
 
 def by_rank(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -204,9 +204,8 @@ def takeover(job: Observed | dict[str, Any], pods: Sequence[dict[str, Any]], hol
         spare = by_name.get(name)
         if spare is None or restart_of(spare) != seen.status.restarts:
             continue
-        uid = seen.meta.get("uid")
-        old = [p for p in pods if not is_spare(p) and uid and controller_uid(p) == uid and restart_of(p) == seen.status.restarts
-               and rank_of(p) == rank and p["metadata"]["name"] != name]  # fmt: skip  # a terminating one too (its pod deleted): at once
+        # a terminating one too (its pod deleted or evicted): deleted at once
+        old = [p for p in gang_pods(seen, pods, terminating=True) if rank_of(p) == rank and p["metadata"]["name"] != name]
         if is_spare(spare):
             relabel[name] = {contract.LABEL_NODE_RANK: str(rank), contract.LABEL_SPARE: None}
         delete += [p["metadata"]["name"] for p in old]
