@@ -9,6 +9,7 @@ with QuorumLost. Every wait polls the runner's own records against a deadline; n
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import threading
@@ -89,13 +90,13 @@ def together(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> set[int]:
 
 
 def run_until_together(run: local_replica.ReplicaGroupRun, common: int = 3, replaced: int = 1) -> tuple[int | None, dict]:
-    """Run ``run`` until both groups logged ``common`` steps together after group ``replaced``'s replacement (or
+    """Run ``run`` until its kill (if any) fired and both groups logged ``common`` steps together after group ``replaced``'s replacement (or
     DEADLINE_S passed, or the run ended), then stop it; returns its exit status (130: stopped here) and its record."""
     result: dict[str, int] = {}
     thread = threading.Thread(target=lambda: result.setdefault("code", run.run()), daemon=True)
     thread.start()
     deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline and thread.is_alive() and len(together(run, replaced)) < common:
+    while time.monotonic() < deadline and thread.is_alive() and (len(together(run, replaced)) < common or (run.kills and run.killed is None)):
         time.sleep(0.2)
     run.request_stop()
     thread.join(timeout=60)
@@ -176,7 +177,7 @@ def test_while_group_0_is_away_the_lowest_live_group_writes_the_checkpoints(tmp_
     run = runner(tmp_path, job, faults, KillGroupFault(group=0, step=4))
     code, record = run_until_together(run, common=5, replaced=0)
     g0, g1 = run.groups
-    assert code == 130 and run.killed is not None and g0.replacements == 1 and g1.replacements == 0, record
+    assert code == 130 and run.killed is not None and g0.replacements == 1 and g1.replacements == 0, json.dumps(record)
     rejoined = min(t for t, _ in replacement_steps(run, replaced=0))
     trained_by_0 = {n for _, n in g0.step_times}
     assert not {n for _, n in g1.checkpoints} & trained_by_0, f"group 1 wrote a step group 0 trained too (both in the quorum): {record}"
