@@ -123,6 +123,8 @@ class Coordinator:
     """Waiting spare → ``{"node", "seen"}``."""
     holders: dict[int, str] = field(default_factory=dict)
     """Node rank → the spare that took it over."""
+    why_taken: dict[int, str] = field(default_factory=dict)
+    """Node rank → why a spare took it (told to the rank's old supervisor with ``"replaced"``)."""
     host: int = 0
     """The node rank whose supervisor runs this coordinator."""
     addrs: dict[int, str] = field(default_factory=dict)
@@ -153,7 +155,7 @@ class Coordinator:
         with self.lock:
             if rank is not None and rank in self.holders and who != self.holders[rank]:
                 return {"attempt": self.ledger.attempt, "failed": True, "final": self.final, "replaced": True, "decisions": {}, "ledger": self.ledger.to_json(),
-                        "holders": {str(r): s for r, s in sorted(self.holders.items())}}  # fmt: skip
+                        "holders": {str(r): s for r, s in sorted(self.holders.items())}, "why": self.why_taken.get(rank, "")}  # fmt: skip
             if rank is not None and rank in self.left:
                 return self._view(now)  # a leaving supervisor waits to see its rank taken: no heartbeat
             if rank is not None:
@@ -274,7 +276,7 @@ class Coordinator:
                 if len(self.ready_spares(now)) < len(lost) and self.spares_until is not None and now < self.spares_until:
                     return None  # a successor: the spares the old coordinator knew have not all registered again yet
                 return self._decide_lost(attempt, lost, now)
-            return self._decide(attempt, reports)
+            return self._decide(attempt, reports, now)
 
     def _decide_lost(self, attempt: int, lost: dict[int, str], now: float) -> dict[str, Any]:
         """Every rank not heard from is lost: spares take their places where :func:`~railtrain.crds.inplace.decide_spare` says."""
@@ -283,9 +285,17 @@ class Coordinator:
         record = {"path": d.path, "action": d.action, "verdict": d.verdict, "reason": d.reason, "message": d.message, "rank": min(lost), "missing": sorted(lost)}
         if d.path != inplace.PATH_SPARE:
             return self._publish(attempt, record, final=True)
-        taken = dict(zip(sorted(lost), ready))
+        taken = self._give(sorted(lost), ready, now, "it was silent long enough to count as lost")
+        self.counters, self.ledger = d.counters, self.ledger.after_spares(d, len(taken))
+        return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}, "master": self.master}, final=False)
+
+    def _give(self, ranks: list[int], ready: list[str], now: float, why: str) -> dict[int, str]:
+        """Give ``ranks`` to the ``ready`` spares in order (node rank → spare) for reason ``why`` (a clause) and open
+        the next attempt's reports."""
+        taken = dict(zip(ranks, ready))
         for rank, spare in taken.items():
             self.holders[rank] = spare
+            self.why_taken[rank] = why
             addr = str(self.spares.pop(spare, {}).get("addr") or "")
             if addr:
                 self.addrs[rank] = addr
@@ -295,11 +305,10 @@ class Coordinator:
             if rank == 0:  # node rank 0's torchrun agent hosts torch's rendezvous store: the spare's host from now on
                 self.master = addr.rpartition(":")[0].strip("[]") if addr else ""
             self.seen[rank] = now  # the spare's supervisor asks as this rank from now on
-        self.counters, self.ledger = d.counters, self.ledger.after_spares(d, len(taken))
         self.reports, self.failed_at = {}, None
-        return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}, "master": self.master}, final=False)
+        return taken
 
-    def _decide(self, attempt: int, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    def _decide(self, attempt: int, reports: dict[int, dict[str, Any]], now: float) -> dict[str, Any]:
         failures = tuple(f for r in reports.values() if (f := rank_failure(r)) is not None)
         if not failures:  # only stopped ranks reported: the failed one's report was lost
             failures = (recovery.unreported(rank=min(set(range(self.nnodes)) - set(reports), default=0), code=contract.EXIT_FAILED),)
@@ -315,6 +324,15 @@ class Coordinator:
             self.counters, self.ledger = d.counters, self.ledger.after(d)
             self.reports, self.failed_at = {}, None
             return self._publish(attempt, record | {"next": self.ledger.attempt}, final=False)
+        ready = self.ready_spares(now)
+        spared = inplace.decide_verdict_spare(d, self.counters, nodes, len(ready)) if not missing and ready else None
+        if spared is not None:  # the verdict's node(s) must be left: spares take their ranks, no gang restart
+            d, moving = spared
+            taken = self._give(sorted(moving), ready, now, f"its node must be left ({d.verdict} verdict of rank {d.blamed.rank}, {d.blamed.reason})")
+            self.counters, self.ledger = d.counters, self.ledger.after_verdict_spares(d, len(taken), inplace.left_entries(d, moving))
+            record |= {"path": d.path, "message": d.message}
+            return self._publish(attempt, record | {"next": self.ledger.attempt, "takeovers": {str(r): s for r, s in taken.items()}, "master": self.master,
+                                                    "leave": sorted(set(moving.values()))}, final=False)  # fmt: skip
         return self._publish(attempt, record, final=True)
 
     def _publish(self, attempt: int, record: dict[str, Any], final: bool) -> dict[str, Any]:

@@ -144,3 +144,4 @@ class InPlaceRecord(Model):
     job_restarts: int = Field(0, ge=0, description="Of them, in-place restarts that spent runPolicy.backoffLimit (counted in status.jobRestarts).")
     infrastructure_restarts: int = Field(0, ge=0, description="Of them, in-place restarts counted in status.infrastructureRestarts.")
     causes: dict[str, int] = Field(default_factory=dict, description="In-place restarts by the verdict that caused them.")
+    nodes_left: int = Field(0, ge=0, description="Nodes the gang left for a verdict while hot spares took their ranks, acted on so far (quarantined or avoided).")

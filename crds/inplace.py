@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from railtrain.crds import reasons, recovery
 from railtrain.crds.verdicts import REASON_QUORUM_LOST, json_object
@@ -121,6 +121,9 @@ class Ledger:
         streak: in-place restarts in a row since the gang started (a spare's takeover is not one: the node was lost,
             not the processes' doing).
         spares: node ranks a hot spare took over in this gang.
+        left: the nodes this gang left for a verdict while hot spares took their ranks (:func:`decide_verdict_spare`),
+            oldest first, each ``{"node", "verdict", "reason", "quarantine", "evidence"}``: the operator, which alone
+            may taint a node, quarantines or avoids them (:func:`railtrain.operator.job.inplace.count`).
     """
 
     restarts: int = 0
@@ -130,6 +133,7 @@ class Ledger:
     causes: Mapping[str, int] = field(default_factory=dict)
     streak: int = 0
     spares: int = 0
+    left: tuple[Mapping[str, Any], ...] = ()
 
     def after(self, d: recovery.Decision) -> "Ledger":
         """The ledger after in-place restart ``d`` (a decision whose path is :data:`PATH_IN_PLACE`)."""
@@ -143,10 +147,23 @@ class Ledger:
         causes = dict(self.causes) | {SPARE_CAUSE: int(self.causes.get(SPARE_CAUSE, 0)) + taken}
         return replace(self, attempt=self.attempt + 1, infrastructure=self.infrastructure + taken, causes=causes, spares=self.spares + taken)
 
+    def after_verdict_spares(self, d: recovery.Decision, taken: int, left: Sequence[Mapping[str, Any]]) -> "Ledger":
+        """The ledger after decision ``d`` (path :data:`PATH_SPARE`, from :func:`decide_verdict_spare`) gave the
+        ``taken`` ranks on the nodes ``left`` to spares: the next attempt, the one restart ``d`` spent (job or
+        infrastructure, as its rule says) under its verdict, the streak unchanged (the node was to blame, not the
+        processes' state)."""
+        kind = "job" if d.action == recovery.RESTART_JOB else "infrastructure"
+        causes = dict(self.causes) | {d.verdict: int(self.causes.get(d.verdict, 0)) + 1}
+        return replace(self, attempt=self.attempt + 1, causes=causes, spares=self.spares + taken, left=(*self.left, *left),
+                       **{kind: getattr(self, kind) + 1})  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         """The ledger as JSON data (the :data:`LEDGER_KEY` value)."""
-        return {"restarts": self.restarts, "attempt": self.attempt, "job": self.job, "infrastructure": self.infrastructure, "causes": dict(self.causes),
-                "streak": self.streak, "spares": self.spares}  # fmt: skip
+        out = {"restarts": self.restarts, "attempt": self.attempt, "job": self.job, "infrastructure": self.infrastructure, "causes": dict(self.causes),
+               "streak": self.streak, "spares": self.spares}  # fmt: skip
+        if self.left:
+            out["left"] = [dict(e) for e in self.left]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> "Ledger | None":
@@ -159,7 +176,62 @@ class Ledger:
         causes = data.get("causes") or {}
         if not isinstance(causes, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in causes.items()):
             return None
-        return cls(causes=dict(causes), **ints)
+        left = data.get("left") or []
+        if not isinstance(left, list) or len(left) > 64 or not all(_left_entry(e) for e in left):
+            return None
+        return cls(causes=dict(causes), left=tuple({k: e[k] for k in LEFT_KEYS} for e in left), **ints)
+
+
+LEFT_KEYS = ("node", "verdict", "reason", "quarantine", "evidence")
+""":attr:`Ledger.left`'s keys."""
+
+
+def _left_entry(e: Any) -> bool:
+    """Whether ``e`` is a well-formed :attr:`Ledger.left` entry (a pod's claim: node and verdict bounded strings)."""
+    if not isinstance(e, dict) or not all(k in e for k in LEFT_KEYS) or not isinstance(e["quarantine"], bool):
+        return False
+    return all(isinstance(e[k], str) for k in ("node", "verdict", "reason", "evidence")) and 0 < len(e["node"]) <= 253 and \
+        len(e["verdict"]) <= 64 and len(e["reason"]) <= 128 and len(e["evidence"]) <= 1024
+
+
+def decide_verdict_spare(d: recovery.Decision, before: recovery.Counters, ranks_on: Mapping[int, str], ready: int) -> tuple[recovery.Decision, dict[int, str]] | None:
+    """A verdict that sends nodes out of the gang (quarantined or newly avoided): do hot spares take their ranks?
+
+    :func:`decide_path` restarts the whole gang for it (rule 2: processes restarted on the same node would meet the
+    same node). With enough spares ready the node leaves without a gang restart: each rank on a node that must be left
+    goes to a spare, the others restart in place; the decision, its counters and its spent restart are ``d``'s
+    (the one rule's), only the path differs. The quarantine itself stays the operator's (it alone may taint a node):
+    the ledger says which nodes were left and why (:meth:`Ledger.after_verdict_spares`).
+
+    Args:
+        d: :func:`decide_path`'s decision; before: the counters it was decided on.
+        ranks_on: node rank → its node's name, for every rank of the gang (all of them reported).
+        ready: spares registered and alive.
+
+    Returns:
+        ``(decision with path spare, {node rank: node to leave})``, or None when ``d`` stays as it is: not a gang
+        restart for a node to leave, the failure was the infrastructure's, a node to leave hosts no rank, or fewer
+        spares are ready than ranks must move (nothing is half taken over).
+    """
+    if d.path != PATH_GANG or d.action == recovery.FAIL or d.blamed.cause in recovery.INFRASTRUCTURE_CAUSES or d.blamed.rank < 0:
+        return None
+    leave = set(d.quarantine) | (set(d.avoid) - set(before.avoid))
+    moving = {r: n for r, n in sorted(ranks_on.items()) if n and n in leave}
+    if not leave or set(moving.values()) != leave or ready < len(moving):
+        return None
+    places = ", ".join(str(r) for r in moving)
+    what = d.message.split(f"; {GANG_WORDS}", 1)[0].split(f": {GANG_WORDS}", 1)[0]
+    c = d.counters
+    counts = f"job restarts {c.job_restarts}, infrastructure restarts {c.infrastructure_restarts}"
+    text = f"{what}; a hot spare takes node rank {places}'s place, the others {IN_PLACE_WORDS} ({counts})"
+    return replace(d, path=PATH_SPARE, message=text, backoff_seconds=0), moving
+
+
+def left_entries(d: recovery.Decision, moving: Mapping[int, str]) -> list[dict[str, Any]]:
+    """:attr:`Ledger.left` entries of verdict-spare decision ``d`` (:func:`decide_verdict_spare`): one per node left."""
+    f = d.blamed
+    evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})"[:1024]
+    return [{"node": n, "verdict": f.verdict, "reason": f.reason, "quarantine": n in d.quarantine, "evidence": evidence} for n in sorted(set(moving.values()))]
 
 
 def decide_spare(run_policy: Any, counters: recovery.Counters, lost: Mapping[int, str], ready: int, left: frozenset[int] = frozenset()) -> recovery.Decision:
@@ -266,12 +338,15 @@ def uncounted(ledger: Ledger, counted: Mapping[str, Any] | None) -> Ledger:
     return replace(
         ledger, attempt=max(0, ledger.attempt - int(c.get("attempt", 0))), job=max(0, ledger.job - int(c.get("jobRestarts", 0))),
         infrastructure=max(0, ledger.infrastructure - int(c.get("infrastructureRestarts", 0))), causes=causes,
+        left=ledger.left[int(c.get("nodesLeft", 0)):],
     )  # fmt: skip
 
 
 def counted_record(ledger: Ledger) -> dict[str, Any]:
-    """``status.inPlace`` once ``ledger`` is counted: the gang's restart count, attempt, restarts by kind and cause."""
-    return {"restarts": ledger.restarts, "attempt": ledger.attempt, "jobRestarts": ledger.job, "infrastructureRestarts": ledger.infrastructure, "causes": dict(ledger.causes)}
+    """``status.inPlace`` once ``ledger`` is counted: the gang's restart count, attempt, restarts by kind and cause,
+    and how many of the nodes it left for a verdict were acted on."""
+    out = {"restarts": ledger.restarts, "attempt": ledger.attempt, "jobRestarts": ledger.job, "infrastructureRestarts": ledger.infrastructure, "causes": dict(ledger.causes)}
+    return out | ({"nodesLeft": len(ledger.left)} if ledger.left else {})
 
 
 def spend(counters: recovery.Counters, delta: Ledger) -> recovery.Counters:

@@ -346,7 +346,8 @@ class Supervisor:
                 query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
                 state = self.link.call(f"/state?{query}")
                 if state.get("replaced"):
-                    raise Replaced(f"node rank {self.rank} was given to a hot spare while this supervisor was silent")
+                    raise Replaced(f"node rank {self.rank} was given to hot spare {(state.get('holders') or {}).get(str(self.rank), '?')}: "
+                                   f"{state.get('why') or 'it was silent long enough to count as lost'}")  # fmt: skip
                 self.ledger = inplace.Ledger.from_json(state.get("ledger")) or self.ledger
                 return state
             except (OSError, ValueError):
@@ -373,6 +374,11 @@ class Supervisor:
             if self.proc is not None and self.proc.poll() is None:
                 stop(self.proc, PEER_STOP_GRACE_SECONDS)
             print(f"railtrain supervisor (rank {self.rank}): {out}; leaving", file=sys.stderr, flush=True)
+            if self.coordinator is not None:  # it hosts the coordinator: the others read the takeover from here first
+                end = time.monotonic() + FOLLOW_SECONDS
+                while time.monotonic() < end and not self.coordinator.final:
+                    self.coordinator.step()
+                    time.sleep(POLL_SECONDS)
             return 0
 
     def _run(self) -> int:
@@ -457,7 +463,7 @@ class Supervisor:
 
 
 class Replaced(Exception):
-    """The coordinator gave this supervisor's rank to a hot spare (it was silent long enough to count as lost)."""
+    """The coordinator gave this supervisor's rank to a hot spare (it was silent long enough to count as lost, or its node must be left)."""
 
 
 class Spare:

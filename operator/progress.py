@@ -197,11 +197,14 @@ class Reader:
     Args:
         workers: concurrent reads.
         fetch: ``fetch(url)`` → metrics text (tests pass a fake; default :func:`read`).
+        quarantine_limit: the platform's bound on nodes quarantined per hour in the cluster (``--max-quarantines-per-hour``;
+            None: none), for nodes a gang left for a verdict while a hot spare took their ranks.
     """
 
-    def __init__(self, workers: int = 4, fetch: Callable[[str], str] = read) -> None:
+    def __init__(self, workers: int = 4, fetch: Callable[[str], str] = read, quarantine_limit: int | None = None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="railtrain-progress")
         self._fetch = fetch
+        self._quarantine_limit = quarantine_limit
         self._busy: set[tuple[str, str]] = set()
         self._tried: dict[tuple[str, str], datetime] = {}
         self._guard = threading.Lock()
@@ -265,7 +268,10 @@ class Reader:
                 if holders:
                     self._take_over(kube, job, holders)
                 stored = job.get("status") or {}  # as stored: the goodput patch extends its attempts
+                taint, kept = self._left_nodes(kube, stored, ledger, now)
                 patch, counted = self._in_place(job, stored, ledger, now)
+                if taint:
+                    patch["quarantines"] = [*(stored.get("quarantines") or ()), *(r for _, r in taint)]
                 stored = {**stored, **patch}
                 recorded = attempts.with_progress(stored, found, *attempt_evidence(text), job["metadata"].get("creationTimestamp"), now) if found else None
                 patch |= {"progress": found} if found else {}
@@ -279,6 +285,8 @@ class Reader:
                 if written and counted:
                     log.info("%s/%s in-place reason=%s: %s", namespace, name, job_inplace.IN_PLACE_RESTART, counted)
                     kube.emit_event(job, "Normal", job_inplace.IN_PLACE_RESTART, counted)
+                if written:
+                    self._quarantine(kube, job, taint, kept, now)
             if written and recorded is not None:
                 metrics.observe_goodput(namespace, name, recorded)
             return written
@@ -334,6 +342,37 @@ class Reader:
         for sentence in sentences:
             log.info("%s/%s spare reason=%s: %s", meta["namespace"], meta["name"], spares.SPARE_TAKEOVER, sentence)
             kube.emit_event(job, "Normal", spares.SPARE_TAKEOVER, sentence)
+
+    def _left_nodes(self, kube: Any, stored: Mapping[str, Any], ledger: inplace.Ledger | None, now: datetime) -> tuple[list[tuple[tuple[str, str, str], dict[str, Any]]], list[str]]:
+        """The nodes the gang left for a verdict (a hot spare took their ranks) that are due for quarantine now
+        (:func:`railtrain.operator.job.inplace.to_quarantine`, with the Nodes read for the platform's bound): each
+        ``((node, verdict, evidence), status.quarantines record)``, and the sentences of those the bound kept."""
+        if ledger is None or not inplace.uncounted(ledger, stored.get("inPlace")).left:
+            return [], []
+        from railtrain.operator.scheduling import quarantine
+
+        nodes = kube.list_nodes()
+        tainted = frozenset(n["metadata"]["name"] for n in nodes if quarantine.quarantined_by(n) is not None)
+        taint, records, kept = job_inplace.to_quarantine(stored, ledger, now, tainted, quarantine.recent_quarantines(nodes, now), self._quarantine_limit)
+        return list(zip(taint, records)), kept
+
+    @staticmethod
+    def _quarantine(kube: Any, job: Mapping[str, Any], taint: list[tuple[tuple[str, str, str], dict[str, Any]]], kept: list[str], now: datetime) -> None:
+        """Taint the nodes :meth:`_left_nodes` found due (the status that records them is written), with the Events a
+        gang restart's quarantine has; a Warning for each node the platform's bound kept untainted."""
+        from railtrain.crds import reasons
+        from railtrain.operator import controller
+        from railtrain.operator.scheduling import quarantine
+
+        meta = job["metadata"]
+        for (node, verdict, evidence), _ in taint:
+            text = f"node {node} quarantined (taint {quarantine.TAINT_KEY}={verdict}:NoSchedule): {evidence}; a hot spare took its rank"
+            log.info("%s/%s quarantine reason=%s: %s", meta["namespace"], meta["name"], reasons.NODE_QUARANTINED, text)
+            kube.emit_event(job, "Warning", reasons.NODE_QUARANTINED, text)
+            controller.quarantine_node(kube, dict(job), node, verdict, evidence, now)
+        for text in kept:
+            log.info("%s/%s quarantine reason=%s: %s", meta["namespace"], meta["name"], reasons.NODE_QUARANTINED, text)
+            kube.emit_event(job, "Warning", reasons.NODE_QUARANTINED, text)
 
     @staticmethod
     def _in_place(job: Mapping[str, Any], stored: Mapping[str, Any], ledger: inplace.Ledger | None, now: datetime) -> tuple[dict[str, Any], str]:

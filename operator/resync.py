@@ -63,7 +63,7 @@ def resyncs(job: dict[str, Any], now: datetime) -> bool:
 async def start(memo: OperatorContext) -> None:
     """Start the leader election and the periodic resync: capacity freed by any pod can admit a waiting gang."""
     memo.state.wake = asyncio.Event()
-    memo.state.progress = progress.Reader()
+    memo.state.progress = progress.Reader(quarantine_limit=memo.settings.max_quarantines_per_hour)
     memo.state.lease = asyncio.create_task(leader.keep_lease(memo, memo.state.wake.set))
     memo.state.resync = asyncio.create_task(loop(memo))
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from railtrain.crds import inplace, recovery, supervisor
 from railtrain.crds.podtemplate import TRAINER
-from railtrain.crds.times import format_micro_time
+from railtrain.crds.times import format_micro_time, format_time
 from railtrain.operator.job import attempts as goodput_attempts
 from railtrain.operator.job.pods import restart_of
 
@@ -70,14 +70,48 @@ def count(status: Mapping[str, Any], ledger: inplace.Ledger, run_policy: Any, no
         "jobRestarts": after.job_restarts, "infrastructureRestarts": after.infrastructure_restarts,
         "inPlaceRestarts": int(status.get("inPlaceRestarts", 0)) + delta.attempt, "inPlace": inplace.counted_record(ledger),
     }  # fmt: skip
+    if delta.left:  # nodes the gang left for a verdict (a spare took their ranks): avoided by this job from now on
+        patch["avoidNodes"] = sorted(set(status.get("avoidNodes") or ()) | {e["node"] for e in delta.left})
     causes = ", ".join(f"{k} {n}" for k, n in sorted(delta.causes.items())) or "unknown"
+    left = "; ".join(f"node {e['node']} left for a {e['verdict']} verdict ({e['reason']}), its rank given to a hot spare" for e in delta.left)
     sentence = (f"the gang restarted in place {delta.attempt} time(s) ({causes}), now at attempt {ledger.attempt}: no pod recreated; "
-                f"{recovery.counters_text(after, run_policy.backoff_limit, run_policy.max_infrastructure_restarts)}")  # fmt: skip
+                f"{left + '; ' if left else ''}{recovery.counters_text(after, run_policy.backoff_limit, run_policy.max_infrastructure_restarts)}")  # fmt: skip
     attempts = _attempts_after(status, delta, now)
     recorded = goodput_attempts.goodput(status, attempts, created, now) if attempts is not None else None
     if recorded is not None:
         patch["goodput"] = recorded
     return patch, sentence
+
+
+def to_quarantine(status: Mapping[str, Any], ledger: inplace.Ledger, now: datetime, tainted: frozenset[str], cluster_quarantines: int,
+                  cluster_limit: int | None) -> tuple[list[tuple[str, str, str]], list[dict[str, Any]], list[str]]:  # fmt: skip
+    """The nodes to quarantine among those ``ledger`` says the gang left for a verdict and ``status`` has not counted
+    (call it with the status :func:`count` read, before writing its patch): the pods decided the node must go and gave
+    its rank to a spare, but only the operator may taint a node, within the platform's bound as for a gang restart.
+
+    Args:
+        status: the job's status as read; ledger: what the gang's pods report; now: when it was read.
+        tainted: nodes that carry the quarantine taint now; cluster_quarantines, cluster_limit: nodes quarantined in
+            the cluster within the last hour and the platform's bound on them (None: none).
+
+    Returns:
+        ``(quarantine, records, sentences)``: ``(node, verdict, evidence)`` to taint; the ``status.quarantines``
+        records to append; a sentence for each node due for quarantine that the platform's bound kept untainted
+        (it is still avoided by this job).
+    """
+    if ledger.restarts != int(status.get("restarts", 0)):
+        return [], [], []
+    due = [e for e in inplace.uncounted(ledger, status.get("inPlace")).left if e["quarantine"] and e["node"] not in tainted]
+    out: list[tuple[str, str, str]] = []
+    records: list[dict[str, Any]] = []
+    kept: list[str] = []
+    for e in due:
+        if cluster_limit is not None and cluster_quarantines + len(out) >= cluster_limit:
+            kept.append(f"node {e['node']} was not quarantined: the platform's bound of {cluster_limit} quarantine(s) per hour is reached; this job avoids it")
+            continue
+        out.append((e["node"], e["verdict"], e["evidence"]))
+        records.append({"node": e["node"], "verdict": e["verdict"], "time": format_time(now)})
+    return out, records, kept
 
 
 def _attempts_after(status: Mapping[str, Any], delta: inplace.Ledger, now: datetime) -> list[dict[str, Any]] | None:

@@ -157,3 +157,43 @@ def test_a_node_s_supervisor_stopped_as_for_a_deleted_pod_gives_its_rank_to_the_
     assert len(set(re.findall(r"pid=(\d+)", survivor))) == 1 and re.search(r"^step=60 loss=1.0 rank=0 attempt=1 ", survivor, re.M)
     assert re.search(r"^step=60 loss=1.0 rank=1 attempt=1 node=local-2 ", (folder / "restart-0-node-2.log").read_text(), re.M)
     assert "restart of the whole gang" not in err and "restart_in_place_spare" in err
+
+
+SDC_SCRIPT = f"""
+import json, os, sys, time
+rank, attempt, node = os.environ[{contract.ENV_NODE_RANK!r}], os.environ[{ENV_ATTEMPT!r}], os.environ[{contract.ENV_NODE_NAME!r}]
+for step in range(1, 31):
+    if rank == "1" and attempt == "0" and step == 8:  # the health monitor's re-execution differed on this node: a hardware-suspect verdict
+        with open(os.environ[{contract.ENV_TERMINATION_MESSAGE_PATH!r}], "w") as f:
+            f.write({contract.format_termination_message(contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_RERUN_MISMATCH, "re-executed step 8 differs", nodes=["local-1"], ranks=[1])!r})
+        sys.exit(1)
+    print(f"step={{step}} loss=1.0 rank={{rank}} attempt={{attempt}} node={{node}} pid={{os.getppid()}}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_a_hardware_verdict_sends_its_node_out_and_the_spare_takes_the_rank_without_a_gang_restart(tmp_path):
+    """Issue 29, "when a node is lost or quarantined, a spare takes exactly the lost rank's place": rank 1's verdict
+    names its node (hardware-suspect: quarantined at once by the default rule). With a spare waiting, the node leaves
+    without a gang restart: the spare takes rank 1, ranks 0 and 2 restart in place under the same supervisors, rank 1's
+    old supervisor is told its rank is gone and why, and leaves. (On a cluster the operator then quarantines the node:
+    tests/operator/test_spares_cluster.py.) On the old code this restarted the whole gang."""
+    doc = manifests.job(command=["python", "-c", SDC_SCRIPT], nodes=3, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
+                        runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0})  # fmt: skip
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2", "--spares", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "node(s) local-1 quarantined; a hot spare takes node rank 1's place, the others restarting in place" in out, out
+    assert "restart of the whole gang" not in proc.stderr
+    folder = logs(proc)
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(4)]  # no second gang
+    spare = (folder / "restart-0-node-3.log").read_text()
+    assert "railtrain spare spare-0: takes node rank 1 at attempt 1" in spare
+    assert re.search(r"^step=30 loss=1.0 rank=1 attempt=1 node=local-3 ", spare, re.M)
+    old = (folder / "restart-0-node-1.log").read_text()
+    assert "node rank 1 was given to hot spare spare-0: its node must be left (hardware-suspect verdict of rank 1, RerunMismatch); leaving" in old, old
+    assert "attempt=1" not in old
+    for survivor in (0, 2):
+        text = (folder / f"restart-0-node-{survivor}.log").read_text()
+        assert len(set(re.findall(r"pid=(\d+)", text))) == 1 and re.search(rf"^step=30 loss=1.0 rank={survivor} attempt=1 ", text, re.M)

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from railtrain.crds import inplace, recovery
+from railtrain.crds import contract, inplace, recovery
 from railtrain.crds.api import RunPolicy
 from railtrain.crds.coordinator import LOST_SECONDS, Coordinator, serve
 
@@ -210,3 +210,61 @@ def test_a_rank_whose_supervisor_says_it_is_leaving_is_lost_at_once_and_its_asks
     assert "node rank 1's supervisor was stopped (its pod on n1 deleted or evicted); a hot spare takes node rank 1's place" in d["message"]
     assert c.state(1, now=0.4)["holders"] == {"1": "spare-0"} and c.state(1, who="spare-0", now=0.4)["attempt"] == 1
     assert not c.report({"attempt": 1, "rank": 1, "leaving": True})  # taken: the spare's, not the old supervisor's to give up
+
+
+def hardware_report(c, rank, node, attempt=0):
+    """Rank ``rank``'s re-execution found its node at fault (the health monitor's hardware-suspect verdict)."""
+    message = contract.format_termination_message(contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_RERUN_MISMATCH, "re-executed step 40 differs", nodes=[node], ranks=[rank])
+    assert c.report({"attempt": attempt, "rank": rank, "code": contract.EXIT_FAILED, "message": message, "finished": 1.0, "node": node})
+
+
+def test_a_verdict_that_quarantines_a_node_gives_its_rank_to_a_spare_instead_of_restarting_the_gang():
+    """Issue 29, "when a node is lost or quarantined, a spare takes exactly the lost rank's place": a hardware-suspect
+    verdict naming node n1 (quarantined at once by the default rule) moves rank 1 to the ready spare; the others
+    restart in place; the decision spends the rule's one infrastructure restart; the ledger names the node for the
+    operator to quarantine; rank 1's old supervisor is told its rank is gone and why. Without a spare: the gang."""
+    c = gang()
+    beat(c, [0, 1, 2], ["spare-0"], t=1.0)
+    hardware_report(c, 1, "n1")
+    stopped(c, [0, 2])
+    d = c.step(now=1.5)
+    assert (d["path"], d["verdict"], d["takeovers"], d["leave"], d["next"]) == (inplace.PATH_SPARE, contract.VERDICT_HARDWARE_SUSPECT, {"1": "spare-0"}, ["n1"], 1), d
+    assert "node(s) n1 quarantined; a hot spare takes node rank 1's place, the others restarting in place (job restarts 0, infrastructure restarts 1)" in d["message"], d["message"]
+    assert not c.final
+    ledger = inplace.Ledger.from_json(c.view(now=1.6)["ledger"])
+    assert (ledger.attempt, ledger.infrastructure, ledger.job, ledger.spares, ledger.causes) == (1, 1, 0, 1, {contract.VERDICT_HARDWARE_SUSPECT: 1})
+    assert [(e["node"], e["verdict"], e["quarantine"]) for e in ledger.left] == [("n1", contract.VERDICT_HARDWARE_SUSPECT, True)]
+    assert inplace.Ledger.from_json(ledger.to_json()) == ledger  # the claim survives the pod → operator trip
+    old = c.state(1, now=1.7)
+    assert old["replaced"] and "its node must be left (hardware-suspect verdict of rank 1" in old["why"], old
+    assert c.state(1, who="spare-0", now=1.7)["attempt"] == 1  # the spare runs rank 1's next attempt
+
+    none = gang(spares=())
+    beat(none, [0, 1, 2], t=1.0)
+    hardware_report(none, 1, "n1")
+    stopped(none, [0, 2])
+    d = none.step(now=1.5)
+    assert d["path"] == inplace.PATH_GANG and "must be left" in d["message"] and none.final
+
+
+def test_a_verdict_naming_two_nodes_with_one_spare_restarts_the_gang_and_an_infrastructure_failure_is_not_spared():
+    c = gang(4)
+    beat(c, [0, 1, 2, 3], ["spare-0"], t=1.0)
+    message = contract.format_termination_message(contract.VERDICT_HARDWARE_SUSPECT, contract.REASON_RERUN_MISMATCH, "differs", nodes=["n1", "n2"], ranks=[1, 2])
+    assert c.report({"attempt": 0, "rank": 1, "code": contract.EXIT_FAILED, "message": message, "finished": 1.0, "node": "n1"})
+    stopped(c, [0, 2, 3])
+    d = c.step(now=1.5)
+    assert d["path"] == inplace.PATH_GANG and c.holders == {}  # two ranks must move, one spare: nothing half taken over
+
+    lost = recovery.restart_infrastructure(POLICY, recovery.Counters(), "NodeLost", "n1 lost", node="n1")
+    assert inplace.decide_verdict_spare(lost, recovery.Counters(), {0: "n0", 1: "n1"}, 1) is None  # not a verdict: decide_spare's
+
+
+@pytest.mark.parametrize("bad", [
+    {"left": [{"node": "n1"}]},  # keys missing
+    {"left": [{"node": "", "verdict": "v", "reason": "r", "quarantine": True, "evidence": "e"}]},  # no node
+    {"left": [{"node": "n1", "verdict": "v", "reason": "r", "quarantine": "yes", "evidence": "e"}]},  # not a bool
+    {"left": "n1"},
+])
+def test_a_ledger_whose_left_nodes_are_malformed_is_not_believed(bad):
+    assert inplace.Ledger.from_json({"restarts": 0, "attempt": 1} | bad) is None

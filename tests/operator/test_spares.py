@@ -132,3 +132,31 @@ def test_a_terminating_rank_pod_is_not_vanished_while_a_spare_waits_to_take_it()
     assert reason(pods)[:2] == ("Restarting", "RankVanished")  # no spare waiting: as before
     relabel, delete, said = spares.takeover(obj, [*pods, spare], {1: "tj-spare-0-0"})  # the coordinator gave rank 1 to the spare
     assert relabel == {"tj-spare-0-0": {contract.LABEL_NODE_RANK: "1", contract.LABEL_SPARE: None}} and delete == ["tj-1"]  # at once, terminating or not
+
+
+def test_nodes_left_for_a_verdict_are_quarantined_once_within_the_platform_bound_and_avoided_by_the_job():
+    """The pods gave a verdict's node's rank to a spare and say so in the ledger (crds/inplace.py: Ledger.left); the
+    operator alone may taint: :func:`railtrain.operator.job.inplace.to_quarantine` picks the nodes due once (a second
+    read of the same ledger finds nothing new), keeps the platform's per-hour bound (beyond it the node is only
+    avoided, with a sentence), and :func:`count` adds the node to avoidNodes and names it in the Event's sentence."""
+    from datetime import datetime, timezone
+
+    from railtrain.crds import contract, inplace
+    from railtrain.crds.api import RunPolicy
+    from railtrain.operator.job import inplace as job_inplace
+
+    now = datetime(2026, 12, 5, 4, 0, tzinfo=timezone.utc)
+    entry = {"node": "n1", "verdict": contract.VERDICT_HARDWARE_SUSPECT, "reason": contract.REASON_RERUN_MISMATCH, "quarantine": True, "evidence": "rank 1 differs"}
+    ledger = inplace.Ledger(restarts=0, attempt=1, infrastructure=1, causes={contract.VERDICT_HARDWARE_SUSPECT: 1}, spares=1, left=(entry,))
+    status = {"restarts": 0, "avoidNodes": ["n9"]}
+    taint, records, kept = job_inplace.to_quarantine(status, ledger, now, frozenset(), 0, None)
+    assert taint == [("n1", contract.VERDICT_HARDWARE_SUSPECT, "rank 1 differs")] and records == [{"node": "n1", "verdict": "hardware-suspect", "time": "2026-12-05T04:00:00Z"}] and kept == []
+    patch, sentence = job_inplace.count(status, ledger, RunPolicy(), now)
+    assert patch["avoidNodes"] == ["n1", "n9"] and patch["inPlace"]["nodesLeft"] == 1
+    assert "node n1 left for a hardware-suspect verdict (RerunMismatch), its rank given to a hot spare" in sentence
+    assert job_inplace.to_quarantine(status | patch, ledger, now, frozenset(), 0, None) == ([], [], [])  # counted: not again
+    assert job_inplace.to_quarantine(status, ledger, now, frozenset({"n1"}), 0, None)[0] == []  # already tainted
+    taint, records, kept = job_inplace.to_quarantine(status, ledger, now, frozenset(), 3, 3)
+    assert taint == [] and records == [] and kept == ["node n1 was not quarantined: the platform's bound of 3 quarantine(s) per hour is reached; this job avoids it"]
+    other_gang = job_inplace.to_quarantine({"restarts": 1}, ledger, now, frozenset(), 0, None)
+    assert other_gang == ([], [], [])

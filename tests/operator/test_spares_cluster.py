@@ -141,3 +141,52 @@ def test_node_rank_0_lost_its_spare_takes_rank_0_read_from_another_supervisor_s_
     job = job_obj(custom, namespace, "zero")  # one read, due or not (the last one wrote progress a moment ago)
     progress.Reader(fetch=fetch)._one(edge, (namespace, "zero"), progress.rank_zero_pods(job), datetime.now(timezone.utc), lambda ns, n: threading.Lock(), job)
     assert any(now[0].status.pod_ip in u and u.endswith("/metrics") for u in asked), asked  # rank 0's metrics: the spare's pod now
+
+
+def test_a_verdict_that_sends_a_node_out_gives_its_rank_to_the_spare_and_the_operator_quarantines_the_node(api, namespace, gpu_nodes, operator, kube):
+    """Issue 29, "when a node is lost or quarantined, a spare takes exactly the lost rank's place": the coordinator
+    gave rank 1 to the spare because a hardware-suspect verdict named rank 1's node (crds/inplace.py:
+    decide_verdict_spare); its ledger names the node left. The operator, which alone may taint a node, quarantines it
+    (taint, status.quarantines, avoidNodes, a NodeQuarantined Event), makes the spare rank 1 and deletes rank 1's old
+    pod; rank 0 is untouched, there is no gang restart, and the refilled spare avoids the quarantined node."""
+    core, custom = api
+    names = gpu_nodes(4)
+    custom.create_namespaced_custom_object(G, V, namespace, P, job_body("sdc", spares=1, runPolicy=POLICY))
+
+    def settled():
+        ranks, spare = split(pods_of(core, namespace, "sdc"))
+        return (ranks, spare) if len(ranks) == 2 and len(spare) == 1 else None
+
+    ranks, [spare] = wait_for(settled, 90, "the gang Running and its spare bound")
+    bad = ranks[1].spec.node_name
+    left = {"node": bad, "verdict": contract.VERDICT_HARDWARE_SUSPECT, "reason": contract.REASON_RERUN_MISMATCH, "quarantine": True,
+            "evidence": "hardware-suspect verdict of rank 1 (RerunMismatch: re-executed step 40 differs)"}  # fmt: skip
+    ledger = inplace.Ledger(restarts=0, attempt=1, infrastructure=1, causes={contract.VERDICT_HARDWARE_SUSPECT: 1}, spares=1, left=(left,))
+    body = json.dumps({"ledger": ledger.to_json(), "holders": {"1": spare.metadata.name}, "attempt": 1})
+    edge, locks = Kube(kube.api_client), {}
+
+    def read() -> bool:
+        reader = progress.Reader(fetch=lambda url: body if url.endswith("/ledger") else "")
+        done = reader.poll(edge, [job_obj(custom, namespace, "sdc")], datetime.now(timezone.utc), lambda ns, n: locks.setdefault((ns, n), threading.Lock()))
+        return any(f.result(timeout=30) for f in done) or job_status(custom, namespace, "sdc").get("inPlaceRestarts") == 1
+
+    wait_for(read, 60, "the takeover read and counted")
+    taints = core.read_node(bad).spec.taints or []
+    assert [(t.key, t.value, t.effect) for t in taints if t.key == "railtrain.dev/quarantined"] == [("railtrain.dev/quarantined", "hardware-suspect", "NoSchedule")]
+    st = job_status(custom, namespace, "sdc")
+    assert (st["phase"], st.get("restarts", 0), st["infrastructureRestarts"], st["avoidNodes"]) == ("Running", 0, 1, [bad])
+    assert [(q["node"], q["verdict"]) for q in st["quarantines"]] == [(bad, "hardware-suspect")] and st["inPlace"]["nodesLeft"] == 1
+
+    def taken():
+        now, spares = split(pods_of(core, namespace, "sdc"))
+        gone = all(p.metadata.name != "sdc-1" for p in pods_of(core, namespace, "sdc"))
+        return (now, spares) if now.get(1) is not None and now[1].metadata.name == spare.metadata.name and gone and len(spares) == 1 else None
+
+    now, [refill] = wait_for(taken, 60, "rank 1 held by the spare, its old pod gone, a new spare bound")
+    assert now[0].metadata.uid == ranks[0].metadata.uid and now[1].metadata.uid == spare.metadata.uid  # nothing recreated
+    assert refill.spec.node_name in set(names) - {bad, now[0].spec.node_name, now[1].spec.node_name}
+    seen = events_with(core, namespace, "sdc", "NodeQuarantined", "InPlaceRestart")
+    assert f"node {bad} quarantined (taint railtrain.dev/quarantined=hardware-suspect:NoSchedule)" in seen["NodeQuarantined"][0].message
+    assert f"node {bad} left for a hardware-suspect verdict (RerunMismatch), its rank given to a hot spare" in seen["InPlaceRestart"][0].message
+    read()  # a second read of the same ledger quarantines nothing again
+    assert len(job_status(custom, namespace, "sdc")["quarantines"]) == 1

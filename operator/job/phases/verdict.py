@@ -40,6 +40,7 @@ from railtrain.operator.job.pods import phase, rank_of
 from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
+from railtrain.operator.scheduling import quarantine
 
 PRECEDENCE = recovery.PRECEDENCE
 NODE_FAILURE_REASONS = frozenset({"Preempting", "NodeShutdown", "Shutdown", "Terminated", "NodeLost"})
@@ -134,10 +135,18 @@ def count_in_place(step: Step) -> None:
     (:mod:`railtrain.operator.job.inplace`) before deciding: one job-wide budget for both paths."""
     ledger = inplace.gang_ledger(step.gang, step.restarts)
     counted = inplace.count(step.status, ledger, step.job.spec.run_policy, step.now, step.job.metadata.creation_timestamp) if ledger else None
-    if counted is None:
+    if counted is None or ledger is None:
         return
+    c = counters(step)  # nodes the gang left for a verdict (a hot spare took their ranks) and the progress reader did not quarantine yet
+    taint, records, kept = inplace.to_quarantine(step.status, ledger, step.now, c.tainted, c.cluster_quarantines, c.cluster_limit)
     patch, sentence = counted
     step.status.update(patch)
+    if records:
+        step.status["quarantines"] = [*(step.status.get("quarantines") or ()), *records]
+    for node, verdict, evidence in taint:
+        step.out.quarantine.append((node, verdict, evidence))
+        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={verdict}:NoSchedule): {evidence}; a hot spare took its rank"))
+    step.out.events += [("Warning", reasons.NODE_QUARANTINED, text) for text in kept]
     step.out.events.append(("Normal", inplace.IN_PLACE_RESTART, sentence))
     step.out.log.append(f"in-place reason={inplace.IN_PLACE_RESTART}: {sentence}")
 
