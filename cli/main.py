@@ -197,7 +197,10 @@ def run(
     Exits 0 when every node succeeds, 130 after Ctrl-C. When a node fails, the
     other nodes are stopped and spec.runPolicy decides, as on a cluster: the
     whole gang restarts (resuming from its checkpoints) or the run ends with
-    the failing node's status (docs/operator.md, "Recovery"). The --fault-*
+    the failing node's status (docs/operator.md, "Recovery"). With
+    runPolicy.restartInPlace the processes restart inside the same nodes
+    instead where no node must go, and with --spares (spec.spares) a lost
+    node's rank goes to a hot spare node. The --fault-*
     flags inject faults (docs/health.md); a fault happens once: a restarted
     gang keeps only the faults it has not met yet. A failed run's summary line
     carries the gang's verdict and the rank that failed first.

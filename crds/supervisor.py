@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract, inplace, recovery
-from railtrain.crds.faults import spent_faults
+from railtrain.crds.faults import FAULT_VARIABLES, spent_faults
 
 ENV_ATTEMPT = "RAILTRAIN_ATTEMPT"
 """The workers' attempt within their gang (0, then 1 after the first in-place restart ...); every rank agrees on it."""
@@ -524,7 +524,8 @@ class Spare:
             self.warm.kill()
         rank = int(state["assigned"])
         print(f"railtrain spare {self.name}: takes node rank {rank} at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
-        env = {k: v for k, v in self.env.items() if k != ENV_SPARE} | {contract.ENV_NODE_RANK: str(rank), contract.ENV_PET_NODE_RANK: str(rank)}
+        # the rank's injected faults (tests only) stood for its old machine's faults and events: this is another machine
+        env = {k: v for k, v in self.env.items() if k != ENV_SPARE and k not in FAULT_VARIABLES} | {contract.ENV_NODE_RANK: str(rank), contract.ENV_PET_NODE_RANK: str(rank)}
         self.supervisor = Supervisor(self.command, env, who=self.name, link=self.link)
         return self.supervisor.run()
 

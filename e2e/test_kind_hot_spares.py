@@ -143,3 +143,47 @@ def test_a_deleted_rank_pods_rank_goes_to_the_hot_spare_at_once_and_the_gang_tra
     assert kind_cluster.phase(name, kind_ns) == "Succeeded" and (status.get("restarts", 0), status.get("inPlaceRestarts"), status.get("infrastructureRestarts")) == (0, 1, 1), status
     reasons = kind_cluster.kubectl("get", "events", "-n", kind_ns, "--field-selector", f"involvedObject.name={name}", "-o", "jsonpath={.items[*].reason}").stdout.split()
     assert "SpareTakeover" in reasons and "RankVanished" not in reasons, reasons
+
+
+def test_a_hardware_verdict_sends_its_node_out_the_spare_takes_the_rank_and_the_operator_quarantines_the_node(kind_cluster, kind_ns, tmp_path):
+    """Rank 1's output is corrupted on its device (``RAILTRAIN_FAULT_BITFLIP`` ``target=activation``): the trainer's
+    re-execution finds it and names rank 1's node (hardware-suspect, quarantined at once by the default rule). With a
+    spare waiting, the gang's coordinator gives rank 1 to the spare and rank 0 restarts in place; rank 1's old
+    supervisor is told why and leaves. The operator quarantines the node (the taint, status.quarantines, avoidNodes),
+    labels the spare rank 1 and deletes the old pod: no gang restart, and the job finishes. The taint is cleared after."""
+    name = "spare-sdc"
+    fault = [{"name": "RAILTRAIN_FAULT_BITFLIP", "value": "rank=1,step=100,target=activation,bit=30"}]
+    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}},
+                 steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1, env=fault)  # fmt: skip
+
+    def spare_running():
+        pods = pods_by_name(kind_cluster, name, kind_ns)
+        spare = [p for p in pods.values() if "railtrain.dev/spare" in p["metadata"]["labels"] and p["status"].get("phase") == "Running"]
+        return spare[0] if spare else None
+
+    spare = wait_for(spare_running, 300, f"{name}'s spare Running")
+    bad = workers_of(kind_cluster, name, kind_ns)[1]
+    before = pods_by_name(kind_cluster, name, kind_ns)
+    line = "[path spare, verdict hardware-suspect]"
+    try:
+        log = wait_for(lambda: (t := logs(kind_cluster, f"{name}-0", kind_ns)) if line in t and STEP_AFTER.search(t[t.index(line):]) else None,
+                       600, f"{name}: rank 0 training again after the spare took rank 1 for the verdict", interval=1)  # fmt: skip
+        assert f"node(s) {bad} quarantined; a hot spare takes node rank 1's place, the others restarting in place" in log, log[-3000:]
+        assert "takes node rank 1 at attempt 1" in logs(kind_cluster, spare["metadata"]["name"], kind_ns)
+
+        def followed():
+            pods = pods_by_name(kind_cluster, name, kind_ns)
+            held = pods.get(spare["metadata"]["name"], {}).get("metadata", {}).get("labels", {})
+            status = kind_cluster.job(name, kind_ns).get("status", {})
+            return (pods, status) if held.get("railtrain.dev/node-rank") == "1" and f"{name}-1" not in pods and status.get("quarantines") else None
+
+        pods, status = wait_for(followed, 120, f"{name}: the operator quarantined {bad}, labelled the spare rank 1 and deleted the old pod", interval=1)
+        assert pods[f"{name}-0"]["metadata"]["uid"] == before[f"{name}-0"]["metadata"]["uid"]  # rank 0 untouched
+        assert [q["node"] for q in status["quarantines"]] == [bad] and bad in status.get("avoidNodes", []), status
+        taints = json.loads(kind_cluster.kubectl("get", "node", bad, "-o", "jsonpath={.spec.taints}").stdout or "[]")
+        assert {"key": "railtrain.dev/quarantined", "value": "hardware-suspect", "effect": "NoSchedule"} in taints, taints
+        wait_for(lambda: kind_cluster.phase(name, kind_ns) in ("Succeeded", "Failed"), 900, f"{name} finished", interval=2)
+        status = kind_cluster.job(name, kind_ns)["status"]
+        assert kind_cluster.phase(name, kind_ns) == "Succeeded" and (status.get("restarts", 0), status.get("inPlaceRestarts"), status.get("infrastructureRestarts")) == (0, 1, 1), status
+    finally:
+        kind_cluster.kubectl("taint", "node", bad, "railtrain.dev/quarantined-", check=False)

@@ -1,0 +1,41 @@
+"""``bench/recovery_kind.py`` without a cluster (its scene needs kind and takes minutes a pair: the measurement is run
+by hand, docs/bench-recovery.md): the scene file is collected with one pair by default and is not part of the
+suite's own collection, and the bench reads the scene's ``PAIR`` lines into the table and medians it reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.bench.test_bench_smoke import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+import recovery_kind  # noqa: E402
+
+
+def pair(n, in_place, gang, at=45):
+    return {"pair": n, "in-place": {"path": "in-place", "seconds": in_place, "killed_at_step": at, "resumed_step": 40},
+            "gang": {"path": "gang", "seconds": gang, "killed_at_step": at, "resumed_step": 40}, "load_after_in-place": 3.0, "load_after_gang": 4.0}  # fmt: skip
+
+
+def test_the_bench_reads_the_scenes_pairs_and_reports_medians_of_times_and_ratios():
+    output = "\n".join(["noise", "PAIR " + json.dumps(pair(0, 10.0, 40.0)), "PAIR {broken", "PAIR " + json.dumps(pair(1, 20.0, 40.0)),
+                        "PAIR " + json.dumps(pair(2, 12.0, 30.0, at=50)), "PAIR " + json.dumps({"pair": 3, "gang": {}})])  # fmt: skip
+    pairs = recovery_kind.pairs_in(output)
+    assert [p["pair"] for p in pairs] == [0, 1, 2]  # a broken line and an incomplete pair are left out
+    s = recovery_kind.summary(pairs)
+    assert (s["pairs"], s["in_place_p50_s"], s["gang_p50_s"], s["ratio_p50"]) == (3, 12.0, 40.0, 0.4)
+    assert s["steps_lost_p50"] == {"in-place": 5, "gang": 5}
+    text = recovery_kind.table(pairs).plain()
+    assert "| median " in text and "0.40x" in text and "3.0 / 4.0" in text
+
+
+def test_the_scene_is_collected_with_one_pair_only_when_named():
+    named = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", recovery_kind.SCENE], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "e2e/scene_inplace_pairs.py::test_pair[0]" in named.stdout and "test_pair[1]" not in named.stdout, named.stdout + named.stderr
+    suite = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "e2e"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "scene_inplace_pairs" not in suite.stdout, suite.stdout[-2000:]
