@@ -269,13 +269,14 @@ class ReplicaGroupRun:
 
     def _kill_due(self, state: GroupState) -> bool:
         """Whether the next kill of :attr:`kills` fires now, on ``state``'s step line (called under the lock): it names
-        this group, the group logged its step or a later one in the launch after its earlier kills, and every other
-        group trains (logged the step before or a later one in its current launch)."""
+        this group, the group logged its step or a later one in a launch after its earlier kills (a launch that failed
+        on its own before the kill does not use the kill up), and every other group trains (logged the step before or
+        a later one in its current launch)."""
         if len(self.kill_times) >= len(self.kills):
             return False
         kill = self.kills[len(self.kill_times)]
         earlier = sum(1 for k in self.kills[: len(self.kill_times)] if k.group == state.group)
-        if kill.group != state.group or state.launches != earlier + 1 or state.step < kill.step:
+        if kill.group != state.group or state.launches < earlier + 1 or state.step < kill.step:
             return False
         return all(o.joined and o.step >= kill.step - 1 for o in self.groups if o is not state and not o.lost)  # the others step too
 

@@ -177,7 +177,7 @@ class Ledger:
         if not isinstance(causes, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in causes.items()):
             return None
         left = data.get("left") or []
-        if not isinstance(left, list) or len(left) > 64 or not all(_left_entry(e) for e in left):
+        if not isinstance(left, list) or len(left) > 1000 or not all(_left_entry(e) for e in left):
             return None
         return cls(causes=dict(causes), left=tuple({k: e[k] for k in LEFT_KEYS} for e in left), **ints)
 

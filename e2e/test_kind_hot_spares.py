@@ -166,8 +166,11 @@ def test_a_hardware_verdict_sends_its_node_out_the_spare_takes_the_rank_and_the_
     before = pods_by_name(kind_cluster, name, kind_ns)
     line = "[path spare, verdict hardware-suspect]"
     try:
-        log = wait_for(lambda: (t := logs(kind_cluster, f"{name}-0", kind_ns)) if line in t and STEP_AFTER.search(t[t.index(line):]) else None,
-                       600, f"{name}: rank 0 training again after the spare took rank 1 for the verdict", interval=1)  # fmt: skip
+        def trained_again():
+            log = logs(kind_cluster, f"{name}-0", kind_ns)
+            return log if line in log and STEP_AFTER.search(log[log.index(line):]) else None
+
+        log = wait_for(trained_again, 600, f"{name}: rank 0 training again after the spare took rank 1 for the verdict", interval=1)
         assert f"node(s) {bad} quarantined; a hot spare takes node rank 1's place, the others restarting in place" in log, log[-3000:]
         assert "takes node rank 1 at attempt 1" in logs(kind_cluster, spare["metadata"]["name"], kind_ns)
 

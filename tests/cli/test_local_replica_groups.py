@@ -79,9 +79,9 @@ def runner(tmp_path: Path, job: object, faults: dict[str, str], kill: KillGroupF
 
 
 def replacement_steps(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> list[tuple[float, int]]:
-    """The step lines of group ``replaced``'s second launch (its replacement), ``(time.monotonic(), step)``."""
+    """The step lines of group ``replaced``'s last launch (its replacement), ``(time.monotonic(), step)``; none before it was replaced."""
     g = run.groups[replaced]
-    return [(t, n) for t, n in g.step_times if len(g.launched_at) > 1 and t >= g.launched_at[1]]
+    return [(t, n) for t, n in g.step_times if len(g.launched_at) > 1 and t >= g.launched_at[-1]]
 
 
 def together(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> set[int]:
@@ -177,7 +177,9 @@ def test_while_group_0_is_away_the_lowest_live_group_writes_the_checkpoints(tmp_
     run = runner(tmp_path, job, faults, KillGroupFault(group=0, step=4))
     code, record = run_until_together(run, common=5, replaced=0)
     g0, g1 = run.groups
-    assert code == 130 and run.killed is not None and g0.replacements == 1 and g1.replacements == 0, json.dumps(record)
+    # group 0 replaced for the kill (and, under a loaded machine, possibly once before it for a launch that failed on
+    # its own: the record's reason says why); group 1 never
+    assert code == 130 and run.killed is not None and g0.replacements >= 1 and g1.replacements == 0, json.dumps(record)
     rejoined = min(t for t, _ in replacement_steps(run, replaced=0))
     trained_by_0 = {n for _, n in g0.step_times}
     assert not {n for _, n in g1.checkpoints} & trained_by_0, f"group 1 wrote a step group 0 trained too (both in the quorum): {record}"
