@@ -10,6 +10,7 @@ ratio, and the medians; the JSON record holds every sample, the steps lost and t
 Run from the repository root (Docker must run; the first run builds the images, about 7 minutes)::
 
     python bench/recovery_kind.py --pairs 5
+    python bench/recovery_kind.py --pairs 5 --parse saved-output.txt   # the table and record again from a run's output
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ SCENE = "e2e/scene_inplace_pairs.py"
 
 
 def pairs_in(output: str) -> list[dict[str, Any]]:
-    """The ``PAIR {json}`` lines the scene printed, in order; lines that are not complete pairs are left out."""
+    """The ``PAIR {json}`` lines the scene printed (pytest's progress dot may precede one), in order; lines that are not
+    complete pairs are left out."""
     out = []
     for line in output.splitlines():
-        if line.startswith("PAIR "):
+        if "PAIR {" in line:  # pytest's progress dot may come first on the line
             try:
-                pair = json.loads(line[5:])
+                pair = json.loads(line[line.index("PAIR {") + 5:])
             except ValueError:
                 continue
             if isinstance(pair, dict) and "in-place" in pair and "gang" in pair:
@@ -68,13 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5, help="Pairs of jobs (default 5).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/recovery_kind-<time>.json).")
+    parser.add_argument("--parse", type=Path, default=None, help="Read the pairs from a saved output of this bench (or of the scene) instead of running it.")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs: must be 1 or more, got {args.pairs}")
     before = machine()
-    env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs))
-    proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    if args.parse is not None:
+        if not args.parse.is_file():
+            parser.error(f"--parse: no such file: {args.parse}")
+        proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
+    else:
+        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs))
+        proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
+                              capture_output=True, text=True)  # fmt: skip
     pairs = pairs_in(proc.stdout)
     t = table(pairs)
     t.print()

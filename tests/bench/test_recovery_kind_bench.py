@@ -21,7 +21,7 @@ def pair(n, in_place, gang, at=45):
 
 
 def test_the_bench_reads_the_scenes_pairs_and_reports_medians_of_times_and_ratios():
-    output = "\n".join(["noise", "PAIR " + json.dumps(pair(0, 10.0, 40.0)), "PAIR {broken", "PAIR " + json.dumps(pair(1, 20.0, 40.0)),
+    output = "\n".join(["noise", "PAIR " + json.dumps(pair(0, 10.0, 40.0)), "PAIR {broken", ".PAIR " + json.dumps(pair(1, 20.0, 40.0)),
                         "PAIR " + json.dumps(pair(2, 12.0, 30.0, at=50)), "PAIR " + json.dumps({"pair": 3, "gang": {}})])  # fmt: skip
     pairs = recovery_kind.pairs_in(output)
     assert [p["pair"] for p in pairs] == [0, 1, 2]  # a broken line and an incomplete pair are left out
