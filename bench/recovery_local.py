@@ -17,7 +17,7 @@ step ``--fault-step`` (read from rank 0's step log) the fault is injected:
     ``RAILTRAIN_FAULT_HANG``, docs/health.md), when the trainer's health checks
     are installed; the clock starts when the failed gang has ended.
 
-With ``--local-modes gang,in-place`` each fault that can restart in place
+With ``--local-modes gang,in-place`` (or ``in-place-cold``: the supervisor's warm launcher off) each fault that can restart in place
 (``rank-killed``) also runs with ``spec.runPolicy.restartInPlace``: node 1's
 trainer processes get SIGKILL (its pod-side supervisor lives on, as a container
 that keeps running), the supervisors restart the processes inside the running
@@ -52,6 +52,7 @@ from harness import Table, fmt_s, machine, median
 from railtrain.cli import local as local_run
 from railtrain.cli.local_recovery import RecoveringRun
 from railtrain.crds import contract
+from railtrain.crds.supervisor import ENV_WARM
 from railtrain.crds.validation import parse_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,8 +120,9 @@ def _trainers_under(pid: int) -> list[int]:
     return found
 
 
-def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int, in_place: bool = False, spares: int = 0) -> Any:
-    env = []
+def _job(name: str, fault: str, steps: int, persistent: Path, memory_interval: int, fault_step: int, in_place: bool = False, spares: int = 0,
+         warm: bool = True) -> Any:  # fmt: skip
+    env = [] if warm else [{"name": ENV_WARM, "value": "off"}]
     if fault == "hardware-suspect":
         env.append({"name": contract.ENV_FAULT_BITFLIP, "value": f"rank=1,step={fault_step},mode=once,bit=30"})
     if fault == "hang":
@@ -140,11 +142,11 @@ def measure_local(fault: str, args: argparse.Namespace, mode: str = "gang") -> d
     """One local run with one fault, restarted as a new gang (``mode`` "gang"), in place ("in-place") or with a hot spare
     taking the lost node's rank ("spare"); returns the sample."""
     spare = mode == "spare"
-    in_place = mode == "in-place" or spare
+    in_place = mode in ("in-place", "in-place-cold") or spare
     scratch = Path(tempfile.mkdtemp(prefix="railtrain-recovery-"))
     name, uid = f"rec-{uuid.uuid4().hex[:6]}", local_run.new_local_uid()
     shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / "railtrain" / local_run.LOCAL_NAMESPACE / name  # local_run_roots without the run id
-    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step, in_place, int(spare))
+    job = _job(name, fault, args.local_steps, scratch / "persistent", args.memory_interval, args.fault_step, in_place, int(spare), warm=mode != "in-place-cold")
     runner: RecoveringRun | None = None
 
     def fire() -> None:
@@ -207,7 +209,7 @@ def run_local(args: argparse.Namespace) -> dict[str, Any]:
     """Every local fault kind (× restart mode) ``args.local_repeats`` times, modes alternating; prints a table and returns the record."""
     faults = [f for f in args.local_faults.split(",") if f]
     modes = [m for m in args.local_modes.split(",") if m]
-    arms = [(f, m) for f in faults for m in modes if m == "gang" or (m == "in-place" and f in IN_PLACE_FAULTS) or (m == "spare" and f in SPARE_FAULTS)]
+    arms = [(f, m) for f in faults for m in modes if m == "gang" or (m in ("in-place", "in-place-cold") and f in IN_PLACE_FAULTS) or (m == "spare" and f in SPARE_FAULTS)]
     samples = []
     for i in range(args.local_repeats):
         for fault, mode in arms:
@@ -231,9 +233,11 @@ def run_local(args: argparse.Namespace) -> dict[str, Any]:
         table.add(f, m, fmt_s(summary[key]["p50_s"]), fmt_s(summary[key]["max_s"]), "met" if summary[key]["p50_s"] <= GOAL_S else "missed",
                   "/".join(map(str, summary[key]["gangs_rebuilt"])), summary[key]["steps_lost_max"], "≤ interval" if ok else "> interval")
     for f in faults:
-        for m in ("in-place", "spare"):
+        for m in ("in-place", "in-place-cold", "spare"):
             if f"{f}/{m}" in summary and f in summary:
                 summary[f"{f}/{m}/ratio"] = round(summary[f"{f}/{m}"]["p50_s"] / summary[f]["p50_s"], 3)
+        if f"{f}/in-place" in summary and f"{f}/in-place-cold" in summary:  # the warm launcher's effect, same invocation
+            summary[f"{f}/warm-over-cold"] = round(summary[f"{f}/in-place"]["p50_s"] / summary[f"{f}/in-place-cold"]["p50_s"], 3)
     table.print()
     return {"machine_before": machine(), "samples": samples, "summary": summary}
 
@@ -244,4 +248,5 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local-steps", type=int, default=60)
     parser.add_argument("--fault-step", type=int, default=35)
     parser.add_argument("--memory-interval", type=int, default=10)
-    parser.add_argument("--local-modes", default="gang", help="Comma-separated subset of gang,in-place,spare (in place: spec.runPolicy.restartInPlace, rank-killed only; spare: spec.spares 1, node-lost only).")
+    parser.add_argument("--local-modes", default="gang", help="Comma-separated subset of gang,in-place,in-place-cold,spare (in place: spec.runPolicy.restartInPlace, rank-killed only, "
+                        "the next attempt started in the supervisor's warm launcher; in-place-cold: the same with it off, RAILTRAIN_SUPERVISOR_WARM=off; spare: spec.spares 1, node-lost only).")

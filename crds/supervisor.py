@@ -98,6 +98,38 @@ FOLLOW_SECONDS = 10.0
 UNREACHABLE_SECONDS = 30.0
 """How long the coordinator may stay unreachable once reached (node rank 0 lost): then the supervisor exits."""
 USAGE = "usage: python -m railtrain.crds.supervisor -- COMMAND [ARGS...]"
+ENV_WARM = "RAILTRAIN_SUPERVISOR_WARM"
+"""The warm launcher (:class:`WarmLauncher`): ``off`` turns it off (every attempt starts torchrun from nothing); a
+number of seconds replaces :data:`WARM_AFTER_SECONDS`."""
+WARM_AFTER_SECONDS = 10.0
+"""How long an attempt runs before its supervisor starts the next attempt's warm launcher (after the attempt's own
+start, so the launcher's import does not compete with it for the CPUs)."""
+
+
+def warm_after(environ: Mapping[str, str]) -> float | None:
+    """Seconds an attempt runs before the next attempt's warm launcher starts (:data:`ENV_WARM`); None: never."""
+    value = environ.get(ENV_WARM, "").strip()
+    if value.lower() == "off":
+        return None
+    try:
+        return max(0.0, float(value)) if value else WARM_AFTER_SECONDS
+    except ValueError:
+        return WARM_AFTER_SECONDS
+WARM_CODE = """
+import json, os, sys
+import torch.distributed.run as launcher
+line = sys.stdin.readline()
+if not line:
+    sys.exit(0)
+order = json.loads(line)
+os.environ.clear()
+os.environ.update(order["env"])
+sys.argv = ["torchrun", *order["argv"]]
+launcher.main()
+"""
+"""What a warm launcher runs: torchrun's module imported at once, then one attempt's arguments and environment read
+from standard input, and torchrun's ``main`` run with them in this process (what ``python -m torch.distributed.run``
+runs, minus the import)."""
 
 
 def coordinator_url(environ: Mapping[str, str]) -> str:
@@ -273,6 +305,8 @@ class Supervisor:
         self.ledger = inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0))
         self.wait_first = float(json.loads(environ.get(ENV_RUN_POLICY) or "{}").get("gangTimeoutSeconds", 300))
         self.proc: subprocess.Popen[bytes] | None = None
+        self.warm: WarmLauncher | None = None
+        """The next attempt's warm launcher (:class:`WarmLauncher`), once the current attempt has run a while."""
 
     def terminate(self, *_: Any) -> None:
         """SIGTERM to the supervisor (the pod deleted or evicted, ``run --local`` stopping a node): stop the workers,
@@ -281,6 +315,8 @@ class Supervisor:
         the takeover, deletes the pod at once. It leaves with 143 either way (never 0: a pod that exited 0 would
         count its rank as finished)."""
         leaving = self._say_leaving()
+        if self.warm is not None:
+            self.warm.drop()
         if self.proc is not None and self.proc.poll() is None:
             stop(self.proc, PEER_STOP_GRACE_SECONDS if leaving else GRACE_SECONDS)
         if leaving:
@@ -371,6 +407,8 @@ class Supervisor:
         try:
             return self._run()
         except Replaced as out:
+            if self.warm is not None:
+                self.warm.drop()
             if self.proc is not None and self.proc.poll() is None:
                 stop(self.proc, PEER_STOP_GRACE_SECONDS)
             print(f"railtrain supervisor (rank {self.rank}): {out}; leaving", file=sys.stderr, flush=True)
@@ -390,7 +428,12 @@ class Supervisor:
         while True:
             message = self.dir / f"attempt-{attempt}.msg"
             message.write_text("")  # the kubelet creates the file before the container starts; so do we, per attempt
-            self.proc = proc = subprocess.Popen(self.command, env=self._attempt_env(attempt, spent, message), start_new_session=True)
+            env = self._attempt_env(attempt, spent, message)
+            warm, self.warm = self.warm, None
+            proc = warm.start(env) if warm is not None else None
+            if proc is not None:
+                print(f"railtrain supervisor (rank {self.rank}): attempt {attempt} started in the warm launcher", file=sys.stderr, flush=True)
+            self.proc = proc = proc or subprocess.Popen(self.command, env=env, start_new_session=True)
             code, stopped = self._watch(proc, attempt)
             if stopped:
                 code = contract.EXIT_FAILED  # stopped for a peer's failure: never blamed before the rank that failed
@@ -411,7 +454,10 @@ class Supervisor:
     def _watch(self, proc: subprocess.Popen[bytes], attempt: int) -> tuple[int, bool]:
         """Wait for the attempt's workers to end, or stop them once a peer failed; returns ``(exit status, stopped)``."""
         deadline = time.monotonic() + UNREACHABLE_SECONDS
+        started, after = time.monotonic(), warm_after(self.env)
         while (rc := proc.poll()) is None:
+            if self.warm is None and after is not None and time.monotonic() - started >= after:
+                self.warm = WarmLauncher(self.command, self.env)  # the next attempt's torchrun, imported while this one trains
             try:
                 state = self._state(deadline)
                 deadline = time.monotonic() + UNREACHABLE_SECONDS
@@ -445,6 +491,8 @@ class Supervisor:
 
     def _leave(self, code: int, verdict: str | None, why: str, stopped: bool = False) -> int:
         """Write the pod's termination message (the last verdict plus the ledger) and return ``code``."""
+        if self.warm is not None:
+            self.warm.drop()
         if why:
             print(f"railtrain supervisor (rank {self.rank}): {why}", file=sys.stderr, flush=True)
         try:
@@ -460,6 +508,86 @@ class Supervisor:
             while not self.coordinator.everyone_saw_the_end() and time.monotonic() < end:
                 time.sleep(POLL_SECONDS)
         return code
+
+
+def torchrun_args(command: Sequence[str], path: str | None = None) -> tuple[str, list[str]] | None:
+    """``(python, torchrun's arguments)`` when ``command`` starts torchrun, else None.
+
+    Args:
+        command: the training command: ``torchrun ARGS`` (its console script, found on ``path``; its interpreter is
+            the script's ``#!`` line) or ``PYTHON -m torch.distributed.run ARGS``.
+        path: the ``PATH`` to find ``torchrun`` on (None: this process's).
+
+    Returns:
+        The interpreter that would run torchrun and the arguments after the launcher's name; None for any other
+        command, or a ``torchrun`` whose script cannot be read.
+    """
+    import shutil
+
+    if not command:
+        return None
+    if len(command) >= 3 and os.path.basename(command[0]).startswith("python") and command[1:3] == ["-m", "torch.distributed.run"]:
+        return command[0], list(command[3:])
+    if os.path.basename(command[0]) != "torchrun":
+        return None
+    script = shutil.which(command[0], path=path)
+    try:
+        first = Path(script).read_bytes()[:512].split(b"\n", 1)[0].decode() if script else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    python = first[2:].strip() if first.startswith("#!") else ""
+    return (python, list(command[1:])) if python and " " not in python and os.path.basename(python).startswith("python") else None
+
+
+class WarmLauncher:
+    """The next attempt's torchrun, started ahead with its module already imported (an in-place restart's own start).
+
+    Every attempt of an in-place restart starts torchrun from nothing: a Python process that imports
+    ``torch.distributed`` (1.6–2.7 s on this project's 2-core machines) before it starts the workers, which import
+    torch again. The supervisor starts a :data:`WARM_CODE` process for the next attempt while the current one trains
+    (after :data:`WARM_AFTER_SECONDS`); when the next attempt starts, it hands that process the attempt's arguments and
+    environment and torchrun runs at once. Only a command that starts torchrun is warmed (:func:`torchrun_args`);
+    ``RAILTRAIN_SUPERVISOR_WARM=off`` (:data:`ENV_WARM`) turns it off.
+
+    Args:
+        command: the training command; environ: the environment the process imports in (the attempt's differs only in
+            its per-attempt variables, read when torchrun parses its arguments).
+    """
+
+    def __init__(self, command: Sequence[str], environ: Mapping[str, str]) -> None:
+        self.args = torchrun_args(command, environ.get("PATH"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        if self.args is not None:
+            try:
+                self.proc = subprocess.Popen([self.args[0], "-c", WARM_CODE], stdin=subprocess.PIPE, env=dict(environ), start_new_session=True)
+            except OSError:
+                self.proc = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the process waits to be used (started, still alive)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, environ: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
+        """Run the attempt with ``environ`` in the warm process; returns it, or None when it cannot be used (not
+        started, ended, or its standard input closed): start the command the usual way then."""
+        if not self.ready or self.args is None:
+            return None
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"argv": self.args[1], "env": dict(environ)}) + "\n").encode())
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            self.drop()
+            return None
+        proc, self.proc = self.proc, None
+        return proc
+
+    def drop(self) -> None:
+        """Stop the process if it was never used (the gang ended, or this supervisor leaves)."""
+        if self.proc is not None and self.proc.poll() is None:
+            stop(self.proc, 0.5)
+        self.proc = None
 
 
 class Replaced(Exception):

@@ -99,3 +99,41 @@ def test_killed_trainer_rank_restarts_in_place_and_resumes_from_its_checkpoint(t
     assert re.search(r"^step=5 loss=", attempt1, re.M) and not re.search(r"^step=[1-4] loss=", attempt1, re.M)  # continued at step 5
     assert "restart of the whole gang" not in proc.stderr  # no gang restart
     assert "restart_in_place_retryable" in proc.stderr  # the goodput line
+
+
+WARM_SCRIPT = f"""
+import os, sys, time
+rank, attempt = os.environ["RANK"], os.environ[{ENV_ATTEMPT!r}]
+print(f"worker rank {{rank}} attempt {{attempt}} rdzv {{os.environ['PET_RDZV_ID'] if 'PET_RDZV_ID' in os.environ else os.environ.get('TORCHELASTIC_RUN_ID')}} agent {{os.getppid()}}", flush=True)
+if attempt == "0":
+    time.sleep(3)  # long enough for the next attempt's warm launcher to start
+    sys.exit(3 if rank == "1" else 0)
+"""
+
+
+def test_an_in_place_attempt_starts_in_the_warm_launcher_with_its_own_arguments_and_environment(tmp_path):
+    """Issue 29, the in-place restart's own start: while attempt 0 trains, each supervisor starts the next attempt's
+    torchrun with its module imported (RAILTRAIN_SUPERVISOR_WARM=0.5: after 0.5 s instead of 10); attempt 1 runs in it,
+    with attempt 1's environment (its attempt number and rendezvous id reach the workers) and the job's arguments, and
+    the run ends as a cold start would. With the launcher turned off (``off``) no attempt says it."""
+    script = tmp_path / "worker.py"
+    script.write_text(WARM_SCRIPT)
+
+    def run(warm: str) -> tuple[subprocess.CompletedProcess, str]:
+        doc = manifests.job(command=["torchrun", str(script)], env=[{"name": "RAILTRAIN_SUPERVISOR_WARM", "value": warm}],
+                            runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0})  # fmt: skip
+        path = manifests.write(tmp_path / f"job-{warm}.yaml", doc)
+        proc = subprocess.run([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        return proc, proc.stdout + proc.stderr + logged(proc)
+
+    proc, out = run("0.5")
+    assert proc.returncode == 0, out[-4000:]
+    assert "railtrain supervisor (rank 0): attempt 1 started in the warm launcher" in out and "railtrain supervisor (rank 1): attempt 1 started in the warm launcher" in out, out[-4000:]
+    for rank in (0, 1):
+        first = re.search(rf"worker rank {rank} attempt 0 rdzv (\S+) agent (\d+)", out)
+        second = re.search(rf"worker rank {rank} attempt 1 rdzv (\S+) agent (\d+)", out)
+        assert first and second, out[-4000:]
+        assert first.group(1).endswith("-0-0") and second.group(1).endswith("-0-1")  # the attempt's own rendezvous id, not the import-time one
+        assert first.group(2) != second.group(2)  # another torchrun process: the warm one
+    cold, out = run("off")
+    assert cold.returncode == 0 and "warm launcher" not in out and "worker rank 1 attempt 1" in out, out[-4000:]
