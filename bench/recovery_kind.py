@@ -29,9 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 SCENE = "e2e/scene_inplace_pairs.py"
 
 
-def pairs_in(output: str) -> list[dict[str, Any]]:
+ARMS = ("in-place", "gang")
+"""The default arms of a pair (``--arms``; ``in-place-cold`` adds the in-place restart with the warm launcher off)."""
+
+
+def pairs_in(output: str, arms: tuple[str, ...] = ARMS) -> list[dict[str, Any]]:
     """The ``PAIR {json}`` lines the scene printed (pytest's progress dot may precede one), in order; lines that are not
-    complete pairs are left out."""
+    complete pairs (a sample of every arm in ``arms``) are left out."""
     out = []
     for line in output.splitlines():
         if "PAIR {" in line:  # pytest's progress dot may come first on the line
@@ -39,30 +43,40 @@ def pairs_in(output: str) -> list[dict[str, Any]]:
                 pair = json.loads(line[line.index("PAIR {") + 5:])
             except ValueError:
                 continue
-            if isinstance(pair, dict) and "in-place" in pair and "gang" in pair:
+            if isinstance(pair, dict) and all(isinstance(pair.get(a), dict) and "seconds" in pair[a] for a in arms):
                 out.append(pair)
     return out
 
 
-def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over ``pairs`` of each path's seconds and of the per-pair ratio in place / gang, and the steps each
-    path lost (the step at the kill minus the step it resumed at, median)."""
-    ratios = [ratio(p["in-place"]["seconds"], p["gang"]["seconds"]) for p in pairs]
-    lost = {path: median(p[path]["killed_at_step"] - p[path]["resumed_step"] for p in pairs) for path in ("in-place", "gang")}
-    return {"pairs": len(pairs), "in_place_p50_s": median(p["in-place"]["seconds"] for p in pairs),
-            "gang_p50_s": median(p["gang"]["seconds"] for p in pairs), "ratio_p50": median(ratios), "steps_lost_p50": lost}  # fmt: skip
+def summary(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+    """Medians over ``pairs``: each arm's seconds (``<arm>_p50_s``) and steps lost (the step at the kill minus the step
+    it resumed at), and the per-pair ratios of each in-place arm over the gang's (``<arm>_over_gang_p50``) and of the
+    warm launcher over the cold start (``warm_over_cold_p50``) where both arms ran."""
+    out: dict[str, Any] = {"pairs": len(pairs), "steps_lost_p50": {}}
+    for a in arms:
+        out[f"{a}_p50_s"] = median(p[a]["seconds"] for p in pairs)
+        out["steps_lost_p50"][a] = median(p[a]["killed_at_step"] - p[a]["resumed_step"] for p in pairs)
+        if a != "gang" and "gang" in arms:
+            out[f"{a}_over_gang_p50"] = median(ratio(p[a]["seconds"], p["gang"]["seconds"]) for p in pairs)
+    if "in-place" in arms and "in-place-cold" in arms:
+        out["warm_over_cold_p50"] = median(ratio(p["in-place"]["seconds"], p["in-place-cold"]["seconds"]) for p in pairs)
+    return out
 
 
-def table(pairs: list[dict[str, Any]]) -> Table:
-    """One row per pair, then the medians."""
-    t = Table("A killed rank on kind: kill → rank 0's first step of the next attempt, in place vs the whole gang",
-              ["pair", "in place (s)", "gang (s)", "in place / gang", "load after (in place / gang)"])
+def table(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> Table:
+    """One row per pair (each arm's seconds, the ratios), then the medians."""
+    ratios = [a for a in arms if a != "gang" and "gang" in arms]
+    warm = "in-place" in arms and "in-place-cold" in arms
+    t = Table("A killed rank on kind: kill → rank 0's first step of the next attempt",
+              ["pair", *(f"{a} (s)" for a in arms), *(f"{a} / gang" for a in ratios), *(["warm / cold"] if warm else []), "load after"])  # fmt: skip
     for p in pairs:
-        t.add(p["pair"], fmt_s(p["in-place"]["seconds"]), fmt_s(p["gang"]["seconds"]), fmt_x(ratio(p["in-place"]["seconds"], p["gang"]["seconds"])),
-              f"{p.get('load_after_in-place', float('nan')):.1f} / {p.get('load_after_gang', float('nan')):.1f}")  # fmt: skip
-    s = summary(pairs)
+        t.add(p["pair"], *(fmt_s(p[a]["seconds"]) for a in arms), *(fmt_x(ratio(p[a]["seconds"], p["gang"]["seconds"])) for a in ratios),
+              *([fmt_x(ratio(p["in-place"]["seconds"], p["in-place-cold"]["seconds"]))] if warm else []),
+              " / ".join(f"{p.get('load_after_' + a, float('nan')):.1f}" for a in arms))  # fmt: skip
     if pairs:
-        t.add("median", fmt_s(s["in_place_p50_s"]), fmt_s(s["gang_p50_s"]), fmt_x(s["ratio_p50"]), "")
+        s = summary(pairs, arms)
+        t.add("median", *(fmt_s(s[f"{a}_p50_s"]) for a in arms), *(fmt_x(s[f"{a}_over_gang_p50"]) for a in ratios),
+              *([fmt_x(s["warm_over_cold_p50"])] if warm else []), "")  # fmt: skip
     return t
 
 
@@ -71,22 +85,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="Pairs of jobs (default 5).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/recovery_kind-<time>.json).")
     parser.add_argument("--parse", type=Path, default=None, help="Read the pairs from a saved output of this bench (or of the scene) instead of running it.")
+    parser.add_argument("--arms", default=",".join(ARMS), help="Comma-separated paths of each pair, from in-place,in-place-cold,gang (default in-place,gang).")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs: must be 1 or more, got {args.pairs}")
+    arms = tuple(a for a in args.arms.split(",") if a)
+    if not arms or len(set(arms)) != len(arms) or set(arms) - {"in-place", "in-place-cold", "gang"}:
+        parser.error(f"--arms: a comma-separated list of distinct paths from in-place, in-place-cold, gang; got {args.arms!r}")
     before = machine()
     if args.parse is not None:
         if not args.parse.is_file():
             parser.error(f"--parse: no such file: {args.parse}")
         proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
     else:
-        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs))
+        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms))
         proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
                               capture_output=True, text=True)  # fmt: skip
-    pairs = pairs_in(proc.stdout)
-    t = table(pairs)
+    pairs = pairs_in(proc.stdout, arms)
+    t = table(pairs, arms)
     t.print()
-    record = {"benchmark": "recovery_kind", "pairs": pairs, "summary": summary(pairs), "table": t.plain(), "machine_before": before,
+    record = {"benchmark": "recovery_kind", "arms": list(arms), "pairs": pairs, "summary": summary(pairs, arms), "table": t.plain(), "machine_before": before,
               "machine_after": machine(), "pytest_exit": proc.returncode}  # fmt: skip
     path = write_json("recovery_kind", record, args.json)
     print(f"wrote {path}")

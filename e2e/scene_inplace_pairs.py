@@ -6,8 +6,9 @@ example, 2 nodes, the same checkpoint settings (memory tier every 10 steps) and 
 worker killed (``kill -9``) at step >= 40. The first job has ``runPolicy.restartInPlace`` (the supervisor restarts
 the processes inside the running pods); the second has not (the operator deletes and recreates every pod). The clock
 runs from the kill to the first step rank 0 logs in the next attempt (steps logged every step), read from
-``kubectl logs`` every 0.5 s. The two jobs run one after the other, alternating which path goes first, each on the
-same 3 workers, and each is deleted before the next starts. Every pair also checks what it names: in place, the pods'
+``kubectl logs`` every 0.5 s. The jobs run one after the other, alternating which path goes first, each on the
+same 3 workers, and each is deleted before the next starts. ``RAILTRAIN_E2E_INPLACE_ARMS`` adds ``in-place-cold``
+(the supervisor's warm launcher off) to compare the launcher's effect in the same run. Every pair also checks what it names: in place, the pods'
 uids are unchanged and one in-place restart is counted; as a gang, every pod is new.
 """
 
@@ -26,14 +27,19 @@ from .test_kind import KILL_WORKER, _restart_job, _run_until_step, pod_uids, ran
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(7200)]
 
 PAIRS = int(os.environ.get("RAILTRAIN_E2E_INPLACE_PAIRS", "1"))
+ARMS = [a for a in os.environ.get("RAILTRAIN_E2E_INPLACE_ARMS", "in-place,gang").split(",") if a]
+"""The paths each pair runs, in this order for even pairs and reversed for odd ones: ``in-place`` (the supervisor's
+warm launcher on, the default), ``in-place-cold`` (``RAILTRAIN_SUPERVISOR_WARM=off``), ``gang``."""
 STEP = re.compile(r"^step=(\d+) loss=", re.MULTILINE)
 IN_PLACE_LINE = "[path in-place, verdict retryable]"
 CHECKPOINT = {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}}
 
 
-def _kill_and_time(kind_cluster, ns: str, name: str, in_place: bool, tmp_path) -> dict:
+def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
     """Run job ``name`` to step 40, kill rank 1's worker, and time the kill → rank 0's first step of the next attempt."""
-    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=400, log_every=1, runPolicy={"restartInPlace": in_place})
+    in_place = arm != "gang"
+    env = [{"name": "RAILTRAIN_SUPERVISOR_WARM", "value": "off"}] if arm == "in-place-cold" else []
+    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=400, log_every=1, runPolicy={"restartInPlace": in_place}, env=env)
     _run_until_step(kind_cluster, ns, name, 40)
     before = pod_uids(kind_cluster, name, ns)
     at_kill = max(int(n) for n in STEP.findall(rank0_log(kind_cluster, name, ns)))
@@ -59,15 +65,14 @@ def _kill_and_time(kind_cluster, ns: str, name: str, in_place: bool, tmp_path) -
         assert not set(now.values()) & set(before.values()), (before, now)
     kind_cluster.kubectl("delete", "trainingjob", name, "-n", ns, "--wait=true", timeout=300)
     wait_for(lambda: not pod_uids(kind_cluster, name, ns), 300, f"{name}'s pods gone")
-    return {"path": "in-place" if in_place else "gang", "seconds": round(seconds, 2), "killed_at_step": at_kill, "resumed_step": first}
+    return {"path": arm, "seconds": round(seconds, 2), "killed_at_step": at_kill, "resumed_step": first}
 
 
 @pytest.mark.parametrize("pair", range(PAIRS))
 def test_pair(kind_cluster, kind_ns, tmp_path, pair):
-    order = (True, False) if pair % 2 == 0 else (False, True)
     out = {"pair": pair}
-    for in_place in order:
-        sample = _kill_and_time(kind_cluster, kind_ns, f"{'ip' if in_place else 'gang'}-{pair}", in_place, tmp_path)
-        out[sample["path"]] = sample
-        out[f"load_after_{sample['path']}"] = os.getloadavg()[0]
+    for arm in ARMS if pair % 2 == 0 else ARMS[::-1]:
+        sample = _kill_and_time(kind_cluster, kind_ns, f"{arm}-{pair}", arm, tmp_path)
+        out[arm] = sample
+        out[f"load_after_{arm}"] = os.getloadavg()[0]
     print("PAIR " + json.dumps(out), flush=True)

@@ -26,10 +26,22 @@ def test_the_bench_reads_the_scenes_pairs_and_reports_medians_of_times_and_ratio
     pairs = recovery_kind.pairs_in(output)
     assert [p["pair"] for p in pairs] == [0, 1, 2]  # a broken line and an incomplete pair are left out
     s = recovery_kind.summary(pairs)
-    assert (s["pairs"], s["in_place_p50_s"], s["gang_p50_s"], s["ratio_p50"]) == (3, 12.0, 40.0, 0.4)
+    assert (s["pairs"], s["in-place_p50_s"], s["gang_p50_s"], s["in-place_over_gang_p50"]) == (3, 12.0, 40.0, 0.4)
     assert s["steps_lost_p50"] == {"in-place": 5, "gang": 5}
     text = recovery_kind.table(pairs).plain()
     assert "| median " in text and "0.40x" in text and "3.0 / 4.0" in text
+
+
+def test_with_a_cold_arm_the_bench_reports_the_warm_launchers_ratio():
+    arms = ("in-place", "in-place-cold", "gang")
+    rows = [pair(0, 6.0, 20.0) | {"in-place-cold": {"seconds": 8.0, "killed_at_step": 45, "resumed_step": 40}},
+            pair(1, 5.0, 16.0) | {"in-place-cold": {"seconds": 10.0, "killed_at_step": 45, "resumed_step": 41}}]  # fmt: skip
+    pairs = recovery_kind.pairs_in("\n".join("PAIR " + json.dumps(p) for p in rows), arms)
+    assert len(pairs) == 2 and recovery_kind.pairs_in("PAIR " + json.dumps(pair(0, 1.0, 2.0)), arms) == []  # no cold sample: incomplete
+    s = recovery_kind.summary(pairs, arms)
+    assert (s["in-place_p50_s"], s["in-place-cold_p50_s"], s["warm_over_cold_p50"]) == (5.5, 9.0, 0.625)
+    assert s["in-place-cold_over_gang_p50"] == (8.0 / 20.0 + 10.0 / 16.0) / 2
+    assert "warm / cold" in recovery_kind.table(pairs, arms).plain()
 
 
 def test_the_scene_is_collected_with_one_pair_only_when_named():
