@@ -115,6 +115,8 @@ def warm_after(environ: Mapping[str, str]) -> float | None:
         return max(0.0, float(value)) if value else WARM_AFTER_SECONDS
     except ValueError:
         return WARM_AFTER_SECONDS
+
+
 WARM_CODE = """
 import json, os, sys
 import torch.distributed.run as launcher
@@ -535,8 +537,11 @@ def torchrun_args(command: Sequence[str], path: str | None = None) -> tuple[str,
         first = Path(script).read_bytes()[:512].split(b"\n", 1)[0].decode() if script else ""
     except (OSError, UnicodeDecodeError):
         return None
-    python = first[2:].strip() if first.startswith("#!") else ""
-    return (python, list(command[1:])) if python and " " not in python and os.path.basename(python).startswith("python") else None
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) == 2 and os.path.basename(words[0]) == "env":  # #!/usr/bin/env python3
+        words = words[1:]
+    python = words[0] if len(words) == 1 else ""
+    return (python, list(command[1:])) if os.path.basename(python).startswith("python") else None
 
 
 class WarmLauncher:

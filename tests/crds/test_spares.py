@@ -268,3 +268,4 @@ def test_a_verdict_naming_two_nodes_with_one_spare_restarts_the_gang_and_an_infr
 ])
 def test_a_ledger_whose_left_nodes_are_malformed_is_not_believed(bad):
     assert inplace.Ledger.from_json({"restarts": 0, "attempt": 1} | bad) is None
+
