@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/recovery_kind-<time>.json).")
     parser.add_argument("--parse", type=Path, default=None, help="Read the pairs from a saved output of this bench (or of the scene) instead of running it.")
     parser.add_argument("--arms", default=",".join(ARMS), help="Comma-separated paths of each pair, from in-place,in-place-cold,gang (default in-place,gang).")
+    parser.add_argument("--kill-step", type=int, default=40, help="The step rank 0 has logged when rank 1's worker is killed (default 40).")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs: must be 1 or more, got {args.pairs}")
@@ -98,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--parse: no such file: {args.parse}")
         proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
     else:
-        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms))
+        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms),
+                   RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step))
         proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
                               capture_output=True, text=True)  # fmt: skip
     pairs = pairs_in(proc.stdout, arms)
     t = table(pairs, arms)
     t.print()
-    record = {"benchmark": "recovery_kind", "arms": list(arms), "pairs": pairs, "summary": summary(pairs, arms), "table": t.plain(), "machine_before": before,
+    record = {"benchmark": "recovery_kind", "arms": list(arms), "kill_step": args.kill_step, "pairs": pairs, "summary": summary(pairs, arms), "table": t.plain(), "machine_before": before,
               "machine_after": machine(), "pytest_exit": proc.returncode}  # fmt: skip
     path = write_json("recovery_kind", record, args.json)
     print(f"wrote {path}")
