@@ -27,6 +27,7 @@ Used by ``bench/kueue_local.py`` and the cluster-tier tests (``tests/kueue/``).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import subprocess
@@ -148,6 +149,16 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
     """A ``WorkloadPriorityClass`` of ``value``."""
     return {"apiVersion": f"{GROUP}/{API}", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
 
+
+
+def kubectl_input(docs: Iterable[Mapping[str, Any]]) -> str:
+    """``docs`` as one JSON ``v1`` List for ``kubectl apply -f -``.
+
+    Not YAML: PyYAML writes a string such as ``8e123456`` (a random label value) unquoted, since YAML 1.1 reads it as a
+    string, while kubectl's YAML 1.2 reads it as a number, and the API refuses a number where a string belongs. JSON
+    says which is which.
+    """
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [dict(d) for d in docs]})
 
 class LocalKueue:
     """Kueue's manager against ``cluster`` as a local process.
@@ -282,7 +293,7 @@ class LocalKueue:
             doc["metadata"]["name"] = "railtrain-bench-" + doc["metadata"]["name"]
             doc["webhooks"] = kept
             docs.append(doc)
-        self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        self.cluster.kubectl("apply", "-f", "-", input=kubectl_input(docs))
 
     def apply(self, docs: Iterable[Mapping[str, Any]], timeout: float = 60) -> None:
         """``kubectl apply`` the Kueue objects ``docs``, retried while the webhooks (failurePolicy Fail) are not answering yet.
@@ -291,7 +302,7 @@ class LocalKueue:
             TimeoutError: still refused after ``timeout`` s (kubectl's stderr).
         """
         deadline = time.monotonic() + timeout
-        text = yaml.safe_dump_all([dict(d) for d in docs])
+        text = kubectl_input(docs)
         while True:
             proc = self.cluster.kubectl("apply", "-f", "-", input=text, check=False)
             if proc.returncode == 0:
