@@ -153,14 +153,17 @@ class JobCheckpointer:
         self.log(f"checkpoint step={step} tiers={','.join(due)} blocked_s={blocked:.3f}")
         return due
 
-    def wait(self) -> None:
+    def wait(self, timeout: float | None = None) -> None:
         """Wait for the save in flight (call before the process ends, so the last save completes).
+
+        Args:
+            timeout: seconds to wait at most (None: until it ends); a save still running then stays in flight.
 
         Raises:
             RuntimeError: it failed outright.
         """
         if self.checkpointer is not None:
-            self.checkpointer.wait()
+            self.checkpointer.wait(timeout)
 
     def close(self) -> None:
         """Release staging buffers (idempotent; a save in flight is abandoned and never gets its manifests)."""

@@ -53,6 +53,13 @@ from railtrain.trainer.reductions import clip_grad_norm_, mean_loss, mean_loss_a
 from railtrain.trainer.steps import ForwardBackward
 from railtrain.trainer.tensor_parallel import apply_tensor_parallel
 
+JOB_WIDE_NUMERIC = frozenset({contract.REASON_NON_FINITE_UPDATE, contract.REASON_DATA_ANOMALY})
+"""user-error reasons every rank reaches at the same step (the numeric check on the all-reduced loss and gradient norm,
+before the optimizer step): a run that ends on one first finishes its checkpoint save in flight, an earlier good step,
+rather than abandon it (tests/trainer/test_nonfinite.py: step 2's save lost its manifest when step 3 ended the run)."""
+FINISH_SAVE_SECONDS = 120.0
+"""How long a run ending on a :data:`JOB_WIDE_NUMERIC` verdict waits for its save in flight (a stuck one is abandoned)."""
+
 
 def lr_at(step: int, config: TrainConfig) -> float:
     """Learning rate for optimizer step ``step`` (1-based).
@@ -471,6 +478,12 @@ class Trainer:
                 self.checkpointer.wait()  # the last save completes before the run reports done
                 if c.checkpoint_cleanup and (line := self.checkpointer.release_node_tiers(self.step)):
                     self.log(line)
+        except HealthVerdict as v:
+            if v.verdict == contract.VERDICT_USER_ERROR and v.reason in JOB_WIDE_NUMERIC and self.checkpointer is not None:
+                # every rank decided this on the same all-reduced loss and gradient norm, before the optimizer step:
+                # the save in flight holds an earlier, good step, and every rank is here to finish it
+                self.checkpointer.wait(FINISH_SAVE_SECONDS)
+            raise
         finally:
             self.health.monitor.stop(failed=sys.exc_info()[0] is not None)  # the metrics endpoint stays up until close()
             if metrics:

@@ -172,14 +172,20 @@ class Checkpointer:
             f"not {doing} them", step, {"ranks": ranks, "tensors": tensors},
         )  # fmt: skip
 
-    def wait(self) -> SaveReport | None:
+    def wait(self, timeout: float | None = None) -> SaveReport | None:
         """Wait for the save in flight, if any; returns its report.
+
+        Args:
+            timeout: seconds to wait at most (None: until it ends); a save still running then is left in flight and
+                None is returned.
 
         Raises:
             RuntimeError: it failed outright (per-tier I/O errors are only logged).
         """
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return None
             self._thread = None
         return self._raise_failure()
 
