@@ -220,7 +220,7 @@ def decide_verdict_spare(d: recovery.Decision, before: recovery.Counters, ranks_
     if not leave or set(moving.values()) != leave or ready < len(moving):
         return None
     places = ", ".join(str(r) for r in moving)
-    what = d.message.split(f"; {GANG_WORDS}", 1)[0].split(f": {GANG_WORDS}", 1)[0]
+    what = d.what or d.message
     c = d.counters
     counts = f"job restarts {c.job_restarts}, infrastructure restarts {c.infrastructure_restarts}"
     text = f"{what}; a hot spare takes node rank {places}'s place, the others {IN_PLACE_WORDS} ({counts})"

@@ -202,6 +202,8 @@ class Decision:
         backoff_seconds: how long to wait before the next gang is admitted.
         path: how a restart restarts: ``"gang"`` (every pod recreated) unless :func:`railtrain.crds.inplace.decide_path`
             chose ``"in-place"`` (or ``"none"`` for a failure).
+        what: a restart's ``message`` without its path clause ("; restarting the whole gang (counters)"): what
+            happened and what it did to nodes, for a path other than the gang's to carry (empty for a failure).
     """
 
     action: str
@@ -216,6 +218,7 @@ class Decision:
     counters: Counters = field(default_factory=Counters)
     backoff_seconds: int = 0
     path: str = "gang"
+    what: str = ""
 
     def status(self) -> dict[str, Any]:
         """The ``status`` fields this decision sets (counters, suspects, quarantines, avoided nodes, rank rotation)."""
@@ -289,7 +292,7 @@ def _infrastructure(run_policy: Any, c: Counters, blamed: Failure, reason: str, 
     wait = infrastructure_backoff(after.infrastructure_restarts, run_policy.infrastructure_backoff_seconds) if bounded else 0
     pause = f", next gang after {wait} s" if wait else ""
     message = f"{what}; restarting the whole gang ({counters_text(after, backoff_limit, limit)}{pause})"
-    return Decision(RESTART_INFRASTRUCTURE, blamed.verdict, reason, message, blamed, avoid=after.avoid, counters=after, backoff_seconds=wait, **more)
+    return Decision(RESTART_INFRASTRUCTURE, blamed.verdict, reason, message, blamed, avoid=after.avoid, counters=after, backoff_seconds=wait, what=what, **more)
 
 
 def _suspects(c: Counters, verdict: str, named: Sequence[str], ranks_on: Mapping[str, set[int]]) -> tuple[tuple[dict[str, Any], ...], dict[str, dict[str, Any]]]:
@@ -369,7 +372,7 @@ def decide(failures: GangFailure, run_policy: Any, counters: Counters, now: date
         wait = infrastructure_backoff(c.job_restarts, run_policy.restart_backoff_seconds)
         pause = f", next gang after {wait} s" if wait else ""
         message = f"{detail}; restarting the whole gang ({counters_text(c, backoff_limit, run_policy.max_infrastructure_restarts)}{pause})"
-        return Decision(RESTART_JOB, f.verdict, reasons.RESTARTING, message, f, avoid=c.avoid, counters=c, backoff_seconds=wait, **more)
+        return Decision(RESTART_JOB, f.verdict, reasons.RESTARTING, message, f, avoid=c.avoid, counters=c, backoff_seconds=wait, what=detail, **more)
     if quarantine:
         reason, why = REASON_QUARANTINED, f"node(s) {', '.join(quarantine)} quarantined"
     elif budget_spent:

@@ -43,11 +43,11 @@ def pods_by_name(kind_cluster, name, ns) -> dict[str, dict]:
     return {p["metadata"]["name"]: p for p in json.loads(out)["items"]}
 
 
-def spare_job(kind_cluster, kind_ns, tmp_path, name) -> dict:
-    """A 2-node job of 200 steps with one spare and a memory tier every 10 steps, run until its spare runs and it is
-    past step 40; returns the spare pod."""
+def spare_job(kind_cluster, kind_ns, tmp_path, name, env=(), until_step: int | None = 40) -> dict:
+    """A 2-node job of 200 steps with one spare and a memory tier every 10 steps (``env``: more trainer variables),
+    run until its spare runs and it is past ``until_step`` (None: not waited for); returns the spare pod."""
     _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}},
-                 steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1)  # fmt: skip
+                 steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1, env=list(env))  # fmt: skip
 
     def spare_running():
         pods = pods_by_name(kind_cluster, name, kind_ns)
@@ -55,7 +55,8 @@ def spare_job(kind_cluster, kind_ns, tmp_path, name) -> dict:
         return spare[0] if spare else None
 
     spare = wait_for(spare_running, 300, f"{name}'s spare Running")
-    _run_until_step(kind_cluster, kind_ns, name, 40)
+    if until_step is not None:
+        _run_until_step(kind_cluster, kind_ns, name, until_step)
     return spare
 
 
@@ -153,15 +154,7 @@ def test_a_hardware_verdict_sends_its_node_out_the_spare_takes_the_rank_and_the_
     labels the spare rank 1 and deletes the old pod: no gang restart, and the job finishes. The taint is cleared after."""
     name = "spare-sdc"
     fault = [{"name": "RAILTRAIN_FAULT_BITFLIP", "value": "rank=1,step=100,target=activation,bit=30"}]
-    _restart_job(tmp_path, kind_cluster, kind_ns, name, {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}},
-                 steps=200, log_every=LOG_EVERY, runPolicy={"restartInPlace": True}, spares=1, env=fault)  # fmt: skip
-
-    def spare_running():
-        pods = pods_by_name(kind_cluster, name, kind_ns)
-        spare = [p for p in pods.values() if "railtrain.dev/spare" in p["metadata"]["labels"] and p["status"].get("phase") == "Running"]
-        return spare[0] if spare else None
-
-    spare = wait_for(spare_running, 300, f"{name}'s spare Running")
+    spare = spare_job(kind_cluster, kind_ns, tmp_path, name, env=fault, until_step=None)
     bad = workers_of(kind_cluster, name, kind_ns)[1]
     before = pods_by_name(kind_cluster, name, kind_ns)
     line = "[path spare, verdict hardware-suspect]"

@@ -366,7 +366,7 @@ class Reader:
 
         meta = job["metadata"]
         for (node, verdict, evidence), _ in taint:
-            text = f"node {node} quarantined (taint {quarantine.TAINT_KEY}={verdict}:NoSchedule): {evidence}; a hot spare took its rank"
+            text = quarantine.quarantined_sentence(node, verdict, evidence, spare=True)
             log.info("%s/%s quarantine reason=%s: %s", meta["namespace"], meta["name"], reasons.NODE_QUARANTINED, text)
             kube.emit_event(job, "Warning", reasons.NODE_QUARANTINED, text)
             controller.quarantine_node(kube, dict(job), node, verdict, evidence, now)

@@ -42,6 +42,13 @@ WINDOW = QUARANTINE_WINDOW
 """The sliding window of both quarantine bounds."""
 
 
+def quarantined_sentence(node: str, verdict: str, evidence: str, spare: bool = False) -> str:
+    """The ``NodeQuarantined`` Warning's sentence for ``node`` tainted for ``verdict`` (``evidence``: the verdict's
+    rank, reason, message); ``spare``: a hot spare took the rank the node held (no gang restart). One sentence for
+    every path that quarantines (a gang restart's decision, the progress reader, a spare takeover's count)."""
+    return f"node {node} quarantined (taint {TAINT_KEY}={verdict}:NoSchedule): {evidence}" + ("; a hot spare took its rank" if spare else "")
+
+
 def quarantined_by(node: Mapping[str, Any]) -> str | None:
     """Why ``node`` (a v1 Node dict) is quarantined, or None when it is not: the one test that placement,
     ``railtrain node list``, ``railtrain node clear`` and the metrics all use.

@@ -71,7 +71,7 @@ def claims(step: Step, d: recovery.Decision) -> None:
     evidence = f"{f.verdict} verdict of rank {f.rank} ({f.reason}: {f.message})" + (f", evidence {f.evidence}" if f.evidence else "")
     for node in d.quarantine:
         step.out.quarantine.append((node, f.verdict, evidence))
-        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={f.verdict}:NoSchedule): {evidence}"))
+        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, quarantine.quarantined_sentence(node, f.verdict, evidence)))
 
 
 def apply(step: Step, d: recovery.Decision) -> str:

@@ -145,7 +145,7 @@ def count_in_place(step: Step) -> None:
         step.status["quarantines"] = [*(step.status.get("quarantines") or ()), *records]
     for node, verdict, evidence in taint:
         step.out.quarantine.append((node, verdict, evidence))
-        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, f"node {node} quarantined (taint {quarantine.TAINT_KEY}={verdict}:NoSchedule): {evidence}; a hot spare took its rank"))
+        step.out.events.append(("Warning", reasons.NODE_QUARANTINED, quarantine.quarantined_sentence(node, verdict, evidence, spare=True)))
     step.out.events += [("Warning", reasons.NODE_QUARANTINED, text) for text in kept]
     step.out.events.append(("Normal", inplace.IN_PLACE_RESTART, sentence))
     step.out.log.append(f"in-place reason={inplace.IN_PLACE_RESTART}: {sentence}")
