@@ -4,7 +4,10 @@ Runs ``e2e/scene_inplace_pairs.py`` (the kind cluster of the e2e suite: 1 contro
 installed, built offline) with ``--pairs`` pairs. Each pair runs the same 2-node tiny job twice with the same fault,
 rank 1's trainer worker killed at step >= 40: once with ``runPolicy.restartInPlace`` (the processes restart inside the
 running pods) and once without (every pod deleted and created again), alternating which goes first. The time of each
-is from the kill to the first step rank 0 logs in the next attempt. The table gives each pair's two times and their
+is from the kill to the first step rank 0 logs in the next attempt. ``--fault hang`` (rank 1 never enters the step's
+collective; the watchdogs' hang verdict ends the attempt) times the hang → the first step of the next attempt from the
+runtime's log timestamps, with the detection and the restart apart; ``--fault data`` (the step's batch poisoned on
+every rank) times what the re-executed, skipped batch cost, on both paths, which restart nothing. The table gives each pair's two times and their
 ratio, and the medians; the JSON record holds every sample, the steps lost and the machine's load.
 
 Run from the repository root (Docker must run; the first run builds the images, about 7 minutes)::
@@ -29,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCENE = "e2e/scene_inplace_pairs.py"
 
 
+FAULTS = ("kill", "hang", "data")
+"""The scene's faults (``--fault``; ``RAILTRAIN_E2E_INPLACE_FAULT``)."""
 ARMS = ("in-place", "gang")
 """The default arms of a pair (``--arms``; ``in-place-cold`` adds the in-place restart with the warm launcher off)."""
 
@@ -55,7 +60,12 @@ def summary(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> dict[s
     out: dict[str, Any] = {"pairs": len(pairs), "steps_lost_p50": {}}
     for a in arms:
         out[f"{a}_p50_s"] = median(p[a]["seconds"] for p in pairs)
-        out["steps_lost_p50"][a] = median(p[a]["killed_at_step"] - p[a]["resumed_step"] for p in pairs)
+        fault_at = [(p[a].get("killed_at_step", p[a].get("fault_step")), p[a].get("resumed_step")) for p in pairs]
+        if fault_at and all(f is not None and r is not None for f, r in fault_at):
+            out["steps_lost_p50"][a] = median(f - r for f, r in fault_at)
+        for part in ("detect_seconds", "verdict_to_step_seconds"):  # a hang: the watchdog's detection, then the restart
+            if pairs and all(part in p[a] for p in pairs):
+                out[f"{a}_{part}_p50"] = median(p[a][part] for p in pairs)
         if a != "gang" and "gang" in arms:
             out[f"{a}_over_gang_p50"] = median(ratio(p[a]["seconds"], p["gang"]["seconds"]) for p in pairs)
     if "in-place" in arms and "in-place-cold" in arms:
@@ -63,11 +73,14 @@ def summary(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> dict[s
     return out
 
 
-def table(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> Table:
-    """One row per pair (each arm's seconds, the ratios), then the medians."""
+def table(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS, fault: str = "kill") -> Table:
+    """One row per pair (each arm's seconds, the ratios), then the medians; ``fault`` names what was timed."""
+    title = {"kill": "A killed rank on kind: kill → rank 0's first step of the next attempt",
+             "hang": "A hung rank on kind: the hang → rank 0's first step of the next attempt (the watchdog's detection included)",
+             "data": "A poisoned batch on kind: the time it cost beyond two steps (re-executed and skipped: no restart)"}[fault]  # fmt: skip
     ratios = [a for a in arms if a != "gang" and "gang" in arms]
     warm = "in-place" in arms and "in-place-cold" in arms
-    t = Table("A killed rank on kind: kill → rank 0's first step of the next attempt",
+    t = Table(title,
               ["pair", *(f"{a} (s)" for a in arms), *(f"{a} / gang" for a in ratios), *(["warm / cold"] if warm else []), "load after"])  # fmt: skip
     for p in pairs:
         t.add(p["pair"], *(fmt_s(p[a]["seconds"]) for a in arms), *(fmt_x(ratio(p[a]["seconds"], p["gang"]["seconds"])) for a in ratios),
@@ -86,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/recovery_kind-<time>.json).")
     parser.add_argument("--parse", type=Path, default=None, help="Read the pairs from a saved output of this bench (or of the scene) instead of running it.")
     parser.add_argument("--arms", default=",".join(ARMS), help="Comma-separated paths of each pair, from in-place,in-place-cold,gang (default in-place,gang).")
-    parser.add_argument("--kill-step", type=int, default=40, help="The step rank 0 has logged when rank 1's worker is killed (default 40).")
+    parser.add_argument("--kill-step", type=int, default=40, help="The step rank 0 has logged when rank 1's worker is killed, or the injected fault's step (default 40).")
+    parser.add_argument("--fault", default="kill", choices=FAULTS, help="kill: rank 1's worker kill -9; hang: rank 1 never enters a collective "
+                        "(the watchdog's verdict restarts the attempt); data: a poisoned batch on every rank (re-executed and skipped, no restart). Default kill.")  # fmt: skip
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs: must be 1 or more, got {args.pairs}")
@@ -100,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
     else:
         env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms),
-                   RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step))
+                   RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step), RAILTRAIN_E2E_INPLACE_FAULT=args.fault)
         proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
                               capture_output=True, text=True)  # fmt: skip
     pairs = pairs_in(proc.stdout, arms)
-    t = table(pairs, arms)
+    t = table(pairs, arms, args.fault)
     t.print()
-    record = {"benchmark": "recovery_kind", "arms": list(arms), "kill_step": args.kill_step, "pairs": pairs, "summary": summary(pairs, arms), "table": t.plain(), "machine_before": before,
+    record = {"benchmark": "recovery_kind", "fault": args.fault, "arms": list(arms), "kill_step": args.kill_step, "pairs": pairs, "summary": summary(pairs, arms), "table": t.plain(), "machine_before": before,
               "machine_after": machine(), "pytest_exit": proc.returncode}  # fmt: skip
     path = write_json("recovery_kind", record, args.json)
     print(f"wrote {path}")

@@ -441,6 +441,10 @@ class TrainingJobStatus(_Model):
     quarantines: list[QuarantineRecord] = Field(default_factory=list, description="Nodes this job quarantined, with the verdict and time (bounded by runPolicy.failurePolicy.maxQuarantinesPerHour).")
     suspects: list[SuspectRecord] = Field(default_factory=list, description="Nodes named by this job's verdicts, with counts per verdict (for quarantineAfter).")
     avoid_nodes: list[str] = Field(default_factory=list, description="Nodes this job's next gangs avoid (named by a verdict whose rule has avoidNodes, or lost).")
+    spent_faults: list[Literal[contract.FAULT_VARIABLES]] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=len(contract.FAULT_VARIABLES),
+        description="Fault-injection variables of spec.env (RAILTRAIN_FAULT_*, for tests and drills) that a failed gang met; the next gangs' pods go without them (a fault is an event, not a property of the job: a restarted gang that met it again at the same step would never finish).",
+    )  # fmt: skip
     node_failures: list[NodeFailureRecord] = Field(default_factory=list, description="Nodes on which this job lost pods to the infrastructure (evicted for the node's sake, refused by the kubelet, node lost), with counts; a node counted twice is avoided.")
     rank_shift: int = Field(0, ge=0, description="How far the ranks of the next gang are rotated over its nodes (raised by a hang or straggler verdict, so the named rank lands on another node and the fault can be told apart from the node).")
     succeeded_ranks: list[int] = Field(default_factory=list, description="Ranks of the current gang whose trainer exited 0; they stay complete even when their pods are deleted (drain, pod garbage collection).")

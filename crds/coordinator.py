@@ -184,7 +184,7 @@ class Coordinator:
         return {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
                 "ledger": self.ledger.to_json(), "final": self.final, "holders": {str(r): s for r, s in sorted(self.holders.items())},
                 "host": self.host, "succession": [self.addrs[r] for r in alive], "addrs": {str(r): a for r, a in sorted(self.addrs.items())},
-                "counters": {"jobRestarts": self.counters.job_restarts, "infrastructureRestarts": self.counters.infrastructure_restarts},
+                "counters": self.counters.spent(),
                 "master": self.master, "nodes": {str(r): n for r, n in sorted(self.nodes.items())},
                 "spares": {name: {"node": v.get("node", ""), "addr": v.get("addr", ""), "age": round(max(0.0, now - float(v["seen"])), 3)} for name, v in self.spares.items()}}  # fmt: skip
 
@@ -211,8 +211,7 @@ class Coordinator:
         ledger = inplace.Ledger.from_json(copy.get("ledger"))
         if ledger is None:
             raise ValueError("the coordinator's copy holds no ledger")
-        counts = copy.get("counters") or {}
-        counters = recovery.Counters(job_restarts=int(counts.get("jobRestarts", 0)), infrastructure_restarts=int(counts.get("infrastructureRestarts", 0)))
+        counters = recovery.Counters.from_status(copy.get("counters") or {})
         old = int(copy.get("host", 0))
         c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""))
         c.decisions = {int(k): v for k, v in (copy.get("decisions") or {}).items() if str(k).lstrip("-").isdigit()}

@@ -171,6 +171,17 @@ class Counters:
             rank_shift=int(status.get("rankShift", 0)), **facts,
         )  # fmt: skip
 
+    def spent(self) -> dict[str, Any]:
+        """The ``status`` fields a decision made in the pods needs (:mod:`railtrain.crds.supervisor`'s
+        ``RAILTRAIN_RESTARTS_SPENT``, the coordinator's copy), JSON-ready: ``jobRestarts``, ``infrastructureRestarts``,
+        ``suspects``, ``quarantines``, ``avoidNodes``, ``nodeFailures``; :meth:`from_status` reads it back. What only
+        the operator knows (the taints, the cluster's quarantines) is left out: the operator applies it."""
+        return {
+            "jobRestarts": self.job_restarts, "infrastructureRestarts": self.infrastructure_restarts,
+            "suspects": [dict(x) for x in self.suspects], "quarantines": [dict(x) for x in self.quarantines],
+            "avoidNodes": list(self.avoid), "nodeFailures": [dict(x) for x in self.node_failures],
+        }  # fmt: skip
+
 
 @dataclass(frozen=True)
 class GangFailure:

@@ -67,7 +67,9 @@ ENV_POD_IP = "RAILTRAIN_POD_IP"
 ENV_RUN_POLICY = "RAILTRAIN_RUN_POLICY"
 """``spec.runPolicy`` as JSON (camelCase): the bounds and the failure policy the one rule applies."""
 ENV_SPENT = "RAILTRAIN_RESTARTS_SPENT"
-"""``{"jobRestarts": J, "infrastructureRestarts": I}`` when the pod was created: what the job had spent."""
+"""What the job had spent when the pod was created, as :meth:`railtrain.crds.recovery.Counters.spent` writes it:
+``{"jobRestarts": J, "infrastructureRestarts": I, "suspects", "quarantines", "avoidNodes", "nodeFailures"}``, so a
+decision in the pods sees the job's history as the operator's would (e.g. ``failurePolicy.maxQuarantinesPerHour``)."""
 ENV_SPARE = "RAILTRAIN_SPARE"
 """Set on a hot spare's pod (``spec.spares``): the spare's name. Its supervisor waits outside the world until the
 coordinator gives it a lost node's rank (:class:`Spare`)."""
@@ -161,7 +163,7 @@ def _call(url: str, body: dict[str, Any] | None = None, timeout: float = 2.0) ->
 def supervisor_env(run_policy: Any, status: Any = None) -> list[dict[str, str]]:
     """The supervisor's variables as a container's ``env`` items: ``run_policy`` (a :class:`~railtrain.crds.api.RunPolicy`)
     and what the job had spent of its restart budget (``status``: a :class:`~railtrain.crds.api.TrainingJobStatus` or None)."""
-    spent = {"jobRestarts": status.job_restarts if status else 0, "infrastructureRestarts": status.infrastructure_restarts if status else 0}
+    spent = recovery.Counters.from_status(status.to_api() if status is not None else {}).spent()
     return [{"name": ENV_RUN_POLICY, "value": json.dumps(run_policy.to_api(), separators=(",", ":"))},
             {"name": ENV_SPENT, "value": json.dumps(spent, separators=(",", ":"))}]  # fmt: skip
 
@@ -176,8 +178,7 @@ def start_coordinator(environ: Mapping[str, str]) -> Any:
     """Node rank 0: the coordinator for this gang, served on :data:`ENV_SUPERVISOR_PORT` (returns the Coordinator)."""
     from railtrain.crds.coordinator import Coordinator, serve
 
-    spent = json.loads(environ.get(ENV_SPENT) or "{}")
-    counters = recovery.Counters(job_restarts=int(spent.get("jobRestarts", 0)), infrastructure_restarts=int(spent.get("infrastructureRestarts", 0)))
+    counters = recovery.Counters.from_status(json.loads(environ.get(ENV_SPENT) or "{}"))
     c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), _run_policy(environ), counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)))
     c.server = serve(c, int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT))
     return c

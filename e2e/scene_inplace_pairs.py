@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import time
+from datetime import datetime
 
 import pytest
 
@@ -32,9 +34,99 @@ ARMS = [a for a in os.environ.get("RAILTRAIN_E2E_INPLACE_ARMS", "in-place,gang")
 warm launcher on, the default), ``in-place-cold`` (``RAILTRAIN_SUPERVISOR_WARM=off``), ``gang``."""
 STEP = re.compile(r"^step=(\d+) loss=", re.MULTILINE)
 IN_PLACE_LINE = "[path in-place, verdict retryable]"
+IN_PLACE_PREFIX = "[path in-place, verdict "
 CHECKPOINT = {"interval": 1000, "memory": {"interval": 10, "keep": 1, "hostPath": "/run/railtrain-memory"}}
 KILL_STEP = int(os.environ.get("RAILTRAIN_E2E_INPLACE_KILL_STEP", "40"))
-"""The step rank 0 has logged when rank 1's worker is killed (later: the warm launcher has surely started)."""
+"""The step rank 0 has logged when rank 1's worker is killed (later: the warm launcher has surely started); with
+``RAILTRAIN_E2E_INPLACE_FAULT`` ``hang`` or ``data``, the step the injected fault fires at."""
+FAULT = os.environ.get("RAILTRAIN_E2E_INPLACE_FAULT", "kill")
+"""The fault of every pair: ``kill`` (rank 1's worker ``kill -9``), ``hang`` (``RAILTRAIN_FAULT_HANG``: rank 1 never
+enters the step's next collective; the watchdogs end the attempt with a hang verdict), ``data``
+(``RAILTRAIN_FAULT_BAD_BATCH``: the step's batch gives a non-finite loss on every rank; the health check re-executes
+it and skips the batch, no restart on either path)."""
+STAMPED_STEP = re.compile(r"^(\S+) step=(\d+) loss=", re.MULTILINE)
+STAMPED_HANG = re.compile(r"^(\S+) health: verdict=hang rank ", re.MULTILINE)
+STAMPED_FAULT = re.compile(r"^(\S+) fault: rank 1 never enters the next collective", re.MULTILINE)
+
+
+def stamp(text: str) -> float:
+    """Seconds since the epoch of a ``kubectl logs --timestamps`` prefix (RFC 3339, nanoseconds cut to microseconds)."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+
+
+def stamped_log(kind_cluster, pod: str, ns: str) -> str:
+    """``pod``'s log, every line prefixed with the container runtime's timestamp ("" when it has none yet)."""
+    return kind_cluster.kubectl("logs", pod, "-n", ns, "--timestamps", check=False).stdout
+
+
+def _hang_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
+    """Run job ``name`` with rank 1 hanging before step :data:`KILL_STEP`'s collective; time the hang (rank 1's fault
+    line) → the first hang verdict → rank 0's first step of the next attempt, from the runtime's log timestamps."""
+    in_place = arm != "gang"
+    env = [{"name": "RAILTRAIN_FAULT_HANG", "value": f"rank=1,step={KILL_STEP},kind=collective"}]
+    env += [{"name": "RAILTRAIN_SUPERVISOR_WARM", "value": "off"}] if arm == "in-place-cold" else []
+    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=400, log_every=1, runPolicy={"restartInPlace": in_place}, env=env)
+    wait_for(lambda: kind_cluster.phase(name, ns) == "Running", 300, f"{name} Running")
+    before = wait_for(lambda: len(uids := pod_uids(kind_cluster, name, ns)) == 2 and uids, 300, f"{name}'s two pods")
+    seen: dict[str, float] = {}
+
+    def trained_again() -> int | None:
+        for pod in (f"{name}-0", f"{name}-1"):  # the old pods' lines, read while they exist
+            if pod_uids(kind_cluster, name, ns).get(pod) != before[pod]:
+                continue
+            log = stamped_log(kind_cluster, pod, ns)
+            if "fault" not in seen and (m := STAMPED_FAULT.search(log)):
+                seen["fault"] = stamp(m.group(1))
+            if m := STAMPED_HANG.search(log):
+                seen["verdict"] = min(seen.get("verdict", float("inf")), stamp(m.group(1)))
+        log = stamped_log(kind_cluster, f"{name}-0", ns)
+        if in_place:
+            after = log[log.index(IN_PLACE_PREFIX):] if IN_PLACE_PREFIX in log else ""
+        else:
+            after = log if pod_uids(kind_cluster, name, ns).get(f"{name}-0") not in (None, before[f"{name}-0"]) else ""
+        found = STAMPED_STEP.search(after)
+        if found and "fault" in seen:
+            seen["trained"] = stamp(found.group(1))
+            return int(found.group(2))
+        return None
+
+    first = wait_for(trained_again, 600, f"{name}: rank 0 training again", interval=0.5)
+    now = pod_uids(kind_cluster, name, ns)
+    if in_place:
+        wait_for(lambda: kind_cluster.job(name, ns).get("status", {}).get("inPlaceRestarts") == 1, 60, f"{name}'s in-place restart counted")
+        assert now == before, (before, now)
+    else:
+        assert not set(now.values()) & set(before.values()), (before, now)
+    _delete(kind_cluster, ns, name)
+    verdict = seen.get("verdict", seen["fault"])
+    return {"path": arm, "seconds": round(seen["trained"] - seen["fault"], 2), "detect_seconds": round(verdict - seen["fault"], 2),
+            "verdict_to_step_seconds": round(seen["trained"] - verdict, 2), "fault_step": KILL_STEP, "resumed_step": first}  # fmt: skip
+
+
+def _data_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
+    """Run job ``name`` with step :data:`KILL_STEP`'s batch poisoned on every rank; the time it cost: rank 0's step
+    ``KILL_STEP + 1`` line minus step ``KILL_STEP - 1``'s, less two median step intervals (timestamps of the runtime),
+    and that nothing restarted (the same pods, no restart counted of either kind)."""
+    env = [{"name": "RAILTRAIN_FAULT_BAD_BATCH", "value": f"rank=-1,step={KILL_STEP}"}]
+    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=400, log_every=1, runPolicy={"restartInPlace": arm != "gang"}, env=env)
+    _run_until_step(kind_cluster, ns, name, KILL_STEP + 10)
+    log = stamped_log(kind_cluster, f"{name}-0", ns)
+    at = {int(n): stamp(t) for t, n in STAMPED_STEP.findall(log)}
+    status = kind_cluster.job(name, ns).get("status", {})
+    restarts = status.get("restarts", 0) + status.get("infrastructureRestarts", 0) + status.get("inPlaceRestarts", 0)
+    steps = sorted(n for n in at if 10 <= n < KILL_STEP - 1)
+    median = statistics.median(at[n + 1] - at[n] for n in steps)
+    skipped = "skipping the batch" in log
+    _delete(kind_cluster, ns, name)
+    assert restarts == 0 and skipped, (status, log[-2000:])
+    return {"path": arm, "seconds": round(at[KILL_STEP + 1] - at[KILL_STEP - 1] - 2 * median, 2), "median_step_seconds": round(median, 3),
+            "fault_step": KILL_STEP, "restarts": restarts}  # fmt: skip
+
+
+def _delete(kind_cluster, ns: str, name: str) -> None:
+    kind_cluster.kubectl("delete", "trainingjob", name, "-n", ns, "--wait=true", timeout=300)
+    wait_for(lambda: not pod_uids(kind_cluster, name, ns), 300, f"{name}'s pods gone")
 
 
 def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
@@ -67,8 +159,7 @@ def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict
     else:
         assert not set(now.values()) & set(before.values()), (before, now)
     warm = "attempt 1 started in the warm launcher" in rank0_log(kind_cluster, name, ns)  # read before the job is deleted
-    kind_cluster.kubectl("delete", "trainingjob", name, "-n", ns, "--wait=true", timeout=300)
-    wait_for(lambda: not pod_uids(kind_cluster, name, ns), 300, f"{name}'s pods gone")
+    _delete(kind_cluster, ns, name)
     return {"path": arm, "seconds": round(seconds, 2), "killed_at_step": at_kill, "resumed_step": first, "rank0_warm_start": warm}
 
 
@@ -76,7 +167,8 @@ def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict
 def test_pair(kind_cluster, kind_ns, tmp_path, pair):
     out = {"pair": pair}
     for arm in ARMS if pair % 2 == 0 else ARMS[::-1]:
-        sample = _kill_and_time(kind_cluster, kind_ns, f"{arm}-{pair}", arm, tmp_path)
+        timed = {"kill": _kill_and_time, "hang": _hang_and_time, "data": _data_and_time}[FAULT]
+        sample = timed(kind_cluster, kind_ns, f"{arm}-{pair}", arm, tmp_path)
         out[arm] = sample
         out[f"load_after_{arm}"] = os.getloadavg()[0]
     print("PAIR " + json.dumps(out), flush=True)

@@ -127,15 +127,19 @@ def _attempts_after(status: Mapping[str, Any], delta: inplace.Ledger, now: datet
 
 
 def with_spent(pod: dict[str, Any], status: Any) -> dict[str, Any]:
-    """A rendered gang pod whose supervisor (if any) is told what the job has spent of its restart budget now.
+    """A rendered gang pod as the job's status has it now: its supervisor (if any) told what the job has spent of its
+    restart budget, and the fault-injection variables an earlier gang met (``status.spentFaults``) left out.
 
     Args:
         pod: from :func:`railtrain.operator.job.render.render_pod` (changed in place and returned).
         status: the job's status being written (camelCase dict) or a :class:`~railtrain.crds.api.TrainingJobStatus`.
     """
-    get = status.get if isinstance(status, Mapping) else (lambda k, d=0: getattr(status, {"jobRestarts": "job_restarts", "infrastructureRestarts": "infrastructure_restarts"}[k], d))
-    spent = json.dumps({"jobRestarts": int(get("jobRestarts", 0) or 0), "infrastructureRestarts": int(get("infrastructureRestarts", 0) or 0)}, separators=(",", ":"))
+    fields = status if isinstance(status, Mapping) else status.to_api()
+    spent = json.dumps(recovery.Counters.from_status(fields).spent(), separators=(",", ":"))
+    met = set(fields.get("spentFaults") or ())
     for c in pod["spec"]["containers"]:
+        if met and c.get("env"):
+            c["env"] = [e for e in c["env"] if e.get("name") not in met]
         for e in c.get("env") or []:
             if e.get("name") == supervisor.ENV_SPENT:
                 e["value"] = spent

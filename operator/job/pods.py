@@ -63,6 +63,11 @@ def trainer_exit(pod: dict[str, Any]) -> int | None:
     return None
 
 
+def trainer_message(pod: dict[str, Any]) -> str:
+    """The training container's termination message of ``pod`` ("" while it runs or when it wrote none)."""
+    return next((((cs.get("state") or {}).get("terminated") or {}).get("message") or "" for cs in (pod.get("status") or {}).get("containerStatuses") or [] if cs.get("name") == TRAINER), "")
+
+
 def phase(pod: dict[str, Any]) -> str:
     """The phase of the pod's rank: decided by its trainer container alone, never by a sidecar.
 

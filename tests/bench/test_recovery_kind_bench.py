@@ -51,3 +51,25 @@ def test_the_scene_is_collected_with_one_pair_only_when_named():
     suite = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "e2e"], cwd=REPO,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "scene_inplace_pairs" not in suite.stdout, suite.stdout[-2000:]
+
+
+def test_a_hang_pair_reports_the_detection_and_the_restart_apart_and_a_data_pair_no_steps_lost():
+    def hang(n, seconds, detect):
+        return {"path": "x", "seconds": seconds, "detect_seconds": detect, "verdict_to_step_seconds": seconds - detect, "fault_step": 40, "resumed_step": 30}
+
+    rows = [{"pair": 0, "in-place": hang(0, 14.0, 10.5), "gang": hang(0, 28.0, 10.5)}, {"pair": 1, "in-place": hang(1, 16.0, 11.0), "gang": hang(1, 30.0, 11.0)}]
+    s = recovery_kind.summary(recovery_kind.pairs_in("\n".join("PAIR " + json.dumps(p) for p in rows)))
+    assert (s["in-place_p50_s"], s["in-place_detect_seconds_p50"], s["in-place_verdict_to_step_seconds_p50"]) == (15.0, 10.75, 4.25)
+    assert s["steps_lost_p50"] == {"in-place": 10, "gang": 10}
+    assert "hung rank" in recovery_kind.table(recovery_kind.pairs_in("PAIR " + json.dumps(rows[0])), fault="hang").plain()
+    data = {"pair": 0, "in-place": {"seconds": 0.4, "median_step_seconds": 0.3, "fault_step": 40, "restarts": 0}, "gang": {"seconds": 0.5, "fault_step": 40, "restarts": 0}}
+    s = recovery_kind.summary(recovery_kind.pairs_in("PAIR " + json.dumps(data)))
+    assert s["steps_lost_p50"] == {} and s["gang_p50_s"] == 0.5  # nothing restarted: no step to lose
+
+
+def test_a_fault_outside_the_list_is_refused_by_name(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as err:
+        recovery_kind.main(["--fault", "fire"])
+    assert err.value.code == 2 and "--fault" in capsys.readouterr().err

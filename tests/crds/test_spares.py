@@ -94,7 +94,7 @@ def test_the_state_names_the_succession_of_live_ranks_in_rank_order_without_the_
     beat(c, [0, 2, 3], t=LOST_SECONDS + 1)  # rank 1 silent: no longer a successor
     view = c.view(now=LOST_SECONDS + 1)
     assert view["succession"] == ["10.0.0.2:29510", "10.0.0.3:29510"] and view["host"] == 0
-    assert view["spares"]["spare-0"]["addr"] == "10.0.9.9:29510" and view["counters"] == {"jobRestarts": 0, "infrastructureRestarts": 0}
+    assert view["spares"]["spare-0"]["addr"] == "10.0.9.9:29510" and view["counters"] == recovery.Counters().spent()
 
 
 def test_a_successor_from_a_copy_gives_the_old_host_s_rank_0_to_a_spare_and_moves_the_rendezvous_store():
@@ -269,3 +269,35 @@ def test_a_verdict_naming_two_nodes_with_one_spare_restarts_the_gang_and_an_infr
 def test_a_ledger_whose_left_nodes_are_malformed_is_not_believed(bad):
     assert inplace.Ledger.from_json({"restarts": 0, "attempt": 1} | bad) is None
 
+
+
+def test_a_decision_in_the_pods_sees_the_jobs_quarantine_history_and_its_bound():
+    """The job's ``failurePolicy.maxQuarantinesPerHour`` holds on the verdict-spare path too: the pods are told the
+    job's quarantines (``RAILTRAIN_RESTARTS_SPENT``, :meth:`recovery.Counters.spent`), so a hardware verdict that would
+    quarantine one node more than the bound fails the job (``QuarantineLimitExceeded``), as the operator's decision
+    for a gang would, instead of giving the rank to a spare. Fails on the old main (the pods knew only the two restart
+    counts, quarantined a third node and trained on)."""
+    from datetime import datetime, timedelta, timezone
+
+    from railtrain.crds import supervisor
+    from railtrain.crds.api import TrainingJobStatus
+    from railtrain.crds.times import format_time
+
+    policy = RunPolicy.model_validate({"restartInPlace": True, "failurePolicy": {"maxQuarantinesPerHour": 1}})
+    recent = format_time(datetime.now(timezone.utc) - timedelta(minutes=10))
+    status = TrainingJobStatus.model_validate({"infrastructureRestarts": 1, "quarantines": [{"node": "old", "verdict": "hardware-suspect", "time": recent}], "avoidNodes": ["old"]})
+    env = {e["name"]: e["value"] for e in supervisor.supervisor_env(policy, status)}
+    counters = recovery.Counters.from_status(json.loads(env[supervisor.ENV_SPENT]))
+    assert (counters.infrastructure_restarts, [q["node"] for q in counters.quarantines], counters.avoid) == (1, ["old"], ("old",))
+    c = Coordinator(3, policy, counters, inplace.Ledger(restarts=2))
+    for r in range(3):
+        c.state(r, node=f"n{r}", now=0.0)
+    c.state(spare="spare-0", node="s", now=0.0)
+    beat(c, [0, 1, 2], ["spare-0"], t=1.0)
+    hardware_report(c, 1, "n1")
+    stopped(c, [0, 2])
+    d = c.step(now=1.5)
+    assert (d["path"], d["reason"]) == (inplace.PATH_NONE, "QuarantineLimitExceeded"), d
+    assert c.final and c.holders == {}
+    successor = Coordinator.successor(json.loads(json.dumps(c.view(now=1.6))), 3, policy, host=2, heard=1.6, now=2.0)
+    assert successor.counters == c.counters  # the copy every supervisor keeps carries the history to a successor

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from railtrain.crds import contract, inplace, launcher, supervisor
+from railtrain.crds import contract, inplace, launcher, recovery, supervisor
 from tests.polling import wait_for
 
 from .clusterkit import G, P, V, all_running, end_pod, events, job_body, job_status, phase_is, pods_of
@@ -34,7 +34,7 @@ def test_in_place_restarts_spend_the_job_budget_escalate_and_exhaust_it(api, nam
     pods = {n: wait_for(lambda n=n: all_running(core, namespace, n, 2), 90, f"{n} Running") for n in ("esc", "spent")}
     trainer = next(c for c in pods["esc"][0].spec.containers if c.name == "trainer")
     assert tuple(trainer.command[: len(launcher.SUPERVISOR)]) == launcher.SUPERVISOR  # the supervisor is the entry
-    assert json.loads(next(e.value for e in trainer.env if e.name == supervisor.ENV_SPENT)) == {"jobRestarts": 0, "infrastructureRestarts": 0}
+    assert json.loads(next(e.value for e in trainer.env if e.name == supervisor.ENV_SPENT)) == recovery.Counters().spent()  # nothing spent, no history
 
     # esc: one in-place restart, then its attempt failed again: the supervisors escalated; the operator counts both
     supervised_end(core, namespace, "esc", inplace.Ledger(restarts=0, attempt=1, job=1, causes={"retryable": 1}, streak=1))

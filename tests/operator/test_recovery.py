@@ -10,6 +10,7 @@ import pytest
 from railtrain.crds import contract
 from railtrain.operator import metrics
 from railtrain.operator.scheduling import quarantine
+from railtrain.operator.job import inplace as job_inplace
 from railtrain.operator.job import planner
 from railtrain.operator.job.plansettings import PlanSettings
 from railtrain.operator.scheduling.snapshot import snapshot
@@ -362,3 +363,25 @@ def test_one_quarantine_test_for_placement_metrics_and_the_cli():
     snap = snapshot([labelled, tainted, off], [])
     assert {name for name, n in snap.nodes.items() if not n.eligible} == {"l", "t"}
     assert metrics.observe_nodes([labelled, tainted, off]) == 2
+
+
+def test_a_fault_a_gang_met_is_left_out_of_the_next_gangs_pods_and_a_later_one_is_kept():
+    """An injected fault is an event (crds/faults.py): a gang restarted after meeting it would meet it again at the same
+    step, forever (found on kind: a ``RAILTRAIN_FAULT_HANG`` in ``spec.env`` hung every new gang at step 7). The hang
+    verdict of step 7 spends the hang and the kill at step 5, not the bit flip at step 50; the next gang's pods go
+    without the spent ones. Fails on the old main (no ``status.spentFaults``; the pods kept every fault)."""
+    env = [
+        {"name": contract.ENV_FAULT_HANG, "value": "rank=1,step=7,kind=collective"},
+        {"name": contract.ENV_FAULT_KILL, "value": "rank=0,step=5"},
+        {"name": contract.ENV_FAULT_BITFLIP, "value": "rank=0,step=50"},
+        {"name": "OTHER", "value": "1"},
+    ]
+    obj, pods = failed_gang(contract.VERDICT_HANG, env=env)
+    p = planner.plan(obj, pods, True, NOW, nodes=[node("a"), node("b")])
+    assert p.status["phase"] == "Restarting"
+    assert p.status["spentFaults"] == [contract.ENV_FAULT_HANG, contract.ENV_FAULT_KILL]
+    for pod in gang(obj, restarts=1):  # as every path that creates a gang pod renders it (admission, spares, groups)
+        job_inplace.with_spent(pod, p.status)
+        names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+        assert contract.ENV_FAULT_BITFLIP in names and "OTHER" in names
+        assert not names & {contract.ENV_FAULT_HANG, contract.ENV_FAULT_KILL}

@@ -31,7 +31,8 @@ from railtrain.crds.api import HoldRecord
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.scheduling import quarantine
 from railtrain.operator.scheduling.snapshot import pod_node
-from railtrain.operator.job.pods import rank_of
+from railtrain.crds.faults import spent_faults
+from railtrain.operator.job.pods import rank_of, trainer_message
 from railtrain.operator.job.records import stored_admission
 from railtrain.operator.job.phases.step import Step
 
@@ -93,11 +94,27 @@ def apply(step: Step, d: recovery.Decision) -> str:
     step.out.status_first = step.status["hold"] is not None  # the hold is in the ledger before the old pods start to leave
     step.status["restarts"] = step.restarts + 1
     step.status["succeededRanks"] = None
+    spent = spent_faults_after(step)
+    if spent != list(step.state.spent_faults):
+        step.status["spentFaults"] = spent
     step.status["requeueAfter"] = format_time(step.now + timedelta(seconds=d.backoff_seconds)) if d.backoff_seconds else None
     step.delete(step.gang)
     step.set_condition(cond.RUNNING, False, d.reason, d.message)
     step.set_condition(cond.SCHEDULED, False, d.reason, d.message, "Warning")
     return cond.RESTARTING
+
+
+def spent_faults_after(step: Step) -> list[str]:
+    """``status.spentFaults`` once the failed gang restarts: those already spent, and the fault variables of
+    ``spec.env`` the gang met (:func:`railtrain.crds.faults.spent_faults` on its trainers' termination messages: a
+    fault at or before the furthest verdict's step, or every fault when no verdict names a step, e.g. a lost node), so
+    the next gang's pods go without them, as ``railtrain run --local``'s next gang and the pod-side supervisor's next
+    in-place attempt do. Returns the sorted variable names."""
+    env = {v.name: v.value for v in step.job.spec.env}
+    if not env:
+        return list(step.state.spent_faults)
+    met = spent_faults(env, [trainer_message(p) or None for p in step.gang])
+    return sorted(set(step.state.spent_faults) | met)
 
 
 def hold(step: Step, d: recovery.Decision, shift: int = 0) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ from railtrain.crds.times import parse_time_or_none
 from railtrain.crds import reasons
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import inplace
-from railtrain.operator.job.pods import phase, rank_of
+from railtrain.operator.job.pods import phase, rank_of, trainer_message
 from railtrain.operator.job.phases.restart import apply, counters
 from railtrain.operator.job.phases.step import Step
 from railtrain.operator.job.phases.transition import ACTIVE, Transition
@@ -97,14 +97,10 @@ def rank_failure(pod: dict[str, Any]) -> recovery.Failure:
     return recovery.Failure(code=contract.EXIT_FAILED, verdict=contract.VERDICT_RETRYABLE, reason=status.get("reason") or "Failed", message=status.get("message", ""), **base)
 
 
-def _trainer_message(pod: dict[str, Any]) -> str:
-    return next((((cs.get("state") or {}).get("terminated") or {}).get("message") or "" for cs in (pod.get("status") or {}).get("containerStatuses") or [] if cs.get("name") == TRAINER), "")
-
-
 def gang_failure(step: Step) -> recovery.GangFailure:
     """The evidence of the failed attempt: every Failed rank, the nodes the gang's pods ran on, the nodes that exist."""
     failed = [p for p in step.gang if phase(p) == "Failed"]
-    stopped = {rank_of(p) for p in failed if crds_inplace.stopped_in_message(_trainer_message(p))}
+    stopped = {rank_of(p) for p in failed if crds_inplace.stopped_in_message(trainer_message(p))}
     failures = crds_inplace.without_stopped(tuple(rank_failure(p) for p in failed), stopped)  # a supervisor stopped them for a peer
     ran = {rank_of(p): node for p in step.gang if (node := (p.get("spec") or {}).get("nodeName"))}
     return recovery.GangFailure(failures, ran, frozenset(step.nodes) if step.nodes is not None else None)
@@ -118,7 +114,7 @@ that stays Running longer than this is not waited for)."""
 
 def _any_failed(step: Step) -> bool:
     failed = [p for p in step.gang if phase(p) == "Failed"]
-    if not failed or any(not crds_inplace.stopped_in_message(_trainer_message(p)) for p in failed):
+    if not failed or any(not crds_inplace.stopped_in_message(trainer_message(p)) for p in failed):
         return bool(failed)
     if all(phase(p) in ("Failed", "Succeeded") for p in step.gang):
         return True
