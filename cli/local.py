@@ -40,7 +40,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
 
 from railtrain.cli.errors import CliError
 from railtrain.cli.local_goodput import SPARE_TOOK
@@ -329,31 +329,62 @@ def plan_local(
     want = job.spec.nodes + job.spec.spares
     if len(metrics_ports) < want:
         raise ValueError(f"need {want} metrics ports, got {len(metrics_ports)}")
-    name = job.metadata.name
     shell = os.environ if environ is None else environ
-
-    def node_env(rank: int, local: int, tiers: dict[str, str]) -> dict[str, str]:
-        pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR, uid=uid)
-        pod_env = dataclasses.replace(
-            pod_env, rdzv_port=rdzv_port, metrics_port=metrics_ports[local], checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
-            node_name=local_node_name(local), **(tiers or local_tier_dirs(pod_env, name, rank)),
-        )  # fmt: skip
-        env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
-        return local_thread_env(job, env, shell)
-
+    where = dict(rdzv_port=rdzv_port, base_dir=base_dir, restarts=restarts, extra_env=extra_env, uid=uid, shell=shell)
     nodes = []
     for pod in render.render_gang(job, LOCAL_NAMESPACE, uid, restarts):
         rank = int(pod["metadata"]["labels"][contract.LABEL_NODE_RANK])
         container = next(c for c in pod["spec"]["containers"] if c["name"] == render.CONTAINER_NAME)
         argv = local_argv(container.get("command", []), container.get("args", []), python)
-        nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=node_env(rank, rank, {})))
+        nodes.append(LocalNode(rank=rank, argv=tuple(argv), env=_node_env(job, rank, rank, metrics_ports[rank], {}, **where)))
     for i in range(job.spec.spares):  # a spare is its own local node, with its own (empty) node-local tiers
-        local, last = job.spec.nodes + i, nodes[job.spec.nodes - 1]
-        probe = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, 0, uid=uid)
-        tiers = {f"checkpoint_{t}_dir": os.path.join(root, f"spare-{i}") for t, root in local_run_roots(probe, name).items()}
-        env = node_env(last.rank, local, tiers) | {supervisor.ENV_SPARE: f"spare-{i}"}
-        nodes.append(LocalNode(rank=local, argv=last.argv, env=env))
+        local = job.spec.nodes + i
+        nodes.append(_spare_node(job, i, local, metrics_ports[local], nodes[job.spec.nodes - 1], where))
     return nodes
+
+
+def plan_spare(
+    job: TrainingJob, gang: Sequence[LocalNode], spare: int, local: int, metrics_port: int, base_dir: Path, restarts: int = 0,
+    extra_env: dict[str, str] | None = None, *, uid: str, environ: Mapping[str, str] | None = None,
+) -> LocalNode:  # fmt: skip
+    """One more hot spare for a running local gang, as the operator refills the pool with a new spare pod after a spare
+    took a rank (:func:`plan_local` plans the first ``spec.spares``).
+
+    Args:
+        job: the validated TrainingJob; gang: the running gang's nodes (its rendezvous port and command are the spare's).
+        spare: the spare's number (its name ``spare-<spare>`` and its node-local tier directories'); local: its local node
+            index; metrics_port: a free port for it.
+        base_dir, restarts, extra_env, uid, environ: as :func:`plan_local` was given them for ``gang``.
+
+    Returns:
+        The spare's :class:`LocalNode` (:data:`~railtrain.crds.supervisor.ENV_SPARE` set).
+    """
+    rdzv_port = int(gang[0].env[contract.ENV_RDZV_PORT])
+    where = dict(rdzv_port=rdzv_port, base_dir=base_dir, restarts=restarts, extra_env=extra_env, uid=uid, shell=os.environ if environ is None else environ)
+    return _spare_node(job, spare, local, metrics_port, gang[job.spec.nodes - 1], where)
+
+
+def _spare_node(job: TrainingJob, spare: int, local: int, metrics_port: int, last: LocalNode, where: dict[str, Any]) -> LocalNode:
+    """Spare ``spare`` as local node ``local``: the last node rank's command and environment, its own name, metrics port
+    and node-local tier directories (empty, as a new node's are)."""
+    probe = render.pod_environment(job.spec, job.metadata.name, LOCAL_NAMESPACE, 0, uid=where["uid"])
+    tiers = {f"checkpoint_{t}_dir": os.path.join(root, f"spare-{spare}") for t, root in local_run_roots(probe, job.metadata.name).items()}
+    env = _node_env(job, last.rank, local, metrics_port, tiers, **where) | {supervisor.ENV_SPARE: f"spare-{spare}"}
+    return LocalNode(rank=local, argv=last.argv, env=env)
+
+
+def _node_env(job: TrainingJob, rank: int, local: int, metrics_port: int, tiers: dict[str, str], *, rdzv_port: int, base_dir: Path, restarts: int,
+              extra_env: dict[str, str] | None, uid: str, shell: Mapping[str, str]) -> dict[str, str]:  # fmt: skip
+    """The environment of node rank ``rank`` run as local node ``local`` (its name, metrics port, tiers: ``tiers`` or
+    its own ``node-<rank>`` directories)."""
+    name = job.metadata.name
+    pod_env = render.pod_environment(job.spec, name, LOCAL_NAMESPACE, rank, restarts, rdzv_addr=LOCAL_ADDR, uid=uid)
+    pod_env = dataclasses.replace(
+        pod_env, rdzv_port=rdzv_port, metrics_port=metrics_port, checkpoint_dir=resolve_location(pod_env.checkpoint_dir, base_dir),
+        node_name=local_node_name(local), **(tiers or local_tier_dirs(pod_env, name, rank)),
+    )  # fmt: skip
+    env = {**(extra_env or {}), **{e["name"]: e["value"] for e in render.container_env(job.spec, pod_env)}}
+    return local_thread_env(job, env, shell)
 
 
 def local_thread_env(job: TrainingJob, env: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -403,13 +434,18 @@ class LocalGang:
         hold: a supervised gang with hot spares (``spec.spares``): a node that ends (lost, or replaced by a spare)
             does not end the gang while the others run on; the node that runs node rank 0 (local node 0, or the
             spare that says it took node rank 0) says how the gang ended.
+        refill: a held gang: called with a new local node index each time a spare takes a rank, returns one more
+            spare to start (or None), as the operator refills the pool with a new spare pod; None: no refill.
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
                  notify: Callable[[str], None] = lambda s: None, out: TextIO | None = None, grace: float = GRACE_SECONDS,
                  on_line: Callable[[int, str], None] | None = None, log_dir: Path | None = None, settle: float = SETTLE_SECONDS,
-                 label: str = "", hold: bool = False):
+                 label: str = "", hold: bool = False, refill: Callable[[int], LocalNode | None] | None = None):
         self.hold = hold
+        self.refill = refill
+        self._refills = 0
+        """Spares that took a rank and are not yet replaced in the pool (counted by the output pumps)."""
         self.rank0 = 0
         """The local node that runs node rank 0 (a spare's once it took that rank)."""
         self.node_rank: dict[int, int] = {}
@@ -540,6 +576,7 @@ class LocalGang:
             self._poll()
             if code is None:
                 failed_at = None
+                self._refill_pool()
             elif code == 0:
                 break
             else:
@@ -555,6 +592,22 @@ class LocalGang:
         if any(p.poll() is None for p in self._procs.values()):
             self._stop_all(mute=set(self._procs))
         return None
+
+    def _refill_pool(self) -> None:
+        """Start one spare (:attr:`refill`) for each spare that took a rank since the last call, while the gang runs."""
+        with self._lock:
+            due, self._refills = self._refills, 0
+        for _ in range(due if self.refill is not None else 0):
+            local = max(self._procs) + 1
+            node = self.refill(local)  # type: ignore[misc]
+            if node is None:
+                continue
+            if node not in self.nodes:  # the caller's list may be this gang's own
+                self.nodes.append(node)
+            with self._lock:
+                self._kept[node.rank] = collections.deque(maxlen=KEPT_LINES)
+            self._start(node)
+            self.notify(f"hot spare {node.env.get(supervisor.ENV_SPARE, '?')} started as local node {local}: the spare pool is full again")
 
     def kill_node(self, rank: int) -> None:
         """SIGKILL every process of local node ``rank`` at once (its machine lost), from any thread (see :meth:`kill`)."""
@@ -618,6 +671,8 @@ class LocalGang:
             for raw in stream:
                 line = raw.rstrip("\r\n")
                 if self.hold and line.startswith("railtrain spare") and (took := SPARE_TOOK.match(line)):
+                    with self._lock:
+                        self._refills += 1
                     self.node_rank[rank] = int(took.group(1))
                     if took.group(1) == "0":
                         self.rank0 = rank

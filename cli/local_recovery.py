@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from railtrain.cli.local import local_node_name
 from railtrain.cli.local_goodput import GoodputRecorder
@@ -172,6 +172,12 @@ class RecoveringRun:
     """Told when each gang starts and why it ended, for the run's goodput (:mod:`railtrain.cli.local_goodput`)."""
     in_place: list[inplace.Ledger] = field(default_factory=list)
     """Each failed supervised gang's in-place ledger (``spec.runPolicy.restartInPlace``)."""
+    spare: Callable[[list, int, int], Any] | None = None
+    """``spare(gang nodes, spare number, local node index)`` → one more hot spare for the running gang
+    (:func:`railtrain.cli.local.plan_spare`): the pool is refilled each time a spare takes a rank. None: not refilled."""
+    spares_made: int = 0
+    """Spares planned beyond ``spec.spares`` in this run (their numbers never repeat, nor their node-local tiers)."""
+    _gang: tuple[list, list[Path], dict[str, str]] | None = None
 
     @property
     def job_restarts(self) -> int:
@@ -184,18 +190,35 @@ class RecoveringRun:
         return self.counters.infrastructure_restarts
 
     def _nodes(self) -> tuple[list, list[Path]]:
-        nodes, files = [], []
+        nodes: list = []
+        files: list[Path] = []
         planned = self.plan(self.restarts)
         taken = {n.env.get(k) for n in planned for k in (contract.ENV_RDZV_PORT, contract.ENV_METRICS_PORT)}
         supervised = supervisor_env(self.job, self.counters, taken) if self.job.spec.run_policy.restart_in_place else {}
+        self._gang = (nodes, files, supervised)
         for node in planned:
-            path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
-            path.write_text("")  # the kubelet creates the file before the container starts; so do we
-            env = dict(node.env) | supervised | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
-            env = {k: v for k, v in env.items() if k not in self.spent}
-            nodes.append(replace(node, env=env))
-            files.append(path)
+            self._add(node)
         return nodes, files
+
+    def _add(self, node: Any) -> Any:
+        """``node`` as this gang runs it (its termination message file, the supervisor's variables, the spent faults
+        left out), added to the gang's nodes and files; returns it."""
+        assert self._gang is not None
+        nodes, files, supervised = self._gang
+        path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
+        path.write_text("")  # the kubelet creates the file before the container starts; so do we
+        env = dict(node.env) | supervised | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
+        node = replace(node, env={k: v for k, v in env.items() if k not in self.spent})
+        nodes.append(node)
+        files.append(path)
+        return node
+
+    def _refill(self, local: int) -> Any:
+        """One more hot spare for the running gang as local node ``local`` (:attr:`spare`), or None."""
+        if self.spare is None or self._gang is None or local != len(self._gang[0]):
+            return None
+        self.spares_made += 1
+        return self._add(self.spare(self._gang[0], self.job.spec.spares - 1 + self.spares_made, local))
 
     def _count_in_place(self, messages: list[str | None]) -> None:
         """Spend the failed gang's in-place restarts (the supervisors' ledger in the termination messages) before deciding,
@@ -220,6 +243,8 @@ class RecoveringRun:
         while True:
             nodes, files = self._nodes()
             self.current = self.make_gang(nodes)
+            if self.spare is not None and hasattr(self.current, "refill"):
+                self.current.refill = self._refill
             if self.recorder is not None:
                 self.recorder.gang_started()
             code = self.current.run()
@@ -274,6 +299,6 @@ def supervisor_env(job: TrainingJob, counters: recovery.Counters, taken: set[str
     from railtrain.cli.local import free_ports
 
     items = {e["name"]: e["value"] for e in _supervisor_items(job.spec.run_policy)}
-    spent = {"jobRestarts": counters.job_restarts, "infrastructureRestarts": counters.infrastructure_restarts}
+    spent = counters.spent()  # the restarts spent and the history a decision reads, as the operator tells its pods
     port = next(p for p in free_ports(len(taken) + 1) if str(p) not in taken)
     return items | {ENV_SPENT: json.dumps(spent), ENV_SUPERVISOR_PORT: str(port)}

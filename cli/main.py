@@ -242,7 +242,8 @@ def run(
             lose(rank, line)
 
         gang = lambda n: local_run.LocalGang(n, workdir=workdir, verbose=verbose, grace=grace, notify=notify, on_line=on_line, log_dir=logs, hold=spec.spares > 0)  # noqa: E731
-        runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder)
+        refill = runlocal.spare_plan(job, base_dir, faults, uid) if spec.spares else None  # a spare that took a rank is replaced, as the operator does
+        runner = RecoveringRun(job, plan, gang, Path(messages), notify, recorder=recorder, spare=refill)
         code = runner.run()
     elapsed = time.monotonic() - started
     runlocal.finish_tiers(job, uid, succeeded=code == 0)

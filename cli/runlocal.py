@@ -33,6 +33,22 @@ def gang_plan(job: Any, first: list[Any], base_dir: Path, faults: dict[str, str]
     return plan
 
 
+def spare_plan(job: Any, base_dir: Path, faults: dict[str, str], uid: str) -> Callable[[list[Any], int, int], Any]:
+    """``spare(gang nodes, spare number, local index)``: one more hot spare for a running local gang of run ``uid``
+    (:func:`railtrain.cli.local.plan_spare` on a fresh metrics port), for :class:`railtrain.cli.local_recovery.RecoveringRun`
+    to refill the pool with."""
+    from railtrain.cli import local as local_run
+    from railtrain.crds import contract
+
+    def spare(nodes: list[Any], number: int, local: int) -> Any:
+        taken = {int(v) for n in nodes for k in (contract.ENV_RDZV_PORT, contract.ENV_METRICS_PORT) if (v := n.env.get(k))}
+        port = next(p for p in local_run.free_ports(len(taken) + 1) if p not in taken)
+        restarts = int(nodes[0].env.get(contract.ENV_RESTART_COUNT) or 0)
+        return local_run.plan_spare(job, nodes, number, local, port, base_dir, restarts, extra_env=faults, uid=uid)
+
+    return spare
+
+
 def lose_node_watcher(text: str | None, job: Any, gang: Callable[[], Any], notify: Callable[[str], None]) -> Callable[[int, str], None]:
     """``--fault-lose-node node=K,step=S``: a line watcher (``on_line``) that SIGKILLs local node ``K`` of the running
     gang (``gang()``) once node rank 0 logged step ``S`` or a later one, once (:class:`railtrain.crds.faults.LoseNodeFault`).

@@ -27,7 +27,7 @@ from railtrain.crds.meta import DNS_1035, MAX_NAME_LENGTH, ObjectMeta, qualified
 from railtrain.crds.goodput import Goodput, Progress
 from railtrain.crds.failure_policy import CleanPodPolicy, FailurePolicy, InPlaceRecord, NodeFailureRecord, QuarantineRecord, SuspectRecord, unique_verdicts
 from railtrain.crds.podtemplate import PodTemplate, template_problems
-from railtrain.crds import launcher
+from railtrain.crds import launcher, supervisor
 from railtrain.crds.precision import FLOAT8_ONLY_WITH_FP8, FP8_NEEDS_GPUS, Precision, float8_only_with_fp8, fp8_has_gpus
 from railtrain.crds.quantity import BYTES_EXAMPLE, CPU_EXAMPLE, BytesQuantity, CpuQuantity, quantity_field  # noqa: F401  (BytesQuantity, CpuQuantity re-exported)
 from railtrain.crds import replica_groups
@@ -278,10 +278,12 @@ SPEC_RULES: tuple[Rule, ...] = (
 
 MODEL_RULES: tuple[Rule, ...] = (
     Rule(cel="", check=launcher.no_torchrun_restarts, message=launcher.FLAG_MESSAGE, field_path=".command", detail=launcher.flag_detail),
+    Rule(cel="", check=supervisor.tunables_valid, message=supervisor.TUNABLE_MESSAGE, field_path=".env", detail=supervisor.tunables_detail),
 )
 """Rules the models check (``railtrain validate``, ``submit`` and the operator: a stored job breaking one is Failed with
 InvalidSpec) but the CRD does not: a CEL regular expression over every word of command and args exceeds the CRD's
-estimated cost budget unless both are bounded far below what pods accept (crds/launcher.py)."""
+estimated cost budget unless both are bounded far below what pods accept (crds/launcher.py); so does one over the
+supervisor's variables in ``spec.env``, whose values are unbounded (crds/supervisor.py)."""
 
 
 LIST_MAP_KEYS: dict[str, str] = {"env": "name"}

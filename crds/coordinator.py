@@ -189,7 +189,8 @@ class Coordinator:
                 "spares": {name: {"node": v.get("node", ""), "addr": v.get("addr", ""), "age": round(max(0.0, now - float(v["seen"])), 3)} for name, v in self.spares.items()}}  # fmt: skip
 
     @classmethod
-    def successor(cls, copy: dict[str, Any], nnodes: int, run_policy: Any, host: int, heard: float, now: float | None = None) -> "Coordinator":
+    def successor(cls, copy: dict[str, Any], nnodes: int, run_policy: Any, host: int, heard: float, now: float | None = None,
+                  lost_seconds: float = LOST_SECONDS) -> "Coordinator":  # fmt: skip
         """The coordinator a supervisor starts when the one it followed fell silent and the succession names it.
 
         Args:
@@ -198,6 +199,7 @@ class Coordinator:
             host: this supervisor's node rank; heard: ``time.monotonic()`` when ``copy`` was read (the old host was
                 last heard then: its rank is lost once :data:`LOST_SECONDS` passed since).
             now: ``time.monotonic()`` (tests pass their own).
+            lost_seconds: the job's lost-rank silence (:func:`railtrain.crds.supervisor.lost_after`).
 
         Returns:
             A coordinator at the copy's attempt, ledger, job-wide counters, decisions and holders; every other rank
@@ -213,7 +215,7 @@ class Coordinator:
             raise ValueError("the coordinator's copy holds no ledger")
         counters = recovery.Counters.from_status(copy.get("counters") or {})
         old = int(copy.get("host", 0))
-        c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""))
+        c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""), lost_seconds=lost_seconds)
         c.decisions = {int(k): v for k, v in (copy.get("decisions") or {}).items() if str(k).lstrip("-").isdigit()}
         c.final = bool(copy.get("final"))
         c.holders = {int(r): str(s) for r, s in (copy.get("holders") or {}).items() if str(r).isdigit()}

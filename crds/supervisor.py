@@ -108,6 +108,53 @@ WARM_AFTER_SECONDS = 10.0
 start, so the launcher's import does not compete with it for the CPUs)."""
 
 
+ENV_LOST = "RAILTRAIN_SUPERVISOR_LOST_SECONDS"
+"""How long a supervisor (or the coordinator) may stay silent before it counts as lost, seconds, the same in every pod
+of the job (set it in ``spec.env``): the coordinator then gives its rank to a hot spare, and the supervisors turn to
+the coordinator's successor. Default :data:`~railtrain.crds.coordinator.LOST_SECONDS` (5); from
+:data:`LOST_RANGE`. Lower: a lost node costs less; higher: a loaded node is less often taken for lost."""
+LOST_RANGE = (1.0, 600.0)
+"""The values :data:`ENV_LOST` may take (seconds, both ends included); the manifest check refuses others."""
+
+
+def lost_after(environ: Mapping[str, str]) -> float:
+    """The silence, in seconds, after which a supervisor counts as lost (:data:`ENV_LOST`; the default when unset or
+    outside :data:`LOST_RANGE`, which the manifest check refuses before any pod exists)."""
+    from railtrain.crds.coordinator import LOST_SECONDS
+
+    try:
+        value = float(environ.get(ENV_LOST, "").strip() or LOST_SECONDS)
+    except ValueError:
+        return LOST_SECONDS
+    return value if LOST_RANGE[0] <= value <= LOST_RANGE[1] else LOST_SECONDS
+
+
+TUNABLE_MESSAGE = (
+    f"spec.env {ENV_WARM} must be off or a number of seconds of 0 or more, and {ENV_LOST} a number of seconds from "
+    f"{LOST_RANGE[0]:g} to {LOST_RANGE[1]:g} (the pod-side supervisor's warm launcher and its lost-rank silence)"
+)
+_NUMBER = r"^[0-9]+([.][0-9]+)?$"
+
+
+def tunables_valid(spec: Any) -> bool:
+    """The rule over a spec's ``env``: :data:`ENV_WARM` is ``off`` or a plain number ≥ 0 (or empty), :data:`ENV_LOST`
+    a plain number within :data:`LOST_RANGE`."""
+    import re
+
+    for e in spec.env:
+        value = (e.value or "").strip() if e.name == ENV_WARM else e.value or ""
+        if e.name == ENV_WARM and value and value != "off" and not re.match(_NUMBER, value):
+            return False
+        if e.name == ENV_LOST and not (re.match(_NUMBER, value) and LOST_RANGE[0] <= float(value) <= LOST_RANGE[1]):
+            return False
+    return True
+
+
+def tunables_detail(spec: Any) -> str:
+    """The values a refused spec gives the supervisor's variables."""
+    return ", ".join(f"{e.name}={e.value!r}" for e in spec.env if e.name in (ENV_WARM, ENV_LOST))
+
+
 def warm_after(environ: Mapping[str, str]) -> float | None:
     """Seconds an attempt runs before the next attempt's warm launcher starts (:data:`ENV_WARM`); None: never."""
     value = environ.get(ENV_WARM, "").strip()
@@ -179,7 +226,8 @@ def start_coordinator(environ: Mapping[str, str]) -> Any:
     from railtrain.crds.coordinator import Coordinator, serve
 
     counters = recovery.Counters.from_status(json.loads(environ.get(ENV_SPENT) or "{}"))
-    c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), _run_policy(environ), counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)))
+    c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), _run_policy(environ), counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)),
+                    lost_seconds=lost_after(environ))  # fmt: skip
     c.server = serve(c, int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT))
     return c
 
@@ -226,13 +274,14 @@ class Link:
     Args:
         url: ``http://host:port`` of the coordinator; addr: this supervisor's own ``host:port`` ("" none);
         seat: this supervisor's :class:`~railtrain.crds.coordinator.Seat`; promote: see above (None: never hosts).
+        lost_seconds: the silence after which the coordinator counts as lost (:func:`lost_after`; default 5 s).
     """
 
-    def __init__(self, url: str, addr: str = "", seat: Any = None, promote: Any = None) -> None:
+    def __init__(self, url: str, addr: str = "", seat: Any = None, promote: Any = None, lost_seconds: float | None = None) -> None:
         from railtrain.crds.coordinator import LOST_SECONDS
 
         self.url, self.addr, self.seat, self.promote = url, addr, seat, promote
-        self.lost_seconds = LOST_SECONDS
+        self.lost_seconds = LOST_SECONDS if lost_seconds is None else lost_seconds
         self.heard = time.monotonic()
         self.copy: dict[str, Any] = {}
         self.copied = self.heard
@@ -300,7 +349,7 @@ class Supervisor:
             if coordinator is not None:
                 host = own_host(environ)
                 addr = f"{host}:{coordinator.server.server_port}" if host and hasattr(coordinator, "server") else ""
-            link = Link(coordinator_url(environ), addr, seat if coordinator is None else None)
+            link = Link(coordinator_url(environ), addr, seat if coordinator is None else None, lost_seconds=lost_after(environ))
         link.promote = self._promote
         self.link = link
         self.final_path = environ.get(contract.ENV_TERMINATION_MESSAGE_PATH) or contract.TERMINATION_MESSAGE_PATH
@@ -367,7 +416,7 @@ class Supervisor:
         from railtrain.crds.coordinator import Coordinator
 
         seat = self.link.seat
-        c = Coordinator.successor(copy, int(self.env.get(contract.ENV_NNODES) or 1), _run_policy(self.env), self.rank, heard)
+        c = Coordinator.successor(copy, int(self.env.get(contract.ENV_NNODES) or 1), _run_policy(self.env), self.rank, heard, lost_seconds=lost_after(self.env))
         self.coordinator = c
         if seat is not None:
             seat.coordinator = c
@@ -612,7 +661,7 @@ class Spare:
         self.command, self.env = list(command), dict(environ)
         self.name = environ.get(ENV_SPARE) or "spare"
         seat, addr = open_seat(environ)
-        self.link = Link(coordinator_url(environ), addr, seat)
+        self.link = Link(coordinator_url(environ), addr, seat, lost_seconds=lost_after(environ))
         self.wait_first = float(json.loads(environ.get(ENV_RUN_POLICY) or "{}").get("gangTimeoutSeconds", 300))
         self.supervisor: Supervisor | None = None
         self.warm: subprocess.Popen[bytes] | None = None
@@ -636,10 +685,13 @@ class Spare:
         gang ended (or its coordinator went away) while this spare waited: a spare is never blamed."""
         self._warm_up()
         query = urllib.parse.urlencode({"spare": self.name, "node": self.env.get(contract.ENV_NODE_NAME, ""), "addr": self.link.addr})
-        heard, limit, moves = time.monotonic(), self.wait_first, 0
+        heard, limit, moves, said = time.monotonic(), self.wait_first, 0, False
         while True:
             try:
                 state = self.link.call(f"/state?{query}")
+                if not said:  # the first answer: the coordinator counts this spare as ready
+                    said = True
+                    print(f"railtrain spare {self.name}: waiting beside the gang at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
                 heard, limit = time.monotonic(), UNREACHABLE_SECONDS
             except (OSError, ValueError):
                 if self.link.moves != moves:  # turned to the coordinator's successor: give it its time

@@ -197,3 +197,47 @@ def test_a_hardware_verdict_sends_its_node_out_and_the_spare_takes_the_rank_with
     for survivor in (0, 2):
         text = (folder / f"restart-0-node-{survivor}.log").read_text()
         assert len(set(re.findall(r"pid=(\d+)", text))) == 1 and re.search(rf"^step=30 loss=1.0 rank={survivor} attempt=1 ", text, re.M)
+
+
+def test_the_pool_is_refilled_so_a_second_stopped_node_also_goes_to_a_spare(tmp_path):
+    """Issue 29, "the operator refills the spare pool in the background", locally: after spare-0 takes rank 1, ``run
+    --local`` starts spare-1 (as the operator creates a new spare pod); stopping the supervisor that now runs rank 1
+    gives the rank to spare-1 in its turn: two takeovers, no gang restart, and spare-2 waits at the end. Fails on the
+    old main (no refill: the second stop found no spare and the whole gang restarted)."""
+    import os
+    import signal
+    import time
+
+    doc = manifests.job(command=["python", "-c", SCRIPT.replace("range(1, 31)", "range(1, 91)")], nodes=2, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
+                        runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0}, spares=1)  # fmt: skip
+    path = manifests.write(tmp_path / "job.yaml", doc)
+    proc = subprocess.Popen([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def supervisor_at(log: Path, pattern: str) -> int:
+        deadline = time.monotonic() + 120
+        while not (m := re.search(pattern, log.read_text() if log.exists() else "", re.M)):
+            assert time.monotonic() < deadline, f"{log.name}: never matched {pattern!r}"
+            time.sleep(0.1)
+        return int(m.group(1))
+
+    try:
+        folder = None
+        for line in proc.stderr:
+            if m := re.match(r"^logs: (\S+)", line):
+                folder = Path(m.group(1))
+                break
+        os.kill(supervisor_at(folder / "restart-0-node-1.log", r"^step=5 .* pid=(\d+)"), signal.SIGTERM)
+        supervisor_at(folder / "restart-0-node-3.log", r"^railtrain spare spare-1: waiting beside the gang at attempt (\d+)")  # the refill is ready
+        os.kill(supervisor_at(folder / "restart-0-node-2.log", r"^step=\d+ loss=1.0 rank=1 attempt=1 node=local-2 pid=(\d+)"), signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "hot spare spare-1 started as local node 3: the spare pool is full again" in err, err
+    assert "hot spare spare-2 started as local node 4" in err, err
+    second = (folder / "restart-0-node-3.log").read_text()
+    assert "railtrain spare spare-1: takes node rank 1 at attempt 2" in second, second[-2000:]
+    assert re.search(r"^step=90 loss=1.0 rank=1 attempt=2 node=local-3 ", second, re.M), second[-2000:]
+    survivor = (folder / "restart-0-node-0.log").read_text()
+    assert len(set(re.findall(r"pid=(\d+)", survivor))) == 1 and re.search(r"^step=90 loss=1.0 rank=0 attempt=2 ", survivor, re.M)
+    assert not list(folder.glob("restart-1-*")) and "restart of the whole gang" not in err  # no second gang

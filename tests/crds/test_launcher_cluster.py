@@ -37,3 +37,23 @@ def test_the_operator_fails_a_job_that_gives_torchrun_restarts_with_the_reason(k
     assert condition["reason"] == "InvalidSpec" and launcher.FLAG_MESSAGE in condition["message"], condition
     assert "found '--max-restarts=2'" in condition["message"], condition
     assert kube.core.list_namespaced_pod(namespace).items == []  # never admitted: no pod ever ran torchrun
+
+
+def test_the_operator_fails_a_job_with_a_supervisor_tunable_out_of_range_with_validates_sentence(kube, namespace, operator):
+    """``RAILTRAIN_SUPERVISOR_LOST_SECONDS`` outside 1–600 s has no CEL rule (a regular expression over env values
+    exceeds the CRD's cost budget): a job created past ``railtrain validate`` is Failed by the operator with the
+    sentence, and no pod is created."""
+    from railtrain.crds import supervisor
+
+    body = manifest(env=[{"name": supervisor.ENV_LOST, "value": "0.5"}])
+    body["metadata"] = {"name": "lost-too-short", "namespace": namespace}
+    kube.custom.create_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, body)
+
+    def failed():
+        job = kube.custom.get_namespaced_custom_object(contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL, "lost-too-short")
+        conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
+        return conds.get("Failed") if conds.get("Failed", {}).get("status") == "True" else None
+
+    cond = wait_for(failed, 60, "the job Failed")
+    assert supervisor.TUNABLE_MESSAGE in cond["message"], cond
+    assert not kube.core.list_namespaced_pod(namespace, label_selector=f"{contract.LABEL_JOB_NAME}=lost-too-short").items

@@ -301,3 +301,29 @@ def test_a_decision_in_the_pods_sees_the_jobs_quarantine_history_and_its_bound()
     assert c.final and c.holders == {}
     successor = Coordinator.successor(json.loads(json.dumps(c.view(now=1.6))), 3, policy, host=2, heard=1.6, now=2.0)
     assert successor.counters == c.counters  # the copy every supervisor keeps carries the history to a successor
+
+
+@pytest.mark.parametrize("value,seconds", [("2", 2.0), ("", LOST_SECONDS), ("0.2", LOST_SECONDS), ("soon", LOST_SECONDS), ("600", 600.0)])
+def test_the_lost_rank_silence_is_the_jobs_setting_within_its_range(value, seconds):
+    """``RAILTRAIN_SUPERVISOR_LOST_SECONDS`` (spec.env, the same in every pod) sets how long a silent rank waits before a
+    spare takes it; a value the manifest check would refuse falls back to the default."""
+    from railtrain.crds import supervisor
+
+    assert supervisor.lost_after({supervisor.ENV_LOST: value}) == seconds
+    c = Coordinator(2, POLICY, recovery.Counters(), inplace.Ledger(), lost_seconds=supervisor.lost_after({supervisor.ENV_LOST: "2"}))
+    for r in range(2):
+        c.state(r, node=f"n{r}", now=0.0)
+    c.state(0, now=2.5)
+    assert list(c.lost(2.5)) == [1] and not gang(2, spares=()).lost(2.5)  # silent 2.5 s: lost at 2 s, not at the default 5 s
+
+
+def test_a_supervisor_tunable_out_of_range_is_refused_with_one_sentence(tmp_path):
+    import subprocess
+    import sys
+
+    from railtrain.crds import supervisor
+    from tests.cli import manifests
+
+    path = manifests.write(tmp_path / "job.yaml", manifests.job(env=[{"name": supervisor.ENV_LOST, "value": "0"}]))
+    proc = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and supervisor.TUNABLE_MESSAGE in proc.stderr + proc.stdout and "Traceback" not in proc.stderr, proc.stderr
