@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine_after": machine(), "pytest_exit": proc.returncode}  # fmt: skip
     path = write_json("recovery_kind", record, args.json)
     print(f"wrote {path}")
-    if proc.returncode != 0 or len(pairs) != args.pairs:
+    if proc.returncode != 0 or (args.parse is None and len(pairs) != args.pairs) or not pairs:
         print(proc.stdout[-4000:] + proc.stderr[-2000:], file=sys.stderr)
         return 1
     return 0

@@ -70,6 +70,8 @@ NOTEWORTHY = re.compile(r"error|warn|traceback|exception|fatal|killed|abort|sign
 """Lines of ranks other than 0 that are shown without --verbose."""
 SHUTDOWN_NOISE = re.compile(r"DistNetworkError: .*(Failed to recv, got 0 bytes|Connection reset by peer|Broken pipe)")
 """The last line of a traceback a rank's launcher may print when a peer's rendezvous store closed as the run ended."""
+COORDINATOR_MOVED = re.compile(r"this supervisor hosts it from attempt \d+ on at (\S+)")
+"""A supervisor's line when it took the gang's coordinator over (crds/supervisor.py), with its address."""
 HOLD_SECONDS = 40.0
 """A held gang (hot spares) whose node rank 0 failed: how long the others may run on before they are stopped, when
 no spare took node rank 0 (the coordinator's successor decides within about 2 x its lost-rank silence, 5 s, plus
@@ -434,8 +436,9 @@ class LocalGang:
         hold: a supervised gang with hot spares (``spec.spares``): a node that ends (lost, or replaced by a spare)
             does not end the gang while the others run on; the node that runs node rank 0 (local node 0, or the
             spare that says it took node rank 0) says how the gang ended.
-        refill: a held gang: called with a new local node index each time a spare takes a rank, returns one more
-            spare to start (or None), as the operator refills the pool with a new spare pod; None: no refill.
+        refill: a held gang: called with a new local node index for each spare that took a rank, once node rank 0
+            trains again; returns one more spare to start (or None), as the operator refills the pool with a new
+            spare pod; None: no refill.
     """
 
     def __init__(self, nodes: list[LocalNode], *, workdir: Path | None = None, verbose: bool = False,
@@ -446,6 +449,12 @@ class LocalGang:
         self.refill = refill
         self._refills = 0
         """Spares that took a rank and are not yet replaced in the pool (counted by the output pumps)."""
+        self._refills_waiting = 0
+        """Spares that took a rank, to be replaced once node rank 0 trains again (a new spare's start would compete
+        with the next attempt's for the CPUs)."""
+        self.coordinator_addr: str | None = None
+        """``host:port`` of the supervisor that hosts the gang's coordinator after it moved (its own line says so);
+        None: where the gang started it. A refilled spare asks there."""
         self.rank0 = 0
         """The local node that runs node rank 0 (a spare's once it took that rank)."""
         self.node_rank: dict[int, int] = {}
@@ -672,8 +681,13 @@ class LocalGang:
                 line = raw.rstrip("\r\n")
                 if self.hold and line.startswith("railtrain spare") and (took := SPARE_TOOK.match(line)):
                     with self._lock:
-                        self._refills += 1
+                        self._refills_waiting += 1
                     self.node_rank[rank] = int(took.group(1))
+                if self.hold and (moved := COORDINATOR_MOVED.search(line)):
+                    self.coordinator_addr = moved.group(1)
+                if self._refills_waiting and rank == self.rank0 and line.startswith("step="):
+                    with self._lock:
+                        self._refills, self._refills_waiting = self._refills + self._refills_waiting, 0
                     if took.group(1) == "0":
                         self.rank0 = rank
                 if log is not None:

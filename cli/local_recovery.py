@@ -200,14 +200,14 @@ class RecoveringRun:
             self._add(node)
         return nodes, files
 
-    def _add(self, node: Any) -> Any:
-        """``node`` as this gang runs it (its termination message file, the supervisor's variables, the spent faults
-        left out), added to the gang's nodes and files; returns it."""
+    def _add(self, node: Any, keep: tuple[str, ...] = ()) -> Any:
+        """``node`` as this gang runs it (its termination message file, the supervisor's variables but those named in
+        ``keep``, the spent faults left out), added to the gang's nodes and files; returns it."""
         assert self._gang is not None
         nodes, files, supervised = self._gang
         path = self.message_dir / f"restart-{self.restarts}-node-{node.rank}.msg"
         path.write_text("")  # the kubelet creates the file before the container starts; so do we
-        env = dict(node.env) | supervised | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
+        env = dict(node.env) | {k: v for k, v in supervised.items() if k not in keep} | {contract.ENV_TERMINATION_MESSAGE_PATH: str(path)}
         node = replace(node, env={k: v for k, v in env.items() if k not in self.spent})
         nodes.append(node)
         files.append(path)
@@ -218,7 +218,12 @@ class RecoveringRun:
         if self.spare is None or self._gang is None or local != len(self._gang[0]):
             return None
         self.spares_made += 1
-        return self._add(self.spare(self._gang[0], self.job.spec.spares - 1 + self.spares_made, local))
+        node = self.spare(self._gang[0], self.job.spec.spares - 1 + self.spares_made, local)
+        moved = getattr(self.current, "coordinator_addr", None)
+        if moved and self._gang[2]:  # the coordinator moved to another supervisor: the new spare asks there
+            node = replace(node, env=dict(node.env) | {ENV_SUPERVISOR_PORT: moved.rsplit(":", 1)[1]})
+            return self._add(node, keep=(ENV_SUPERVISOR_PORT,))
+        return self._add(node)
 
     def _count_in_place(self, messages: list[str | None]) -> None:
         """Spend the failed gang's in-place restarts (the supervisors' ledger in the termination messages) before deciding,

@@ -421,7 +421,7 @@ class Supervisor:
         if seat is not None:
             seat.coordinator = c
         print(f"railtrain supervisor (rank {self.rank}): the gang's coordinator (node rank {copy.get('host', 0)}'s) is silent; "
-              f"this supervisor hosts it from attempt {c.ledger.attempt} on", file=sys.stderr, flush=True)  # fmt: skip
+              f"this supervisor hosts it from attempt {c.ledger.attempt} on" + (f" at {self.link.addr}" if self.link.addr else ""), file=sys.stderr, flush=True)  # fmt: skip
 
     def _state(self, deadline: float) -> dict[str, Any]:
         """The coordinator's state; raises TimeoutError once it stayed unreachable until ``deadline`` (monotonic;

@@ -46,7 +46,8 @@ def test_a_lost_node_s_rank_goes_to_the_spare_and_the_others_restart_in_place(tm
     assert proc.returncode == 0, out
     assert "a hot spare takes node rank 1's place, the others restarting in place (job restarts 0/3, infrastructure restarts 1/10) [path spare" in out
     folder = logs(proc)
-    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(4)]  # no second gang
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(5)]  # no second gang; node 4 is the refill
+    assert "hot spare spare-1 started as local node 4: the spare pool is full again" in proc.stderr
     spare = (folder / "restart-0-node-3.log").read_text()
     assert "railtrain spare spare-0: takes node rank 1 at attempt 1" in spare
     assert re.search(r"^step=30 loss=1.0 rank=1 attempt=1 node=local-3 ", spare, re.M)  # rank 1 finished on the spare's node
@@ -66,7 +67,9 @@ def test_node_rank_0_lost_its_coordinator_moves_to_node_1_and_the_spare_takes_ra
     assert proc.returncode == 0, out
     assert "restart of the whole gang" not in proc.stderr and "restart_in_place_spare" in proc.stderr
     folder = logs(proc)
-    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(3)]  # no second gang
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(5)]  # no second gang; node 4 is the refill; node 3 is the refill
+    refill = (folder / "restart-0-node-3.log").read_text()
+    assert "railtrain spare spare-1: waiting beside the gang" in refill, refill  # it found the coordinator where it moved (node 1's supervisor)
     survivor = (folder / "restart-0-node-1.log").read_text()
     assert "railtrain supervisor (rank 1): the gang's coordinator (node rank 0's) is silent; this supervisor hosts it from attempt 0 on" in survivor
     assert "a hot spare takes node rank 0's place" in survivor
