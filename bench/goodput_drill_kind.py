@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from harness import Table, fmt_pct, machine, write_json
+from harness import Table, fmt_pct, machine, saved_or_run, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 SCENE = "e2e/scene_goodput_drill.py"
@@ -88,15 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_interval < 1:
         parser.error(f"--memory-interval: must be 1 or more, got {args.memory_interval}")
     before = machine()
-    if args.parse is not None:
-        if not args.parse.is_file():
-            parser.error(f"--parse: no such file: {args.parse}")
-        proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
-    else:
-        env = dict(os.environ, RAILTRAIN_E2E_DRILL_SECONDS=str(args.seconds), RAILTRAIN_E2E_DRILL_EVERY=str(args.every),
-                   RAILTRAIN_E2E_DRILL_MEMORY=str(args.memory_interval), RAILTRAIN_E2E_DRILL_KINDS=",".join(kinds))  # fmt: skip
-        proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
-                              capture_output=True, text=True)  # fmt: skip
+    env = dict(os.environ, RAILTRAIN_E2E_DRILL_SECONDS=str(args.seconds), RAILTRAIN_E2E_DRILL_EVERY=str(args.every),
+               RAILTRAIN_E2E_DRILL_MEMORY=str(args.memory_interval), RAILTRAIN_E2E_DRILL_KINDS=",".join(kinds))  # fmt: skip
+    proc = saved_or_run(args.parse, [sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], env, REPO, parser.error)
     record = drill_in(proc.stdout)
     if record is None:
         print("the drill printed no record", file=sys.stderr)

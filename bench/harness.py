@@ -163,3 +163,14 @@ def write_json(name: str, record: dict[str, Any], path: Path | None = None) -> P
     full = {"benchmark": name, "command": command_line(), "finished_utc": stamp, "revision": started, **moved, **record}
     path.write_text(json.dumps(full, indent=1, sort_keys=False) + "\n")
     return path
+
+
+def saved_or_run(saved: Path | None, command: Sequence[str], env: dict[str, str], cwd: Path, error: Any) -> subprocess.CompletedProcess:
+    """The output of a scene run: read from ``saved`` (a bench's ``--parse`` file) when given, else from running
+    ``command`` in ``cwd`` with ``env`` (output captured). ``error`` is the parser's ``error`` (it exits 2), called
+    with one sentence when ``saved`` is not a file."""
+    if saved is not None:
+        if not saved.is_file():
+            error(f"--parse: no such file: {saved}")
+        return subprocess.CompletedProcess([], 0, saved.read_text(), "")
+    return subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True)

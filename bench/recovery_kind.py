@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from harness import Table, fmt_s, fmt_x, machine, median, ratio, write_json
+from harness import Table, fmt_s, fmt_x, machine, median, ratio, saved_or_run, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 SCENE = "e2e/scene_inplace_pairs.py"
@@ -109,15 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if not arms or len(set(arms)) != len(arms) or set(arms) - {"in-place", "in-place-cold", "gang"}:
         parser.error(f"--arms: a comma-separated list of distinct paths from in-place, in-place-cold, gang; got {args.arms!r}")
     before = machine()
-    if args.parse is not None:
-        if not args.parse.is_file():
-            parser.error(f"--parse: no such file: {args.parse}")
-        proc = subprocess.CompletedProcess([], 0, args.parse.read_text(), "")
-    else:
-        env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms),
-                   RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step), RAILTRAIN_E2E_INPLACE_FAULT=args.fault)
-        proc = subprocess.run([sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], cwd=REPO, env=env,
-                              capture_output=True, text=True)  # fmt: skip
+    env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms),
+               RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step), RAILTRAIN_E2E_INPLACE_FAULT=args.fault)
+    proc = saved_or_run(args.parse, [sys.executable, "-m", "pytest", SCENE, "-m", "kind", "-s", "-q", "-p", "no:cacheprovider"], env, REPO, parser.error)
     pairs = pairs_in(proc.stdout, arms)
     t = table(pairs, arms, args.fault)
     t.print()

@@ -40,6 +40,16 @@ def logs(proc: subprocess.CompletedProcess) -> Path:
     return Path(re.search(r"^logs: (\S+)", proc.stderr, re.M).group(1))
 
 
+def started(path: Path, cwd: Path) -> tuple[subprocess.Popen, Path]:
+    """``run --local`` of ``path`` started in the background, and its log folder once it said where."""
+    proc = subprocess.Popen([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if m := re.match(r"^logs: (\S+)", line):
+            return proc, Path(m.group(1))
+    proc.kill()
+    raise AssertionError(f"run --local ended without naming its log folder: {proc.communicate()}")
+
+
 def test_a_lost_node_s_rank_goes_to_the_spare_and_the_others_restart_in_place(tmp_path):
     proc = run(tmp_path, "--spares", "1", "--fault-lose-node", "node=1,step=8")
     out = proc.stdout + proc.stderr
@@ -135,13 +145,8 @@ def test_a_node_s_supervisor_stopped_as_for_a_deleted_pod_gives_its_rank_to_the_
     doc = manifests.job(command=["python", "-c", SCRIPT.replace("range(1, 31)", "range(1, 61)")], nodes=2, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
                         runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0}, spares=1)  # fmt: skip
     path = manifests.write(tmp_path / "job.yaml", doc)
-    proc = subprocess.Popen([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, folder = started(path, tmp_path)
     try:
-        folder = None
-        for line in proc.stderr:
-            if m := re.match(r"^logs: (\S+)", line):
-                folder = Path(m.group(1))
-                break
         node1 = folder / "restart-0-node-1.log"
         deadline = time.monotonic() + 120
         while not re.search(r"^step=5 .* pid=(\d+)", node1.read_text() if node1.exists() else "", re.M):
@@ -214,8 +219,6 @@ def test_the_pool_is_refilled_so_a_second_stopped_node_also_goes_to_a_spare(tmp_
     doc = manifests.job(command=["python", "-c", SCRIPT.replace("range(1, 31)", "range(1, 91)")], nodes=2, env=[{"name": ENV_SPARE_WARMUP, "value": ""}],
                         runPolicy={"restartInPlace": True, "restartBackoffSeconds": 0}, spares=1)  # fmt: skip
     path = manifests.write(tmp_path / "job.yaml", doc)
-    proc = subprocess.Popen([*CLI, "run", str(path), "--local", "--grace", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
     def supervisor_at(log: Path, pattern: str) -> int:
         deadline = time.monotonic() + 120
         while not (m := re.search(pattern, log.read_text() if log.exists() else "", re.M)):
@@ -223,12 +226,8 @@ def test_the_pool_is_refilled_so_a_second_stopped_node_also_goes_to_a_spare(tmp_
             time.sleep(0.1)
         return int(m.group(1))
 
+    proc, folder = started(path, tmp_path)
     try:
-        folder = None
-        for line in proc.stderr:
-            if m := re.match(r"^logs: (\S+)", line):
-                folder = Path(m.group(1))
-                break
         os.kill(supervisor_at(folder / "restart-0-node-1.log", r"^step=5 .* pid=(\d+)"), signal.SIGTERM)
         supervisor_at(folder / "restart-0-node-3.log", r"^railtrain spare spare-1: waiting beside the gang at attempt (\d+)")  # the refill is ready
         os.kill(supervisor_at(folder / "restart-0-node-2.log", r"^step=\d+ loss=1.0 rank=1 attempt=1 node=local-2 pid=(\d+)"), signal.SIGTERM)
