@@ -61,7 +61,7 @@ import json
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -137,6 +137,10 @@ class Coordinator:
     spares_until: float | None = None
     """A successor's deadline (``time.monotonic()``) for the spares to register again before it decides a loss
     without them; None: no wait."""
+    opened: float | None = None
+    """``time.monotonic()`` when the current attempt was opened by an in-place restart or a takeover (None: the gang's
+    first attempt); an attempt that ran :data:`~railtrain.crds.inplace.TRAINED_SECONDS` before it failed ends the
+    streak of in-place restarts (:meth:`_decide`)."""
 
     def state(self, rank: int | None = None, spare: str | None = None, node: str = "", now: float | None = None, who: str = "", addr: str = "") -> dict[str, Any]:
         """What ``GET /state`` answers, and the asker's heartbeat.
@@ -184,7 +188,7 @@ class Coordinator:
         return {"attempt": self.ledger.attempt, "failed": self.failed_at is not None, "decisions": {str(k): v for k, v in self.decisions.items()},
                 "ledger": self.ledger.to_json(), "final": self.final, "holders": {str(r): s for r, s in sorted(self.holders.items())},
                 "host": self.host, "succession": [self.addrs[r] for r in alive], "addrs": {str(r): a for r, a in sorted(self.addrs.items())},
-                "counters": self.counters.spent(),
+                "counters": self.counters.spent(), "opened_age": None if self.opened is None else round(max(0.0, now - self.opened), 3),
                 "master": self.master, "nodes": {str(r): n for r, n in sorted(self.nodes.items())},
                 "spares": {name: {"node": v.get("node", ""), "addr": v.get("addr", ""), "age": round(max(0.0, now - float(v["seen"])), 3)} for name, v in self.spares.items()}}  # fmt: skip
 
@@ -225,6 +229,8 @@ class Coordinator:
         if copy.get("failed") and not c.final:
             c.failed_at = now  # the ranks that had reported report again to this coordinator
         c.spares_until = now + c.lost_seconds if copy.get("spares") else None  # no spare was waiting: nothing to wait for
+        age = copy.get("opened_age")
+        c.opened = now - float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) else None
         return c
 
     def lost(self, now: float) -> dict[int, str]:
@@ -306,7 +312,7 @@ class Coordinator:
             if rank == 0:  # node rank 0's torchrun agent hosts torch's rendezvous store: the spare's host from now on
                 self.master = addr.rpartition(":")[0].strip("[]") if addr else ""
             self.seen[rank] = now  # the spare's supervisor asks as this rank from now on
-        self.reports, self.failed_at = {}, None
+        self.reports, self.failed_at, self.opened = {}, None, now
         return taken
 
     def _decide(self, attempt: int, reports: dict[int, dict[str, Any]], now: float) -> dict[str, Any]:
@@ -316,6 +322,8 @@ class Coordinator:
         nodes = {int(r["rank"]): str(r.get("node") or "") for r in reports.values()}
         evidence = recovery.GangFailure(failures, nodes, None)
         missing = sorted(set(range(self.nnodes)) - set(reports))
+        if self.ledger.streak and self.opened is not None and now - self.opened >= inplace.TRAINED_SECONDS:
+            self.ledger = replace(self.ledger, streak=0)  # the attempt trained: this failure is a new fault, not the restart failing again
         streak = None if missing else self.ledger.streak  # a silent rank's supervisor is gone: only the gang can restart it
         d = inplace.decide_path(evidence, self.run_policy, self.counters, datetime.now(timezone.utc), streak)
         record = {"path": d.path, "action": d.action, "verdict": d.verdict, "reason": d.reason, "message": d.message, "rank": d.blamed.rank}
@@ -323,7 +331,7 @@ class Coordinator:
             record["missing"] = missing
         if d.path == inplace.PATH_IN_PLACE:
             self.counters, self.ledger = d.counters, self.ledger.after(d)
-            self.reports, self.failed_at = {}, None
+            self.reports, self.failed_at, self.opened = {}, None, now
             return self._publish(attempt, record | {"next": self.ledger.attempt}, final=False)
         ready = self.ready_spares(now)
         spared = inplace.decide_verdict_spare(d, self.counters, nodes, len(ready)) if not missing and ready else None

@@ -15,7 +15,8 @@ order (docs/operator.md, "Recovery: in place or the whole gang"):
 3. **Gang** when the side that restarts cannot restart in place (the pod is
    gone; ``streak`` is None) or the attempt that failed was itself started by
    an in-place restart (``streak`` ≥ 1: "an in-place restart that fails twice
-   escalates", :data:`ESCALATE_AFTER`).
+   escalates", :data:`ESCALATE_AFTER`), unless that attempt ran
+   :data:`TRAINED_SECONDS` first (the coordinator starts the streak over).
 4. Otherwise **in place**: a retryable crash, a hang or straggler whose node is
    neither quarantined nor avoided, a data fault or non-finite loss whose rule
    restarts, a re-execution mismatch that tells no node apart (rule 4 of the
@@ -53,6 +54,11 @@ SPARE_CAUSE = "spare"
 """The :attr:`Ledger.causes` key of a spare's takeover (goodput's lost time ``restart_in_place_spare``)."""
 ESCALATE_AFTER = 1
 """In-place restarts in a row after which the next failure escalates to a gang restart (the second failure in a row)."""
+TRAINED_SECONDS = 120.0
+"""An attempt opened in place (or by a spare's takeover) that ran this long before it failed has trained: its failure
+is a new fault, not the in-place restart failing again, and the streak starts over (a job with a fault every few
+minutes keeps restarting in place; an attempt the same pods fail again at once still escalates). Time, not steps:
+the pod-side supervisor does not see the trainer's steps."""
 GANG_WORDS = "restarting the whole gang"
 IN_PLACE_WORDS = "restarting in place"
 LEDGER_KEY = "inPlace"

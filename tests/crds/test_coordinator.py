@@ -59,3 +59,29 @@ def test_second_failure_in_a_row_escalates_and_a_silent_rank_means_the_gang():
     silent.report(report(0, 1, 3))
     d = silent.step(now=1e12)
     assert (d["path"], d["missing"]) == (inplace.PATH_GANG, [0, 2])
+
+
+def test_an_attempt_that_trained_before_it_failed_restarts_in_place_again_and_a_quick_second_failure_escalates():
+    """Found by the kind goodput drill: after one in-place restart every later failure of the gang escalated to a gang
+    restart, even the third fault 10 minutes later (the streak never started over). An attempt opened in place that
+    ran :data:`inplace.TRAINED_SECONDS` before it failed has trained: its failure restarts in place again; one that
+    fails again soon after its restart still escalates; a successor coordinator keeps the attempt's age. Fails on the
+    old main (the second decision escalated)."""
+    verdict = contract.format_termination_message(contract.VERDICT_HANG, "NoProgress", "rank 1 stopped", nodes=["n1"], ranks=[1])
+    c = Coordinator(2, RunPolicy(), recovery.Counters(), inplace.Ledger(), settle_seconds=0.0)
+
+    def fail(attempt, t):
+        for r in (0, 1):
+            c.state(r, node=f"n{r}", now=t)
+        c.report(report(attempt, 1, 1, message=verdict))
+        c.report(report(attempt, 0, 1, stopped=True))
+        return c.step(now=t)
+
+    assert fail(0, 1.0)["path"] == inplace.PATH_IN_PLACE
+    later = 200.0  # past inplace.TRAINED_SECONDS (120 s)
+    d = fail(1, later)
+    assert (d["path"], d["next"]) == (inplace.PATH_IN_PLACE, 2) and not c.final, d  # it trained 199 s: a new fault
+    successor = Coordinator.successor(json.loads(json.dumps(c.view(now=later + 5))), 2, RunPolicy(), host=1, heard=later + 5, now=later + 6)
+    assert successor.opened is not None and abs((later + 6) - successor.opened - 5) < 0.01  # the attempt's age travels in the copy
+    d = fail(2, later + 10)
+    assert d["path"] == inplace.PATH_GANG and "escalated" in d["message"] and c.final  # failed again 10 s after its restart
