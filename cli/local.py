@@ -683,13 +683,13 @@ class LocalGang:
                     with self._lock:
                         self._refills_waiting += 1
                     self.node_rank[rank] = int(took.group(1))
+                    if took.group(1) == "0":
+                        self.rank0 = rank
                 if self.hold and (moved := COORDINATOR_MOVED.search(line)):
                     self.coordinator_addr = moved.group(1)
                 if self._refills_waiting and rank == self.rank0 and line.startswith("step="):
                     with self._lock:
                         self._refills, self._refills_waiting = self._refills + self._refills_waiting, 0
-                    if took.group(1) == "0":
-                        self.rank0 = rank
                 if log is not None:
                     log.write(line + "\n")
                     log.flush()

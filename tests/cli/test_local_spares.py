@@ -77,7 +77,7 @@ def test_node_rank_0_lost_its_coordinator_moves_to_node_1_and_the_spare_takes_ra
     assert proc.returncode == 0, out
     assert "restart of the whole gang" not in proc.stderr and "restart_in_place_spare" in proc.stderr
     folder = logs(proc)
-    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(5)]  # no second gang; node 4 is the refill; node 3 is the refill
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(4)]  # no second gang; node 3 is the refill
     refill = (folder / "restart-0-node-3.log").read_text()
     assert "railtrain spare spare-1: waiting beside the gang" in refill, refill  # it found the coordinator where it moved (node 1's supervisor)
     survivor = (folder / "restart-0-node-1.log").read_text()
@@ -195,7 +195,7 @@ def test_a_hardware_verdict_sends_its_node_out_and_the_spare_takes_the_rank_with
     assert "node(s) local-1 quarantined; a hot spare takes node rank 1's place, the others restarting in place" in out, out
     assert "restart of the whole gang" not in proc.stderr
     folder = logs(proc)
-    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(4)]  # no second gang
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"restart-0-node-{i}.log" for i in range(5)]  # no second gang; node 4 is the refill
     spare = (folder / "restart-0-node-3.log").read_text()
     assert "railtrain spare spare-0: takes node rank 1 at attempt 1" in spare
     assert re.search(r"^step=30 loss=1.0 rank=1 attempt=1 node=local-3 ", spare, re.M)
