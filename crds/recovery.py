@@ -163,12 +163,13 @@ class Counters:
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any], **facts: Any) -> "Counters":
-        """The counters a job's ``status`` holds, plus ``facts`` (``tainted``, ``cluster_quarantines``, ``cluster_limit``)."""
+        """The counters a job's ``status`` holds, plus ``facts`` (``tainted``, ``cluster_quarantines``, ``cluster_limit``).
+        A key whose value is None (a status patch's "remove") reads as absent."""
         return cls(
-            job_restarts=int(status.get("jobRestarts", 0)), infrastructure_restarts=int(status.get("infrastructureRestarts", 0)),
+            job_restarts=int(status.get("jobRestarts") or 0), infrastructure_restarts=int(status.get("infrastructureRestarts") or 0),
             suspects=tuple(status.get("suspects") or ()), quarantines=tuple(status.get("quarantines") or ()),
             avoid=tuple(status.get("avoidNodes") or ()), node_failures=tuple(status.get("nodeFailures") or ()),
-            rank_shift=int(status.get("rankShift", 0)), **facts,
+            rank_shift=int(status.get("rankShift") or 0), **facts,
         )  # fmt: skip
 
     def spent(self) -> dict[str, Any]:

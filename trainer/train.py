@@ -57,6 +57,13 @@ JOB_WIDE_NUMERIC = frozenset({contract.REASON_NON_FINITE_UPDATE, contract.REASON
 """user-error reasons every rank reaches at the same step (the numeric check on the all-reduced loss and gradient norm,
 before the optimizer step): a run that ends on one first finishes its checkpoint save in flight, an earlier good step,
 rather than abandon it (tests/trainer/test_nonfinite.py: step 2's save lost its manifest when step 3 ended the run)."""
+class NonFiniteUpdateError(FloatingPointError):
+    """A step's all-reduced loss or gradient norm is not finite and the health checks are off (``--no-health``): the
+    update is not applied and the run ends (a ``FloatingPointError``, so :mod:`railtrain.trainer.outcome` reports it as
+    ``user-error``). Every rank reaches it at the same step, so, as for :data:`JOB_WIDE_NUMERIC`, the save in flight
+    is finished first."""
+
+
 FINISH_SAVE_SECONDS = 120.0
 """How long a run ending on a :data:`JOB_WIDE_NUMERIC` verdict waits for its save in flight (a stuck one is abandoned)."""
 
@@ -459,7 +466,7 @@ class Trainer:
                     self.prometheus.observe_replica(self.replica.participants(), self.replica.healed, self.replica.retried)
                 self.health.end_step(self.step, step_s)  # progress metrics, then the checks due
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)) and not skipped:  # the health checks are off
-                    raise FloatingPointError(f"loss is {loss_value}, gradient norm {grad_norm} at step {self.step}; the update was not applied")
+                    raise NonFiniteUpdateError(f"loss is {loss_value}, gradient norm {grad_norm} at step {self.step}; the update was not applied")
                 if self.step % c.log_every == 0 or self.step in (1, c.steps):
                     self.log(format_step(self.step, loss_value, grad_norm, lr, tokens_per_s))
                 if metrics:
@@ -482,6 +489,10 @@ class Trainer:
             if v.verdict == contract.VERDICT_USER_ERROR and v.reason in JOB_WIDE_NUMERIC and self.checkpointer is not None:
                 # every rank decided this on the same all-reduced loss and gradient norm, before the optimizer step:
                 # the save in flight holds an earlier, good step, and every rank is here to finish it
+                self.checkpointer.wait(FINISH_SAVE_SECONDS)
+            raise
+        except NonFiniteUpdateError:
+            if self.checkpointer is not None:  # the same at every rank, before the optimizer step: finish the earlier save
                 self.checkpointer.wait(FINISH_SAVE_SECONDS)
             raise
         finally:
