@@ -8,7 +8,9 @@ A TrainingJob labelled ``kueue.x-k8s.io/queue-name`` is Kueue's to admit
 (:mod:`railtrain.operator.kube.kueue`):
 
 * :func:`sync`, at each reconcile of a Kueue job: create its one Workload,
-  replace it when the job changed while it waits, answer an eviction once the
+  replace it when the job changed while it waits or when its stopped gang must
+  leave nodes of its admission that Kueue would not replace (avoided by a
+  verdict, not quarantined: ``workload.avoided_in_assignment``), answer an eviction once the
   gang is stopped (the quota reservation cleared), keep its ``PodsReady``
   condition (Kueue's ``waitForPodsReady``), mark it Finished when the job
   ends and then drop railtrain's finalizer; returns the Workload's view;
@@ -114,11 +116,21 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
                  name, str(not active).lower())  # fmt: skip
         stored = verbs.get_workload(meta["namespace"], name) or stored
     current = kueuestatus.view(stored)
+    avoided = workload.avoided_in_assignment(current.levels, current.domains, seen.status.avoid_nodes, [q.node for q in seen.status.quarantines])
+    if avoided and current.reserved and not _live(job, pods) and not workload.equivalent(stored, want):
+        # the gang stopped for a verdict that named nodes of its admission; Kueue sees nothing wrong with them (no
+        # taint), so the job gives its admission back for one without them (the new Workload's node affinity)
+        sentence = (f"node(s) {', '.join(avoided)} of Kueue's admission are avoided by this job (named by its verdicts); "
+                    "its Workload is replaced so that Kueue admits it to other nodes")
+        log.info("%s/%s: %s", meta["namespace"], meta["name"], sentence)
+        verbs.remove_finalizer(stored)
+        verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
+        return KueueView(name=name, reason=kueuestatus.REPLACED, message=sentence)
     if not workload.equivalent(stored, want) and not current.reserved:
         log.info("%s/%s: the job changed while waiting for Kueue; replacing Workload %s", meta["namespace"], meta["name"], name)
         verbs.remove_finalizer(stored)
         verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
-        return KueueView(name=name, reason="Replaced", message="the job changed while it waited; its Workload is being replaced")
+        return KueueView(name=name, reason=kueuestatus.REPLACED, message="the job changed while it waited; its Workload is being replaced")
     if current.state == kueuestatus.EVICTED and current.reserved and not _live(job, pods):
         patch = kueuestatus.requeued_status(stored, now)  # stopped: Kueue may queue it again
         after = {**stored, "status": {**(stored.get("status") or {}), **patch}}

@@ -34,6 +34,8 @@ from railtrain.operator.scheduling.kueue import expand
 from railtrain.operator.scheduling.refusal import Refusal
 
 MISSING, PENDING, ADMITTED, EVICTED, FINISHED = "Missing", "Pending", "Admitted", "Evicted", "Finished"
+REPLACED = "Replaced"
+"""The reason of a :data:`MISSING` view whose Workload railtrain just deleted to create a new one (operator/kueue.py)."""
 """The states of :class:`KueueView` (a Workload with quota reserved but admission checks still open is Pending)."""
 
 
@@ -124,6 +126,8 @@ def view(workload: Mapping[str, Any] | None) -> KueueView:
 def pending_sentence(v: KueueView, queue: str) -> str:
     """The Scheduled condition's message for a job Kueue has not admitted (pure): the Workload, the LocalQueue, and Kueue's own words."""
     if v.state == MISSING:
+        if v.reason == REPLACED:  # operator/kueue.py deleted it to make a new one: its sentence says why
+            return f"{v.message} (LocalQueue {queue})"
         if v.message:  # its creation failed (operator/kueue.py, _create): say why
             return f"its Workload in LocalQueue {queue} cannot be created yet: {v.message}"
         return f"waiting for its Workload in LocalQueue {queue} to be created"

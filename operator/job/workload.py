@@ -16,7 +16,11 @@ docs/kueue.md). railtrain's operator then does what Kueue's Go
   (:func:`topology_request`);
 * the priority: a ``kueue.x-k8s.io/priority-class`` label's WorkloadPriorityClass,
   else the template's PriorityClass, else ``spec.priority`` (:class:`Priority`;
-  the runtime reads the class's value).
+  the runtime reads the class's value);
+* the nodes this job avoids (``status.avoidNodes``, named by its verdicts) as a
+  required node affinity of the pod set's template (:func:`avoiding`), which
+  Kueue's Topology Aware Scheduling honours when it picks hosts: a new admission
+  never hands the job a node it must not use (:func:`avoided_in_assignment`).
 
 The Workload is kept equivalent to the job: :func:`equivalent` compares the
 spec railtrain wrote (its hash in :data:`ANNOTATION_SPEC_HASH`, so fields the
@@ -107,6 +111,49 @@ def pod_template(pod0: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": {"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})}, "spec": spec}
 
 
+def avoiding(template: dict[str, Any], avoid: Sequence[str]) -> dict[str, Any]:
+    """``template`` with a required node affinity keeping its pods off the ``avoid`` nodes (pure; a copy).
+
+    The expression ``kubernetes.io/hostname NotIn avoid`` is added to every required ``nodeSelectorTerm`` (the terms
+    are ORed, so each must exclude the nodes), or becomes the only term when there is none. Kueue's TAS filters hosts
+    by a pod set's required node affinity (``tas_flavor_snapshot.go`` in v0.17), so it is how railtrain tells Kueue
+    which nodes a job must not be admitted to. ``avoid`` empty: the template unchanged.
+    """
+    if not avoid:
+        return template
+    out = copy.deepcopy(template)
+    spec = out.setdefault("spec", {})
+    required = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term.setdefault("matchExpressions", []).append({"key": HOSTNAME, "operator": "NotIn", "values": sorted(set(avoid))})
+    return out
+
+
+def avoided_in_assignment(levels: Sequence[str], domains: Sequence[tuple[tuple[str, ...], int]], avoid: Sequence[str],
+                          quarantined: Sequence[str]) -> list[str]:  # fmt: skip
+    """The nodes of a Kueue admission that the job must not use and that Kueue will not replace by itself (pure).
+
+    Args:
+        levels, domains: the admission's decoded topology assignment (:func:`railtrain.operator.scheduling.kueue.expand`).
+        avoid: ``status.avoidNodes``; quarantined: the nodes this job quarantined (``status.quarantines[].node``).
+
+    Returns:
+        The sorted avoided nodes named at the assignment's ``kubernetes.io/hostname`` level, less the quarantined ones:
+        those carry railtrain's NoSchedule taint, which Kueue's ``TASReplaceNodeOnNodeTaints`` (Beta, on in v0.17)
+        answers itself by replacing the node inside the admission, or by evicting the Workload when no node can
+        replace it (docs/kueue.md, "Recovery inside Kueue's admission"). Empty without a hostname level (the hosts are
+        not named: nothing to compare).
+    """
+    if HOSTNAME not in levels or not avoid:
+        return []
+    at = list(levels).index(HOSTNAME)
+    hosts = {values[at] for values, _ in domains if len(values) > at}
+    return sorted((set(avoid) - set(quarantined)) & hosts)
+
+
 def spec_hash(spec: Mapping[str, Any]) -> str:
     """A short hash of a Workload spec as railtrain writes it (sorted JSON, SHA-256, 16 hex digits)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
@@ -131,7 +178,8 @@ def desired(seen: Observed, levels: Sequence[str], priority: Priority) -> dict[s
         raise ValueError("only a Kueue job with a usable spec has a Workload")
     meta = seen.meta
     job_spec = seen.usable.spec
-    podset: dict[str, Any] = {"name": PODSET, "count": job_spec.nodes, "template": pod_template(seen.pod0)}
+    template = avoiding(pod_template(seen.pod0), seen.status.avoid_nodes)
+    podset: dict[str, Any] = {"name": PODSET, "count": job_spec.nodes, "template": template}
     if job_spec.elastic is not None and (fewest := min(job_spec.node_counts())) < job_spec.nodes:
         podset["minCount"] = fewest  # Kueue's partial admission: it may admit any count from here to nodes
     if (topo := topology_request(seen, levels)) is not None:

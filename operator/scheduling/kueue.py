@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from railtrain.crds import reasons
 from railtrain.operator.scheduling.placement import GangRequest, Placement, place_gang
+from railtrain.operator.scheduling.queue import AVOIDED
 from railtrain.operator.scheduling.refusal import Refusal
 from railtrain.operator.scheduling.snapshot import ClusterSnapshot
 
@@ -125,7 +126,9 @@ def place_in_assignment(request: GangRequest, cluster: ClusterSnapshot, nodes: M
         A :class:`~railtrain.operator.scheduling.placement.Placement` inside the assignment, or a
         :class:`~railtrain.operator.scheduling.refusal.Refusal` with reason
         :data:`~railtrain.crds.reasons.OUTSIDE_KUEUE_ASSIGNMENT` saying why: Kueue put more than one pod
-        on a node (railtrain runs one rank per node), or the assigned nodes cannot hold the gang now.
+        on a node (railtrain runs one rank per node), or the assigned nodes cannot hold the gang now (one of them
+        busy, or avoided by the job: ``request.avoid``, which its next Workload asks Kueue to leave out,
+        :func:`railtrain.operator.job.workload.avoiding`).
     """
     crowded = sorted(name for name, pods in (nodes or {}).items() if pods > 1)
     if crowded:
@@ -136,7 +139,7 @@ def place_in_assignment(request: GangRequest, cluster: ClusterSnapshot, nodes: M
         ))
     needs = replace(request.needs, tolerations=tuple(request.needs.tolerations) + tuple(tolerations))
     narrowed = replace(request, needs=needs)  # the same topology request Kueue admitted it with (operator/job/workload.py)
-    result = place_gang(narrowed, inside(cluster, nodes, node_labels))
+    result = place_gang(narrowed, inside(cluster, nodes, node_labels).excluding(request.avoid, AVOIDED))
     if isinstance(result, Refusal):
         return Refusal(reasons.OUTSIDE_KUEUE_ASSIGNMENT, f"Kueue admitted the Workload, but its nodes cannot hold the gang now: {result.message}", warning=result.warning)
     return result

@@ -442,3 +442,130 @@ def test_an_elastic_job_partially_admitted_by_kueue_runs_at_the_admitted_count_a
     uids = frozenset(p.metadata.uid for p in running)
     seen = observe(lambda: frozenset(p.metadata.uid for p in pods_of(core, namespace, "elastic")), 6)
     assert seen == [uids], f"the gang changed (grew past Kueue's admission?): {seen}"
+
+
+def _quarantined_scene(kube, gpu_nodes, kueue_queue, namespace, name, nodes, beside=""):
+    """``nodes`` fresh 8-GPU nodes in one rack, a LocalQueue with all their GPUs as quota, a 2-node job admitted and
+    Running on two of them (and, with ``beside``, a 1-node job of that name Running on another); then rank 1's trainer reports a hardware-suspect verdict naming its node (railtrain
+    quarantines it: the taint Kueue's ``TASReplaceNodeOnNodeTaints`` reads). Returns ``(the bad node, the first pods' uids,
+    the Workload's name)``."""
+    from railtrain.crds import contract
+
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(nodes, labels={TAG: tag}, nodes_per_rack=nodes)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=8 * nodes)
+    kube.custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job(name, queue))
+    running = wait_for(lambda: all_running(core, namespace, name, 2), 90, f"{name} admitted by Kueue and Running")
+    if beside:
+        kube.custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job(beside, queue, nodes=1))
+        wait_for(lambda: all_running(core, namespace, beside, 1), 90, f"{beside} admitted by Kueue and Running")
+    bad = next(p.spec.node_name for p in running if p.metadata.name == f"{name}-1")
+    message = contract.format_termination_message(contract.VERDICT_HARDWARE_SUSPECT, "ParameterMismatch", "rank 9 parameter bytes differ",
+                                                  nodes=[bad], ranks=[9], step=40)  # fmt: skip
+    end_pod(core, namespace, f"{name}-1", 1, message)
+    workload = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, name)["metadata"])
+    return bad, frozenset(p.metadata.uid for p in running), workload
+
+
+def test_a_quarantined_node_inside_kueues_assignment_is_replaced_without_a_fight(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, recovery inside Kueue's admission, the quarantine taint vs ``TASReplaceNodeOnNodeTaints`` (Beta, on
+    in Kueue v0.17): a hardware-suspect verdict quarantines rank 1's node (a NoSchedule taint the job does not
+    tolerate). Kueue, seeing its Workload on a node with an untolerated taint, puts the node in the Workload's
+    ``unhealthyNodes`` and its scheduler finds a replacement inside the quota; railtrain restarts the gang once, inside
+    the new assignment: it runs again on two nodes, not the quarantined one, with one infrastructure restart and no
+    more (no fight: nothing fails the new pods, no pod lands on the tainted node) over a window of several resyncs."""
+    core, custom = kube.core, kube.custom
+    bad, first, workload = _quarantined_scene(kube, gpu_nodes, kueue_queue, namespace, "qr", nodes=3)
+    new = wait_for(lambda: all_running(core, namespace, "qr", 2, old_uids=first), 120, "the gang Running again on new pods")
+    assert bad not in {p.spec.node_name for p in new}, [p.spec.node_name for p in new]
+    status = job_status(custom, namespace, "qr")
+    assert status.get("infrastructureRestarts") == 1 and status.get("jobRestarts", 0) == 0, status
+    seen = observe(lambda: (job_status(custom, namespace, "qr").get("infrastructureRestarts"),
+                            frozenset((p.metadata.uid, p.spec.node_name, p.status.phase) for p in pods_of(core, namespace, "qr"))), 8)
+    assert len(seen) == 1, f"the gang churned after its restart: {seen}"
+    wl = workload_of(custom, namespace, workload)
+    assert condition(wl["status"], "Admitted")["status"] == "True", wl["status"]
+    assigned = {values[-1] for psa in wl["status"]["admission"]["podSetAssignments"] for values, _ in expand(psa.get("topologyAssignment"))[1]}
+    assert bad not in assigned and {p.spec.node_name for p in new} <= assigned, (assigned, [p.spec.node_name for p in new])
+
+
+def test_a_quarantined_node_with_no_free_replacement_is_evicted_by_kueue_and_readmitted_when_capacity_returns(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, the same quarantine with no free node to replace it: three nodes and 24 GPUs of quota, the 2-node job
+    on two of them and a 1-node job of the same queue on the third. Kueue finds no replacement and evicts the
+    Workload (``NodeFailures``); the gang stops whole and the job waits for Kueue with its sentence, with no pod on the
+    quarantined node and no restart while it waits; once the 1-node job ends, Kueue admits it again on the healthy
+    node and the freed one, and the gang runs there."""
+    core, custom = kube.core, kube.custom
+    bad, first, workload = _quarantined_scene(kube, gpu_nodes, kueue_queue, namespace, "qn", nodes=3, beside="other")
+    waiting = wait_for(lambda: (c := condition(job_status(custom, namespace, "qn"), "Scheduled")) and c["status"] == "False"
+                       and c["reason"] == reasons.WAITING_FOR_KUEUE
+                       and not [p for p in pods_of(core, namespace, "qn") if p.status.phase in ("Pending", "Running") and not p.metadata.deletion_timestamp] and c,
+                       90, "the gang stopped, the job waiting for Kueue")  # fmt: skip
+    seen = observe(lambda: (job_status(custom, namespace, "qn").get("infrastructureRestarts"),
+                            frozenset(p.metadata.uid for p in pods_of(core, namespace, "qn") if p.status.phase in ("Pending", "Running"))), 6)
+    assert seen == [(1, frozenset())], f"pods or restarts while the job waits for Kueue: {seen}; it said {waiting}"
+    finish(core, namespace, "other")
+    new = wait_for(lambda: all_running(core, namespace, "qn", 2, old_uids=first), 120, "the job admitted again and Running once the 1-node job ended")
+    assert bad not in {p.spec.node_name for p in new}
+    assert job_status(custom, namespace, "qn").get("infrastructureRestarts") == 1
+
+
+def test_a_node_deleted_under_a_kueue_gang_is_replaced_inside_its_admission(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, recovery inside Kueue's admission, a node lost: 3 nodes in the quota, a 2-node job; the node of rank 0
+    is deleted. Kueue's ``TASFailedNodeReplacement`` (Beta, on in v0.17) replaces it in the Workload's topology
+    assignment and railtrain restarts the gang there (one infrastructure restart, backoffLimit 0 not spent): it runs on
+    two live nodes, both inside the new assignment, under the same admitted Workload (no eviction, no new uid)."""
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(3, labels={TAG: tag}, nodes_per_rack=3)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=24)
+    body = kueue_job("nl", queue)
+    body["spec"]["runPolicy"] = {"backoffLimit": 0}
+    custom.create_namespaced_custom_object(G, V, namespace, P, body)
+    running = wait_for(lambda: all_running(core, namespace, "nl", 2), 90, "nl admitted by Kueue and Running")
+    workload = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "nl")["metadata"])
+    uid = workload_of(custom, namespace, workload)["metadata"]["uid"]
+    victim = next(p.spec.node_name for p in running if p.metadata.name == "nl-0")
+    core.delete_node(victim)
+    new = wait_for(lambda: all_running(core, namespace, "nl", 2, old_uids=frozenset(p.metadata.uid for p in running)), 120, "the gang Running again on new pods")
+    assert victim not in {p.spec.node_name for p in new}
+    status = job_status(custom, namespace, "nl")
+    assert status.get("infrastructureRestarts") == 1 and status.get("jobRestarts", 0) == 0 and status["phase"] == "Running", status
+    wl = workload_of(custom, namespace, workload)
+    assert wl["metadata"]["uid"] == uid and condition(wl["status"], "Admitted")["status"] == "True", wl["status"]
+    assigned = {values[-1] for psa in wl["status"]["admission"]["podSetAssignments"] for values, _ in expand(psa.get("topologyAssignment"))[1]}
+    assert victim not in assigned and {p.spec.node_name for p in new} <= assigned, (assigned, [p.spec.node_name for p in new])
+
+
+def test_a_node_avoided_for_a_straggler_gets_a_new_admission_without_it(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, recovery inside Kueue's admission, a node avoided without a taint: a straggler verdict makes the job
+    avoid rank 1's node (``status.avoidNodes``) without quarantining it, so Kueue sees nothing wrong with the node and
+    would keep it in the admission. railtrain gives the admission back: the stopped gang's Workload is replaced by one
+    whose pod set's required node affinity leaves the node out (Kueue's TAS honours it), Kueue admits that one to the
+    two other nodes and the gang runs there, with one infrastructure restart. On the old code the Kueue path ignored
+    ``avoidNodes``: the gang restarted on the slow node (and would again at each verdict, until the infrastructure
+    budget ran out)."""
+    from railtrain.crds import contract
+    from railtrain.crds.labels import HOSTNAME
+
+    core, custom = kube.core, kube.custom
+    tag = uuid.uuid4().hex[:8]
+    gpu_nodes(3, labels={TAG: tag}, nodes_per_rack=3)
+    queue = kueue_queue(namespace, {TAG: tag}, gpus=24)
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("sl", queue))
+    running = wait_for(lambda: all_running(core, namespace, "sl", 2), 90, "sl admitted by Kueue and Running")
+    workload = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "sl")["metadata"])
+    uid = workload_of(custom, namespace, workload)["metadata"]["uid"]
+    slow = next(p.spec.node_name for p in running if p.metadata.name == "sl-1")
+    end_pod(core, namespace, "sl-1", 1, contract.format_termination_message(contract.VERDICT_STRAGGLER, "SlowRank", "rank 1 is 25% slower", nodes=[slow], ranks=[1]))
+    new = wait_for(lambda: all_running(core, namespace, "sl", 2, old_uids=frozenset(p.metadata.uid for p in running)), 120, "the gang Running again on new pods")
+    assert slow not in {p.spec.node_name for p in new}, (slow, [p.spec.node_name for p in new])
+    status = job_status(custom, namespace, "sl")
+    assert status.get("infrastructureRestarts") == 1 and status.get("jobRestarts", 0) == 0 and status["avoidNodes"] == [slow], status
+    wl = workload_of(custom, namespace, workload)
+    assert wl["metadata"]["uid"] != uid and condition(wl["status"], "Admitted")["status"] == "True", wl["status"]
+    terms = wl["spec"]["podSets"][0]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all({"key": HOSTNAME, "operator": "NotIn", "values": [slow]} in t["matchExpressions"] for t in terms), terms
+    said = events_with(core, namespace, "sl", reasons.WAITING_FOR_KUEUE, where=lambda e: "avoided by this job" in e.message)[reasons.WAITING_FOR_KUEUE]
+    assert f"node(s) {slow} of Kueue's admission are avoided by this job" in said[0].message, said[0].message

@@ -71,6 +71,38 @@ def test_gang_is_placed_inside_the_assignment_in_rail_order_and_refused_when_cro
     assert isinstance(crowded, Refusal) and crowded.reason == reasons.OUTSIDE_KUEUE_ASSIGNMENT and "one rank per node" in crowded.message
 
 
+def test_avoided_nodes_are_left_out_inside_the_assignment_and_asked_of_kueue_as_a_node_affinity():
+    """A job's ``status.avoidNodes`` (named by its verdicts) inside a Kueue admission: the placement leaves them out
+    (on the old code it ignored them and put the rank back on the avoided node), the Workload's pod set gets the
+    required affinity ``hostname NotIn`` them (ANDed into every existing term), and :func:`workload.avoided_in_assignment`
+    names the ones Kueue will not replace by itself (not quarantined: no taint for its ``TASReplaceNodeOnNodeTaints``)."""
+    from railtrain.crds.labels import HOSTNAME
+
+    nodes, pods = fabric(blocks=1, racks=2, per_rack=4)
+    snap = snapshot(nodes, pods, "nvidia.com/gpu", LEVELS)
+    obj = kueue_job(template={"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}, {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]}]}}}}})
+    obj["status"] = {"avoidNodes": ["b0r1n2"], "quarantines": []}
+    seen = observe_job(obj)
+    request = planner.gang_request(observe_job(kueue_job() | {"status": obj["status"]}), [], NOW)
+    v = kueuestatus.view(admitted("w", ["b0r1n1", "b0r1n2"]))
+    refused = place_in_assignment(request, snap, assigned_nodes(snap, v.levels, v.domains), {})
+    assert isinstance(refused, Refusal) and refused.reason == reasons.OUTSIDE_KUEUE_ASSIGNMENT and "avoided by this job" in refused.message, refused
+    placed = place_in_assignment(request, snap, {"b0r1n1": 1, "b0r1n3": 1}, {})
+    assert isinstance(placed, Placement) and sorted(placed.nodes) == ["b0r1n1", "b0r1n3"]
+    terms = workload.desired(seen, LEVELS, workload.Priority(0))["spec"]["podSets"][0]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    avoid = {"key": HOSTNAME, "operator": "NotIn", "values": ["b0r1n2"]}
+    assert [t["matchExpressions"] for t in terms] == [[{"key": "pool", "operator": "In", "values": ["a"]}, avoid], [{"key": "pool", "operator": "In", "values": ["b"]}, avoid]]
+    plain = workload.desired(observe_job(kueue_job()), LEVELS, workload.Priority(0))
+    assert "affinity" not in plain["spec"]["podSets"][0]["template"]["spec"] and workload.avoiding({"spec": {}}, ["n"])["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [{"matchExpressions": [{"key": HOSTNAME, "operator": "NotIn", "values": ["n"]}]}]
+    assert not workload.equivalent(plain, workload.desired(seen, LEVELS, workload.Priority(0)))  # a new avoided node: a new spec hash
+    assert workload.avoided_in_assignment(v.levels, v.domains, ["b0r1n2", "b0r1n9"], []) == ["b0r1n2"]
+    assert workload.avoided_in_assignment(v.levels, v.domains, ["b0r1n2"], ["b0r1n2"]) == []  # quarantined: Kueue replaces it
+    assert workload.avoided_in_assignment((RACK,), [(("r1",), 2)], ["b0r1n2"], []) == []  # hosts not named
+
+
 def test_workload_carries_the_protocols_fields_and_the_real_pod_template():
     obj = kueue_job(template={"spec": {"nodeSelector": {"pool": "a"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]}},
                     topology={"policy": "required", "level": RACK}, priority=5)
