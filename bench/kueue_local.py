@@ -37,7 +37,7 @@ class LocalKueue(shared.LocalKueue):
     """
 
     def __init__(self, cluster: LocalCluster, root: Path, gpus: int, log_path: Path):
-        super().__init__(cluster, root, log_path, frameworks=("batch/job", "pod"))
+        super().__init__(cluster, root, log_path, frameworks=("batch/job", "pod"), external_frameworks=(shared.TRAININGJOB_FRAMEWORK,))
         self.gpus = gpus
 
     def start(self, timeout: float = 180) -> None:
@@ -54,9 +54,11 @@ class LocalKueue(shared.LocalKueue):
             shared.cluster_queue(QUEUE, "tas", {"nvidia.com/gpu": self.gpus}),
         ], timeout)
 
-    def enrol(self, namespace: str) -> None:
-        """Label ``namespace`` for Kueue's pod webhook and give it a LocalQueue named :data:`QUEUE`."""
-        self.cluster.kubectl("label", "namespace", namespace, f"{NS_LABEL}=true", "--overwrite")
+    def enrol(self, namespace: str, pods: bool = True) -> None:
+        """Give ``namespace`` a LocalQueue named :data:`QUEUE`; with ``pods``, label it for Kueue's pod webhook too
+        (plain pod groups; TrainingJobs admitted through railtrain's integration need no pod webhook)."""
+        if pods:
+            self.cluster.kubectl("label", "namespace", namespace, f"{NS_LABEL}=true", "--overwrite")
         self.apply([shared.local_queue(QUEUE, namespace, QUEUE)])
 
 

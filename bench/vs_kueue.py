@@ -9,6 +9,15 @@ nodes, interleaved within every repetition (see ``kwokbench``):
               ``pod-group-total-count`` annotation, preferred topology
               ``railtrain.dev/rack``), admitted by stock Kueue's manager (a
               local process, ``kueue_local``), bound by kube-scheduler.
+``via-kueue`` TrainingJobs labelled with the same LocalQueue, admitted by
+              the same Kueue through railtrain's external-framework
+              integration (docs/kueue.md): Kueue's quota and TAS choose the
+              nodes, a second railtrain operator (watching only this mode's
+              namespace, its own Lease) places the gang rail-aware inside
+              that assignment and binds it. Not run for the many-jobs
+              workload (pods of 1 GPU): Kueue's TAS packs pods of less than
+              a node onto one node, and railtrain runs one rank per node
+              (such a job waits with reason ``OutsideKueueAssignment``).
 
 Measured: apply → every pod Running for gangs of 8, 64, 256 pods (8 GPUs
 each), and 100 jobs × 8 pods of 1 GPU applied at once; then placement: gangs
@@ -34,7 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness import RESULTS_DIR, Table, fmt_pct, fmt_s, machine, median, ratio
-from kueue_local import GROUP, LocalKueue, cached_root, ensure_kueue, pod_group
+from kueue_local import GROUP, QUEUE, LocalKueue, cached_root, ensure_kueue, pod_group
 from kwokbench import BenchCluster, Operator, Workload, bare_pods, in_parallel, job_names, measure, report, summarize, trainingjob, G, V, P
 from many_jobs import min_nodes
 
@@ -42,6 +51,8 @@ from railtrain.crds.labels import RAILTRAIN_BLOCK, RAILTRAIN_RACK
 from timeline import act_and_watch
 
 from railtrain.cli.controlplane import wait_until
+from railtrain.cli.controlplane.operator_process import OperatorProcess
+from railtrain.crds import kueue as kueue_names
 
 GPUS_PER_NODE, NODES_PER_RACK, RACKS_PER_BLOCK = 8, 8, 4
 FRAGMENT_FREE = (1, 6, 2, 7, 3, 0, 5, 4)
@@ -100,6 +111,33 @@ def measure_kueue(bc: BenchCluster, namespace: str, workload: Workload, rep: str
     return sample
 
 
+def queued_job(name: str, nodes: int, gpus: int) -> dict[str, Any]:
+    """The TrainingJob of ``kwokbench.trainingjob`` labelled with the bench's LocalQueue (Kueue admits it)."""
+    body = trainingjob(name, nodes, gpus)
+    body["metadata"]["labels"] = {kueue_names.QUEUE_LABEL: QUEUE}
+    return body
+
+
+def empty_via_kueue(bc: BenchCluster, namespace: str) -> None:
+    """Delete the TrainingJobs (their pods and Workloads go with them) and wait until no pod or Workload is left."""
+    bc.empty(namespace)
+    empty_kueue(bc, namespace)
+
+
+def measure_via_kueue(bc: BenchCluster, namespace: str, workload: Workload, rep: str, workers: int, timeout: float) -> dict[str, Any]:
+    """Start ``workload`` as queue-labelled TrainingJobs (Kueue admits, railtrain places inside the admission), time it to
+    all pods Running (as ``kwokbench.measure``), then empty the namespace."""
+    size, gpus = workload.pods_per_job, workload.gpus_per_pod
+    calls = [lambda n=n: bc.custom.create_namespaced_custom_object(G, V, namespace, P, queued_job(n, size, gpus)) for n in job_names(workload, rep)]
+    timeline = act_and_watch(bc.core, namespace, workload.pods, lambda: in_parallel(calls, workers), timeout)
+    empty_via_kueue(bc, namespace)
+    sample: dict[str, Any] = {"workload": workload.label, "mode": "via-kueue", "rep": rep, **timeline.milestones(), "load1": round(os.getloadavg()[0], 2)}
+    sample["pods_per_s"] = ratio(workload.pods, sample["all_running_s"])
+    if workload.jobs > 1:
+        sample["job_running_s"] = [round(t, 3) for t in timeline.job_running_times()]
+    return sample
+
+
 # --- placement ---------------------------------------------------------------------
 def domains(bc: BenchCluster, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
     """Node name → (rack, block) from the nodes' labels."""
@@ -140,8 +178,9 @@ def placement_round(bc: BenchCluster, system: str, namespace: str, gangs: Sequen
     for i, size in enumerate(gangs):
         name = f"p{tag}-{i}"
         want = smallest_feasible(free, where, size)
-        if system == "operator":
-            act = lambda: bc.custom.create_namespaced_custom_object(G, V, namespace, P, trainingjob(name, size, GPUS_PER_NODE))  # noqa: E731
+        if system in ("operator", "via-kueue"):
+            body = (trainingjob if system == "operator" else queued_job)(name, size, GPUS_PER_NODE)
+            act = lambda: bc.custom.create_namespaced_custom_object(G, V, namespace, P, body)  # noqa: E731
         else:
             pods = pod_group(bare_pods(name, namespace, size, GPUS_PER_NODE), name)
             act = lambda: in_parallel([lambda p=p: bc.core.create_namespaced_pod(namespace, p, _preload_content=False) for p in pods], 8)  # noqa: E731
@@ -191,6 +230,8 @@ def placement(bc: BenchCluster, spaces: dict[str, str], systems: Sequence[str], 
             rows = placement_round(bc, system, spaces[system], gangs, taken, where, f"{scenario[0]}{system[0]}", timeout)
             if system == "operator":
                 bc.empty(spaces[system])
+            elif system == "via-kueue":
+                empty_via_kueue(bc, spaces[system])
             else:
                 empty_kueue(bc, spaces[system])
             ok = [r for r in rows if r["ran"]]
@@ -236,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         skipped = "--kueue skip"
     if skipped:
         print(f"Kueue half skipped: {skipped}", flush=True)
-    modes = ["floor", "operator"] + (["kueue"] if root else [])
+    modes = ["floor", "operator"] + (["kueue", "via-kueue"] if root else [])
 
     workloads = [Workload(str(n), 1, n, GPUS_PER_NODE) for n in sizes]
     racks = 0
@@ -257,20 +298,29 @@ def main(argv: list[str] | None = None) -> None:
         spaces = {m: bc.namespace(m) for m in modes}
         operator = Operator(bc.local.kubeconfig, spaces["operator"], RESULTS_DIR / f"vs_kueue-operator-{pid}.log")
         kueue = LocalKueue(bc.local, root, node_count * GPUS_PER_NODE, RESULTS_DIR / f"vs_kueue-kueue-{pid}.log") if root else None
+        via = OperatorProcess(bc.local.kubeconfig, RESULTS_DIR / f"vs_kueue-via-operator-{pid}.log", namespace=spaces["via-kueue"],
+                              extra_args=("--lease-namespace", spaces["via-kueue"], "--topology-preset", "railtrain")) if root else None  # fmt: skip
         try:
             operator.start()
-            if kueue:
+            if kueue and via:
                 kueue.start()
                 kueue.enrol(spaces["kueue"])
+                kueue.enrol(spaces["via-kueue"], pods=False)
+                via.start()
             rounds = [(f"warm{i}", [workloads[0]], True) for i in range(args.warmup)] + [(f"r{i}", workloads, False) for i in range(args.repeats)]
             for rep, todo, warm in rounds:
                 for w in todo:
                     for mode in modes:
+                        if mode == "via-kueue" and w.gpus_per_pod < GPUS_PER_NODE:
+                            continue  # Kueue's TAS packs pods of less than a node onto one node; railtrain runs one rank per node
                         operator.check()
                         if kueue:
                             kueue.check()
                         if mode == "kueue":
                             s = measure_kueue(bc, spaces[mode], w, rep, args.workers, args.timeout)
+                        elif mode == "via-kueue":
+                            via.check()
+                            s = measure_via_kueue(bc, spaces[mode], w, rep, args.workers, args.timeout)
                         else:
                             s = measure(bc, mode, spaces[mode], w, nodes, rep, args.workers, args.timeout)
                         print(f"  {rep:6} {w.label:>6} {mode:9} all Running in {s['all_running_s']:7.2f}s{'  (warm-up)' if warm else ''}", flush=True)
@@ -282,9 +332,13 @@ def main(argv: list[str] | None = None) -> None:
             print("---- operator log tail ----\n" + operator.tail(), file=sys.stderr)
             if kueue:
                 print("---- Kueue log tail ----\n" + kueue.tail(), file=sys.stderr)
+            if via:
+                print("---- via-kueue operator log tail ----\n" + via.tail(), file=sys.stderr)
             raise
         finally:
             operator.stop()
+            if via:
+                via.stop()
             if kueue:
                 kueue.stop()
         record["cluster"] = {"kubernetes": bc.version, "nodes": node_count, "gpus_per_node": GPUS_PER_NODE,

@@ -169,6 +169,7 @@ class LocalKueue:
         log_path: where the manager's output goes.
         frameworks: Kueue's built-in integrations to enable (``integrations.frameworks``).
         external_frameworks: GVKs whose owners write their own Workloads (``integrations.externalFrameworks``).
+        fair_sharing: turn on Kueue's fair sharing (the configuration's ``fairSharing`` section, default strategies).
 
     Attributes:
         wait_for_pods_ready: Kueue's ``waitForPodsReady`` section (e.g. ``{"timeout": "10s"}``), or None for none; read
@@ -176,8 +177,9 @@ class LocalKueue:
     """
 
     def __init__(self, cluster: LocalCluster, root: Path, log_path: Path, frameworks: Sequence[str] = ("batch/job", "pod"),
-                 external_frameworks: Sequence[str] = ()):
+                 external_frameworks: Sequence[str] = (), fair_sharing: bool = False):
         self.cluster, self.root, self.log_path = cluster, root, log_path
+        self.fair_sharing = fair_sharing
         self.frameworks, self.external = list(frameworks), list(external_frameworks)
         self.tmp = Path(tempfile.mkdtemp(prefix="railtrain-kueue-"))
         self.port, self.health = free_port(), free_port()
@@ -242,6 +244,8 @@ class LocalKueue:
         if self.external:
             integrations["externalFrameworks"] = self.external
         extra: dict[str, Any] = {"waitForPodsReady": dict(self.wait_for_pods_ready)} if self.wait_for_pods_ready else {}
+        if self.fair_sharing:
+            extra["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
         return extra | {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": "kueue-system",
             "manageJobsWithoutQueueName": False,

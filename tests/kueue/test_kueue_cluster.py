@@ -569,3 +569,16 @@ def test_a_node_avoided_for_a_straggler_gets_a_new_admission_without_it(operator
     assert all({"key": HOSTNAME, "operator": "NotIn", "values": [slow]} in t["matchExpressions"] for t in terms), terms
     said = events_with(core, namespace, "sl", reasons.WAITING_FOR_KUEUE, where=lambda e: "avoided by this job" in e.message)[reasons.WAITING_FOR_KUEUE]
     assert f"node(s) {slow} of Kueue's admission are avoided by this job" in said[0].message, said[0].message
+
+
+def test_a_running_kueue_job_deleted_leaves_no_workload_and_its_quota_admits_the_next(operator, local_kueue, kueue_queue, gpu_nodes, namespace, kube):
+    """Issue 28, nothing leaks: a running Kueue job deleted (``kubectl delete tj``) takes its Workload with it (railtrain's
+    finalizer must not keep it, holding the quota), so a job waiting on that quota is admitted and runs."""
+    core, custom = kube.core, kube.custom
+    queue, _ = one_running(kube, gpu_nodes, kueue_queue, namespace, "gone")
+    name = workload_name(custom.get_namespaced_custom_object(G, V, namespace, P, "gone")["metadata"])
+    custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("next", queue))
+    wait_for(lambda: scheduled(custom, namespace, "next", reasons.WAITING_FOR_KUEUE), 60, "the second job waiting on quota")
+    custom.delete_namespaced_custom_object(G, V, namespace, P, "gone")
+    wait_for(lambda: workload_of(custom, namespace, name) is None, 60, "the deleted job's Workload gone")
+    wait_for(lambda: all_running(core, namespace, "next", 2), 90, "the waiting job admitted on the freed quota and Running")
