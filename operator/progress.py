@@ -33,7 +33,7 @@ from railtrain.crds import contract, inplace, launcher, replica_groups, supervis
 from railtrain.crds.api import RunPolicy, TrainingJobStatus
 from railtrain.crds.goodput import Progress
 from railtrain.operator import metrics
-from railtrain.operator.job import attempts
+from railtrain.operator.job import attempts, planner
 from railtrain.operator.job import inplace as job_inplace
 from railtrain.operator.job.observed import observe_job
 from railtrain.operator.job.stored import read_status
@@ -281,6 +281,7 @@ class Reader:
                     patch["goodput"] = recorded
                 if not patch:
                     return False
+                patch = planner.partial_status_patch(job.get("status") or {}, patch)  # each field whole: its dropped keys go as null
                 written = bool(kube.patch_status(namespace, name, patch, resource_version=job["metadata"].get("resourceVersion")))  # 409: changed since read, next interval
                 if written and counted:
                     log.info("%s/%s in-place reason=%s: %s", namespace, name, job_inplace.IN_PLACE_RESTART, counted)

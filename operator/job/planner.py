@@ -70,6 +70,18 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def partial_status_patch(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of some status fields, each given whole: for every field of ``patch`` that is an object in both,
+    the :func:`status_patch` from its stored value (so its nested keys that are gone are sent as null); fields
+    ``patch`` does not name are left as stored (pure).
+
+    Why: a merge patch keeps the nested keys it does not mention, so a field rewritten whole (``status.goodput``,
+    whose ``lostSeconds`` causes come and go) would otherwise keep a cause after the new value left it out.
+    """
+    return {key: status_patch(old[key], value) if isinstance(value, dict) and isinstance(old.get(key), dict) else value
+            for key, value in patch.items()}  # fmt: skip
+
+
 def observe(
     obj: Observed | dict[str, Any], pods: list[dict[str, Any]], service_exists: dict[str, Any] | bool | None, now: datetime, placement: Placement | Refusal | None = None,
     nodes: list[dict[str, Any]] | None = None, grow_to: int | None = None, settings: PlanSettings = PlanSettings(), lighthouse: LighthouseSeen | None = None,

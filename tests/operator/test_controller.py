@@ -16,6 +16,18 @@ from .builders import job_obj, node
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
+def merge_patch(target: dict, patch: dict) -> None:
+    """Apply a JSON merge patch (RFC 7386) to ``target`` in place, as the API server does: nested objects merge,
+    null deletes a key, anything else (lists included) replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = value
+
+
 class FakeKube:
     """The verbs of :class:`railtrain.operator.kube.verbs.Kube` over dicts in memory."""
 
@@ -94,12 +106,7 @@ class FakeKube:
             return False  # 409: changed since it was read (a job given a resourceVersion bumps it on every write)
         if meta.get("resourceVersion"):
             meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
-        status = self.jobs[(ns, name)].setdefault("status", {})
-        for key, value in patch.items():
-            if value is None:
-                status.pop(key, None)
-            else:
-                status[key] = value
+        merge_patch(self.jobs[(ns, name)].setdefault("status", {}), copy.deepcopy(patch))
         return True
 
     def get_lease(self, ns, name):

@@ -145,3 +145,21 @@ def test_with_replica_groups_each_groups_rank_0_is_read_into_its_record_and_prog
     from railtrain.crds.replica_groups import ReplicaGroupStatus
 
     assert [ReplicaGroupStatus.model_validate(g).step for g in s["replicaGroups"]] == [151, 150]  # the API's own model reads them back
+
+
+def test_a_goodput_cause_the_recompute_drops_is_removed_from_the_stored_status():
+    """The reader's status write is a JSON merge patch, which keeps every nested key it does not mention: a goodput
+    cause recorded once (here a stale ``restart_node_lost``, as the kind drill saw: a transient recompute put 290 s
+    there) stayed in ``status.goodput.lostSeconds`` after every later recompute left it out, and the parts no longer
+    added up to the wall time. The write now sends null for such keys (the FakeKube merges as the API server does)."""
+    job = job_obj("gp", nodes=1, status={"phase": "Running", "goodput": {
+        "wallSeconds": 0, "lastUpdateTime": "2026-11-29T12:00:00Z", "lostSeconds": {"restart_node_lost": 290.0},
+        "attempts": [{"released": "2026-11-29T11:59:50Z"}]}})  # fmt: skip
+    job["metadata"]["creationTimestamp"] = "2026-11-29T11:59:00Z"
+    kube = FakeKube([], [job])
+    kube.pods[("team", "gp-0")] = {"metadata": {"name": "gp-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
+    reader = progress.Reader(fetch=lambda url: trainer_text())
+    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [True]
+    g = kube.jobs[("team", "gp")]["status"]["goodput"]
+    assert "restart_node_lost" not in g.get("lostSeconds", {}), g
+    assert abs(g["queuedSeconds"] + g["startingSeconds"] + g["trainingSeconds"] + sum(g.get("lostSeconds", {}).values()) - g["wallSeconds"]) < 0.01, g
