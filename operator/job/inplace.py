@@ -19,6 +19,7 @@ May import: ``railtrain.crds`` and this wing (``operator/job``); never kopf, the
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -126,21 +127,37 @@ def _attempts_after(status: Mapping[str, Any], delta: inplace.Ledger, now: datet
     return [*attempts, {"released": at}]
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a job has spent, as its gang's pods are told: the ``RAILTRAIN_RESTARTS_SPENT`` value (compact JSON of
+    :meth:`railtrain.crds.recovery.Counters.spent`) and the fault-injection variables an earlier gang met
+    (``status.spentFaults``), left out of the pods. Built once per gang by :func:`spent_of`."""
+
+    value: str
+    met: frozenset[str]
+
+
+def spent_of(status: Any) -> Spent:
+    """:class:`Spent` of ``status``: the job's status being written (camelCase dict) or a
+    :class:`~railtrain.crds.api.TrainingJobStatus` (pure)."""
+    fields = status if isinstance(status, Mapping) else status.to_api()
+    return Spent(json.dumps(recovery.Counters.from_status(fields).spent(), separators=(",", ":")), frozenset(fields.get("spentFaults") or ()))
+
+
 def with_spent(pod: dict[str, Any], status: Any) -> dict[str, Any]:
     """A rendered gang pod as the job's status has it now: its supervisor (if any) told what the job has spent of its
     restart budget, and the fault-injection variables an earlier gang met (``status.spentFaults``) left out.
 
     Args:
         pod: from :func:`railtrain.operator.job.render.render_pod` (changed in place and returned).
-        status: the job's status being written (camelCase dict) or a :class:`~railtrain.crds.api.TrainingJobStatus`.
+        status: a :class:`Spent` (:func:`spent_of`, once for a whole gang), or the job's status being written
+            (camelCase dict) or a :class:`~railtrain.crds.api.TrainingJobStatus`.
     """
-    fields = status if isinstance(status, Mapping) else status.to_api()
-    spent = json.dumps(recovery.Counters.from_status(fields).spent(), separators=(",", ":"))
-    met = set(fields.get("spentFaults") or ())
+    spent = status if isinstance(status, Spent) else spent_of(status)
     for c in pod["spec"]["containers"]:
-        if met and c.get("env"):
-            c["env"] = [e for e in c["env"] if e.get("name") not in met]
+        if spent.met and c.get("env"):
+            c["env"] = [e for e in c["env"] if e.get("name") not in spent.met]
         for e in c.get("env") or []:
             if e.get("name") == supervisor.ENV_SPENT:
-                e["value"] = spent
+                e["value"] = spent.value
     return pod

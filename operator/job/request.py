@@ -183,8 +183,9 @@ def promised_pods(job: Observed | dict[str, Any], pods: list[dict[str, Any]]) ->
         return []
     live = {rank_of(p) for p in current_gang(seen, owned(obj, pods))} | set(status.succeeded_ranks)
     meta = seen.meta
+    spent = job_inplace.spent_of(status)
     return [
-        binding.pin_to_node(job_inplace.with_spent(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), status), node)
+        binding.pin_to_node(job_inplace.with_spent(render.render_pod(seen.job, meta.get("namespace", ""), meta.get("uid", ""), rank, record.restarts), spent), node)
         for rank, node in enumerate(record.nodes) if rank not in live
     ]
 

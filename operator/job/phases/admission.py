@@ -52,9 +52,10 @@ def _create_missing(step: Step) -> None:
     taken = {p["metadata"]["name"] for p in step.foreign}
     ns, uid = step.meta.get("namespace", ""), step.meta.get("uid", "")
     nodes = record.nodes if record is not None and not record.created else None
+    spent = job_inplace.spent_of(step.status)
     for rank in range(len(nodes) if nodes is not None else step.n):
         if rank not in present and rank not in blocked and contract.pod_name(step.meta["name"], rank) not in taken:
-            pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), step.status)
+            pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), spent)
             if nodes is not None:  # an admitted rank whose create did not happen yet (e.g. the operator crashed after the record)
                 pod = binding.admitted_pod(pod, nodes[rank], _rank_annotations(step, len(nodes), nodes[rank]))
             step.out.create_pods.append(pod)
@@ -144,10 +145,11 @@ def _admit(step: Step, placement: Placement, shift: int) -> list[dict[str, Any]]
     nodes = [placement.nodes[(rank + shift) % size] for rank in range(size)]
     step.status["admission"] = AdmissionRecord(restarts=step.restarts, nodes=nodes, created=False).to_api()
     gang = []
+    spent = job_inplace.spent_of(step.status)
     for rank, node in enumerate(nodes):
         where = (rank + shift) % size  # the placement's per-node annotations follow the node the rank goes to
         extra = placement.annotations[where] if where < len(placement.annotations) else {}
-        pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), step.status)
+        pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, rank, step.restarts, step.fabric), spent)
         gang.append(binding.admitted_pod(pod, node, {**render.gang_annotations(step.job.spec, size), **extra}))
     step.out.create_pods = gang
     step.out.status_first = True
