@@ -117,16 +117,29 @@ LOST_RANGE = (1.0, 600.0)
 """The values :data:`ENV_LOST` may take (seconds, both ends included); the manifest check refuses others."""
 
 
+def parse_lost(value: str) -> float:
+    """:data:`ENV_LOST`'s value as seconds: a plain number (digits, an optional decimal part) within :data:`LOST_RANGE`.
+
+    Raises:
+        ValueError: anything else (the manifest check's rule, :func:`tunables_valid`, is this parser).
+    """
+    import re
+
+    text = value.strip()
+    if not re.match(_NUMBER, text) or not LOST_RANGE[0] <= float(text) <= LOST_RANGE[1]:
+        raise ValueError(f"{ENV_LOST}={value!r}")
+    return float(text)
+
+
 def lost_after(environ: Mapping[str, str]) -> float:
-    """The silence, in seconds, after which a supervisor counts as lost (:data:`ENV_LOST`; the default when unset or
-    outside :data:`LOST_RANGE`, which the manifest check refuses before any pod exists)."""
+    """The silence, in seconds, after which a supervisor counts as lost (:data:`ENV_LOST` through :func:`parse_lost`;
+    the default when unset or refused, which the manifest check refuses before any pod exists)."""
     from railtrain.crds.coordinator import LOST_SECONDS
 
     try:
-        value = float(environ.get(ENV_LOST, "").strip() or LOST_SECONDS)
+        return parse_lost(environ[ENV_LOST]) if environ.get(ENV_LOST, "").strip() else LOST_SECONDS
     except ValueError:
         return LOST_SECONDS
-    return value if LOST_RANGE[0] <= value <= LOST_RANGE[1] else LOST_SECONDS
 
 
 TUNABLE_MESSAGE = (
@@ -137,15 +150,15 @@ _NUMBER = r"^[0-9]+([.][0-9]+)?$"
 
 
 def tunables_valid(spec: Any) -> bool:
-    """The rule over a spec's ``env``: :data:`ENV_WARM` is ``off`` or a plain number ≥ 0 (or empty), :data:`ENV_LOST`
-    a plain number within :data:`LOST_RANGE`."""
-    import re
-
+    """The rule over a spec's ``env``: :data:`ENV_WARM` as :func:`parse_warm` and :data:`ENV_LOST` as
+    :func:`parse_lost` read them (the pods' supervisors use the same parsers)."""
     for e in spec.env:
-        value = (e.value or "").strip() if e.name == ENV_WARM else e.value or ""
-        if e.name == ENV_WARM and value and value != "off" and not re.match(_NUMBER, value):
-            return False
-        if e.name == ENV_LOST and not (re.match(_NUMBER, value) and LOST_RANGE[0] <= float(value) <= LOST_RANGE[1]):
+        try:
+            if e.name == ENV_WARM:
+                parse_warm(e.value or "")
+            elif e.name == ENV_LOST:
+                parse_lost(e.value or "")
+        except ValueError:
             return False
     return True
 
@@ -155,13 +168,30 @@ def tunables_detail(spec: Any) -> str:
     return ", ".join(f"{e.name}={e.value!r}" for e in spec.env if e.name in (ENV_WARM, ENV_LOST))
 
 
-def warm_after(environ: Mapping[str, str]) -> float | None:
-    """Seconds an attempt runs before the next attempt's warm launcher starts (:data:`ENV_WARM`); None: never."""
-    value = environ.get(ENV_WARM, "").strip()
-    if value.lower() == "off":
+def parse_warm(value: str) -> float | None:
+    """:data:`ENV_WARM`'s value: ``off`` → None (never), empty → :data:`WARM_AFTER_SECONDS`, a plain number of seconds
+    (digits, an optional decimal part) → that number.
+
+    Raises:
+        ValueError: anything else (the manifest check's rule, :func:`tunables_valid`, is this parser).
+    """
+    import re
+
+    text = value.strip()
+    if text == "off":
         return None
+    if not text:
+        return WARM_AFTER_SECONDS
+    if not re.match(_NUMBER, text):
+        raise ValueError(f"{ENV_WARM}={value!r}")
+    return float(text)
+
+
+def warm_after(environ: Mapping[str, str]) -> float | None:
+    """Seconds an attempt runs before the next attempt's warm launcher starts (:data:`ENV_WARM` through
+    :func:`parse_warm`; the default when refused, which the manifest check refuses before any pod exists); None: never."""
     try:
-        return max(0.0, float(value)) if value else WARM_AFTER_SECONDS
+        return parse_warm(environ.get(ENV_WARM, ""))
     except ValueError:
         return WARM_AFTER_SECONDS
 
