@@ -309,6 +309,10 @@ class TrainingJobSpec(_Model):
     spares: int = Field(0, ge=0, le=64, description="Hot spare pods placed in the gang's domain beside its nodes (counted as the job's): each starts the image and waits, outside the world, until a node of the gang is lost; then it takes exactly that node's rank and the others restart in place, no pod recreated (docs/operator.md, Hot spares). Needs runPolicy.restartInPlace. Omitted: 0.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpoint interval and location.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Restart, deadline and suspend policy.")
+    managed_by: Literal["railtrain.dev/trainingjob-controller", "kueue.x-k8s.io/multikueue"] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="The controller that runs this job (immutable). Omitted or railtrain.dev/trainingjob-controller: this cluster's railtrain operator. kueue.x-k8s.io/multikueue: Kueue's MultiKueue dispatches the job to a worker cluster (the job must carry kueue.x-k8s.io/queue-name); this cluster's operator keeps its Workload and creates no pods, and the status is the worker's, copied back (docs/kueue.md, MultiKueue).",
+    )
     template: PodTemplate | None = Field(None, description="Pod template merged into every pod of the gang: volumes, env from Secrets, sidecars, nodeSelector, affinity, tolerations, ServiceAccount, image pull secrets, security contexts, extra resources (docs/template.md).")
 
     @field_validator("env")

@@ -33,3 +33,11 @@ DEACTIVATED_FOR_SUSPEND = "railtrain.dev/deactivated-for-suspend"
 is undone when the job resumes; one an administrator made (``spec.active: false`` by hand) stays."""
 PODSET_LABEL = f"{GROUP}/podset"
 """On each pod of an admitted gang: its pod set's name."""
+MULTIKUEUE_CONTROLLER = f"{GROUP}/multikueue"
+"""``spec.managedBy`` of a TrainingJob Kueue's MultiKueue dispatches to a worker cluster: the operator on this (the
+manager) cluster keeps its Workload and runs nothing for it; MultiKueue copies the worker's status back."""
+PREBUILT_WORKLOAD_LABEL = f"{GROUP}/prebuilt-workload-name"
+"""On the copy MultiKueue creates on a worker cluster: the Workload (already created there by MultiKueue) that stands
+for the job; the worker's operator adopts it instead of creating one."""
+MULTIKUEUE_ORIGIN_LABEL = f"{GROUP}/multikueue-origin"
+"""On the objects MultiKueue creates on a worker cluster: the manager that made them."""

@@ -33,17 +33,25 @@ ALWAYS_MUTABLE: dict[str, str] = {
 }
 """Spec fields (JSON names) that may change at any time, and why that is safe."""
 
+NEVER_MUTABLE: dict[str, str] = {
+    "managedBy": "names the controller that runs the job (this operator, or Kueue's MultiKueue on a manager cluster); "
+                 "handing a job from one to the other would leave two controllers, or none, acting on it (batch/v1 Job's own rule)",
+}
+"""Spec fields (JSON names) that may never change after creation, not even while suspended, and why."""
+
 SUSPENDED_PHASE = "Suspended"
 
 
 def gang_fields() -> list[str]:
     """JSON names of the spec fields that define the gang (every field not in :data:`ALWAYS_MUTABLE`), in model order."""
     names = [f.alias or n for n, f in TrainingJobSpec.model_fields.items()]
-    return [n for n in names if n not in ALWAYS_MUTABLE]
+    return [n for n in names if n not in ALWAYS_MUTABLE and n not in NEVER_MUTABLE]
 
 
 def message(field: str) -> str:
     """The refusal sentence for a change of ``spec.<field>``."""
+    if field in NEVER_MUTABLE:
+        return f"spec.{field} cannot change after the job is created: it {NEVER_MUTABLE[field]}; delete the job and create it again"
     return (
         f"spec.{field} defines the gang and cannot change while the job may be running: set spec.runPolicy.suspend to true, "
         f"wait for status.phase Suspended, change spec.{field} keeping suspend true, then resume (the whole gang restarts at the new shape)"
@@ -64,6 +72,9 @@ def cel_rules() -> list[dict[str, Any]]:
     for f in gang_fields():
         same = f"has(self.spec.{f}) == has(oldSelf.spec.{f}) && (!has(self.spec.{f}) || self.spec.{f} == oldSelf.spec.{f})"
         rules.append({"rule": f"{ALLOWED_CEL} || ({same})", "message": message(f), "fieldPath": f".spec.{f}", "reason": "FieldValueForbidden"})
+    for f in NEVER_MUTABLE:
+        same = f"has(self.spec.{f}) == has(oldSelf.spec.{f}) && (!has(self.spec.{f}) || self.spec.{f} == oldSelf.spec.{f})"
+        rules.append({"rule": same, "message": message(f), "fieldPath": f".spec.{f}", "reason": "FieldValueForbidden"})
     return rules
 
 
@@ -86,7 +97,8 @@ def update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         One sentence per gang-defining field that changed when changes are not
         allowed; empty when the update is allowed.
     """
-    if update_allowed(old, new):
-        return []
     o, n = old.get("spec") or {}, new.get("spec") or {}
-    return [message(f) for f in gang_fields() if (f in o) != (f in n) or o.get(f) != n.get(f)]
+    never = [message(f) for f in NEVER_MUTABLE if (f in o) != (f in n) or o.get(f) != n.get(f)]
+    if update_allowed(old, new):
+        return never
+    return [message(f) for f in gang_fields() if (f in o) != (f in n) or o.get(f) != n.get(f)] + never

@@ -29,6 +29,8 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from railtrain.crds import kueue as names
+from railtrain.crds import reasons
+from railtrain.crds.times import format_time
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import kueuestatus, workload
 from railtrain.operator.job.kueueadmit import KueueAdmission
@@ -102,6 +104,13 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
         return kueuestatus.view(stored)
     if seen.usable is None or seen.pod0 is None:
         return kueuestatus.view(stored)  # the planner fails the job (InvalidSpec); no Workload for a spec that cannot become pods
+    if workload.prebuilt_name(job) is not None:  # a MultiKueue worker: the manager's dispatcher made the Workload; adopt it
+        if stored is None:
+            return KueueView(name=name, reason=kueuestatus.PREBUILT, message=f"waiting for MultiKueue's Workload {name}, which stands for this job's copy on this worker cluster")
+        current = kueuestatus.view(stored)
+        if (ready := kueuestatus.pods_ready_status(stored, kueuestatus.gang_ready(stored, seen, list(pods)), now)) is not None:
+            verbs.patch_workload_status(stored, ready)
+        return current  # never replaced: its spec is the manager's, and MultiKueue keeps the two in step
     want = workload.desired(seen, levels, priority(verbs, job, seen))
     active = not seen.usable.spec.run_policy.suspend  # a suspended job's Workload is deactivated: its quota goes back to the queue
     if stored is None:
@@ -137,9 +146,34 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
         if (ready := kueuestatus.pods_ready_status(after, False, now)) is not None:
             patch["conditions"] = ready["conditions"]
         verbs.patch_workload_status(stored, patch)
+    elif workload.managed_elsewhere(job):
+        pass  # a MultiKueue manager: the worker's gang is MultiKueue's to report; no pods here
     elif (ready := kueuestatus.pods_ready_status(stored, kueuestatus.gang_ready(stored, seen, list(pods)), now)) is not None:
         verbs.patch_workload_status(stored, ready)  # PodsReady, for Kueue's waitForPodsReady (a lost race: the next reconcile)
     return current
+
+
+def manager_side(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], now: datetime) -> KueueView | None:
+    """A job Kueue's MultiKueue runs on a worker cluster (``spec.managedBy``), on the manager: keep its Workload (created,
+    replaced while it waits, Finished with its finalizer dropped when the status MultiKueue copied back is terminal)
+    and nothing else: no pods, no Service, no status of its own. Without a queue label nothing would dispatch it: the
+    job says so once (Scheduled False, :data:`~railtrain.crds.reasons.MULTIKUEUE_NEEDS_QUEUE`, a Warning Event).
+
+    Returns:
+        The Workload's view (:func:`sync`), or None without a queue label.
+    """
+    if workload.queue_name(job) is not None:
+        return sync(kube, job, seen, levels, [], now)
+    said = next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("reason") == reasons.MULTIKUEUE_NEEDS_QUEUE), None)
+    if said is None:
+        sentence = (f"spec.managedBy is {names.MULTIKUEUE_CONTROLLER}, which needs the label {names.QUEUE_LABEL} naming a LocalQueue: "
+                    "MultiKueue dispatches only the jobs Kueue admits; delete the job and create it with the label")
+        condition = {"type": cond.SCHEDULED, "status": "False", "reason": reasons.MULTIKUEUE_NEEDS_QUEUE, "message": sentence,
+                     "lastTransitionTime": format_time(now)}  # fmt: skip
+        if kube.patch_status(job["metadata"]["namespace"], job["metadata"]["name"], {"phase": cond.PENDING, "conditions": [condition]},
+                             resource_version=job["metadata"].get("resourceVersion")):  # fmt: skip
+            kube.emit_event(job, "Warning", reasons.MULTIKUEUE_NEEDS_QUEUE, sentence)
+    return None
 
 
 def _create(verbs: KueueVerbs, want: dict[str, Any]) -> KueueView:

@@ -219,6 +219,9 @@ class Reconciler:
         seen = planner.observe_job(job)  # its spec parsed and checked, its status read, once for the whole pass
         if kueue.default_queue(kube, job, seen, self.settings.kueue_queue):
             return None, False  # labelled for Kueue: the job's next event reconciles it as Kueue's
+        if workload.managed_elsewhere(job):  # Kueue's MultiKueue runs it on a worker cluster: its Workload only, no pods, no status
+            kueue.manager_side(kube, job, seen, self.settings.levels, at)
+            return None, False
         nodes = kube.list_nodes() if controller.needs_nodes(seen, pods) else None
         grow_to = self._grow_to(seen, nodes, at) if nodes is not None else None
         kview = kueue.sync(kube, job, seen, self.settings.levels, pods, at)  # a Kueue job's Workload (None for railtrain's own queue)

@@ -151,6 +151,32 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
 
 
 
+def inline_kubeconfig(path: Path) -> str:
+    """The kubeconfig at ``path`` with every certificate and key file it names read into its ``*-data`` field (base64),
+    as MultiKueue requires of a worker cluster's kubeconfig (no file paths); returns the YAML text."""
+    config = yaml.safe_load(path.read_text())
+    for section, key in (("clusters", "cluster"), ("users", "user")):
+        for entry in config.get(section) or []:
+            body = entry.get(key) or {}
+            for field in ("certificate-authority", "client-certificate", "client-key"):
+                if body.get(field):
+                    body[f"{field}-data"] = base64.b64encode(Path(body.pop(field)).read_bytes()).decode()
+    return yaml.safe_dump(config)
+
+
+def multikueue_objects(name: str, kubeconfig: Path) -> list[dict[str, Any]]:
+    """The manager's MultiKueue objects for one worker cluster, all named ``name``: a ``MultiKueueCluster`` reading the
+    worker's kubeconfig from ``kubeconfig`` (a path on the manager's machine), a ``MultiKueueConfig`` listing it and an
+    ``AdmissionCheck`` of MultiKueue's controller using that configuration."""
+    return [
+        {"apiVersion": f"{GROUP}/{API}", "kind": "MultiKueueCluster", "metadata": {"name": name},
+         "spec": {"clusterSource": {"kubeConfig": {"locationType": "Path", "location": str(kubeconfig)}}}},
+        {"apiVersion": f"{GROUP}/{API}", "kind": "MultiKueueConfig", "metadata": {"name": name}, "spec": {"clusters": [name]}},
+        {"apiVersion": f"{GROUP}/{API}", "kind": "AdmissionCheck", "metadata": {"name": name},
+         "spec": {"controllerName": f"{GROUP}/multikueue", "parameters": {"apiGroup": GROUP, "kind": "MultiKueueConfig", "name": name}}},
+    ]
+
+
 def kubectl_input(docs: Iterable[Mapping[str, Any]]) -> str:
     """``docs`` as one JSON ``v1`` List for ``kubectl apply -f -``.
 
@@ -174,6 +200,8 @@ class LocalKueue:
     Attributes:
         wait_for_pods_ready: Kueue's ``waitForPodsReady`` section (e.g. ``{"timeout": "10s"}``), or None for none; read
             at each :meth:`start` and :meth:`restart`.
+        multikueue_frameworks: GVKs MultiKueue's generic adapter dispatches to worker clusters (``multiKueue.externalFrameworks``,
+            e.g. :data:`TRAININGJOB_FRAMEWORK`); empty for none; read at each :meth:`start` and :meth:`restart`.
     """
 
     def __init__(self, cluster: LocalCluster, root: Path, log_path: Path, frameworks: Sequence[str] = ("batch/job", "pod"),
@@ -186,6 +214,7 @@ class LocalKueue:
         self.proc: subprocess.Popen | None = None
         self.placed_metrics_certs = False
         self.wait_for_pods_ready: dict[str, Any] | None = None
+        self.multikueue_frameworks: list[str] = []
 
     def start(self, timeout: float = 180) -> None:
         """Certificates, CRDs, webhooks, then the manager process, until it is ready.
@@ -244,6 +273,8 @@ class LocalKueue:
         if self.external:
             integrations["externalFrameworks"] = self.external
         extra: dict[str, Any] = {"waitForPodsReady": dict(self.wait_for_pods_ready)} if self.wait_for_pods_ready else {}
+        if self.multikueue_frameworks:
+            extra["multiKueue"] = {"externalFrameworks": [{"name": f} for f in self.multikueue_frameworks]}
         if self.fair_sharing:
             extra["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
         return extra | {

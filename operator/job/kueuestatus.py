@@ -34,6 +34,8 @@ from railtrain.operator.scheduling.kueue import expand
 from railtrain.operator.scheduling.refusal import Refusal
 
 MISSING, PENDING, ADMITTED, EVICTED, FINISHED = "Missing", "Pending", "Admitted", "Evicted", "Finished"
+PREBUILT = "WaitingForPrebuiltWorkload"
+"""The reason of a :data:`MISSING` view on a MultiKueue worker cluster: the Workload the dispatcher builds is not there yet."""
 REPLACED = "Replaced"
 """The reason of a :data:`MISSING` view whose Workload railtrain just deleted to create a new one (operator/kueue.py)."""
 """The states of :class:`KueueView` (a Workload with quota reserved but admission checks still open is Pending)."""
@@ -126,7 +128,7 @@ def view(workload: Mapping[str, Any] | None) -> KueueView:
 def pending_sentence(v: KueueView, queue: str) -> str:
     """The Scheduled condition's message for a job Kueue has not admitted (pure): the Workload, the LocalQueue, and Kueue's own words."""
     if v.state == MISSING:
-        if v.reason == REPLACED:  # operator/kueue.py deleted it to make a new one: its sentence says why
+        if v.reason in (REPLACED, PREBUILT):  # deleted to make a new one, or MultiKueue's not there yet: its sentence says why
             return f"{v.message} (LocalQueue {queue})"
         if v.message:  # its creation failed (operator/kueue.py, _create): say why
             return f"its Workload in LocalQueue {queue} cannot be created yet: {v.message}"

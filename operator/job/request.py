@@ -16,6 +16,7 @@ from typing import Any
 
 from railtrain.crds import parallel, replica_groups
 from railtrain.crds.api import TopologyPolicy
+from railtrain.crds.kueue import MULTIKUEUE_CONTROLLER
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import binding, render
 from railtrain.operator.job import inplace as job_inplace
@@ -60,6 +61,8 @@ def admission_request(job: Observed | dict[str, Any], pods: list[dict[str, Any]]
         raise ValueError(seen.status_error)
     if status.phase in cond.TERMINAL_PHASES or (obj["spec"].get("runPolicy") or {}).get("suspend"):
         return None
+    if (obj["spec"].get("managedBy") or "") == MULTIKUEUE_CONTROLLER:
+        return None  # Kueue's MultiKueue runs it on a worker cluster: it never takes a turn here
     if seen.usable is None or seen.pod0 is None:
         return None  # the models refuse it or it cannot become pods: the reconcile fails it with InvalidSpec; it never takes a turn in the queue
     spec = seen.usable.spec

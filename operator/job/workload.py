@@ -43,12 +43,28 @@ from railtrain.crds.labels import HOSTNAME
 from railtrain.operator.job.observed import Observed
 from railtrain.operator.scheduling.topology import nvlink_level
 
-from railtrain.crds.kueue import FINALIZER, GROUP, JOB_UID_LABEL, PODSET_LABEL, QUEUE_LABEL, VERSION, WORKLOAD_ANNOTATION
+from railtrain.crds.kueue import (
+    FINALIZER, GROUP, JOB_UID_LABEL, MULTIKUEUE_CONTROLLER, PODSET_LABEL, PREBUILT_WORKLOAD_LABEL, QUEUE_LABEL, VERSION, WORKLOAD_ANNOTATION,
+)
 
 PODSET = "main"
 """The one pod set of a TrainingJob's Workload: every rank runs the same pod."""
 ANNOTATION_SPEC_HASH = f"{contract.API_GROUP}/workload-spec-hash"
 """On the Workload: the hash of the spec railtrain wrote (:func:`spec_hash`)."""
+
+
+def managed_elsewhere(obj: Observed | Mapping[str, Any]) -> bool:
+    """Whether another controller runs the job (``spec.managedBy`` is Kueue's MultiKueue): this operator keeps its
+    Workload only, and writes neither pods nor status (MultiKueue copies the worker cluster's status back)."""
+    raw = obj.obj if isinstance(obj, Observed) else obj
+    return (raw.get("spec") or {}).get("managedBy") == MULTIKUEUE_CONTROLLER
+
+
+def prebuilt_name(obj: Observed | Mapping[str, Any]) -> str | None:
+    """The Workload MultiKueue built for this job's copy on a worker cluster (label ``kueue.x-k8s.io/prebuilt-workload-name``),
+    which the operator adopts instead of creating one; None for a job of this cluster's own."""
+    raw = obj.obj if isinstance(obj, Observed) else obj
+    return ((raw.get("metadata") or {}).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) or None
 
 
 def queue_name(obj: Observed | Mapping[str, Any]) -> str | None:
@@ -59,8 +75,10 @@ def queue_name(obj: Observed | Mapping[str, Any]) -> str | None:
 
 
 def workload_name(meta: Mapping[str, Any]) -> str:
-    """The Workload's name for a job: ``trainingjob-<name>-<first 5 of uid>`` (a new job of the same name gets a new Workload)."""
-    return f"trainingjob-{meta['name']}-{str(meta.get('uid', ''))[:5]}"[:253].rstrip("-.")
+    """The Workload's name for a job: ``trainingjob-<name>-<first 5 of uid>`` (a new job of the same name gets a new
+    Workload), or on a MultiKueue worker cluster the prebuilt Workload its label names (the manager's Workload's name)."""
+    prebuilt = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+    return prebuilt or f"trainingjob-{meta['name']}-{str(meta.get('uid', ''))[:5]}"[:253].rstrip("-.")
 
 
 @dataclass(frozen=True)

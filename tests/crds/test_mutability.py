@@ -25,12 +25,14 @@ def updated(old, **spec):
     return new
 
 
-def test_every_spec_field_is_gang_defining_unless_listed_as_always_mutable():
+def test_every_spec_field_is_gang_defining_unless_listed_as_always_or_never_mutable():
+    from railtrain.crds.mutability import NEVER_MUTABLE
+
     fields = {f.alias for f in TrainingJobSpec.model_fields.values()}
-    assert set(ALWAYS_MUTABLE) <= fields
-    assert set(gang_fields()) == fields - set(ALWAYS_MUTABLE)
+    assert set(ALWAYS_MUTABLE) <= fields and set(NEVER_MUTABLE) <= fields
+    assert set(gang_fields()) == fields - set(ALWAYS_MUTABLE) - set(NEVER_MUTABLE)
     root_rules = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
-    assert {r["fieldPath"] for r in cel_rules()} == {f".spec.{f}" for f in gang_fields()}
+    assert {r["fieldPath"] for r in cel_rules()} == {f".spec.{f}" for f in (*gang_fields(), *NEVER_MUTABLE)}
     assert all(r in root_rules for r in cel_rules())
 
 
@@ -55,3 +57,16 @@ def test_check_update(old, change, refused):
         with pytest.raises(ManifestError) as err:
             check_update(old, new)
         assert err.value.errors[0].startswith(f"{refused} defines the gang")
+
+
+@pytest.mark.parametrize("old,change", [
+    (stored(), {"managedBy": "kueue.x-k8s.io/multikueue"}),  # added
+    (stored(managedBy="kueue.x-k8s.io/multikueue"), {"managedBy": "railtrain.dev/trainingjob-controller"}),  # changed
+    (stored(phase="Suspended", suspend=True, managedBy="kueue.x-k8s.io/multikueue"), {"managedBy": "railtrain.dev/trainingjob-controller"}),  # even suspended
+])
+def test_managed_by_never_changes_not_even_while_suspended(old, change):
+    """``spec.managedBy`` (issue 28, MultiKueue) is immutable like batch/v1 Job's: handing a job from one controller to
+    another would leave two, or none, acting on it; the suspend path that lets gang fields change does not open it."""
+    with pytest.raises(ManifestError) as err:
+        check_update(old, updated(old, **change))
+    assert err.value.errors[-1].startswith("spec.managedBy cannot change after the job is created"), err.value.errors
