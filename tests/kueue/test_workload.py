@@ -353,3 +353,28 @@ def test_an_elastic_jobs_workload_may_be_partially_admitted_and_its_gang_takes_t
     assert not resize.wants_to_grow(running)
     running["metadata"]["labels"] = {}
     assert resize.wants_to_grow(running)  # the same job in railtrain's own queue grows
+
+
+def test_a_multikueue_job_without_a_queue_label_says_once_why_nothing_dispatches_it_and_takes_no_turn():
+    """``spec.managedBy: kueue.x-k8s.io/multikueue`` hands the job to Kueue's MultiKueue, which dispatches only jobs
+    Kueue admits: without ``kueue.x-k8s.io/queue-name`` nothing would ever run it. The manager's operator says so in
+    the Scheduled condition and a Warning Event, once, creates nothing, and the job never takes a turn in railtrain's
+    own queue; a job on a worker names the Workload MultiKueue prebuilt for it."""
+    from railtrain.operator import kueue as runtime
+    from railtrain.operator.job import request
+    from tests.operator.test_controller import FakeKube
+
+    obj = job_obj("mk", managedBy=names.MULTIKUEUE_CONTROLLER)
+    kube = FakeKube([], [obj])
+    assert runtime.manager_side(kube, kube.jobs[("team", "mk")], observe_job(obj), LEVELS, NOW) is None
+    status = kube.jobs[("team", "mk")]["status"]
+    said = [c for c in status["conditions"] if c["type"] == "Scheduled"][0]
+    assert said["reason"] == reasons.MULTIKUEUE_NEEDS_QUEUE and "needs the label kueue.x-k8s.io/queue-name" in said["message"], said
+    assert kube.events == [("mk", "Warning", reasons.MULTIKUEUE_NEEDS_QUEUE)] and not kube.pods and not kube.services
+    runtime.manager_side(kube, kube.jobs[("team", "mk")], observe_job(kube.jobs[("team", "mk")]), LEVELS, NOW)
+    assert len(kube.events) == 1  # said once
+    assert request.admission_request(observe_job(obj), [], NOW) is None and workload.managed_elsewhere(obj)
+    copy = job_obj("mk")
+    copy["metadata"]["labels"] = {names.QUEUE_LABEL: "team-q", names.PREBUILT_WORKLOAD_LABEL: "trainingjob-mk-1a2b3"}
+    assert workload.workload_name(copy["metadata"]) == "trainingjob-mk-1a2b3" and workload.prebuilt_name(copy) == "trainingjob-mk-1a2b3"
+    assert workload.workload_name(obj["metadata"]) == "trainingjob-mk-uid-m" and workload.prebuilt_name(obj) is None
