@@ -218,6 +218,12 @@ def measure(bc: BenchCluster, mode: str, namespace: str, workload: Workload, nod
         calls = [lambda p=p: bc.core.create_namespaced_pod(namespace, p, _preload_content=False) for p in pods]
     timeline = act_and_watch(bc.core, namespace, workload.pods, lambda: in_parallel(calls, workers), timeout)
     bc.empty(namespace)
+    return sample_of(workload, mode, rep, timeline)
+
+
+def sample_of(workload: Workload, mode: str, rep: str, timeline: Any) -> dict[str, Any]:
+    """One measurement's sample: the timeline's milestones (seconds), the load, pods/s and, for several jobs, each job's
+    seconds to Running. ``timeline``: from :func:`timeline.act_and_watch`."""
     sample: dict[str, Any] = {"workload": workload.label, "mode": mode, "rep": rep, **timeline.milestones(), "load1": round(os.getloadavg()[0], 2)}
     sample["pods_per_s"] = ratio(workload.pods, sample["all_running_s"])
     if workload.jobs > 1:

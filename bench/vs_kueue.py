@@ -44,7 +44,7 @@ from typing import Any, Sequence
 
 from harness import RESULTS_DIR, Table, fmt_pct, fmt_s, machine, median, ratio
 from kueue_local import GROUP, QUEUE, LocalKueue, cached_root, ensure_kueue, pod_group
-from kwokbench import BenchCluster, Operator, Workload, bare_pods, in_parallel, job_names, measure, report, summarize, trainingjob, G, V, P
+from kwokbench import BenchCluster, Operator, Workload, bare_pods, in_parallel, job_names, measure, report, sample_of, summarize, trainingjob, G, V, P
 from many_jobs import min_nodes
 
 from railtrain.crds.labels import RAILTRAIN_BLOCK, RAILTRAIN_RACK
@@ -104,11 +104,7 @@ def measure_kueue(bc: BenchCluster, namespace: str, workload: Workload, rep: str
     calls = [lambda p=p: bc.core.create_namespaced_pod(namespace, p, _preload_content=False) for p in pods]
     timeline = act_and_watch(bc.core, namespace, workload.pods, lambda: in_parallel(calls, workers), timeout)
     empty_kueue(bc, namespace)
-    sample: dict[str, Any] = {"workload": workload.label, "mode": "kueue", "rep": rep, **timeline.milestones(), "load1": round(os.getloadavg()[0], 2)}
-    sample["pods_per_s"] = ratio(workload.pods, sample["all_running_s"])
-    if workload.jobs > 1:
-        sample["job_running_s"] = [round(t, 3) for t in timeline.job_running_times()]
-    return sample
+    return sample_of(workload, "kueue", rep, timeline)
 
 
 def queued_job(name: str, nodes: int, gpus: int) -> dict[str, Any]:
@@ -131,11 +127,7 @@ def measure_via_kueue(bc: BenchCluster, namespace: str, workload: Workload, rep:
     calls = [lambda n=n: bc.custom.create_namespaced_custom_object(G, V, namespace, P, queued_job(n, size, gpus)) for n in job_names(workload, rep)]
     timeline = act_and_watch(bc.core, namespace, workload.pods, lambda: in_parallel(calls, workers), timeout)
     empty_via_kueue(bc, namespace)
-    sample: dict[str, Any] = {"workload": workload.label, "mode": "via-kueue", "rep": rep, **timeline.milestones(), "load1": round(os.getloadavg()[0], 2)}
-    sample["pods_per_s"] = ratio(workload.pods, sample["all_running_s"])
-    if workload.jobs > 1:
-        sample["job_running_s"] = [round(t, 3) for t in timeline.job_running_times()]
-    return sample
+    return sample_of(workload, "via-kueue", rep, timeline)
 
 
 # --- placement ---------------------------------------------------------------------

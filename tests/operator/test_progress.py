@@ -96,14 +96,21 @@ def test_an_unreachable_rank_is_retried_only_after_the_interval():
     assert len(reader.poll(kube, kube.list_jobs(), NOW + timedelta(seconds=5), Reconciler(kube).job_lock)) == 1
 
 
-def test_the_reader_records_the_step_into_the_running_attempts_goodput():
-    job = job_obj("gp", nodes=1, status={"phase": "Running", "goodput": {"wallSeconds": 0, "lastUpdateTime": "2026-11-29T12:00:00Z", "attempts": [{"released": "2026-11-29T11:59:50Z"}]}})
+def read_goodput(**stored) -> dict:
+    """One poll of the reader over a 1-node Running job ``gp`` whose stored ``status.goodput`` has one attempt released
+    at 11:59:50 (plus ``stored``) and whose rank 0 serves :func:`trainer_text`; returns the goodput written."""
+    job = job_obj("gp", nodes=1, status={"phase": "Running", "goodput": {"wallSeconds": 0, "lastUpdateTime": "2026-11-29T12:00:00Z",
+                                                                          "attempts": [{"released": "2026-11-29T11:59:50Z"}], **stored}})  # fmt: skip
     job["metadata"]["creationTimestamp"] = "2026-11-29T11:59:00Z"
     kube = FakeKube([], [job])
     kube.pods[("team", "gp-0")] = {"metadata": {"name": "gp-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
     reader = progress.Reader(fetch=lambda url: trainer_text())
     assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [True]
-    g = kube.jobs[("team", "gp")]["status"]["goodput"]
+    return kube.jobs[("team", "gp")]["status"]["goodput"]
+
+
+def test_the_reader_records_the_step_into_the_running_attempts_goodput():
+    g = read_goodput()
     assert g["attempts"][-1]["firstStep"] == 120 and g["queuedSeconds"] == 50 and g["startingSeconds"] == 10 and g["wallSeconds"] == 60
     from prometheus_client import REGISTRY
 
@@ -152,14 +159,6 @@ def test_a_goodput_cause_the_recompute_drops_is_removed_from_the_stored_status()
     cause recorded once (here a stale ``restart_node_lost``, as the kind drill saw: a transient recompute put 290 s
     there) stayed in ``status.goodput.lostSeconds`` after every later recompute left it out, and the parts no longer
     added up to the wall time. The write now sends null for such keys (the FakeKube merges as the API server does)."""
-    job = job_obj("gp", nodes=1, status={"phase": "Running", "goodput": {
-        "wallSeconds": 0, "lastUpdateTime": "2026-11-29T12:00:00Z", "lostSeconds": {"restart_node_lost": 290.0},
-        "attempts": [{"released": "2026-11-29T11:59:50Z"}]}})  # fmt: skip
-    job["metadata"]["creationTimestamp"] = "2026-11-29T11:59:00Z"
-    kube = FakeKube([], [job])
-    kube.pods[("team", "gp-0")] = {"metadata": {"name": "gp-0"}, "status": {"podIP": "10.0.0.9"}, "spec": {"containers": []}}
-    reader = progress.Reader(fetch=lambda url: trainer_text())
-    assert [f.result(timeout=10) for f in reader.poll(kube, kube.list_jobs(), NOW, Reconciler(kube).job_lock)] == [True]
-    g = kube.jobs[("team", "gp")]["status"]["goodput"]
+    g = read_goodput(lostSeconds={"restart_node_lost": 290.0})
     assert "restart_node_lost" not in g.get("lostSeconds", {}), g
     assert abs(g["queuedSeconds"] + g["startingSeconds"] + g["trainingSeconds"] + sum(g.get("lostSeconds", {}).values()) - g["wallSeconds"]) < 0.01, g
