@@ -1,7 +1,7 @@
 """The Kueue part of ``railtrain describe`` (pure: the job, its Workload and LocalQueue as read in, lines out).
 
 For a TrainingJob labelled ``kueue.x-k8s.io/queue-name`` (docs/kueue.md) it
-says which Workload stands for the job, its LocalQueue and ClusterQueue,
+says which Workload stands for the job, its LocalQueue and ClusterQueue (and, under MultiKueue, the worker cluster),
 whether Kueue admitted it (flavors, hosts of the topology assignment), Kueue's
 reason and message while it waits, and any eviction. The Workload is read
 with the operator's own reading
@@ -15,9 +15,10 @@ from typing import Any, Mapping
 
 from rich.table import Table
 
+from railtrain.crds.kueue import MULTIKUEUE_ORIGIN_LABEL
 from railtrain.crds.labels import HOSTNAME
 from railtrain.operator.job import kueuestatus as ks
-from railtrain.operator.job.workload import queue_name, workload_name
+from railtrain.operator.job.workload import managed_elsewhere, prebuilt_name, queue_name, workload_name
 
 
 def kueue_rows(job: Mapping[str, Any], workload: Mapping[str, Any] | None, local_queue: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -53,6 +54,13 @@ def kueue_rows(job: Mapping[str, Any], workload: Mapping[str, Any] | None, local
     evictions = _evictions(workload)
     if evictions:
         rows.append(("Evictions:", evictions))
+    if managed_elsewhere(job):  # a MultiKueue manager: the gang runs on a worker cluster; the status is that worker's
+        worker = str((workload.get("status") or {}).get("clusterName") or "")
+        rows.append(("MultiKueue:", f"runs on worker cluster {worker} (its status is that cluster's, copied back)" if worker
+                     else "not dispatched to a worker cluster yet"))
+    elif (prebuilt := prebuilt_name(job)) is not None:
+        origin = ((job.get("metadata") or {}).get("labels") or {}).get(MULTIKUEUE_ORIGIN_LABEL, "")
+        rows.append(("MultiKueue:", f"a copy dispatched by the manager {origin or '(unnamed)'}; Workload {prebuilt} was built there"))
     return rows
 
 

@@ -95,3 +95,20 @@ def test_pods_ready_and_a_partial_admission_are_shown():
     assert said["Pods ready:"] == "True (Started): all 2 pods of the gang are ready and the job is running"
     full = rows(kueue_job(nodes=2), admitted("trainingjob-llm-uid-l", ["b0r1n1", "b0r1n2"]))
     assert "partial" not in full["Admission:"] and "Pods ready:" not in full
+
+
+def test_under_multikueue_the_manager_names_the_worker_cluster_and_the_worker_names_the_manager():
+    """``railtrain describe`` of a MultiKueue job: on the manager the status is the worker's copy, so it says which
+    worker cluster runs the job (the Workload's ``status.clusterName``), or that none does yet; on the worker the copy
+    names the manager that dispatched it and the Workload built there."""
+    manager = kueue_job(managedBy=names.MULTIKUEUE_CONTROLLER)
+    wl = admitted("trainingjob-llm-uid-l", ["b0r1n1", "b0r1n2"])
+    assert rows(manager, wl)["MultiKueue:"] == "not dispatched to a worker cluster yet"
+    wl["status"]["clusterName"] = "worker-1"
+    assert rows(manager, wl)["MultiKueue:"] == "runs on worker cluster worker-1 (its status is that cluster's, copied back)"
+    copy = kueue_job()
+    copy["metadata"]["labels"] |= {names.PREBUILT_WORKLOAD_LABEL: "trainingjob-llm-1a2b3", names.MULTIKUEUE_ORIGIN_LABEL: "manager-a"}
+    said = rows(copy, admitted("trainingjob-llm-1a2b3", ["b0r1n1"]))
+    assert said["Kueue:"].startswith("Workload trainingjob-llm-1a2b3 ")
+    assert said["MultiKueue:"] == "a copy dispatched by the manager manager-a; Workload trainingjob-llm-1a2b3 was built there"
+    assert "MultiKueue:" not in rows(kueue_job(), admitted("trainingjob-llm-uid-l", ["b0r1n1"]))

@@ -28,7 +28,7 @@ from railtrain.crds.labels import HOSTNAME, RAILTRAIN_BLOCK, RAILTRAIN_RACK
 from railtrain.operator.job.workload import workload_name
 from tests.conftest import REPO, KubeClients
 from tests.kueue.conftest import TOPOLOGY
-from tests.kueue.test_kueue_cluster import kueue_job, workload_of
+from tests.kueue.test_kueue_cluster import describe, kueue_job, workload_of
 from tests.operator.clusterkit import G, P, V, all_running, condition, finish, job_status, observe, pods_of
 from tests.polling import wait_for
 
@@ -110,6 +110,8 @@ def test_a_job_submitted_to_the_manager_runs_on_the_worker_and_its_status_comes_
         status = wait_for(lambda: (s := job_status(kube.custom, namespace, "mk")).get("phase") == "Running" and s, 60,
                           "the worker's status copied back to the manager")  # fmt: skip
         assert sorted(e["node"] for e in status.get("placement") or []) == sorted(p.spec.node_name for p in running), status
+        said = describe(local_kueue.cluster.kubeconfig, namespace, "mk")  # railtrain describe on the manager, as a user runs it
+        assert f"runs on worker cluster {name}" in said, said
 
         finish(wkube.core, namespace, "mk")
         wait_for(lambda: job_status(kube.custom, namespace, "mk").get("phase") == "Succeeded", 60, "Succeeded on the manager too")
