@@ -99,6 +99,15 @@ def fan_out(calls: list[Callable[[], Any]], pool: Executor, at_once: int) -> Non
         raise first
 
 
+def _union(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods of both reads, each once (by uid, else namespace/name; the later read's copy wins)."""
+    def ident(p: dict[str, Any]) -> str:
+        meta = p.get("metadata") or {}
+        return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+    return list({ident(p): p for p in [*first, *second]}.values())
+
+
 class Reconciler:
     """Reconciles jobs and runs admission passes for one operator (thread-safe; see the module docstring).
 
@@ -284,6 +293,10 @@ class Reconciler:
         # or deletes that job's pods, so a job read after its pods is never older than what the pods show.
         active = kube.list_active_pods()
         jobs, pods = self._listed()
+        # ... and the pods again after the jobs: a reconcile outside this lock (the ranks of an admission record a
+        # crashed operator left uncreated) creates pods, then marks its record created; read between the two, the
+        # record no longer promises the node and the first read does not show it taken. Both reads count.
+        active = _union(active, kube.list_active_pods())
         queue = admit.read_queue(jobs, pods, active, at)
         self._log_problems(queue)
         metrics.observe_jobs(queue.observed.values())  # every job listed, its status read once for the queue and the count

@@ -336,3 +336,48 @@ def test_a_pass_applies_the_admissions_it_decided_for_several_jobs_at_once():
         reconciler(kube).reconcile_job(ns, name, admit=False)
     reconciler(kube).admission_pass()
     assert len(pinned(kube, "j0")) == 2 and len(pinned(kube, "j1")) == 2 and not pinned(kube, "j0") & pinned(kube, "j1")
+
+
+class BehindKube(FakeKube):
+    """The pass's first read of the pods predates a pod a concurrent reconcile then created, while its read of the jobs
+    already shows that reconcile's status write (the admission record marked created): ``hidden`` pods are left out of
+    the first ``list_active_pods`` and ``list_railtrain_pods`` calls after :meth:`hide`."""
+
+    def hide(self, *names):
+        self.hidden, self.left = set(names), {"active": 1, "railtrain": 1}
+
+    def _seen(self, which, pods):
+        if getattr(self, "left", {}).get(which):
+            self.left[which] -= 1
+            return [p for p in pods if p["metadata"]["name"] not in self.hidden]
+        return pods
+
+    def list_active_pods(self):
+        return self._seen("active", super().list_active_pods())
+
+    def list_railtrain_pods(self):
+        return self._seen("railtrain", super().list_railtrain_pods())
+
+
+def test_a_pass_that_read_the_pods_before_a_recorded_rank_was_created_does_not_place_a_gang_on_its_node():
+    """The CI failure of test_admission_crash_cluster (an operator restarted after a crash between its admission record
+    and its creates): the restarted operator's reconcile created the recorded rank 1 and marked the record created,
+    while its admission pass had read the pods just before that create and the jobs just after the status write. The
+    record no longer promised the node (created) and the pods did not show it taken: the pass placed the waiting gang
+    on rank 1's node, two gangs on one node. The pass now counts the pods it reads again after the jobs too."""
+    first = job_obj("first", nodes=2)
+    first["metadata"]["creationTimestamp"] = "2026-11-29T11:00:00Z"
+    kube = BehindKube([node(f"n{i}") for i in range(3)], [first])
+    reconcile_all(kube)
+    reconciler(kube).admission_pass()
+    reconciler(kube).reconcile_job("team", "first", admit=False)  # sees its pods: the record marked created
+    taken = pinned(kube, "first")
+    assert len(taken) == 2 and kube.jobs[("team", "first")]["status"]["admission"]["created"] is True
+    second = job_obj("second", nodes=2)
+    second["metadata"]["creationTimestamp"] = "2026-11-29T11:00:01Z"
+    kube.jobs[("team", "second")] = second
+    reconciler(kube).reconcile_job("team", "second", admit=False)
+    kube.hide("first-1")
+    decisions = {d.job: d.result for d in reconciler(kube).admission_pass()}
+    assert type(decisions["team/second"]).__name__ == "Refusal", decisions
+    assert pinned(kube, "second") == set()
