@@ -8,6 +8,7 @@ conventions ask (all errors at once, not the first one).
 from __future__ import annotations
 
 import datetime
+import difflib
 import functools
 import json
 import types
@@ -109,12 +110,25 @@ def _field_model(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model :class:`TrainingJob` expects at the field path ``loc``, or None when it is not one model."""
     model: Any = TrainingJob
     for part in loc:
-        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
-        annotation = model.model_fields[part].annotation
+        name = next((n for n, f in model.model_fields.items() if part in (n, f.alias)), None)  # a path names fields by their JSON (alias) names
+        if name is None:
+            return None
+        annotation = model.model_fields[name].annotation
         options = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
         model = options[0] if len(options) == 1 else None
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _near(loc: tuple[Any, ...]) -> str:
+    """``"; did you mean <path>?"`` naming the field of the same object closest to the unknown one at ``loc`` (difflib,
+    ratio ≥ 0.75: a typo, not another word), else ``""``."""
+    parent = _field_model(loc[:-1]) if loc else None
+    if parent is None:
+        return ""
+    near = difflib.get_close_matches(str(loc[-1]), [f.alias or n for n, f in parent.model_fields.items()], n=1, cutoff=0.75)
+    return f"; did you mean {_path((*loc[:-1], near[0]))}?" if near else ""
 
 
 def _mapping_example(loc: tuple[Any, ...]) -> str | None:
@@ -150,7 +164,7 @@ def format_validation_error(err: ValidationError) -> list[str]:
         msg = e.get("msg", "invalid")
         kind = e.get("type", "")
         if kind == "extra_forbidden":
-            out.append(f"{_path(loc)}: unknown field")
+            out.append(f"{_path(loc)}: unknown field" + _near(loc))
             continue
         if kind in ("model_type", "model_attributes_type") and not isinstance(e.get("input"), dict) and (shape := _mapping_example(loc)):
             out.append(f"{_path(loc)}: must be a mapping such as {shape}, not {_json_kind(e.get('input'))}")

@@ -140,3 +140,18 @@ def test_elastic_counts_scale_only_data_parallel(spec, counts, data_at_min):
 def test_crd_carries_the_elastic_rules():
     rules = schema.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
     assert any("self.elastic.minNodes <= self.nodes" in r["rule"] for r in rules)
+
+
+@pytest.mark.parametrize("spec,said", [
+    ({"nodse": 2}, "spec.nodse: unknown field; did you mean spec.nodes?"),
+    ({"procPerNode": 2}, "spec.procPerNode: unknown field; did you mean spec.procsPerNode?"),
+    ({"runPolicy": {"backofLimit": 1}}, "spec.runPolicy.backofLimit: unknown field; did you mean spec.runPolicy.backoffLimit?"),
+    ({"checkpoint": {"tiers": ["memory"]}}, "spec.checkpoint.tiers: unknown field"),  # not a typo of any field: no guess
+])
+def test_an_unknown_field_that_is_a_typo_names_the_field_meant(spec, said):
+    """A new user's trial (stop 44): ``nodse`` was named as unknown but the field meant was not; a misspelled flag or
+    command already got a "did you mean". Now an unknown field close to one of its object's fields (difflib, ratio ≥
+    0.75) names it, with its whole path (nested objects too); one close to none is named alone."""
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(manifest(**spec))
+    assert said in err.value.errors, err.value.errors
