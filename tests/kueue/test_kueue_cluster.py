@@ -580,5 +580,7 @@ def test_a_running_kueue_job_deleted_leaves_no_workload_and_its_quota_admits_the
     custom.create_namespaced_custom_object(G, V, namespace, P, kueue_job("next", queue))
     wait_for(lambda: scheduled(custom, namespace, "next", reasons.WAITING_FOR_KUEUE), 60, "the second job waiting on quota")
     custom.delete_namespaced_custom_object(G, V, namespace, P, "gone")
-    wait_for(lambda: workload_of(custom, namespace, name) is None, 60, "the deleted job's Workload gone")
-    wait_for(lambda: all_running(core, namespace, "next", 2), 90, "the waiting job admitted on the freed quota and Running")
+    # 40-60 s here alone, more beside other tests: the Workload outlives its job until the garbage collector and Kueue
+    # release it (not looked into; stop 44's note). The bound is what this machine shows, not a goal.
+    wait_for(lambda: workload_of(custom, namespace, name) is None, 240, "the deleted job's Workload gone")
+    wait_for(lambda: all_running(core, namespace, "next", 2), 120, "the waiting job admitted on the freed quota and Running")
