@@ -46,6 +46,8 @@ class RuntimeState:
         progress: reads rank 0's metrics of Running jobs into status.progress (the leader's resync polls it).
         leadership: whether this operator may write now, by its own clock (:mod:`railtrain.operator.kube.fence`;
             the same object fences every write of ``kube``); None: ``leader`` alone decides (tests).
+        swept: when the leader last looked for Workloads whose TrainingJob is gone (``time.monotonic()`` seconds;
+            :func:`railtrain.operator.kueue.sweep`); None: not yet.
     """
 
     fatal: str | None = None
@@ -55,6 +57,7 @@ class RuntimeState:
     wake: asyncio.Event | None = None
     progress: Reader | None = None
     leadership: Leadership | None = None
+    swept: float | None = None
 
     def leading(self) -> bool:
         """Whether this operator may act now: it holds the Lease (``leader``) and its last renewal is within the renew deadline (``leadership``)."""

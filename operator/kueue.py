@@ -28,6 +28,7 @@ import logging
 from datetime import datetime
 from typing import Any, Sequence
 
+from railtrain.crds import contract
 from railtrain.crds import kueue as names
 from railtrain.crds import reasons
 from railtrain.crds.times import format_time
@@ -298,20 +299,93 @@ def dress(kube: Any, job: dict[str, Any], plan: Plan) -> None:
     plan.create_pods[:] = [workload.dress_pod(p, name, labels, tolerations, v.topology) for p in plan.create_pods]
 
 
+RELEASE_TRIES = 5
+"""How many times :func:`release_workload` reads the Workload again after a write lost to a newer version (409)."""
+ORPHAN_SWEEP_SECONDS = 30.0
+"""How often the leader's resync looks for Workloads whose TrainingJob is gone (:func:`sweep`); the first leading pass always does."""
+
+
+def release_workload(verbs: KueueVerbs, namespace: str, name: str, owner_uid: str | None = None) -> bool:
+    """Drop railtrain's finalizer from the Workload ``namespace/name`` and delete it; returns whether it is released (or gone).
+
+    Each write is guarded by the version read just before it; one lost to a newer version (Kueue writing the
+    status, the garbage collector or the namespace controller deleting the Workload at the same moment) is
+    retried on a fresh read, up to :data:`RELEASE_TRIES` times. ``owner_uid``: release only a Workload owned by
+    that TrainingJob (never one of a job created since under the same name). API errors other than 404/409 raise
+    (:class:`~railtrain.operator.kube.errors.ApiError`).
+    """
+    for _ in range(RELEASE_TRIES):
+        stored = verbs.get_workload(namespace, name)
+        if stored is None:
+            return True
+        meta = stored["metadata"]
+        if owner_uid is not None and owner_uid not in {ref.get("uid") for ref in meta.get("ownerReferences") or []}:
+            return True  # not the deleted job's Workload
+        if names.FINALIZER in (meta.get("finalizers") or []) and not verbs.remove_finalizer(stored):
+            continue  # changed since read: read it again
+        if not meta.get("deletionTimestamp"):
+            verbs.delete_workload(namespace, name, meta.get("uid", ""))
+        return True
+    return False
+
+
 def release(kube: Any, job: dict[str, Any]) -> None:
     """A deleted Kueue job's Workload: railtrain's finalizer dropped and the Workload deleted (its gang's pods go by garbage collection).
 
-    Without this the Workload, whose finalizer only its job's controller removes, would outlive the job and hold
-    its namespace's deletion. An API error is logged, not raised (the job is gone; nothing retries it).
+    Without this the Workload, whose finalizer only its job's controller removes, would outlive the job, holding
+    its quota and its namespace's deletion. An API error, or a Workload still changing after
+    :data:`RELEASE_TRIES` reads, is logged, not raised: the job is gone and no event of it comes again, so the
+    leader's resync finds such a Workload (:func:`sweep`).
     """
     if workload.queue_name(job) is None:
         return
     meta = job.get("metadata") or {}
+    try:
+        if not release_workload(KueueVerbs(kube), meta.get("namespace", ""), workload.workload_name(meta), meta.get("uid")):
+            log.warning("%s/%s: its Workload kept changing; the resync releases it", meta.get("namespace"), meta.get("name"))
+    except ApiError as err:
+        log.warning("%s/%s: its Workload could not be released (the resync retries): %s", meta.get("namespace"), meta.get("name"), err)
+
+
+def orphans(workloads: Sequence[dict[str, Any]], job_uids: set[str]) -> list[tuple[str, str, str, str]]:
+    """The Workloads railtrain made whose TrainingJob is not among ``job_uids`` (pure).
+
+    Takes Workloads as stored and the uids of the TrainingJobs that exist; returns ``(namespace, workload name,
+    job name, job uid)`` for each Workload whose controller ownerReference is a TrainingJob with another uid.
+    Workloads of other kinds' jobs (Kueue's own integrations) and MultiKueue's prebuilt ones not yet adopted
+    (no owner) are never named.
+    """
+    found = []
+    for wl in workloads:
+        meta = wl.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "TrainingJob" and str(ref.get("apiVersion", "")).startswith(f"{contract.API_GROUP}/") and ref.get("uid") not in job_uids:
+                found.append((meta.get("namespace", ""), meta.get("name", ""), ref.get("name", ""), ref.get("uid", "")))
+                break
+    return found
+
+
+def sweep(kube: Any, jobs: Sequence[dict[str, Any]], namespace: str | None = None) -> int:
+    """Release every Workload whose TrainingJob is gone (:func:`orphans`); returns how many it released.
+
+    The job's own deletion releases its Workload (:func:`release`), but that event is missed when the operator
+    was down or not leading, and a release can lose to the namespace being deleted at the same moment; such a
+    Workload keeps railtrain's finalizer for good, holding its ClusterQueue's quota. Each orphan's job is read
+    once more from the API server (a fresh GET) before its Workload goes, so a job the caller's list is
+    behind on keeps its Workload. ``jobs``: the TrainingJobs listed (``namespace``: their namespace, None for
+    all). Kueue not installed: 0. Raises :class:`~railtrain.operator.kube.errors.ApiError` on other API errors.
+    """
     verbs = KueueVerbs(kube)
     try:
-        stored = verbs.get_workload(meta.get("namespace", ""), workload.workload_name(meta))
-        if stored is not None:
-            verbs.remove_finalizer(stored)
-            verbs.delete_workload(stored["metadata"]["namespace"], stored["metadata"]["name"], stored["metadata"].get("uid", ""))
-    except ApiError as err:
-        log.warning("%s/%s: its Workload could not be released: %s", meta.get("namespace"), meta.get("name"), err)
+        stored = verbs.list_workloads(namespace)
+    except NotFound:
+        return 0  # Kueue is not installed
+    released = 0
+    for ns, name, job_name, uid in orphans(stored, {j["metadata"].get("uid", "") for j in jobs}):
+        now = kube.get_job(ns, job_name)
+        if now is not None and now["metadata"].get("uid") == uid:
+            continue  # the job exists: the list was behind
+        if release_workload(verbs, ns, name, uid):
+            released += 1
+            log.info("%s: released Workload %s, whose TrainingJob %s is gone", ns, name, job_name)
+    return released

@@ -122,6 +122,7 @@ def _set(ctx: OperatorContext, leading: bool, wake: Callable[[], None], where: s
         if refresh is not None:  # plan on a LIST taken after the Lease changed hands, not on a watch that may lag (operator/kube/cached.py)
             refresh()
         ctx.state.leader = True
+        ctx.state.swept = None  # a new leader looks at once for Workloads whose job went while another led (operator/kueue.py: sweep)
         wake()
     elif not leading and ctx.state.leader:
         log.warning("no longer leading: the Lease %s was not renewed; this operator stands by", where)

@@ -20,10 +20,11 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
-from railtrain.operator import kube, leader, metrics, progress
+from railtrain.operator import kube, kueue, leader, metrics, progress
 from railtrain.operator import lease
 from railtrain.operator.context import OperatorContext
 from railtrain.operator.job import workload
@@ -209,11 +210,20 @@ def resync_pass(ctx: OperatorContext) -> None:
             # (an admission webhook that fails, e.g. Kueue's while it restarts, is the trouble of the jobs it covers:
             # the other jobs' reconciles, the progress reads and the admission pass go on)
             log.warning("%s/%s: reconcile failed, retried next pass: %s", meta["namespace"], meta["name"], kube.describe(err), exc_info=trace(err))
+    if sweep_due(ctx.state.swept, time.monotonic()):
+        ctx.state.swept = time.monotonic()  # a pass that fails below sweeps again only after the period
+        kueue.sweep(ctx.kube, jobs, ctx.settings.namespace)  # Workloads whose job is gone (its DELETED event missed)
     metrics.observe_nodes(ctx.kube.list_nodes())  # railtrain_quarantined_nodes
     if ctx.state.progress is not None:  # status.progress of Running jobs, read in the background (operator/progress.py)
         ctx.state.progress.poll(ctx.kube, jobs, ctx.reconciler.now(), ctx.reconciler.job_lock)
     # One admission pass for the whole resync, not one per waiting job.
     ctx.reconciler.admission_pass()
+
+
+def sweep_due(swept: float | None, now: float) -> bool:
+    """Whether this pass looks for orphaned Workloads (pure; ``swept``/``now``: ``time.monotonic()`` seconds): the
+    first leading pass, then once every :data:`railtrain.operator.kueue.ORPHAN_SWEEP_SECONDS`."""
+    return swept is None or now - swept >= kueue.ORPHAN_SWEEP_SECONDS
 
 
 def trace(err: BaseException) -> BaseException | None:

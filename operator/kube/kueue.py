@@ -37,6 +37,18 @@ class KueueVerbs:
         """The Workload, or None when there is none (or the kind is not served: see :meth:`served`)."""
         return or_none(self.custom.get_namespaced_custom_object, names.GROUP, names.VERSION, namespace, names.WORKLOADS, name)
 
+    def list_workloads(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every Workload in ``namespace`` (all namespaces when None), as stored.
+
+        Raises:
+            railtrain.operator.kube.errors.NotFound: the kind is not served (Kueue is not installed).
+        """
+        if namespace:
+            res = call(self.custom.list_namespaced_custom_object, names.GROUP, names.VERSION, namespace, names.WORKLOADS)
+        else:
+            res = call(self.custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.WORKLOADS)
+        return res.get("items", [])
+
     def create_workload(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create a Workload; returns it as stored, or None when one of that name exists already (409).
 

@@ -28,8 +28,22 @@ def merge_patch(target: dict, patch: dict) -> None:
             target[key] = value
 
 
+class NoKueue:
+    """The ``CustomObjectsApi`` of a cluster without Kueue: every call of it answers 404 (the Workload kind is not served)."""
+
+    def __getattr__(self, name):
+        def not_served(*args, **kwargs):
+            from kubernetes.client.rest import ApiException
+
+            raise ApiException(status=404, reason="Not Found")
+
+        return not_served
+
+
 class FakeKube:
-    """The verbs of :class:`railtrain.operator.kube.verbs.Kube` over dicts in memory."""
+    """The verbs of :class:`railtrain.operator.kube.verbs.Kube` over dicts in memory (no Kueue: ``custom`` answers 404)."""
+
+    custom = NoKueue()
 
     def __init__(self, nodes, jobs, terminating=()):
         self.nodes = nodes
