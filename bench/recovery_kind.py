@@ -62,7 +62,7 @@ def summary(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS) -> dict[s
         fault_at = [(p[a].get("killed_at_step", p[a].get("fault_step")), p[a].get("resumed_step")) for p in pairs]
         if fault_at and all(f is not None and r is not None for f, r in fault_at):
             out["steps_lost_p50"][a] = median(f - r for f, r in fault_at)
-        for part in ("detect_seconds", "verdict_to_step_seconds"):  # a hang: the watchdog's detection, then the restart
+        for part in ("detect_seconds", "verdict_to_step_seconds", "stall_seconds", "survivor_steps_lost"):  # a hang: detection, then restart; groups: the survivor
             if pairs and all(part in p[a] for p in pairs):
                 out[f"{a}_{part}_p50"] = median(p[a][part] for p in pairs)
         if a != "gang" and "gang" in arms:
@@ -79,16 +79,20 @@ def table(pairs: list[dict[str, Any]], arms: tuple[str, ...] = ARMS, fault: str 
              "data": "A poisoned batch on kind: the time it cost beyond two steps (re-executed and skipped: no restart)"}[fault]  # fmt: skip
     ratios = [a for a in arms if a != "gang" and "gang" in arms]
     warm = "in-place" in arms and "in-place-cold" in arms
+    groups = "groups" in arms  # its seconds: back at full strength; the survivor's stall is its own column
     t = Table(title,
-              ["pair", *(f"{a} (s)" for a in arms), *(f"{a} / gang" for a in ratios), *(["warm / cold"] if warm else []), "load after"])  # fmt: skip
+              ["pair", *(f"{a} (s)" for a in arms), *(f"{a} / gang" for a in ratios), *(["warm / cold"] if warm else []),
+               *(["groups survivor stall (s)", "survivor steps lost"] if groups else []), "load after"])  # fmt: skip
     for p in pairs:
         t.add(p["pair"], *(fmt_s(p[a]["seconds"]) for a in arms), *(fmt_x(ratio(p[a]["seconds"], p["gang"]["seconds"])) for a in ratios),
               *([fmt_x(ratio(p["in-place"]["seconds"], p["in-place-cold"]["seconds"]))] if warm else []),
+              *([fmt_s(p["groups"]["stall_seconds"]), p["groups"]["survivor_steps_lost"]] if groups else []),
               " / ".join(f"{p.get('load_after_' + a, float('nan')):.1f}" for a in arms))  # fmt: skip
     if pairs:
         s = summary(pairs, arms)
         t.add("median", *(fmt_s(s[f"{a}_p50_s"]) for a in arms), *(fmt_x(s[f"{a}_over_gang_p50"]) for a in ratios),
-              *([fmt_x(s["warm_over_cold_p50"])] if warm else []), "")  # fmt: skip
+              *([fmt_x(s["warm_over_cold_p50"])] if warm else []),
+              *([fmt_s(s["groups_stall_seconds_p50"]), s["groups_survivor_steps_lost_p50"]] if groups else []), "")  # fmt: skip
     return t
 
 
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="Pairs of jobs (default 5).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/recovery_kind-<time>.json).")
     parser.add_argument("--parse", type=Path, default=None, help="Read the pairs from a saved output of this bench (or of the scene) instead of running it.")
-    parser.add_argument("--arms", default=",".join(ARMS), help="Comma-separated paths of each pair, from in-place,in-place-cold,gang (default in-place,gang).")
+    parser.add_argument("--arms", default=",".join(ARMS), help="Comma-separated paths of each pair, from in-place,in-place-cold,gang,groups (default in-place,gang; groups: the job as 2 replica groups, "
+                        "the killed rank's group replaced alone, timed to its first step back and with the survivor's stall).")
     parser.add_argument("--kill-step", type=int, default=40, help="The step rank 0 has logged when rank 1's worker is killed, or the injected fault's step (default 40).")
     parser.add_argument("--fault", default="kill", choices=FAULTS, help="kill: rank 1's worker kill -9; hang: rank 1 never enters a collective "
                         "(the watchdog's verdict restarts the attempt); data: a poisoned batch on every rank (re-executed and skipped, no restart). Default kill.")  # fmt: skip
@@ -105,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 1:
         parser.error(f"--pairs: must be 1 or more, got {args.pairs}")
     arms = tuple(a for a in args.arms.split(",") if a)
-    if not arms or len(set(arms)) != len(arms) or set(arms) - {"in-place", "in-place-cold", "gang"}:
-        parser.error(f"--arms: a comma-separated list of distinct paths from in-place, in-place-cold, gang; got {args.arms!r}")
+    if not arms or len(set(arms)) != len(arms) or set(arms) - {"in-place", "in-place-cold", "gang", "groups"}:
+        parser.error(f"--arms: a comma-separated list of distinct paths from in-place, in-place-cold, gang, groups; got {args.arms!r}")
+    if "groups" in arms and args.fault != "kill":
+        parser.error(f"--arms groups: the replica-group arm times a killed group only (--fault kill), got --fault {args.fault}")
     before = machine()
     env = dict(os.environ, RAILTRAIN_E2E_INPLACE_PAIRS=str(args.pairs), RAILTRAIN_E2E_INPLACE_ARMS=",".join(arms),
                RAILTRAIN_E2E_INPLACE_KILL_STEP=str(args.kill_step), RAILTRAIN_E2E_INPLACE_FAULT=args.fault)

@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.kind, pytest.mark.timeout(7200)]
 PAIRS = int(os.environ.get("RAILTRAIN_E2E_INPLACE_PAIRS", "1"))
 ARMS = [a for a in os.environ.get("RAILTRAIN_E2E_INPLACE_ARMS", "in-place,gang").split(",") if a]
 """The paths each pair runs, in this order for even pairs and reversed for odd ones: ``in-place`` (the supervisor's
-warm launcher on, the default), ``in-place-cold`` (``RAILTRAIN_SUPERVISOR_WARM=off``), ``gang``."""
+warm launcher on, the default), ``in-place-cold`` (``RAILTRAIN_SUPERVISOR_WARM=off``), ``gang``, ``groups`` (the job
+as two replica groups: only the killed rank's group is replaced, issue 31)."""
 STEP = re.compile(r"^step=(\d+) loss=", re.MULTILINE)
 IN_PLACE_LINE = "[path in-place, verdict retryable]"
 IN_PLACE_PREFIX = "[path in-place, verdict "
@@ -163,11 +164,45 @@ def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict
     return {"path": arm, "seconds": round(seconds, 2), "killed_at_step": at_kill, "resumed_step": first, "rank0_warm_start": warm}
 
 
+def _group_kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
+    """The same job as two replica groups (``spec.faultTolerance: {replicaGroups: 2, minReplicas: 1}``, one node each):
+    run to step :data:`KILL_STEP`, kill group 1's worker (pod ``<name>-1``, as the gang arm kills rank 1's) and time
+    the kill → the replacement's first step (back at full strength: it healed from group 0 and steps with it).
+    Also what the survivor lost: its longest gap between steps across the replacement (``stall_seconds``) and the
+    steps it skipped (0: its step lines stay consecutive); its pod is never touched."""
+    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=100000, log_every=1, faultTolerance={"replicaGroups": 2, "minReplicas": 1})
+    _run_until_step(kind_cluster, ns, name, KILL_STEP)
+    before = pod_uids(kind_cluster, name, ns)
+    at_kill = max(int(n) for n in STEP.findall(rank0_log(kind_cluster, name, ns)))
+    killed = time.time()
+    kind_cluster.kubectl("exec", f"{name}-1", "-n", ns, "--", "sh", "-c", KILL_WORKER)
+
+    def rejoined() -> float | None:
+        if pod_uids(kind_cluster, name, ns).get(f"{name}-1") in (None, before[f"{name}-1"]):
+            return None
+        found = STAMPED_STEP.search(stamped_log(kind_cluster, f"{name}-1", ns))
+        return stamp(found.group(1)) if found else None
+
+    back = wait_for(rejoined, 600, f"{name}: group 1's replacement stepping", interval=0.5)
+    survivor = wait_for(lambda: (s := [(stamp(t), int(n)) for t, n in STAMPED_STEP.findall(stamped_log(kind_cluster, f"{name}-0", ns))])
+                        and s[-1][0] > back + 3 and s, 120, f"{name}: group 0 stepping past the rejoin", interval=0.5)
+    assert pod_uids(kind_cluster, name, ns)[f"{name}-0"] == before[f"{name}-0"], "group 0's pod was replaced"
+    numbers = [n for _, n in survivor]
+    lost = (numbers[-1] - numbers[0] + 1) - len(set(numbers))
+    gaps = [b[0] - a[0] for a, b in zip(survivor, survivor[1:]) if b[0] >= killed and a[0] <= back]
+    _delete(kind_cluster, ns, name)
+    return {"path": arm, "seconds": round(back - killed, 2), "stall_seconds": round(max(gaps, default=0.0), 2), "survivor_steps_lost": lost,
+            "killed_at_step": at_kill, "resumed_step": at_kill}  # fmt: skip  (the survivor goes on: nothing to resume)
+
+
 @pytest.mark.parametrize("pair", range(PAIRS))
 def test_pair(kind_cluster, kind_ns, tmp_path, pair):
     out = {"pair": pair}
     for arm in ARMS if pair % 2 == 0 else ARMS[::-1]:
         timed = {"kill": _kill_and_time, "hang": _hang_and_time, "data": _data_and_time}[FAULT]
+        if arm == "groups":
+            assert FAULT == "kill", "the groups arm times a killed group only (RAILTRAIN_E2E_INPLACE_FAULT=kill)"
+            timed = _group_kill_and_time
         sample = timed(kind_cluster, kind_ns, f"{arm}-{pair}", arm, tmp_path)
         out[arm] = sample
         out[f"load_after_{arm}"] = os.getloadavg()[0]

@@ -37,3 +37,7 @@ def test_trainer_image_runs_the_trainer_and_torchrun(app_images):
     probe = docker_run(libs, trainer, "sh", "-c", "command -v torchrun && python -c 'import torch, importlib.util as u; print(torch.distributed.is_gloo_available(), u.find_spec(\"kopf\") is None)'")
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split()[-2:] == ["True", "True"]
+    # torchft for replica groups (spec.faultTolerance): the Manager imports, and the Lighthouse the operator runs from
+    # the job's image is on PATH.
+    ft = docker_run(libs, trainer, "sh", "-c", "command -v torchft_lighthouse && python -c 'import torchft; from torchft.manager import Manager; print(\"ok\")'")
+    assert ft.returncode == 0 and ft.stdout.split()[-1] == "ok", ft.stderr

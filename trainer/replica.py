@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from typing import Any, Callable, Mapping
 
 import torch
@@ -167,7 +168,10 @@ class ReplicaSync:
         self.collective_timeout_s = collective_timeout(environ)
         timeout = datetime.timedelta(seconds=self.collective_timeout_s)
         self._user_load = load_state_dict
+        host = advertised_host(environ)
         self.manager = Manager(
+            hostname=host,  # the name the other groups' Managers reach this one by (its address in the quorum)
+            checkpoint_transport=_http_transport(timeout, host),  # a heal's state is served at that name too
             pg=ProcessGroupGloo(timeout=timeout),
             load_state_dict=self._load,
             state_dict=state_dict,
@@ -350,3 +354,33 @@ def load_model_state(model: nn.Module, optimizer: torch.optim.Optimizer, set_ste
         set_step(int(state["step"]))
 
     return load
+
+
+def advertised_host(environ: Mapping[str, str]) -> str:
+    """The host name this process's Manager and checkpoint server are reached by from the other replica groups.
+
+    In a pod (``KUBERNETES_SERVICE_HOST`` set, as the kubelet sets it in every container) the fully qualified name
+    (:func:`socket.getfqdn`: ``<pod>.<job>.<namespace>.svc.cluster.local``, which the kubelet writes into the pod's
+    ``/etc/hosts`` because the operator gives each pod its ``hostname`` and the job's headless Service as
+    ``subdomain``; cluster DNS resolves it from any pod). The short host name torchft advertises by default (the pod's
+    name) resolves nowhere else, so on a cluster a group could neither reach a peer's Manager nor fetch its state to
+    heal. Outside a pod: :func:`socket.gethostname`, torchft's default (``railtrain run --local``). Returns a host name.
+    """
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        fqdn = socket.getfqdn()
+        if fqdn and fqdn not in ("localhost", "localhost.localdomain"):
+            return fqdn
+    return socket.gethostname()
+
+
+def _http_transport(timeout: datetime.timedelta, host: str) -> Any:
+    """torchft's HTTP checkpoint transport (the one its Manager makes by default, same arguments) whose address names
+    ``host`` instead of :func:`socket.gethostname` (torchft 0.2.0 hard-codes the latter in ``HTTPTransport.address``;
+    this overrides that one method, so the version is pinned: ``railtrain[ft]``)."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    class _AdvertisedTransport(HTTPTransport):
+        def address(self) -> str:
+            return f"http://{host}:{self._server.socket.getsockname()[1]}/checkpoint/"
+
+    return _AdvertisedTransport(timeout=timeout, num_chunks=0)

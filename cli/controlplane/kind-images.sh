@@ -274,7 +274,7 @@ app_images() { # repo
   dbuild -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" --target build -t railtrain.dev/operator-build "$WORK/op"
   dbuild -f "$repo/operator/Dockerfile" --build-arg "BASE_IMAGE=$base" -t "$op" "$WORK/op"
   log "building $tr (torch without its CUDA libraries: nvidia-*, triton)"
-  wheelhouse "$repo" trainer '^(nvidia-|triton$)' "$WORK/tr/wheels"
+  wheelhouse "$repo" trainer-image '^(nvidia-|triton$)' "$WORK/tr/wheels"
   libs="$(cuda_libs "$repo" "$WHEELHOUSE_DEPS")"
   # The dependencies (torch: 1.3 GB installed, 4-6 minutes to install and
   # commit on a loaded 2-core machine) change far less often than railtrain:

@@ -73,3 +73,24 @@ def test_a_fault_outside_the_list_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as err:
         recovery_kind.main(["--fault", "fire"])
     assert err.value.code == 2 and "--fault" in capsys.readouterr().err
+
+
+def test_a_groups_pair_reports_the_rejoin_against_the_gang_and_the_survivors_stall(capsys):
+    """Issue 31's arm: the job as two replica groups, the killed rank's group replaced alone; its seconds are the time
+    back at full strength, and the survivor's stall and steps lost get their own columns."""
+    arms = ("groups", "gang")
+    rows = [{"pair": 0, "groups": {"seconds": 14.0, "stall_seconds": 1.2, "survivor_steps_lost": 0, "killed_at_step": 41, "resumed_step": 41},
+             "gang": {"seconds": 35.0, "killed_at_step": 41, "resumed_step": 40}},
+            {"pair": 1, "groups": {"seconds": 18.0, "stall_seconds": 1.6, "survivor_steps_lost": 0, "killed_at_step": 42, "resumed_step": 42},
+             "gang": {"seconds": 45.0, "killed_at_step": 42, "resumed_step": 40}}]  # fmt: skip
+    pairs = recovery_kind.pairs_in("\n".join("PAIR " + json.dumps(p) for p in rows), arms)
+    s = recovery_kind.summary(pairs, arms)
+    assert (s["groups_p50_s"], s["groups_stall_seconds_p50"], s["groups_survivor_steps_lost_p50"]) == (16.0, 1.4, 0)
+    assert s["steps_lost_p50"] == {"groups": 0, "gang": 1.5} and s["groups_over_gang_p50"] == (14 / 35 + 18 / 45) / 2
+    text = recovery_kind.table(pairs, arms).plain()
+    assert "groups survivor stall (s)" in text and "groups / gang" in text
+    import pytest
+
+    with pytest.raises(SystemExit) as err:
+        recovery_kind.main(["--arms", "groups,gang", "--fault", "hang"])
+    assert err.value.code == 2 and "--fault kill" in capsys.readouterr().err

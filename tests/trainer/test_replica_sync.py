@@ -144,3 +144,19 @@ def test_quorum_retries_ask_about_every_second_and_the_timeout_variable_is_check
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ValueError, match="TORCHFT_TIMEOUT_SEC must be a positive number"):
             replica.collective_timeout({"TORCHFT_TIMEOUT_SEC": bad})
+
+
+def test_in_a_pod_a_group_advertises_its_fully_qualified_name_and_serves_its_state_under_it(monkeypatch):
+    """On a cluster the other groups reach this group's Manager and fetch a heal's state by the pod's fully qualified
+    name (``<pod>.<job>.<ns>.svc.cluster.local``); torchft's default, the short host name, resolves in no other pod."""
+    monkeypatch.setattr(replica.socket, "getfqdn", lambda name="": name or "rg-2.rg.team.svc.cluster.local")
+    monkeypatch.setattr(replica.socket, "gethostname", lambda: "rg-2")
+    assert replica.advertised_host({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}) == "rg-2.rg.team.svc.cluster.local"
+    assert replica.advertised_host({}) == "rg-2"  # railtrain run --local: torchft's default
+    import datetime
+
+    transport = replica._http_transport(datetime.timedelta(seconds=5), "rg-2.rg.team.svc.cluster.local")
+    try:
+        assert transport.metadata().startswith("http://rg-2.rg.team.svc.cluster.local:")
+    finally:
+        transport.shutdown()
