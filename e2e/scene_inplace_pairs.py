@@ -130,17 +130,25 @@ def _delete(kind_cluster, ns: str, name: str) -> None:
     wait_for(lambda: not pod_uids(kind_cluster, name, ns), 300, f"{name}'s pods gone")
 
 
+def _run_and_kill(kind_cluster, ns: str, name: str, tmp_path, steps: int, **spec) -> tuple[dict[str, str], int, float, float]:
+    """Submit job ``name`` (``spec``: more fields), run it to step :data:`KILL_STEP` and kill rank 1's worker
+    (``kill -9``); returns the pods' uids before, rank 0's last step at the kill, and the kill's monotonic and
+    wall-clock times."""
+    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=steps, log_every=1, **spec)
+    _run_until_step(kind_cluster, ns, name, KILL_STEP)
+    before = pod_uids(kind_cluster, name, ns)
+    at_kill = max(int(n) for n in STEP.findall(rank0_log(kind_cluster, name, ns)))
+    killed, wall = time.monotonic(), time.time()
+    kind_cluster.kubectl("exec", f"{name}-1", "-n", ns, "--", "sh", "-c", KILL_WORKER)
+    return before, at_kill, killed, wall
+
+
 def _kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -> dict:
     """Run job ``name`` to step :data:`KILL_STEP`, kill rank 1's worker, and time the kill → rank 0's first step of the
     next attempt."""
     in_place = arm != "gang"
     env = [{"name": "RAILTRAIN_SUPERVISOR_WARM", "value": "off"}] if arm == "in-place-cold" else []
-    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=400, log_every=1, runPolicy={"restartInPlace": in_place}, env=env)
-    _run_until_step(kind_cluster, ns, name, KILL_STEP)
-    before = pod_uids(kind_cluster, name, ns)
-    at_kill = max(int(n) for n in STEP.findall(rank0_log(kind_cluster, name, ns)))
-    killed = time.monotonic()
-    kind_cluster.kubectl("exec", f"{name}-1", "-n", ns, "--", "sh", "-c", KILL_WORKER)
+    before, at_kill, killed, _ = _run_and_kill(kind_cluster, ns, name, tmp_path, steps=400, runPolicy={"restartInPlace": in_place}, env=env)
 
     def trained_again() -> int | None:
         log = rank0_log(kind_cluster, name, ns)
@@ -170,12 +178,7 @@ def _group_kill_and_time(kind_cluster, ns: str, name: str, arm: str, tmp_path) -
     the kill → the replacement's first step (back at full strength: it healed from group 0 and steps with it).
     Also what the survivor lost: its longest gap between steps across the replacement (``stall_seconds``) and the
     steps it skipped (0: its step lines stay consecutive); its pod is never touched."""
-    _restart_job(tmp_path, kind_cluster, ns, name, CHECKPOINT, steps=100000, log_every=1, faultTolerance={"replicaGroups": 2, "minReplicas": 1})
-    _run_until_step(kind_cluster, ns, name, KILL_STEP)
-    before = pod_uids(kind_cluster, name, ns)
-    at_kill = max(int(n) for n in STEP.findall(rank0_log(kind_cluster, name, ns)))
-    killed = time.time()
-    kind_cluster.kubectl("exec", f"{name}-1", "-n", ns, "--", "sh", "-c", KILL_WORKER)
+    before, at_kill, _, killed = _run_and_kill(kind_cluster, ns, name, tmp_path, steps=100000, faultTolerance={"replicaGroups": 2, "minReplicas": 1})
 
     def rejoined() -> float | None:
         if pod_uids(kind_cluster, name, ns).get(f"{name}-1") in (None, before[f"{name}-1"]):

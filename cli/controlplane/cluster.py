@@ -353,7 +353,7 @@ class LocalCluster:
         ``kubernetes.io/hostname``, ``railtrain.dev/rack=<name_prefix>-rack-<k>``
         and ``railtrain.dev/block=<name_prefix>-block-<k>``), a distinct
         InternalIP, and any of its keyword arguments in ``shape``
-        (``nodes_per_rack``, ``racks_per_block``, ``cpu``, ``memory``, ``pods``).
+        (``nodes_per_rack``, ``racks_per_block``, ``cpu``, ``memory``, ``pods``, ``taints``).
 
         Returns:
             The node names, in index order.

@@ -35,6 +35,7 @@ def gpu_node(
     memory: str = "2Ti",
     pods: str = "110",
     internal_ip: str | None = None,
+    taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Build the manifest of one fake GPU node.
 
@@ -47,6 +48,8 @@ def gpu_node(
         labels: extra labels; they override the defaults above.
         internal_ip: reported as the node's ``InternalIP`` address (KWOK keeps
             addresses it finds and then uses them as the pods' ``hostIP``).
+        taints: ``spec.taints`` the node is created with (``key``, ``value``, ``effect``), so that no watcher ever
+            sees it without them (a taint patched on afterwards races a controller's cache).
 
     Returns:
         A ``v1.Node`` as a dict, with ``status.capacity`` = ``status.allocatable``.
@@ -75,7 +78,7 @@ def gpu_node(
             {"type": "InternalIP", "address": internal_ip},
             {"type": "Hostname", "address": name},
         ]
-    return {
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -85,6 +88,9 @@ def gpu_node(
         },
         "status": status,
     }
+    if taints:
+        node["spec"] = {"taints": [dict(t) for t in taints]}
+    return node
 
 
 def ordinal_ip(ordinal: int) -> str:

@@ -52,9 +52,9 @@ def test_node_selector_places_on_the_two_matching_nodes_and_refuses_three(api, n
 def test_a_toleration_lets_a_gang_use_tainted_nodes_and_its_absence_keeps_it_off(api, namespace, gpu_nodes, operator, submit):
     core, custom = api
     plain = set(gpu_nodes(2))
-    tainted = set(gpu_nodes(2))
-    for name in tainted:
-        core.patch_node(name, {"spec": {"taints": [TAINT]}})
+    # Created tainted: a taint patched on after the node exists raced the operator's node cache (a CI run placed
+    # "wide" on a tainted node its cache still showed untainted, read a few milliseconds before the patch).
+    tainted = set(gpu_nodes(2, taints=[TAINT]))
     submit(job_body("wide", nodes=3))  # needs one tainted node
     c = wait_for(lambda: refused(custom, namespace, "wide"), 60, "wide refused")
     assert "2 with the untolerated taint dedicated=training:NoSchedule" in c["message"], c
