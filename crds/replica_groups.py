@@ -58,6 +58,20 @@ LABEL_REPLICA_GROUP = "railtrain.dev/replica-group"
 """Label on every pod of a replica group: the group's index, 0 … R − 1."""
 LABEL_LIGHTHOUSE = "railtrain.dev/lighthouse"
 """Label on the job's Lighthouse pod (value: the job's name)."""
+ANNOTATION_GROUP_REPLACEMENT = "railtrain.dev/group-replacement"
+"""Annotation on a replica group's pod: how many times its group had been replaced when the pod was made (absent: 0,
+the gang's first pods). A pod of an earlier replacement than its group's ``status.replicaGroups[].replacements`` was
+already decided on (it is being deleted), so its failure is never counted again (as ``restart_of`` keeps a gang's
+pods of an earlier restart out of the gang)."""
+
+
+def replacement_of(pod: Mapping[str, Any]) -> int:
+    """The :data:`ANNOTATION_GROUP_REPLACEMENT` of ``pod`` (a dict as read): 0 when absent or not a number."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GROUP_REPLACEMENT, "0")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 0
 
 LIGHTHOUSE_PORT = 29510
 """The Lighthouse's port, torchft's default (``torchft_lighthouse --bind [::]:29510``)."""

@@ -38,7 +38,7 @@ from railtrain.operator.job.kueueadmit import KueueAdmission
 from railtrain.operator.job.kueuestatus import KueueView
 from railtrain.operator.job.observed import Observed
 from railtrain.operator.job.phases.step import Plan
-from railtrain.operator.kube.errors import ApiError, Invalid, NotFound, WebhookFailed
+from railtrain.operator.kube.errors import ApiError, Forbidden, Invalid, NotFound, WebhookFailed
 from railtrain.operator.kube.kueue import KueueVerbs
 
 log = logging.getLogger("railtrain.operator")
@@ -373,19 +373,30 @@ def sweep(kube: Any, jobs: Sequence[dict[str, Any]], namespace: str | None = Non
     Workload keeps railtrain's finalizer for good, holding its ClusterQueue's quota. Each orphan's job is read
     once more from the API server (a fresh GET) before its Workload goes, so a job the caller's list is
     behind on keeps its Workload. ``jobs``: the TrainingJobs listed (``namespace``: their namespace, None for
-    all). Kueue not installed: 0. Raises :class:`~railtrain.operator.kube.errors.ApiError` on other API errors.
+    all). Returns 0 without a word where there is nothing to sweep: Kueue not installed (404), or the operator
+    not allowed to list Workloads (403: the chart installed with ``kueue.enabled`` false grants no Kueue verbs).
+    Any other API error is logged (one line) and the sweep ends there; the next one retries. Never raises: the
+    sweep must not stop the resync pass it runs in (its admission pass comes after it).
     """
     verbs = KueueVerbs(kube)
     try:
         stored = verbs.list_workloads(namespace)
-    except NotFound:
-        return 0  # Kueue is not installed
+    except (NotFound, Forbidden):
+        return 0  # Kueue is not installed, or not this operator's to use
+    except ApiError as err:
+        log.warning("could not list Workloads to release those whose TrainingJob is gone (retried in %.0f s): %s", ORPHAN_SWEEP_SECONDS, err)
+        return 0
     released = 0
     for ns, name, job_name, uid in orphans(stored, {j["metadata"].get("uid", "") for j in jobs}):
-        now = kube.get_job(ns, job_name)
-        if now is not None and now["metadata"].get("uid") == uid:
-            continue  # the job exists: the list was behind
-        if release_workload(verbs, ns, name, uid):
-            released += 1
-            log.info("%s: released Workload %s, whose TrainingJob %s is gone", ns, name, job_name)
+        try:
+            now = kube.get_job(ns, job_name)
+            if now is not None and now["metadata"].get("uid") == uid:
+                continue  # the job exists: the list was behind
+            if release_workload(verbs, ns, name, uid):
+                released += 1
+                log.info("%s: released Workload %s, whose TrainingJob %s is gone", ns, name, job_name)
+        except ApiError as err:
+            log.warning("%s: Workload %s, whose TrainingJob %s is gone, could not be released (retried in %.0f s): %s",
+                        ns, name, job_name, ORPHAN_SWEEP_SECONDS, err)  # fmt: skip
+            return released
     return released

@@ -24,9 +24,9 @@ Lighthouse: :class:`ReplicaSync` holds this process's ``torchft.Manager`` and gi
    compared with its counterparts in the other groups (the SDC check across groups,
    :meth:`~railtrain.trainer.health.monitor.HealthMonitor.check_fingerprints`).
 
-FSDP inside a group heals shard by shard: rank ``r`` of every group holds the same shard, so the gradient average,
-a heal's state and the fingerprints carry local shards (:func:`local`). What is not wired (docs/fault-tolerance.md):
-tensor, pipeline or context parallelism inside a group (refused by :func:`check_group_layout`).
+Any layout inside a group heals rank by rank: the groups' layouts are identical, so rank ``r`` of every group holds
+the same part of the model (an FSDP or tensor-parallel shard, a pipeline stage, the replica a context-parallel rank
+keeps), and the gradient average, a heal's state and the fingerprints carry rank ``r``'s local part (:func:`local`).
 
 May import torch and torchft (imported only when a job has replica groups); never kopf.
 """
@@ -93,23 +93,6 @@ def quorum_retries(quorum_timeout_seconds: float) -> int:
     up at ``quorumTimeoutSeconds`` (``QuorumLost``), whatever the retries.
     """
     return max(1, int(quorum_timeout_seconds / LIGHTHOUSE_RETRY_S))
-
-
-def check_group_layout(describe: str, uses_fsdp: bool, tp: int, pp: int, cp: int) -> None:
-    """Refuse a layout inside a replica group that this version does not heal: DDP and FSDP (one process too) are wired.
-
-    Args:
-        describe: the degrees in words (``ParallelDims.describe()``), for the message.
-        uses_fsdp, tp, pp, cp: the group's own degrees.
-
-    Raises:
-        ValueError: tensor, pipeline or context parallelism inside a group (one sentence naming the field).
-    """
-    if tp > 1 or pp > 1 or cp > 1:
-        raise ValueError(
-            f"spec.faultTolerance: replica groups run data parallelism or FSDP inside each group in this version, but the "
-            f"group's degrees are {describe}; set spec.parallelism.tensor, pipeline and context to 1"
-        )
 
 
 def group_data_slice(env: ReplicaGroupEnv, dp_rank: int, dp_degree: int) -> tuple[int, int]:
@@ -298,7 +281,7 @@ class ReplicaSync:
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s local part: an FSDP-sharded ``DTensor``'s own shard (sharing its storage), any other tensor as is.
+    """``t``'s local part: a ``DTensor``'s own shard (FSDP or tensor parallel; sharing its storage), any other tensor as is.
 
     Rank ``r`` of every group holds the same shard (the groups' layouts are identical), so a shard is what crosses
     groups: in the gradient average, in a heal, in the fingerprints."""

@@ -262,13 +262,12 @@ class Trainer:
         self.restart_count = ctx.pod.restart_count if ctx.pod else 0
         self.dims = dims = resolve_dims(config.parallel, ctx.parallelism, info.world_size, info.local_world_size, config.tp, config.pp, config.cp,
                                         in_nvlink_domain(environ))
-        # replica groups (spec.faultTolerance): torchft's Manager across groups, DDP inside each (trainer/replica.py)
+        # replica groups (spec.faultTolerance): torchft's Manager across groups, any layout inside each (trainer/replica.py)
         self.replica_env = replica_env = read_replica_group_env(environ)
         dp_rank, dp_degree = dims.dp_rank(info.rank), dims.dp_degree
         if replica_env is not None:
             from railtrain.trainer import replica
 
-            replica.check_group_layout(dims.describe(), dims.uses_fsdp, dims.tp, dims.pp, dims.cp)
             dp_rank, dp_degree = replica.group_data_slice(replica_env, dp_rank, dp_degree)
         data_seed = config.seed if config.data_seed is None else config.data_seed
         self.sampler = WindowSampler(self.corpus, config.seq_len, config.batch_size, data_seed, dp_rank, dp_degree,

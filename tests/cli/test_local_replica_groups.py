@@ -42,10 +42,11 @@ HANG_FLOOR_S = 1
 
 
 def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                fsdp: int = 1, **fault_tolerance: int) -> tuple[object, dict[str, str]]:  # fmt: skip
+                fsdp: int = 1, inner: dict[str, int] | None = None, **fault_tolerance: int) -> tuple[object, dict[str, str]]:  # fmt: skip
     """A 2-group (or ``replicaGroups``) job of the tiny preset, each group one node of 1 process (of ``fsdp``
-    processes sharding the model with FSDP when ``fsdp`` > 1), on one 16-byte sequence per data-parallel rank per
-    step; the checked job and its faults. ``health``: the health checks run, with a hang floor of
+    processes sharding the model with FSDP when ``fsdp`` > 1; of 2 processes with ``inner``, one degree of
+    spec.parallelism set to 2: ``{"tensor": 2}``, ``{"pipeline": 2}``, ``{"context": 2}``), on one 16-byte sequence per data-parallel
+    rank per step (two with a pipeline: one per stage's micro-batch); the checked job and its faults. ``health``: the health checks run, with a hang floor of
     :data:`HANG_FLOOR_S` (else ``--no-health``); ``args``: more trainer flags; ``env``: more variables;
     ``fault_tolerance``: spec.faultTolerance's fields (``replicaGroups`` 2 unless given) and ``backoffLimit``."""
     run_policy = {"backoffLimit": fault_tolerance.pop("backoffLimit")} if "backoffLimit" in fault_tolerance else {}
@@ -54,11 +55,12 @@ def trainer_job(tmp_path: Path, steps: int, health: bool = False, args: tuple[st
     doc = manifests.job(
         name="rg",
         command=["torchrun", "-m", "railtrain.trainer"],
-        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(fault_tolerance.get("replicaGroups", 2) * fsdp), "--seq-len", "16",
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", str(steps), "--batch-size", str(fault_tolerance.get("replicaGroups", 2) * fsdp * (inner or {}).get("pipeline", 1)), "--seq-len", "16",
               "--log-every", "1", "--threads", "1", *([] if health else ["--no-health"]), *args],
         faultTolerance={"replicaGroups": 2, **fault_tolerance},
         nodes=fault_tolerance.get("replicaGroups", 2),  # one node per group
         **({"procsPerNode": fsdp, "parallelism": {"data": fault_tolerance.get("replicaGroups", 2), "fsdp": fsdp}} if fsdp > 1 else {}),
+        **({"procsPerNode": 2, "parallelism": {"data": fault_tolerance.get("replicaGroups", 2), **inner}} if inner else {}),
         **({"runPolicy": run_policy} if run_policy else {}),
         **extra,
     )  # fmt: skip
@@ -343,6 +345,27 @@ def test_fsdp_inside_the_groups_a_killed_group_heals_shard_by_shard_from_its_pee
     step 4; its replacement heals from group 0 (its first step is past group 0's step at its relaunch), both step
     together again, and group 0 was never replaced. On the old code a group's FSDP was refused before training."""
     job, faults = trainer_job(tmp_path, steps=100000, fsdp=2, minReplicas=1)
+    run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
+    code, record = run_until_together(run)
+    g0, g1 = record["groups"]
+    assert code == 130, record
+    assert g1["replacements"] == 1 and g0["replacements"] == 0 and g1["healed"] >= 1, record
+    assert len(together(run)) >= 3, f"the replacement never stepped with the survivor: {record}"
+    steps = [n for _, n in replacement_steps(run)]
+    survivor_at_relaunch = max(n for t, n in g0["step_times"] if t <= g1["launched_at"][1])
+    assert steps and steps[0] > survivor_at_relaunch, record
+
+
+@pytest.mark.parametrize("inner", [{"tensor": 2}, {"pipeline": 2}, {"context": 2}], ids=["tensor", "pipeline", "context"])
+def test_tensor_pipeline_or_context_parallel_inside_the_groups_a_killed_group_heals_rank_by_rank_from_its_peer(tmp_path, inner):
+    """Issue 31, tensor, pipeline or context parallelism inside a replica group: 2 groups of one node × 2 processes
+    (tensor 2: each rank holds half of every sharded weight; pipeline 2: each rank one stage; context 2: each rank half
+    of every sequence, the model replicated). Rank r of every group holds the
+    same part, so the cross-group gradient average, a heal and the fingerprints carry rank r's part. Group 1 is killed
+    at step 4; its replacement heals from group 0 (its first step is past group 0's step at its relaunch) and both step
+    together again. On the old code such a layout was refused before training (spec.faultTolerance: ... set
+    spec.parallelism.tensor, pipeline and context to 1)."""
+    job, faults = trainer_job(tmp_path, steps=100000, inner=inner, minReplicas=1)
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
     code, record = run_until_together(run)
     g0, g1 = record["groups"]

@@ -87,3 +87,34 @@ def test_the_sweep_runs_on_the_first_leading_pass_then_once_a_period():
     assert resync.sweep_due(None, 5.0)
     assert not resync.sweep_due(100.0, 100.0 + kueue.ORPHAN_SWEEP_SECONDS - 1)
     assert resync.sweep_due(100.0, 100.0 + kueue.ORPHAN_SWEEP_SECONDS)
+
+
+class Refusing:
+    """A Kube whose every Workload call answers ``status`` (403: the chart without ``kueue.enabled`` grants no Kueue
+    verbs; 404: Kueue not installed; 500: the server's trouble)."""
+
+    def __init__(self, status):
+        from kubernetes.client.rest import ApiException
+
+        class Custom:
+            def __getattr__(self, name):
+                def refuse(*args, **kwargs):
+                    raise ApiException(status=status, reason="refused")
+
+                return refuse
+
+        self.custom = Custom()
+
+    def _fenced(self):
+        pass
+
+
+def test_the_sweep_never_fails_the_resync_pass_it_runs_in(caplog):
+    """Found on kind: with the chart's ``kueue.enabled`` false the operator may not list Workloads (403), and the
+    sweep's error failed every resync pass, so the pass's admission never ran. 403 and 404 mean nothing to sweep
+    (no word); any other error is one line and the next sweep retries."""
+    for status in (403, 404):
+        assert kueue.sweep(Refusing(status), []) == 0
+    assert not caplog.records
+    assert kueue.sweep(Refusing(500), []) == 0
+    assert "could not list Workloads" in caplog.text

@@ -274,3 +274,23 @@ def test_a_replaced_groups_absence_is_recorded_and_goodput_counts_it_as_degraded
     status = back.status | {"goodput": {"attempts": [{"released": RELEASED, "firstStep": 1, "firstStepAt": "2026-12-04T11:00:30Z"}]}}
     g = attempts.with_progress(status, progress, None, None, "2026-12-04T10:59:00Z", later)
     assert g["degradedSeconds"] == 5 and "degraded" not in str(g["lostSeconds"])  # training at 1/2 for 10 s: 5 s of the whole job, not lost
+
+
+def test_a_failed_pod_already_decided_on_is_not_counted_again_while_its_deletion_is_not_yet_seen():
+    """Found on kind: the pass after a group's replacement still saw the failed pod (the watch had not yet brought its
+    deletion) and replaced the group a second time for the same failure (two ReplicaGroupReplaced Events, replacements 2).
+    A replacement's pods carry the group's replacement count; a pod of an earlier one is never decided on again, and a
+    replacement pod that fails is."""
+    obj = ft_job()
+    pods = pods_of(obj)
+    fail(pods[2])
+    first = plan(obj, pods)
+    assert first.delete_pods == ["llm-2", "llm-3"] and first.status["replicaGroups"][1]["replacements"] == 1
+    again = plan(ft_job(status=first.status), pods)  # the same pods: neither deletion seen yet
+    assert again.status["replicaGroups"][1]["replacements"] == 1 and not [e for e in again.events if e[1] == "ReplicaGroupReplaced"], again.events
+    made = plan(ft_job(status=again.status), pods[:2]).create_pods  # the old pods gone: the group's new pods
+    assert [c["metadata"]["annotations"][rg.ANNOTATION_GROUP_REPLACEMENT] for c in made] == ["1", "1"]
+    new = [c | {"status": {"phase": "Running"}, "metadata": {**c["metadata"], "uid": f"new-{c['metadata']['name']}"}} for c in made]
+    fail(new[0])
+    third = plan(ft_job(status=again.status), pods[:2] + new)  # a replacement that fails is a new failure
+    assert third.status["replicaGroups"][1]["replacements"] == 2

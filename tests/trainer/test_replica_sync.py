@@ -29,14 +29,6 @@ def test_groups_take_disjoint_data_slices():
     assert slices == [(i, 6) for i in range(6)]
 
 
-@pytest.mark.parametrize("fsdp,tp,pp,cp", [(False, 2, 1, 1), (False, 1, 2, 1), (True, 1, 1, 2)])
-def test_data_parallelism_and_fsdp_run_inside_a_group_tensor_pipeline_and_context_do_not(fsdp, tp, pp, cp):
-    with pytest.raises(ValueError, match=r"^spec.faultTolerance: replica groups run data parallelism or FSDP inside each group"):
-        replica.check_group_layout("tp=2", fsdp, tp, pp, cp)
-    replica.check_group_layout("ddp data=2", False, 1, 1, 1)
-    replica.check_group_layout("fsdp=2", True, 1, 1, 1)
-
-
 @pytest.fixture
 def lighthouse():
     from torchft._torchft import LighthouseServer

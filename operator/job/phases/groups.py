@@ -123,13 +123,16 @@ def troubled(step: Step, records: dict[int, rg.ReplicaGroupStatus]) -> dict[int,
 
     A node lost under a rank (deleted, or NotReady past the grace: :func:`railtrain.operator.job.phases.node_loss.pod_node_lost`)
     or a Failed pod count in a group that runs or is being replaced (a replacement that failed); a vanished rank only in
-    a group that runs (a group being replaced or relocated is missing its pods on purpose). A lost group is never decided again.
+    a group that runs (a group being replaced or relocated is missing its pods on purpose). A lost group is never decided again,
+    nor a pod made before its group's last replacement (:func:`railtrain.crds.replica_groups.replacement_of`).
     """
     out: dict[int, Trouble] = {}
     for p in step.gang:
         g = _group_of(step, rank_of(p))
         if g not in records or records[g].phase not in (rg.GROUP_RUNNING, rg.GROUP_REPLACING) or rank_of(p) in step.done:
             continue
+        if rg.replacement_of(p) < records[g].replacements:
+            continue  # a pod of an earlier replacement, decided on already, still seen before its deletion is (found on kind: counted twice)
         why = node_loss.pod_node_lost(step, p)
         if why:
             node = (p.get("spec") or {}).get("nodeName") or ""
@@ -279,7 +282,8 @@ def _recreate(step: Step, records: dict[int, rg.ReplicaGroupStatus]) -> str | No
                 continue
             node = record.nodes[k]
             pod = job_inplace.with_spent(render.render_pod(step.job, ns, uid, k, step.restarts, step.fabric), step.status)
-            annotations = {**render.gang_annotations(step.job.spec, len(record.nodes)), **node_annotations(step.fabric, (step.nodes or {}).get(node))}
+            annotations = {**render.gang_annotations(step.job.spec, len(record.nodes)), **node_annotations(step.fabric, (step.nodes or {}).get(node)),
+                           rg.ANNOTATION_GROUP_REPLACEMENT: str(rec.replacements)}  # fmt: skip
             step.out.create_pods.append(binding.admitted_pod(pod, node, annotations))
     return None
 
