@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from datetime import datetime
 
@@ -116,3 +117,54 @@ def test_a_killed_group_is_replaced_alone_and_heals_while_the_other_steps_and_a_
     gone = {pod: round(longest_gap(s, deleted_at, s[-1][0]), 2) for pod, s in after.items()}  # up to the 10th step after
     print("GROUPS " + json.dumps({"kill": kill, "lighthouse_stall_s": gone}))
     kind_cluster.kubectl("delete", "trainingjob", NAME, "-n", kind_ns, "--wait=false")
+
+
+def test_a_groups_node_stopped_moves_that_group_to_the_free_worker_while_the_other_steps(kind_cluster, kind_ns, tmp_path):
+    """A replica group's node lost (``docker stop`` of its kind container): once the node is NotReady
+    (``runPolicy.nodeLostGraceSeconds`` 0), the operator force-deletes the group's pod, the admission pass places the
+    group on the third worker beside the other group's kept node, and the new pod heals from the other group, which
+    kept stepping on its own pod throughout. The group stopped is one whose node does not run the Lighthouse (a
+    Lighthouse on a lost node is force-deleted and created again: tests/operator/test_replica_groups.py). The node is
+    started again afterwards, so the kind tests after this one have their three workers."""
+    name = "rgn"
+    path, _ = write_job(
+        tmp_path, TINY, kind_cluster.trainer_image,
+        args=["--preset", "tiny", "--data", "pkg://email/*.py", "--steps", "100000", "--log-every", "1"],
+        checkpoint={"location": "runs/rgn/checkpoints", "interval": 100000},
+        faultTolerance={"replicaGroups": 2, "minReplicas": 1}, runPolicy={"nodeLostGraceSeconds": 0},
+    )  # fmt: skip
+    path.write_text(path.read_text().replace("name: tiny", f"name: {name}", 1))
+    railtrain("submit", str(path), "-n", kind_ns, kubeconfig=kind_cluster.kubeconfig)
+    wait_for(lambda: kind_cluster.phase(name, kind_ns) == "Running", 300, f"{name} Running")
+    for pod in (f"{name}-0", f"{name}-1"):
+        wait_for(lambda: (s := stamped_steps(kind_cluster, pod, kind_ns)) and s[-1][1] >= 20, 300, f"{pod} at step 20", interval=2)
+    nodes = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName") for p in kind_cluster.pods(kind_ns)}
+    lighthouse_node = nodes.get(rg.lighthouse_name(name))
+    lost_group = 1 if nodes[f"{name}-1"] != lighthouse_node else 0
+    survivor, victim = f"{name}-{1 - lost_group}", f"{name}-{lost_group}"
+    lost, kept = nodes[victim], nodes[survivor]
+    survivor_uid = uid_of(kind_cluster, kind_ns, survivor)
+    stopped_at = time.time()
+    subprocess.run(["docker", "stop", "--time", "5", lost], check=True, capture_output=True, timeout=120)
+    try:
+        moved = wait_for(lambda: (p := [q for q in kind_cluster.pods(kind_ns) if q["metadata"]["name"] == victim
+                                        and (q.get("status") or {}).get("phase") == "Running" and q["spec"].get("nodeName") not in (None, lost)]) and p[0],
+                         300, f"group {lost_group}'s pod Running on another worker", interval=2)  # fmt: skip
+        assert moved["spec"]["nodeName"] != kept, moved["spec"]["nodeName"]
+        healed = re.compile(rf"replica group {lost_group}: healed from a peer at step (\d+)")
+        wait_for(lambda: healed.search(kind_cluster.kubectl("logs", victim, "-n", kind_ns, check=False).stdout), 240, f"group {lost_group} healed", interval=2)
+        back = wait_for(lambda: stamped_steps(kind_cluster, victim, kind_ns), 120, f"group {lost_group} stepping again", interval=1)
+        ours = wait_for(lambda: (s := stamped_steps(kind_cluster, survivor, kind_ns)) and s[-1][0] > back[0][0] + 5 and s, 120,
+                        f"{survivor} stepping past the rejoin", interval=1)
+        assert uid_of(kind_cluster, kind_ns, survivor) == survivor_uid  # the other group never touched
+        numbers = [n for _, n in ours]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "the other group skipped or repeated a logged step"
+        status = kind_cluster.job(name, kind_ns)["status"]
+        assert status.get("restarts", 0) == 0 and status.get("infrastructureRestarts", 0) == 0, status
+        assert [g.get("replacements", 0) for g in status.get("replicaGroups") or []] == [int(g == lost_group) for g in (0, 1)], status.get("replicaGroups")
+        print("GROUPS " + json.dumps({"node_lost": {"survivor_stall_s": round(longest_gap(ours, stopped_at, back[0][0]), 2),
+                                                    "rejoin_s": round(back[0][0] - stopped_at, 2)}}))  # fmt: skip
+    finally:
+        subprocess.run(["docker", "start", lost], capture_output=True, timeout=120)
+        kind_cluster.kubectl("wait", "--for=condition=Ready", f"node/{lost}", "--timeout=240s", check=False, timeout=260)
+        kind_cluster.kubectl("delete", "trainingjob", name, "-n", kind_ns, "--wait=false", check=False)

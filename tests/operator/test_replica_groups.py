@@ -294,3 +294,26 @@ def test_a_failed_pod_already_decided_on_is_not_counted_again_while_its_deletion
     fail(new[0])
     third = plan(ft_job(status=again.status), pods[:2] + new)  # a replacement that fails is a new failure
     assert third.status["replicaGroups"][1]["replacements"] == 2
+
+
+def test_a_lighthouse_on_a_lost_node_is_force_deleted_and_created_again():
+    """Found on kind: the Lighthouse pod on a stopped node reads Running until Kubernetes evicts it (minutes), every
+    group stalled on the quorum meanwhile. Its node NotReady past ``nodeLostGraceSeconds`` (or deleted): the pod is
+    force-deleted, and created again on the next pass; the groups' own pods are not touched."""
+    obj = ft_job()
+    lh = seen(obj)
+    on_n9 = LighthouseSeen(pod=lh.pod | {"spec": {**lh.pod["spec"], "nodeName": "n9"}}, service=lh.service)
+    sick = node("n9", ready=False)
+    sick["metadata"]["uid"] = "uid-n9"
+    sick["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-04T11:50:00Z"  # NotReady 10 minutes before NOW
+    nodes = [node(n) for n in NODES]
+    p = planner.plan(obj, pods_of(obj), True, NOW, nodes=nodes + [sick], lighthouse=on_n9)
+    assert p.force_delete_pods == ["llm-lighthouse"] and p.uids["llm-lighthouse"] == "uid-lh" and "llm-lighthouse" not in p.delete_pods
+    assert p.status["phase"] == "Running" and not [d for d in p.delete_pods if d.startswith("llm-") and d != "llm-lighthouse"]
+    assert any("lighthouse lost" in line for line in p.log), p.log
+    deleted = planner.plan(obj, pods_of(obj), True, NOW, nodes=nodes, lighthouse=on_n9)  # the node deleted: lost at once
+    assert deleted.force_delete_pods == ["llm-lighthouse"]
+    well = planner.plan(obj, pods_of(obj), True, NOW, nodes=nodes + [node("n9")], lighthouse=on_n9)
+    assert well.force_delete_pods == [] and well.delete_pods == []
+    gone = planner.plan(obj, pods_of(obj), True, NOW, nodes=nodes, lighthouse=LighthouseSeen(service=lh.service))
+    assert [o["kind"] for o in gone.create_objects] == ["Pod"]

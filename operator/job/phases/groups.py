@@ -74,6 +74,17 @@ def _lighthouse(step: Step) -> None:
     for name, uid in delete.items():
         step.out.uids[name] = uid
         step.out.delete_pods = sorted(set(step.out.delete_pods) | {name})
+    pod = step.lighthouse.pod if step.lighthouse is not None else None
+    mine = pod is not None and any(r.get("controller") and r.get("uid") == step.meta.get("uid") for r in pod["metadata"].get("ownerReferences") or [])
+    if mine and (why := node_loss.pod_node_lost(step, pod)):
+        # its node is gone or NotReady past the job's grace: the pod would read Running (or Terminating) until
+        # Kubernetes evicts it, minutes later, with every group stalled on the quorum meanwhile; force-deleted, it is
+        # created again on the next pass, wherever kube-scheduler puts it (found on kind, stop 45)
+        name = pod["metadata"]["name"]
+        step.out.uids[name] = pod["metadata"].get("uid", "")
+        step.out.force_delete_pods = sorted(set(step.out.force_delete_pods) | {name})
+        step.out.delete_pods = [n for n in step.out.delete_pods if n != name]
+        log_line(step, f"lighthouse lost: pod {name}'s node {why}; force-deleted, created again on the next pass")
     if any(o["kind"] == "Pod" for o in create) and step.lighthouse is not None and step.lighthouse.pod is None and step.old_phase == cond.RUNNING:
         log_line(step, f"lighthouse recreated: pod {rg.lighthouse_name(step.meta['name'])} was gone; quorum requests wait until it serves again")
 
