@@ -344,7 +344,14 @@ def test_fsdp_inside_the_groups_a_killed_group_heals_shard_by_shard_from_its_pee
     each group holds the same shard, so the cross-group gradient average and a heal carry shards. Group 1 is killed at
     step 4; its replacement heals from group 0 (its first step is past group 0's step at its relaunch), both step
     together again, and group 0 was never replaced. On the old code a group's FSDP was refused before training."""
-    job, faults = trainer_job(tmp_path, steps=100000, fsdp=2, minReplicas=1)
+    group_1_killed_heals_and_steps_with_group_0(tmp_path, fsdp=2)
+
+
+def group_1_killed_heals_and_steps_with_group_0(tmp_path: Path, **layout: object) -> None:
+    """Run a 2-group job (:func:`trainer_job` with ``layout``: ``fsdp=2`` or ``inner={...}``, ``minReplicas`` 1), kill
+    group 1 at step 4, and assert: the run was stopped by the test (130), group 1 replaced once and healed, group 0
+    never replaced, the replacement stepping with group 0 for 3 steps, its first step past group 0's step at its relaunch."""
+    job, faults = trainer_job(tmp_path, steps=100000, minReplicas=1, **layout)
     run = runner(tmp_path, job, faults, KillGroupFault(group=1, step=4))
     code, record = run_until_together(run)
     g0, g1 = record["groups"]
