@@ -308,7 +308,9 @@ def test_a_bit_flip_in_one_of_three_groups_is_found_across_the_groups_and_only_t
     replaced and skip no step. On the old code nothing compared the groups: the corrupted copy trained on unnoticed."""
     # minReplicas 3: no group steps before all three are up, so group 1 cannot heal past the fault's step; the other
     # two wait for its replacement (quorumTimeoutSeconds is long enough for its start)
-    job, faults = trainer_job(tmp_path, steps=100000, health=True, env={"RAILTRAIN_HEALTH_FINGERPRINT_INTERVAL": "5"},
+    # the hang floor at its default (10 s), not this module's 1 s: this test is about the fingerprints, and under a CI
+    # run's load a cross-group all-reduce waiting ~1 s for a slower group was taken for a hang in groups 0 and 2
+    job, faults = trainer_job(tmp_path, steps=100000, health=True, env={"RAILTRAIN_HEALTH_FINGERPRINT_INTERVAL": "5", "RAILTRAIN_HEALTH_HANG_FLOOR_S": "10"},
                               replicaGroups=3, minReplicas=3, quorumTimeoutSeconds=200)  # fmt: skip
     faults = {**faults, "RAILTRAIN_FAULT_BITFLIP": "rank=0,step=3,bit=20,group=1"}
     run = runner(tmp_path, job, faults, None)
