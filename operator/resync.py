@@ -183,7 +183,9 @@ def resync_pass(ctx: OperatorContext) -> None:
     An error reconciling one job is that job's alone (one line; the next pass
     retries it), an admission webhook's failure too (:class:`~railtrain.operator.kube.errors.WebhookFailed`);
     the API server's own trouble (429, other 5xx, no answer), an error reading the job list or running the
-    admission pass is raised to the loop. Every pass reads the Lease (one GET), so that an API
+    admission pass is raised to the loop. On its first leading pass and every
+    :data:`railtrain.operator.kueue.ORPHAN_SWEEP_SECONDS` after, the leader also releases the Workloads whose
+    TrainingJob is gone (:func:`railtrain.operator.kueue.sweep`, which never raises). Every pass reads the Lease (one GET), so that an API
     server that is gone is noticed even when every other read comes from the
     watch-fed caches; a standby does nothing else.
     """
