@@ -18,10 +18,14 @@ on copy's hook numbers its steps on, across its blocks, so the fingerprint (ever
 known-answer test (at start and every 500 steps) run on their schedule; between its blocks the hook is
 parked in phase ``checkpoint`` (``StepHook.phase``) so its hang watchdog, which keeps polling through both
 arms, allows the off block its length. The watchdog thread's own CPU time is reported as a share of the
-process's, since the ratio cannot see it.
+process's, since the ratio cannot see it. Before the timed steps the garbage of building both copies is collected and
+frozen (``--gc freeze``, default): left alone, one full collection of it (about 170 ms on ``tiny``) lands in whichever
+arm's step tips it; full collections during the timed steps are counted per arm. ``--repeats`` runs every
+configuration again in rounds; the last table is the median over runs.
 
     python bench/hook_overhead.py                                   # tiny and small, 1 process and 2 gloo processes
     python bench/hook_overhead.py --presets tiny --procs 1 --pairs 40
+    python bench/hook_overhead.py --repeats 3                       # every configuration 3 times; the verdict is the median run
     python bench/hook_overhead.py --presets tiny --procs 1 --pairs 2 --block-steps 2 --warmup 1 --seq-len 16 --batch-size 2   # smoke size
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -173,14 +178,30 @@ def worker(args: argparse.Namespace) -> None:
         for arm in arms.values():
             arm.run(args.warmup)
         samples: dict[str, list[list[float]]] = {"off": [], "on": [], "off_cpu": [], "on_cpu": [], "on_hook": []}
+        if args.gc == "freeze":
+            gc.collect()  # the garbage of building both copies, collected now rather than in whichever arm tips it
+            gc.freeze()
+        running = {"arm": "", "t0": 0.0}
+        full_gc: dict[str, list[float]] = {"on": [], "off": []}
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                running["t0"] = time.perf_counter()
+            elif info["generation"] == 2 and running["arm"]:
+                full_gc[running["arm"]].append(time.perf_counter() - running["t0"])
+
+        gc.callbacks.append(on_gc)
         cpu0, wd0 = time.process_time(), arms["on"].what_ran()["watchdog_cpu_s"]
         for pair in range(args.pairs):
             for name in ("off", "on") if pair % 2 == 0 else ("on", "off"):
+                running["arm"] = name
                 times, cpu, in_hook = arms[name].run(args.block_steps)
+                running["arm"] = ""
                 samples[name].append(times)
                 samples[f"{name}_cpu"].append(cpu)
                 if name == "on":
                     samples["on_hook"].append(in_hook)
+        gc.callbacks.remove(on_gc)
         ran = arms["on"].what_ran()
         ran["watchdog_cpu_share"] = ratio(ran["watchdog_cpu_s"] - wd0, time.process_time() - cpu0)
         arms["on"].hook.close()
@@ -191,6 +212,7 @@ def worker(args: argparse.Namespace) -> None:
                 "params": sum(p.numel() for p in arms["on"].model.parameters()),
                 "off_s": samples["off"], "on_s": samples["on"], "off_cpu_s": samples["off_cpu"], "on_cpu_s": samples["on_cpu"],
                 "on_hook_calls_s": samples["on_hook"], "start_s": start_s, "hook": ran,
+                "full_gc_s": full_gc,
             }  # fmt: skip
             Path(args.out).write_text(json.dumps(record))
     finally:
@@ -201,7 +223,7 @@ def worker(args: argparse.Namespace) -> None:
 # --- driver ------------------------------------------------------------------------------------
 
 
-PASSED = ("preset", "batch_size", "seq_len", "threads", "block_steps", "pairs", "warmup", "after_forward")
+PASSED = ("preset", "batch_size", "seq_len", "threads", "block_steps", "pairs", "warmup", "after_forward", "gc")
 """Flags the driver hands on to every worker."""
 
 
@@ -284,20 +306,49 @@ def table(args: argparse.Namespace, records: list[dict[str, Any]]) -> Table:
     t = Table(
         f"StepHook overhead: batch {args.batch_size} x {args.seq_len} tokens, CPU, {args.threads} thread(s)/process; "
         f"{args.pairs} interleaved pairs x {args.block_steps} steps per arm after {args.warmup} warm-up steps; after_forward {args.after_forward}",
-        ["preset", "procs", "off ms", "on ms", "on/off wall [IQR] (95% CI)", "on/off CPU [IQR] (95% CI)", "amortized", "in hook calls", "checks run (numeric/timing/fingerprint/KAT)", "watchdog CPU"],
+        ["preset", "procs", "run", "off ms", "on ms", "on/off wall [IQR] (95% CI)", "on/off CPU [IQR] (95% CI)", "amortized", "in hook calls", "checks run (numeric/timing/fingerprint/KAT)", "watchdog CPU", "full GCs on/off"],
         note="off/on ms: median step wall time; on/off: median over pairs of the ratio of the pair's two blocks (run back to back) of median step "
         "wall time, of median step process CPU time, with the ratios' interquartile range and the median's 95% interval; amortized: all on-steps' "
         "wall time over all off-steps'; in hook calls: begin_step+check+end_step wall time over step time (median; forward hooks excluded); "
-        "watchdog CPU: its thread's share of the process CPU time (paid by both arms)",
+        "watchdog CPU: its thread's share of the process CPU time (paid by both arms); full GCs: Python's generation-2 "
+        "collections during each arm's timed steps (count, seconds)",
     )  # fmt: skip
     for rec in records:
         s, ran = rec["summary"], rec["hook"]
         checks = "/".join(str(ran["checks"][c]) for c in CHECKS)
         watchdog = fmt_pct(ran["watchdog_cpu_share"]) if ran["watchdog_alive"] else "not running"
         t.add(
-            rec["preset"], rec["procs"], f"{1000 * s['off_median_s']:.2f}", f"{1000 * s['on_median_s']:.2f}", fmt_ratio(s["wall"]),
+            rec["preset"], rec["procs"], rec["run"], f"{1000 * s['off_median_s']:.2f}", f"{1000 * s['on_median_s']:.2f}", fmt_ratio(s["wall"]),
             fmt_ratio(s["cpu"]), f"{s['amortized']:.3f}", fmt_pct(s["hook_calls_share"]), checks, watchdog,
+            " / ".join(f"{len(rec['full_gc_s'][a])} ({sum(rec['full_gc_s'][a]):.2f} s)" for a in ("on", "off")),
         )  # fmt: skip
+    return t
+
+
+def over_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (preset, procs), the median over its runs of each run's median ratios and amortized ratio."""
+    out = []
+    for key in dict.fromkeys((r["preset"], r["procs"]) for r in records):
+        runs = [r["summary"] for r in records if (r["preset"], r["procs"]) == key]
+        out.append({
+            "preset": key[0], "procs": key[1], "runs": len(runs),
+            **{f"{name}_median": median([r[name]["median"] for r in runs]) for name in ("wall", "cpu")},
+            **{f"{name}_runs": [r[name]["median"] for r in runs] for name in ("wall", "cpu")},
+            "amortized_median": median([r["amortized"] for r in runs]),
+        })  # fmt: skip
+    return out
+
+
+def runs_table(rows: list[dict[str, Any]]) -> Table:
+    """The verdict table: one row per configuration, medians over its runs."""
+    t = Table(
+        "Over runs (each configuration's runs spread over the invocation)",
+        ["preset", "procs", "runs", "on/off wall (each run)", "on/off CPU (each run)", "amortized", "overhead (wall)"],
+        note="the median over runs of each run's median pair ratio (each run's value in brackets); overhead: the wall median minus 1",
+    )  # fmt: skip
+    for r in rows:
+        each = lambda name: f"{r[name + '_median']:.3f} [{', '.join(f'{v:.3f}' for v in r[name + '_runs'])}]"  # noqa: E731
+        t.add(r["preset"], r["procs"], r["runs"], each("wall"), each("cpu"), f"{r['amortized_median']:.3f}", fmt_pct(r["wall_median"] - 1))
     return t
 
 
@@ -315,6 +366,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after-forward", choices=("on", "off"), default="on",
                         help="The on copy calls StepHook.after_forward between forward and backward, as docs/library.md's loop does "
                         "(on, default), or leaves the loss all-reduce to check (off: the loop before that call existed).")
+    parser.add_argument("--repeats", type=int, default=1, help="Runs of every configuration, in rounds over all of them (default 1).")
+    parser.add_argument("--gc", choices=("freeze", "as-is"), default="freeze",
+                        help="Before the timed steps, collect and freeze (gc.freeze) what building both copies left (freeze, "
+                        "default), so that one full collection of startup garbage does not land in one arm's step; as-is: leave it.")
     parser.add_argument("--timeout", type=float, default=3600, help="Seconds one configuration may take (default 3600).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/hook_overhead-<time>.json).")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -335,8 +390,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--procs must be comma-separated integers >= 1, got {args.procs!r}")
     if not args.proc_list or min(args.proc_list) < 1 or any(args.batch_size % p for p in args.proc_list):
         parser.error(f"--procs must be integers >= 1 that divide --batch-size {args.batch_size}, got {args.procs!r}")
-    if min(args.block_steps, args.pairs, args.batch_size, args.seq_len, args.threads) < 1 or args.warmup < 0:
-        parser.error("--block-steps, --pairs, --batch-size, --seq-len and --threads must be >= 1, --warmup >= 0")
+    if min(args.block_steps, args.pairs, args.batch_size, args.seq_len, args.threads, args.repeats) < 1 or args.warmup < 0:
+        parser.error("--block-steps, --pairs, --batch-size, --seq-len, --threads and --repeats must be >= 1, --warmup >= 0")
     return args
 
 
@@ -350,16 +405,20 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for preset in args.preset_list:
-            for procs in args.proc_list:
-                rec = run_config(args, preset, procs, Path(tmp) / f"{preset}-{procs}.json")
-                rec["summary"] = summarize(rec)
-                records.append(rec)
+        for run in range(1, args.repeats + 1):
+            for preset in args.preset_list:
+                for procs in args.proc_list:
+                    rec = run_config(args, preset, procs, Path(tmp) / f"{preset}-{procs}-{run}.json")
+                    rec["run"] = run
+                    rec["summary"] = summarize(rec)
+                    records.append(rec)
     table(args, records).print()
+    verdict = over_runs(records)
+    runs_table(verdict).print()
     after = machine()
     print(f"load average before {before['loadavg']} after {after['loadavg']}")
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("worker", "preset", "out")}
-    record = {"machine_before": before, "machine_after": after, "params": params, "elapsed_s": round(time.perf_counter() - started, 2), "configs": records}
+    record = {"machine_before": before, "machine_after": after, "params": params, "elapsed_s": round(time.perf_counter() - started, 2), "configs": records, "over_runs": verdict}
     path = write_json("hook_overhead", record, args.json)
     print(f"wrote {path}")
 

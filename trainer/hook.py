@@ -164,7 +164,8 @@ class StepHook:
 
     def _job_mean(self, summed: torch.Tensor, timing: bool) -> tuple[float, list[float] | None]:
         """The all-reduced ``[loss, *compute seconds]`` as (mean loss over the job, every rank's seconds or None)."""
-        return float(summed[0]) / self.contract.world_size, summed[1:].tolist() if timing else None
+        values = summed.tolist()  # one conversion (a host copy on GPU) for the loss and the times
+        return values[0] / self.contract.world_size, values[1:] if timing else None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:

@@ -1,4 +1,4 @@
-"""bench/hook_overhead.py at its smallest size: one process, the tiny preset, two pairs of two-step blocks.
+"""bench/hook_overhead.py at its smallest size: one process, the tiny preset, two pairs of two-step blocks, run twice.
 
 Asserts the table and the JSON record's shape, that both arms ran the same steps, and that the hook did its
 work every step (numeric check, known-answer test at start, the watchdog thread); never the speed.
@@ -20,12 +20,18 @@ def run_bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
 
 def test_hook_overhead_smallest_size(tmp_path: Path) -> None:
     out = tmp_path / "hook.json"
-    proc = run_bench("--presets", "tiny", "--procs", "1", "--pairs", "2", "--block-steps", "2", "--warmup", "1", "--seq-len", "16", "--batch-size", "2", "--json", str(out))
+    proc = run_bench("--presets", "tiny", "--procs", "1", "--pairs", "2", "--block-steps", "2", "--warmup", "1", "--seq-len", "16", "--batch-size", "2", "--repeats", "2", "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "| preset | procs | off ms" in proc.stdout and "load average before" in proc.stdout
+    assert "| preset | procs | run | off ms" in proc.stdout and "load average before" in proc.stdout
     record = json.loads(out.read_text())
     assert record["benchmark"] == "hook_overhead" and record["machine_before"]["loadavg"] and record["machine_after"]["loadavg"]
-    (rec,) = record["configs"]
+    assert "Over runs" in proc.stdout and "full GCs on/off" in proc.stdout
+    first, rec = record["configs"]
+    assert (first["run"], rec["run"]) == (1, 2)
+    (verdict,) = record["over_runs"]
+    assert (verdict["preset"], verdict["procs"], verdict["runs"]) == ("tiny", 1, 2)
+    assert verdict["wall_runs"] == [first["summary"]["wall"]["median"], rec["summary"]["wall"]["median"]]
+    assert sorted(rec["full_gc_s"]) == ["off", "on"]  # full collections per arm (startup garbage frozen first)
     assert (rec["preset"], rec["procs"], rec["pairs"], rec["block_steps"], rec["steps_per_arm"]) == ("tiny", 1, 2, 2, 4)
     for key in ("off_s", "on_s", "off_cpu_s", "on_cpu_s", "on_hook_calls_s"):
         assert [len(block) for block in rec[key]] == [2, 2], key  # both arms: the same blocks of the same steps
@@ -44,3 +50,5 @@ def test_hook_overhead_smallest_size(tmp_path: Path) -> None:
 def test_hook_overhead_refuses_procs_that_do_not_divide_the_batch() -> None:
     proc = run_bench("--procs", "3", "--batch-size", "4", timeout=60)
     assert proc.returncode == 2 and "--procs must be integers >= 1 that divide --batch-size 4, got '3'" in proc.stderr
+    proc = run_bench("--repeats", "0", timeout=60)
+    assert proc.returncode == 2 and "--repeats must be >= 1" in proc.stderr

@@ -31,7 +31,7 @@ from railtrain.trainer.health.faults import FaultInjector
 from railtrain.trainer.health.fingerprint import known_answer, model_fingerprint
 from railtrain.trainer.health.metrics import HealthMetrics
 from railtrain.trainer.health.reload import SettingsReload
-from railtrain.trainer.health.timing import ComputeTiming
+from railtrain.trainer.health.timing import ComputeTiming, timed_modules
 from railtrain.trainer.health.verdict import HealthVerdict, json_number, process_group_timeout_s
 from railtrain.trainer.health.watchdog import Progress, Watchdog, open_store
 from railtrain.trainer.model import Attention, FeedForward
@@ -88,6 +88,7 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         self._flagged: list[int] = []
         self._flagged_for = 0  # consecutive timing checks with the same flagged ranks
         self._timed = 0
+        self._score_gauges: list[Any] = []  # railtrain_health_straggler_score's child per rank (looked up once)
         self.last_times: list[float] = []
         self._times: list[float] | None = None
         self.spent_s = 0.0
@@ -105,8 +106,7 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         if not enabled and not faults.any():
             return  # nothing to time or inject: no hooks at all (the "off" baseline of bench/health.py)
         model.register_forward_hook(self._post_forward)
-        # the built-in model's blocks are timed one by one; a model without them (a user's own) as a whole
-        for module in [m for m in model.modules() if isinstance(m, (Attention, FeedForward))] or [model]:
+        for module in timed_modules(model, (Attention, FeedForward)):
             module.register_forward_pre_hook(self._pre_compute)
             module.register_forward_hook(self._post_compute)
 
@@ -311,8 +311,10 @@ class HealthMonitor(ComputeTiming, SettingsReload):
         if self._timed <= WARMUP_SAMPLES:
             return  # the first steps time allocator and cache warm-up, not the device
         scores = self.straggler.add(times)
-        for r, score in enumerate(scores):
-            self.metrics.straggler_score.labels(str(r)).set(score)
+        if len(self._score_gauges) != len(scores):
+            self._score_gauges = [self.metrics.straggler_score.labels(str(r)) for r in range(len(scores))]
+        for gauge, score in zip(self._score_gauges, scores):
+            gauge.set(score)
         flagged = self.straggler.flagged()
         self.metrics.stragglers.set(len(flagged))
         if flagged and flagged != self._flagged:
