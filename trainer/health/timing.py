@@ -18,26 +18,24 @@ from torch import nn
 def timed_modules(model: nn.Module, blocks: tuple[type[nn.Module], ...]) -> list[nn.Module]:
     """The modules whose forward is timed as this rank's compute for the straggler check.
 
-    A model with sharded parameters (any ``DTensor``: FSDP2, tensor parallel) is timed block by block (every module
-    of a ``blocks`` type), so that an FSDP unit's all-gather, which runs in the unit's pre-forward, stays outside the
-    window. Any other model (plain or DDP, its blocks or a user's own modules) holds no collective inside its
-    forward, so it is timed as a whole: the module under a DDP wrapper (``.module``; DDP's own forward, which may
-    broadcast buffers, stays outside). One pair of hooks a step instead of a pair per block: on the ``tiny``
-    preset (8 blocks) that took about 0.1 ms of a 95 ms step on 2 gloo ranks (docs/bench-hook.md).
+    Every module of a ``blocks`` type (the built-in model's attention and MLP), one by one: inside an FSDP unit, so
+    the unit's all-gather (its pre-forward) stays outside the window. A model without such blocks (a user's own) is
+    timed as a whole, and under DDP that is the wrapped module (``.module``): DDP's own forward may broadcast buffers
+    from rank 0, a wait on a peer that would make every rank look as slow as a slow rank 0 and hide it. (A user's
+    FSDP-sharded model is timed with its all-gathers inside; docs/health.md.) A hook pair per block costs about
+    10 microseconds a step on the ``tiny`` preset (docs/bench-hook.md).
 
     Args:
         model: the model the loop calls (DDP-wrapped, FSDP2-sharded or plain).
-        blocks: the module types timed one by one when the parameters are sharded.
+        blocks: the module types timed one by one.
 
     Returns:
-        The modules to hook (at least one: ``model`` itself when a sharded model has no such block).
+        The modules to hook, at least one.
     """
-    from torch.distributed.tensor import DTensor
-
-    if any(isinstance(p, DTensor) for p in model.parameters()):
-        return [m for m in model.modules() if isinstance(m, blocks)] or [model]
-    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    return [inner]
+    found = [m for m in model.modules() if isinstance(m, blocks)]
+    if found:
+        return found
+    return [model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model]
 
 
 class ComputeTiming:
