@@ -133,13 +133,11 @@ def sync(kube: Any, job: dict[str, Any], seen: Observed, levels: Sequence[str], 
         sentence = (f"node(s) {', '.join(avoided)} of Kueue's admission are avoided by this job (named by its verdicts); "
                     "its Workload is replaced so that Kueue admits it to other nodes")
         log.info("%s/%s: %s", meta["namespace"], meta["name"], sentence)
-        verbs.remove_finalizer(stored)
-        verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
+        release_workload(verbs, meta["namespace"], name, meta.get("uid"))  # not done: the next reconcile finishes the deletion
         return KueueView(name=name, reason=kueuestatus.REPLACED, message=sentence)
     if not workload.equivalent(stored, want) and not current.reserved:
         log.info("%s/%s: the job changed while waiting for Kueue; replacing Workload %s", meta["namespace"], meta["name"], name)
-        verbs.remove_finalizer(stored)
-        verbs.delete_workload(meta["namespace"], name, stored["metadata"].get("uid", ""))
+        release_workload(verbs, meta["namespace"], name, meta.get("uid"))
         return KueueView(name=name, reason=kueuestatus.REPLACED, message="the job changed while it waited; its Workload is being replaced")
     if current.state == kueuestatus.EVICTED and current.reserved and not _live(job, pods):
         patch = kueuestatus.requeued_status(stored, now)  # stopped: Kueue may queue it again

@@ -128,13 +128,18 @@ def render_lighthouse_service(job: TrainingJob, namespace: str, uid: str) -> dic
     }
 
 
+def owned(pod: dict[str, Any] | None, uid: str) -> bool:
+    """Whether ``pod`` is the job's own: its controller ownerReference names ``uid`` (a pod someone else owns, e.g. one
+    left by an earlier job of the same name, is never touched)."""
+    return pod is not None and any(r.get("controller") and r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or [])
+
+
 def usable(pod: dict[str, Any] | None, uid: str) -> bool:
     """Whether ``pod`` is a Lighthouse pod the job can go on with: its own (controller ownerReference ``uid``), not being
     deleted, and not ended (phase Failed or Succeeded: evicted, or its node lost)."""
     if pod is None or pod["metadata"].get("deletionTimestamp"):
         return False
-    owner = next((r.get("uid") for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
-    return owner == uid and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+    return owned(pod, uid) and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
 
 
 def lighthouse_actions(job: TrainingJob | None, meta: dict[str, Any], seen: LighthouseSeen | None, wanted: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -155,9 +160,8 @@ def lighthouse_actions(job: TrainingJob | None, meta: dict[str, Any], seen: Ligh
         return [], {}
     uid = meta.get("uid", "")
     pod = seen.pod
-    mine = pod is not None and any(r.get("controller") and r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or [])
     delete: dict[str, str] = {}
-    if mine and not pod["metadata"].get("deletionTimestamp") and (not wanted or not usable(pod, uid)):
+    if owned(pod, uid) and not pod["metadata"].get("deletionTimestamp") and (not wanted or not usable(pod, uid)):
         delete[pod["metadata"]["name"]] = pod["metadata"].get("uid", "")
     create: list[dict[str, Any]] = []
     if wanted and job is not None and job.spec.fault_tolerance is not None:

@@ -35,7 +35,7 @@ from railtrain.crds.times import format_micro_time, format_time, parse_time_or_n
 from railtrain.operator.job import binding, render, workload
 from railtrain.operator.job import conditions as cond
 from railtrain.operator.job import inplace as job_inplace
-from railtrain.operator.job.lighthouse import lighthouse_actions
+from railtrain.operator.job.lighthouse import lighthouse_actions, owned
 from railtrain.operator.job.pods import phase, rank_of
 from railtrain.operator.job.records import admission_record
 from railtrain.operator.job.phases import node_loss, success
@@ -75,8 +75,7 @@ def _lighthouse(step: Step) -> None:
         step.out.uids[name] = uid
         step.out.delete_pods = sorted(set(step.out.delete_pods) | {name})
     pod = step.lighthouse.pod if step.lighthouse is not None else None
-    mine = pod is not None and any(r.get("controller") and r.get("uid") == step.meta.get("uid") for r in pod["metadata"].get("ownerReferences") or [])
-    if mine and (why := node_loss.pod_node_lost(step, pod)):
+    if owned(pod, step.meta.get("uid", "")) and (why := node_loss.pod_node_lost(step, pod)):
         # its node is gone or NotReady past the job's grace: the pod would read Running (or Terminating) until
         # Kubernetes evicts it, minutes later, with every group stalled on the quorum meanwhile; force-deleted, it is
         # created again on the next pass, wherever kube-scheduler puts it (found on kind, stop 45)
