@@ -25,7 +25,8 @@ configuration again in rounds; the last table is the median over runs.
 
     python bench/hook_overhead.py                                   # tiny and small, 1 process and 2 gloo processes
     python bench/hook_overhead.py --presets tiny --procs 1 --pairs 40
-    python bench/hook_overhead.py --repeats 3                       # every configuration 3 times; the verdict is the median run
+    python bench/hook_overhead.py --repeats 3                       # every configuration 3 times; the verdict pools their pairs
+    python bench/hook_overhead.py --report bench/results/hook_overhead-20261205.json   # the tables of a record again
     python bench/hook_overhead.py --presets tiny --procs 1 --pairs 2 --block-steps 2 --warmup 1 --seq-len 16 --batch-size 2   # smoke size
 """
 
@@ -335,20 +336,37 @@ def over_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             **{f"{name}_median": median([r[name]["median"] for r in runs]) for name in ("wall", "cpu")},
             **{f"{name}_runs": [r[name]["median"] for r in runs] for name in ("wall", "cpu")},
             "amortized_median": median([r["amortized"] for r in runs]),
+            **pooled([r for r in records if (r["preset"], r["procs"]) == key]),
         })  # fmt: skip
     return out
+
+
+def pooled(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every pair of every run of one configuration taken together: the median pair ratio (wall, CPU) with its 95%
+    interval (:func:`median_ci`), and all runs' on-steps' wall time over all their off-steps' (amortized)."""
+    out: dict[str, Any] = {}
+    for name, on, off in (("wall", "on_s", "off_s"), ("cpu", "on_cpu_s", "off_cpu_s")):
+        ratios = [x for r in records for x in pair_ratios(r[on], r[off])]
+        out[f"{name}_pooled"] = {"pairs": len(ratios), "median": median(ratios), "ci95": median_ci(ratios)}
+    total = lambda key: sum(x for r in records for block in r[key] for x in block)  # noqa: E731
+    return out | {"amortized_pooled": ratio(total("on_s"), total("off_s"))}
 
 
 def runs_table(rows: list[dict[str, Any]]) -> Table:
     """The verdict table: one row per configuration, medians over its runs."""
     t = Table(
         "Over runs (each configuration's runs spread over the invocation)",
-        ["preset", "procs", "runs", "on/off wall (each run)", "on/off CPU (each run)", "amortized", "overhead (wall)"],
-        note="the median over runs of each run's median pair ratio (each run's value in brackets); overhead: the wall median minus 1",
+        ["preset", "procs", "runs", "on/off wall (each run)", "on/off CPU (each run)", "amortized", "pairs", "pooled wall (95% CI)",
+         "pooled CPU (95% CI)", "pooled amortized", "overhead (pooled wall)"],
+        note="the median over runs of each run's median pair ratio (each run's value in brackets) and of its amortized ratio; pooled: "
+        "every pair of every run together, the median pair ratio and its 95% interval, and all on-steps' time over all off-steps'; "
+        "overhead: the pooled wall median minus 1",
     )  # fmt: skip
     for r in rows:
         each = lambda name: f"{r[name + '_median']:.3f} [{', '.join(f'{v:.3f}' for v in r[name + '_runs'])}]"  # noqa: E731
-        t.add(r["preset"], r["procs"], r["runs"], each("wall"), each("cpu"), f"{r['amortized_median']:.3f}", fmt_pct(r["wall_median"] - 1))
+        pool = lambda name: f"{r[name + '_pooled']['median']:.4f} ({r[name + '_pooled']['ci95'][0]:.4f}-{r[name + '_pooled']['ci95'][1]:.4f})"  # noqa: E731
+        t.add(r["preset"], r["procs"], r["runs"], each("wall"), each("cpu"), f"{r['amortized_median']:.3f}", r["wall_pooled"]["pairs"],
+              pool("wall"), pool("cpu"), f"{r['amortized_pooled']:.4f}", fmt_pct(r["wall_pooled"]["median"] - 1))  # fmt: skip
     return t
 
 
@@ -370,6 +388,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gc", choices=("freeze", "as-is"), default="freeze",
                         help="Before the timed steps, collect and freeze (gc.freeze) what building both copies left (freeze, "
                         "default), so that one full collection of startup garbage does not land in one arm's step; as-is: leave it.")
+    parser.add_argument("--report", type=Path, default=None, help="Print the tables of a JSON record this script wrote earlier; run nothing.")
     parser.add_argument("--timeout", type=float, default=3600, help="Seconds one configuration may take (default 3600).")
     parser.add_argument("--json", type=Path, default=None, help="Where to write the JSON record (default bench/results/hook_overhead-<time>.json).")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -395,11 +414,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def report(path: Path) -> None:
+    """Print the tables of the JSON record at ``path`` (written by an earlier run) with this script's summaries.
+
+    Raises:
+        SystemExit: the file is missing or not a record of this benchmark (one sentence, exit code 1).
+    """
+    try:
+        record = json.loads(path.read_text())
+        records, params = record["configs"], argparse.Namespace(**record["params"])
+        for rec in records:
+            rec.setdefault("run", 1)
+            rec.setdefault("full_gc_s", {"on": [], "off": []})
+            rec["summary"] = summarize(rec)
+        table(params, records).print()
+        runs_table(over_runs(records)).print()
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"hook_overhead.py: --report {path}: not a record of this benchmark ({type(err).__name__}: {err})") from None
+    print(f"load average before {record['machine_before']['loadavg']} after {record['machine_after']['loadavg']}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """As the driver: every configuration, the table, the JSON record; as ``--worker``: one configuration."""
     args = parse_args(argv)
     if args.worker:
         worker(args)
+        return
+    if args.report is not None:
+        report(args.report)
         return
     before = machine()
     started = time.perf_counter()

@@ -45,10 +45,15 @@ def test_hook_overhead_smallest_size(tmp_path: Path) -> None:
     assert ran["checks"]["timing"] == 0 and ran["checks"]["fingerprint"] == 0  # one process: no peer to time or compare
     assert ran["watchdog_alive"] and ran["health_enabled"] and ran["internal_errors"] == 0
     assert ran["settings"]["fingerprint_interval"] == 50  # the defaults a user gets
+    assert verdict["wall_pooled"]["pairs"] == 4 and verdict["amortized_pooled"] > 0  # both runs' pairs together
+    again = run_bench("--report", str(out))  # the tables again from the record, nothing run
+    assert again.returncode == 0 and "Over runs" in again.stdout and "pooled wall (95% CI)" in again.stdout, again.stderr
 
 
 def test_hook_overhead_refuses_procs_that_do_not_divide_the_batch() -> None:
     proc = run_bench("--procs", "3", "--batch-size", "4", timeout=60)
     assert proc.returncode == 2 and "--procs must be integers >= 1 that divide --batch-size 4, got '3'" in proc.stderr
+    proc = run_bench("--report", "README.md", timeout=60)
+    assert proc.returncode == 1 and proc.stderr.startswith("hook_overhead.py: --report README.md: not a record of this benchmark")
     proc = run_bench("--repeats", "0", timeout=60)
     assert proc.returncode == 2 and "--repeats must be >= 1" in proc.stderr
