@@ -47,7 +47,10 @@ def test_every_command_shows_an_example_uncut_at_80_columns(words):
 
 
 def test_install_completion_writes_the_bash_script(tmp_path):
-    """`railtrain --install-completion bash` installs completion (a script sourced from ~/.bashrc) and command names complete."""
+    """`railtrain --install-completion` typed at a bash prompt installs completion (a script sourced from ~/.bashrc) and
+    command names complete. Typer finds the shell among the command's parent processes (shellingham), not from an
+    argument: run from a process with no bash above it (a CI run whose shell had exited) it answers "Shell None is not
+    supported", so the command runs under a bash of its own here (a second command, `exit $?`, keeps bash from exec-ing it)."""
     import os
     import subprocess
     import sys
@@ -56,8 +59,8 @@ def test_install_completion_writes_the_bash_script(tmp_path):
 
     railtrain = str(Path(sys.executable).parent / "railtrain")  # the installed script: completion is keyed by the program's name
     env = {**os.environ, "HOME": str(tmp_path)}
-    done = subprocess.run([railtrain, "--install-completion", "bash"], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
+    done = subprocess.run(["bash", "-c", f"'{railtrain}' --install-completion; exit $?"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "bash completion installed" in done.stdout, done.stdout + done.stderr
     script = tmp_path / ".bash_completions" / "railtrain.sh"
     assert "_RAILTRAIN_COMPLETE" in script.read_text() and str(script) in (tmp_path / ".bashrc").read_text()
     words = subprocess.run([railtrain], capture_output=True, text=True,
