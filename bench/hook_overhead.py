@@ -21,7 +21,7 @@ arms, allows the off block its length. The watchdog thread's own CPU time is rep
 process's, since the ratio cannot see it. Before the timed steps the garbage of building both copies is collected and
 frozen (``--gc freeze``, default): left alone, one full collection of it (about 170 ms on ``tiny``) lands in whichever
 arm's step tips it; full collections during the timed steps are counted per arm. ``--repeats`` runs every
-configuration again in rounds; the last table is the median over runs.
+configuration again in rounds; the last table gives per configuration the median of its runs and all its pairs pooled.
 
     python bench/hook_overhead.py                                   # tiny and small, 1 process and 2 gloo processes
     python bench/hook_overhead.py --presets tiny --procs 1 --pairs 40
@@ -330,13 +330,14 @@ def over_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration (preset, procs), the median over its runs of each run's median ratios and amortized ratio."""
     out = []
     for key in dict.fromkeys((r["preset"], r["procs"]) for r in records):
-        runs = [r["summary"] for r in records if (r["preset"], r["procs"]) == key]
+        config = [r for r in records if (r["preset"], r["procs"]) == key]
+        runs = [r["summary"] for r in config]
         out.append({
             "preset": key[0], "procs": key[1], "runs": len(runs),
             **{f"{name}_median": median([r[name]["median"] for r in runs]) for name in ("wall", "cpu")},
             **{f"{name}_runs": [r[name]["median"] for r in runs] for name in ("wall", "cpu")},
             "amortized_median": median([r["amortized"] for r in runs]),
-            **pooled([r for r in records if (r["preset"], r["procs"]) == key]),
+            **pooled(config),
         })  # fmt: skip
     return out
 
@@ -414,6 +415,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def print_tables(args: argparse.Namespace, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Print the per-run table and the over-runs table of ``records`` (each with its ``summary``); returns :func:`over_runs`."""
+    table(args, records).print()
+    verdict = over_runs(records)
+    runs_table(verdict).print()
+    return verdict
+
+
 def report(path: Path) -> None:
     """Print the tables of the JSON record at ``path`` (written by an earlier run) with this script's summaries.
 
@@ -427,8 +436,7 @@ def report(path: Path) -> None:
             rec.setdefault("run", 1)
             rec.setdefault("full_gc_s", {"on": [], "off": []})
             rec["summary"] = summarize(rec)
-        table(params, records).print()
-        runs_table(over_runs(records)).print()
+        print_tables(params, records)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SystemExit(f"hook_overhead.py: --report {path}: not a record of this benchmark ({type(err).__name__}: {err})") from None
     print(f"load average before {record['machine_before']['loadavg']} after {record['machine_after']['loadavg']}")
@@ -454,9 +462,7 @@ def main(argv: list[str] | None = None) -> None:
                     rec["run"] = run
                     rec["summary"] = summarize(rec)
                     records.append(rec)
-    table(args, records).print()
-    verdict = over_runs(records)
-    runs_table(verdict).print()
+    verdict = print_tables(args, records)
     after = machine()
     print(f"load average before {before['loadavg']} after {after['loadavg']}")
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("worker", "preset", "out")}
