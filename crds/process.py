@@ -16,7 +16,25 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import NoReturn
+from typing import NoReturn, TextIO
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """Write ``line`` and its newline to ``stream`` (standard error when None) in one write, then flush.
+
+    Every process of a pod (the supervisor, torchrun, each worker) writes to the same pipe, and the runner and the
+    kubelet read it line by line. Under ``PYTHONUNBUFFERED=1`` (how the local runner streams output live)
+    :func:`print` writes the text and its end as two ``write`` calls, so another process's line can land between
+    them: a CI run read ``... at 127.0.0.1:41769step=29`` and took ``41769step=29`` for a port. One ``write`` of
+    fewer than ``PIPE_BUF`` (4096) bytes to a pipe is atomic (POSIX ``write(2)``), so a line written here arrives whole.
+
+    Args:
+        line: the text, without its newline.
+        stream: where to write; standard error when None (looked up at the call, so a redirected stream is used).
+    """
+    out = sys.stderr if stream is None else stream
+    out.write(line + "\n")
+    out.flush()
 
 
 def exit_status(code: object) -> int:

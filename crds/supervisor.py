@@ -54,6 +54,7 @@ from typing import Any, Mapping, Sequence
 
 from railtrain.crds import contract, inplace, recovery
 from railtrain.crds.faults import FAULT_VARIABLES, spent_faults
+from railtrain.crds.process import say
 
 ENV_ATTEMPT = "RAILTRAIN_ATTEMPT"
 """The workers' attempt within their gang (0, then 1 after the first in-place restart ...); every rank agrees on it."""
@@ -286,7 +287,7 @@ def open_seat(environ: Mapping[str, str]) -> tuple[Any, str]:
     try:
         seat.server = serve(seat, 0 if host == "127.0.0.1" else port)  # every local node is 127.0.0.1: a free port each
     except OSError as err:
-        print(f"railtrain supervisor: no server of its own ({err}); it cannot host the coordinator", file=sys.stderr, flush=True)
+        say(f"railtrain supervisor: no server of its own ({err}); it cannot host the coordinator")
         return seat, ""
     if not host:
         return seat, ""
@@ -351,7 +352,7 @@ class Link:
                 if self.promote is None:
                     continue
                 self.promote(self.copy, self.copied)
-            print(f"railtrain supervisor: the gang's coordinator at {self.url} is silent; turning to {url}", file=sys.stderr, flush=True)
+            say(f"railtrain supervisor: the gang's coordinator at {self.url} is silent; turning to {url}")
             self.url, self.heard = url, now
             self.moves += 1
             return
@@ -430,7 +431,7 @@ class Supervisor:
                 state = {}
             if taken is None and str(self.rank) in (state.get("holders") or {}):
                 taken = time.monotonic()
-                print(f"railtrain supervisor (rank {self.rank}): stopped; hot spare {state['holders'][str(self.rank)]} took this rank", file=sys.stderr, flush=True)
+                say(f"railtrain supervisor (rank {self.rank}): stopped; hot spare {state['holders'][str(self.rank)]} took this rank")
             if state.get("final"):
                 break
             time.sleep(POLL_SECONDS)
@@ -450,8 +451,8 @@ class Supervisor:
         self.coordinator = c
         if seat is not None:
             seat.coordinator = c
-        print(f"railtrain supervisor (rank {self.rank}): the gang's coordinator (node rank {copy.get('host', 0)}'s) is silent; "
-              f"this supervisor hosts it from attempt {c.ledger.attempt} on" + (f" at {self.link.addr}" if self.link.addr else ""), file=sys.stderr, flush=True)  # fmt: skip
+        say(f"railtrain supervisor (rank {self.rank}): the gang's coordinator (node rank {copy.get('host', 0)}'s) is silent; "
+            f"this supervisor hosts it from attempt {c.ledger.attempt} on" + (f" at {self.link.addr}" if self.link.addr else ""))  # fmt: skip
 
     def _state(self, deadline: float) -> dict[str, Any]:
         """The coordinator's state; raises TimeoutError once it stayed unreachable until ``deadline`` (monotonic;
@@ -493,7 +494,7 @@ class Supervisor:
                 self.warm.drop()
             if self.proc is not None and self.proc.poll() is None:
                 stop(self.proc, PEER_STOP_GRACE_SECONDS)
-            print(f"railtrain supervisor (rank {self.rank}): {out}; leaving", file=sys.stderr, flush=True)
+            say(f"railtrain supervisor (rank {self.rank}): {out}; leaving")
             if self.coordinator is not None:  # it hosts the coordinator: the others read the takeover from here first
                 end = time.monotonic() + FOLLOW_SECONDS
                 while time.monotonic() < end and not self.coordinator.final:
@@ -514,7 +515,7 @@ class Supervisor:
             warm, self.warm = self.warm, None
             proc = warm.start(env) if warm is not None else None
             if proc is not None:
-                print(f"railtrain supervisor (rank {self.rank}): attempt {attempt} started in the warm launcher", file=sys.stderr, flush=True)
+                say(f"railtrain supervisor (rank {self.rank}): attempt {attempt} started in the warm launcher")
             self.proc = proc = proc or subprocess.Popen(self.command, env=env, start_new_session=True)
             code, stopped = self._watch(proc, attempt)
             if stopped:
@@ -527,7 +528,7 @@ class Supervisor:
             except TimeoutError as err:
                 return self._leave(code or contract.EXIT_FAILED, text, str(err), stopped)
             if self.coordinator is not None and decision.get("path") != "done":
-                print(f"railtrain supervisor: attempt {attempt}: {decision.get('message')} [path {decision.get('path')}, verdict {decision.get('verdict')}]", file=sys.stderr, flush=True)
+                say(f"railtrain supervisor: attempt {attempt}: {decision.get('message')} [path {decision.get('path')}, verdict {decision.get('verdict')}]")
             if decision.get("path") not in (inplace.PATH_IN_PLACE, inplace.PATH_SPARE):  # a spare's takeover: the others go on in place
                 return self._leave(0 if decision.get("path") == "done" and code == 0 else (code or contract.EXIT_FAILED), text, "", stopped)
             spent |= spent_faults({k: v for k, v in self.env.items() if k not in spent}, [text])
@@ -576,7 +577,7 @@ class Supervisor:
         if self.warm is not None:
             self.warm.drop()
         if why:
-            print(f"railtrain supervisor (rank {self.rank}): {why}", file=sys.stderr, flush=True)
+            say(f"railtrain supervisor (rank {self.rank}): {why}")
         try:
             if os.path.isfile(self.final_path):
                 text = inplace.with_ledger(verdict, self.ledger, stopped) if code else (verdict or "")
@@ -721,13 +722,13 @@ class Spare:
                 state = self.link.call(f"/state?{query}")
                 if not said:  # the first answer: the coordinator counts this spare as ready
                     said = True
-                    print(f"railtrain spare {self.name}: waiting beside the gang at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
+                    say(f"railtrain spare {self.name}: waiting beside the gang at attempt {state.get('attempt')}")
                 heard, limit = time.monotonic(), UNREACHABLE_SECONDS
             except (OSError, ValueError):
                 if self.link.moves != moves:  # turned to the coordinator's successor: give it its time
                     moves, heard, limit = self.link.moves, time.monotonic(), UNREACHABLE_SECONDS
                 if time.monotonic() - heard > limit:
-                    print(f"railtrain spare {self.name}: the gang's coordinator at {self.link.url} did not answer; leaving", file=sys.stderr, flush=True)
+                    say(f"railtrain spare {self.name}: the gang's coordinator at {self.link.url} did not answer; leaving")
                     return 0
                 time.sleep(POLL_SECONDS)
                 continue
@@ -739,7 +740,7 @@ class Spare:
         if self.warm is not None and self.warm.poll() is None:
             self.warm.kill()
         rank = int(state["assigned"])
-        print(f"railtrain spare {self.name}: takes node rank {rank} at attempt {state.get('attempt')}", file=sys.stderr, flush=True)
+        say(f"railtrain spare {self.name}: takes node rank {rank} at attempt {state.get('attempt')}")
         # the rank's injected faults (tests only) stood for its old machine's faults and events: this is another machine
         env = {k: v for k, v in self.env.items() if k != ENV_SPARE and k not in FAULT_VARIABLES} | {contract.ENV_NODE_RANK: str(rank), contract.ENV_PET_NODE_RANK: str(rank)}
         self.supervisor = Supervisor(self.command, env, who=self.name, link=self.link)
@@ -767,7 +768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print(USAGE, file=sys.stderr)
+        say(USAGE)
         return contract.EXIT_USER_ERROR
     environ = dict(os.environ)
     if environ.get(ENV_SPARE):

@@ -26,7 +26,7 @@ from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR, VERDICT_USER_ERROR
 from railtrain.trainer.config import ArgumentsError, parse_args
 from railtrain.trainer.health.monitor import HealthVerdict
 from railtrain.trainer.outcome import expected, failure_verdict, verdict_of, write_verdict  # noqa: F401  (verdict_of: tests import it from here)
-from railtrain.crds.process import leave_process
+from railtrain.crds.process import leave_process, say
 from railtrain.trainer.parallel import shutdown_distributed
 from railtrain.trainer.train import Trainer
 
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         trainer = Trainer(parse_args(argv))
     except ValueError as err:  # includes contract.ContractError and argparse's refusal (ArgumentsError)
-        print(f"railtrain.trainer: error: {err}", file=sys.stderr, flush=True)
+        say(f"railtrain.trainer: error: {err}")
         reason = "InvalidArguments" if isinstance(err, ArgumentsError) else "InvalidConfiguration"
         write_termination_message(VERDICT_USER_ERROR, reason, str(err))
         shutdown_distributed()

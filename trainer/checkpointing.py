@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from railtrain.crds.process import say
 from railtrain.trainer.checkpoint import Checkpointer, Observer, TierConfig
 from railtrain.trainer.pod_contract import Contract, read_contract
 from torch import nn
@@ -62,7 +63,7 @@ class JobCheckpointer:
         self.contract = c = contract or read_contract()
         self.model, self.optimizer, self.phase = model, optimizer, phase
         self.states = dict(states or {})
-        self.log = log or ((lambda line: print(line, flush=True)) if c.rank == 0 else (lambda line: None))
+        self.log = log or ((lambda line: say(line, sys.stdout)) if c.rank == 0 else (lambda line: None))
         chosen = [t for t in (c.tiers if tiers is None else tiers) if t.enabled]
         self.enabled = bool(chosen)
         self.step = 0

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from prometheus_client import Counter
+from railtrain.crds.process import say
 from railtrain.crds.replica_groups import read_replica_group_env
 from railtrain.trainer.health.monitor import HealthMonitor
 from railtrain.trainer.health.verdict import HealthVerdict
@@ -51,7 +51,7 @@ Reduce = Callable[[torch.Tensor, "torch.Tensor | None"], "tuple[float, list[floa
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line)
 
 
 class StepHook:

@@ -25,6 +25,7 @@ from typing import Protocol
 
 import torch
 from railtrain.crds import contract
+from railtrain.crds.process import say
 from railtrain.trainer.checkpoint.state import CheckpointMismatch, NonFiniteState
 from railtrain.trainer.health.verdict import HealthVerdict
 
@@ -101,13 +102,13 @@ def write_verdict(err: BaseException, *, shared: HealthVerdict | None = None, pr
     """
     finding = shared if shared is not None else err if isinstance(err, HealthVerdict) else None
     if finding is not None:
-        print(f"{prog}: health: verdict={finding.verdict} reason={finding.reason} ranks={finding.ranks} nodes={finding.nodes} step={finding.step}: {finding.message}", file=sys.stderr, flush=True)
+        say(f"{prog}: health: verdict={finding.verdict} reason={finding.reason} ranks={finding.ranks} nodes={finding.nodes} step={finding.step}: {finding.message}")
         contract.write_termination_message(finding.verdict, finding.reason, finding.message, **finding.details())
         return contract.EXIT_USER_ERROR if finding.verdict == contract.VERDICT_USER_ERROR else contract.EXIT_FAILED
     kind, reason, message = failure_verdict(err)
     contract.write_termination_message(kind, reason, message)
     if expected(err):
-        print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
+        say(f"{prog}: error: {err}")
     return contract.EXIT_USER_ERROR if kind == contract.VERDICT_USER_ERROR else contract.EXIT_FAILED
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from railtrain.crds import contract, threads
+from railtrain.crds.process import say
 from railtrain.crds.replica_groups import read_replica_group_env
 from railtrain.trainer.checkpoint import NonFiniteState
 from railtrain.trainer.checkpointing import JobCheckpointer
@@ -329,7 +330,7 @@ class Trainer:
     def log(self, line: str) -> None:
         """Print ``line`` on rank 0 only."""
         if self.info.rank == 0:
-            print(line, flush=True)
+            say(line, sys.stdout)
 
     def train_step(self, step: int) -> tuple[float, float, float, bool]:
         """One optimizer step on this rank's slice of ``step``'s batch, with the health checks' numeric check
@@ -422,7 +423,7 @@ class Trainer:
         c, info = self.config, self.info
         n_params = model_shape(c).num_params()  # of the whole model, whatever this rank holds
         if info.local_rank == 0:  # every node says its own threads (its CPUs), rank 0 the rest
-            print(self.threads_line, flush=True)
+            say(self.threads_line, sys.stdout)
         self.log(
             f"job={c.job_name or '-'} restart={self.restart_count} preset={c.preset} params={n_params} vocab_size={c.vocab_size} parallel={self.dims.describe()} "
             f"device={info.device.type} bf16={self.bf16} precision={float8.describe(self.model, c) if self.fp8 else self.precision} data_files={len(self.corpus.names)} data_{self.corpus.unit}={len(self.corpus)} "

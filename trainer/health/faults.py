@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from typing import Any, Callable
 
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from railtrain.crds import contract
+from railtrain.crds.process import say
 from railtrain.trainer.health.fingerprint import flip_bit
 
 
@@ -62,7 +62,7 @@ def hang_before_init(faults: contract.Faults, rank: int, log: Callable[[str], No
     """
     hang = faults.hang
     if hang is not None and hang.kind == "init" and hang.rank in (rank, -1):
-        sleep_forever(f"fault: rank {rank} never joins the process group", log or (lambda s: print(s, file=sys.stderr, flush=True)))
+        sleep_forever(f"fault: rank {rank} never joins the process group", log or say)
 
 
 class FaultInjector:
@@ -81,7 +81,7 @@ class FaultInjector:
     def __init__(self, faults: contract.Faults, rank: int, log: Callable[[str], None] | None = None) -> None:
         self.faults, self.rank = faults, rank
         self.group = -1
-        self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self.log = log or say
         self.step = 0
         self.forwards = 0  # forwards run in this step (a re-execution is the second)
 

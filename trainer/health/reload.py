@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import torch.distributed as dist
 
 from railtrain.crds import contract
+from railtrain.crds.process import say
 from railtrain.trainer.health import stats
 
 
@@ -34,7 +34,7 @@ class SettingsReload:
                         payload[0] = contract.health_from_mapping(json.load(fh), self.settings, where=self.settings_file)
                     self._settings_mtime = mtime
             except (OSError, ValueError) as err:  # a bad file keeps the current settings
-                print(f"health: warning: {self.settings_file}: {err}; settings unchanged", file=sys.stderr, flush=True)
+                say(f"health: warning: {self.settings_file}: {err}; settings unchanged")
         if self.distributed:
             dist.broadcast_object_list(payload, src=0)
         if payload[0] is not None and payload[0] != self.settings:

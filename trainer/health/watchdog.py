@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 import torch.distributed as dist
 
 from railtrain.crds import contract
+from railtrain.crds.process import say
 from railtrain.trainer.health import stats
 from railtrain.trainer.health.faults import hang_before_init
 
@@ -87,7 +88,7 @@ def open_store(distributed: bool, environ: Mapping[str, str] = os.environ) -> An
 
 def dump_stacks(rank: int) -> None:
     """Every thread's Python stack of this process to stderr (``faulthandler``)."""
-    print(f"health: rank {rank}: Python stacks of every thread follow", file=sys.stderr, flush=True)
+    say(f"health: rank {rank}: Python stacks of every thread follow")
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()
 
@@ -135,7 +136,7 @@ class Watchdog(threading.Thread):
                 verdict = self.poll(time.monotonic())
             except Exception as err:  # the store went away (gang ending): stop quietly
                 if not self._stop.is_set():
-                    print(f"health: watchdog of rank {self.rank} stopped: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                    say(f"health: watchdog of rank {self.rank} stopped: {type(err).__name__}: {err}")
                 return
             if verdict is not None and not self._stop.is_set():
                 self.on_hang(verdict)
@@ -282,7 +283,7 @@ def end_with_hang_verdict(verdict: dict[str, Any], rank: int, line: str, linger_
     step, evidence); ``linger_s`` seconds pass before the exit. Never returns (``os._exit``: a hung
     collective would block a normal interpreter exit).
     """
-    print(line, file=sys.stderr, flush=True)
+    say(line)
     dump_stacks(rank)
     contract.write_termination_message(
         contract.VERDICT_HANG, verdict["reason"], verdict["message"],
