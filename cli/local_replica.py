@@ -83,6 +83,7 @@ class GroupState:
         checkpoints: ``(time.monotonic(), step)`` of every checkpoint its rank 0 saved.
         joined: its current launch logged a step or healed (it is in the quorum).
         code: the exit status of its last gang (None while running).
+        ends: ``(time.monotonic(), exit status, reason)`` of each of its gangs that failed, in order.
         reason: the termination reason of its last failed gang, if written.
         lost: it failed ``backoffLimit`` times and is not started again (or, with ``unneeded``, was stopped).
         unneeded: its replacement was stopped before it joined because another group had finished training.
@@ -99,6 +100,7 @@ class GroupState:
     joined: bool = False
     code: int | None = None
     reason: str | None = None
+    ends: list[tuple[float, int | None, str | None]] = field(default_factory=list)
     lost: bool = False
     unneeded: bool = False
 
@@ -378,6 +380,7 @@ class ReplicaGroupRun:
     def _ended(self, state: GroupState) -> int | None:
         """A group's gang failed: replace it alone, give it up, or (``QuorumLost``) fail the run (its exit status)."""
         state.reason = self._reason(state.group)
+        state.ends.append((time.monotonic(), state.code, state.reason))
         if state.reason == REASON_QUORUM_LOST:
             self.notify(f"replica group {state.group} ended with reason {REASON_QUORUM_LOST} (exit status {state.code}): "
                         f"no quorum of minReplicas {self.ft.min_replicas} within quorumTimeoutSeconds {self.ft.quorum_timeout_seconds}; stopping the run")  # fmt: skip
@@ -416,12 +419,15 @@ class ReplicaGroupRun:
         return [s.summary() for s in self.groups]
 
     def record(self) -> dict[str, Any]:
-        """The run as data: per group its steps, heals, replacements, step and checkpoint times, and each Lighthouse restart (seen dead, listening again); seconds since the run started."""
+        """The run as data: per group its steps, heals, replacements, step and checkpoint times, its failed gangs (time,
+        exit status, reason), each Lighthouse restart (seen dead, listening again) and the kills; seconds since the run started."""
         return {
             "lighthouse_restarts": [(round(a - self.started, 3), round(b - self.started, 3)) for a, b in self.lighthouse_restarts],
+            "kills": [round(t - self.started, 3) for t in self.kill_times],
             "groups": [
                 {"group": s.group, "step": s.step, "healed": s.healed, "replacements": s.replacements, "lost": s.lost, "code": s.code,
                  "reason": s.reason, "launched_at": [round(t - self.started, 3) for t in s.launched_at],
+                 "ends": [(round(t - self.started, 3), code, reason) for t, code, reason in s.ends],
                  "step_times": [(round(t - self.started, 3), n) for t, n in s.step_times],
                  "checkpoints": [(round(t - self.started, 3), n) for t, n in s.checkpoints]}
                 for s in self.groups
