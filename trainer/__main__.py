@@ -19,7 +19,6 @@ does not.
 
 from __future__ import annotations
 
-import sys
 from typing import Sequence
 
 from railtrain.crds.contract import EXIT_OK, EXIT_USER_ERROR, VERDICT_USER_ERROR, write_termination_message

@@ -12,6 +12,7 @@ Imports: torch, the trainer's checkpoint package and :mod:`railtrain.trainer.pod
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from collections.abc import Iterator
 from typing import Protocol
 
