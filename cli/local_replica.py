@@ -104,6 +104,16 @@ class GroupState:
     lost: bool = False
     unneeded: bool = False
 
+    def stepped_since_launch(self) -> int:
+        """The newest step its rank 0 logged a step line for in its current launch; 0 when none yet (a heal is no step line)."""
+        since = self.launched_at[-1] if self.launched_at else float("-inf")
+        newest = 0
+        for t, n in reversed(self.step_times):  # newest first: stop at the current launch's start
+            if t < since:
+                break
+            newest = max(newest, n)
+        return newest
+
     def summary(self) -> str:
         """One sentence: ``replica group 1: step 20, healed 1 time(s), 1 replacement(s)``."""
         lost = ", its replacement stopped: training had finished" if self.unneeded else ", lost" if self.lost else ""
@@ -272,15 +282,20 @@ class ReplicaGroupRun:
     def _kill_due(self, state: GroupState) -> bool:
         """Whether the next kill of :attr:`kills` fires now, on ``state``'s step line (called under the lock): it names
         this group, the group logged its step or a later one in a launch after its earlier kills (a launch that failed
-        on its own before the kill does not use the kill up), and every other group trains (logged the step before or
-        a later one in its current launch)."""
+        on its own before the kill does not use the kill up), and every other group trains: its rank 0 logged a step
+        line in its current launch, the step before or a later one.
+
+        A heal is not enough: a group that joins late loads a peer's state (its healed line names the step) and logs its
+        first step line a moment later. A kill fired in that moment replaced the group before the survivor had logged
+        any step (a CI run, stop 47: the survivor healed at step 11 from group 1, group 1 was killed on its step-12
+        line and relaunched before the survivor's own step-12 line)."""
         if len(self.kill_times) >= len(self.kills):
             return False
         kill = self.kills[len(self.kill_times)]
         earlier = sum(1 for k in self.kills[: len(self.kill_times)] if k.group == state.group)
         if kill.group != state.group or state.launches < earlier + 1 or state.step < kill.step:
             return False
-        return all(o.joined and o.step >= kill.step - 1 for o in self.groups if o is not state and not o.lost)  # the others step too
+        return all(o.stepped_since_launch() >= kill.step - 1 for o in self.groups if o is not state and not o.lost)  # the others step too
 
     def _launch(self, group: int) -> None:
         nodes = self.plan(group)

@@ -1,12 +1,13 @@
 """`railtrain run --local` with replica groups: a group whose first launch fails on its own, before the kill.
 
-A CI run (stop 46's) of tests/cli/test_local_replica_layouts.py's context case found group 1's first launch ended
-before group 0 logged a step (on a loaded 2-core machine; that run kept no log of why). The runner replaced it, as it
-should, and the kill fired in the next launch; but the test read group 1's second launch as the kill's replacement
-and asked for group 0's step before it: there was none (``max() arg is an empty sequence``). This module makes that
-input on purpose: group 1's first launch runs a program that exits with status 3 at once. The runner must record that
-end (``ends``), replace the group, fire the kill in the next launch, and replace it once more for the kill; the test
-helpers must find the kill's replacement by time, not by its launch's index.
+The runner's rule (:meth:`ReplicaGroupRun._kill_due`): a launch that failed on its own before the kill does not use
+the kill up; the runner replaces it, and the kill fires in a later launch. Nothing tested that rule, and the test
+helpers read a group's second launch as the kill's replacement. Stop 47 first took this for the cause of stop 46's
+CI failure (``max() arg is an empty sequence``); the cause was another (a survivor that healed in and had logged no
+step when the kill fired: tests/cli/test_local_replica_kill_due.py), but the helpers were wrong for this case too.
+Here group 1's first launch runs a program that exits with status 3 at once: the runner must record that end
+(``ends``), replace the group, fire the kill in the next launch and replace it once more; the helpers must find the
+kill's replacement by time, not by its launch's index.
 
 A module of its own so that the suite's workers run it beside the other replica-group modules.
 """
@@ -52,8 +53,8 @@ def test_a_group_that_failed_on_its_own_before_the_kill_is_replaced_and_the_kill
     # the first launch's own end is on record, before the kill; then one replacement for it and one for the kill
     assert [(c, t < record["kills"][0]) for t, c, _ in g1["ends"]][:1] == [(3, True)], record
     assert g1["replacements"] == 2 and replaced_for_the_kill(run) == 1 and g0["replacements"] == 0, record
-    # the input CI met: group 1's second launch started before group 0 logged any step (the old helpers read it as
-    # the kill's replacement and took the max of no steps)
+    # group 1's second launch started before group 0 logged any step: the old helpers, reading it as the kill's
+    # replacement, took the max of no steps
     assert not [n for t, n in run.groups[0].step_times if t <= run.groups[1].launched_at[1]], record
     assert len(together(run)) >= 3, f"the kill's replacement never stepped with the survivor: {record}"
     # the kill's replacement healed from group 0: its first step is past group 0's step when it was launched

@@ -85,8 +85,8 @@ def relaunched(run: local_replica.ReplicaGroupRun, replaced: int = 1) -> float |
     None before the kill fired or before the replacement started.
 
     Not simply its second launch: on a loaded machine a launch may fail on its own before the kill (the record's
-    ``ends`` say how), the runner replaces it, and the kill then fires in the next launch (:meth:`ReplicaGroupRun._kill_due`).
-    A CI run (stop 46's) read the second launch as the kill's replacement and found no survivor step before it."""
+    ``ends`` say how), the runner replaces it, and the kill then fires in the next launch (:meth:`ReplicaGroupRun._kill_due`;
+    tests/cli/test_local_replica_early_failure.py)."""
     if run.killed is None:
         return None
     return next((t for t in run.groups[replaced].launched_at if t > run.killed), None)
@@ -308,15 +308,19 @@ def test_kills_fire_in_order_each_once_every_group_trains_again(tmp_path):
     job, faults = trainer_job(tmp_path, steps=100)
     run = runner(tmp_path, job, faults, [KillGroupFault(group=1, step=5), KillGroupFault(group=0, step=9)])
     g0, g1 = run.groups
-    for g, step in ((g0, 5), (g1, 5)):
-        g.launches, g.joined, g.step = 1, True, step
+    for g, step in ((g0, 5), (g1, 5)):  # launched at t=0, stepped at t=1 (what _launch and a step line record)
+        g.launches, g.joined, g.step, g.launched_at, g.step_times = 1, True, step, [0.0], [(1.0, step)]
     assert not run._kill_due(g0)  # the first kill names group 1
     assert run._kill_due(g1)
     run.kill_times.append(1.0)
     g1.launches, g1.joined, g1.step = 2, False, 5  # replaced, not back yet
+    g1.launched_at.append(2.0)
     g0.step = 9
+    g0.step_times.append((3.0, 9))
     assert not run._kill_due(g0)  # group 1's replacement does not train yet
     g1.joined, g1.step = True, 8
+    assert not run._kill_due(g0)  # healed to step 8, no step line yet: not training yet
+    g1.step_times.append((4.0, 8))
     assert run._kill_due(g0)
     run.kill_times.append(2.0)
     assert not run._kill_due(g0) and not run._kill_due(g1)  # every kill fired
