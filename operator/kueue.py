@@ -252,7 +252,10 @@ def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]], unmade: 
     One GET of the Workload per waiting Kueue job, and one per admitted flavor; a job whose Workload cannot be
     read is left out (it waits this pass, with its Workload unknown). ``unmade``: ``namespace/name`` → the view
     :func:`sync` returned when it could not create a job's Workload (Kueue not installed or not answering, the
-    Workload refused); a job without a Workload is shown that way, so its condition says why, not only that it waits.
+    Workload refused, or it is being replaced: :data:`~railtrain.operator.job.kueuestatus.REPLACED`); a job without a
+    Workload, or whose Workload is being deleted, is shown that way, so its condition says why, not only that it waits.
+    A Workload the job released stays until Kueue drops its own finalizer; read in that while as "being deleted", the
+    reason (nodes of the admission avoided by the job) never reached the job's condition or Events (a CI run, stop 47).
     """
     verbs = KueueVerbs(kube)
     out: dict[str, KueueAdmission] = {}
@@ -265,7 +268,7 @@ def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]], unmade: 
         try:
             stored = verbs.get_workload(meta["namespace"], workload.workload_name(meta))
             v = kueuestatus.view(stored)
-            if stored is None and unmade:
+            if unmade and (stored is None or v.deleting):  # gone, or going (Kueue's own finalizer may hold it a while)
                 v = unmade.get(f"{meta['namespace']}/{meta['name']}", v)
             labels, tolerations = flavor_terms(verbs, v)
         except (ApiError, ValueError) as err:

@@ -138,13 +138,15 @@ class Reconciler:
         self._passes_started = 0
         self.kueue_unmade: dict[str, kueuestatus.KueueView] = {}
         """``namespace/name`` → why the job's Workload could not be created at its last reconcile (Kueue not installed
-        or not answering, the Workload refused), for the admission pass's WaitingForKueue sentence."""
+        or not answering, the Workload refused) or is being replaced (until it is gone), for the admission pass's
+        WaitingForKueue sentence."""
 
     def _remember_unmade(self, key: str, view: kueuestatus.KueueView | None) -> None:
-        """Keep (or forget) why ``key``'s Workload could not be created, as :func:`railtrain.operator.kueue.sync` said."""
+        """Keep (or forget) why ``key``'s Workload could not be created or is being replaced, as
+        :func:`railtrain.operator.kueue.sync` said; a Workload still being deleted keeps the reason it was released for."""
         if view is not None and view.state == kueuestatus.MISSING and view.message:
             self.kueue_unmade[key] = view
-        else:
+        elif not (view is not None and view.deleting and self.kueue_unmade.get(key, kueuestatus.KueueView()).reason == kueuestatus.REPLACED):
             self.kueue_unmade.pop(key, None)
 
     def job_lock(self, namespace: str, name: str) -> threading.Lock:
