@@ -287,7 +287,7 @@ class ReplicaGroupRun:
 
         A heal is not enough: a group that joins late loads a peer's state (its healed line names the step) and logs its
         first step line a moment later. A kill fired in that moment replaced the group before the survivor had logged
-        any step (a CI run, stop 47: the survivor healed at step 11 from group 1, group 1 was killed on its step-12
+        any step (a fresh-clone run, stop 47: the survivor healed at step 11 from group 1, group 1 was killed on its step-12
         line and relaunched before the survivor's own step-12 line)."""
         if len(self.kill_times) >= len(self.kills):
             return False

@@ -255,7 +255,7 @@ def admissions(kube: Any, waiting: Sequence[Observed | dict[str, Any]], unmade: 
     Workload refused, or it is being replaced: :data:`~railtrain.operator.job.kueuestatus.REPLACED`); a job without a
     Workload, or whose Workload is being deleted, is shown that way, so its condition says why, not only that it waits.
     A Workload the job released stays until Kueue drops its own finalizer; read in that while as "being deleted", the
-    reason (nodes of the admission avoided by the job) never reached the job's condition or Events (a CI run, stop 47).
+    reason (nodes of the admission avoided by the job) never reached the job's condition or Events (a fresh-clone run, stop 47).
     """
     verbs = KueueVerbs(kube)
     out: dict[str, KueueAdmission] = {}

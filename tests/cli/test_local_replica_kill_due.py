@@ -1,7 +1,8 @@
 """When `run --local --fault-kill-group` fires: only once every other group has logged a step in its current launch.
 
-Two CI runs (stop 46's, the context case of tests/cli/test_local_replica_layouts.py; stop 47's, the FSDP case of
-tests/cli/test_local_replica_groups.py) failed with ``max() arg is an empty sequence``: group 0 started late, joined by
+Two runs failed with ``max() arg is an empty sequence`` (stop 46's CI run, the context case of
+tests/cli/test_local_replica_layouts.py; a stop 47 fresh-clone run, the FSDP case of
+tests/cli/test_local_replica_groups.py, whose logs show why): group 0 started late, joined by
 healing from group 1 (its log: ``replica group 0: healed from a peer at step 11``), and the kill fired on group 1's
 next step line, before group 0 had logged a step of its own. The runner counted the heal as "group 0 trains". These
 tests feed the runner's line handler the lines of that run, in that order, with no processes: on the old code the

@@ -562,7 +562,7 @@ def test_a_node_avoided_for_a_straggler_gets_a_new_admission_without_it(operator
 
     While the released Workload is being deleted (held here by a finalizer of the test's, as Kueue's own may hold it),
     the job's WaitingForKueue Event says why: nodes of its admission avoided. On the code before stop 47 the admission
-    pass read such a Workload as "being deleted" and the reason never reached the job (a CI run timed out on it)."""
+    pass read such a Workload as "being deleted" and the reason never reached the job (a fresh-clone run timed out on it)."""
     from railtrain.crds import contract
     from railtrain.crds.labels import HOSTNAME
 
@@ -578,7 +578,7 @@ def test_a_node_avoided_for_a_straggler_gets_a_new_admission_without_it(operator
     # the released Workload lingers (as it does while Kueue's own finalizer is on it): a finalizer of the test's holds it
     hold_workload(custom, namespace, workload, True)
     end_pod(core, namespace, "sl-1", 1, contract.format_termination_message(contract.VERDICT_STRAGGLER, "SlowRank", "rank 1 is 25% slower", nodes=[slow], ranks=[1]))
-    # while it is being deleted the job says why (stop 47: a CI run saw only "the Workload is being deleted")
+    # while it is being deleted the job says why (stop 47: a fresh-clone run saw only "the Workload is being deleted")
     said = events_with(core, namespace, "sl", reasons.WAITING_FOR_KUEUE, where=lambda e: "avoided by this job" in e.message)[reasons.WAITING_FOR_KUEUE]
     assert f"node(s) {slow} of Kueue's admission are avoided by this job" in said[0].message, said[0].message
     assert (workload_of(custom, namespace, workload) or {}).get("metadata", {}).get("deletionTimestamp"), "the Workload was not being deleted"
