@@ -225,17 +225,65 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = None) -> list[int]:
-    """``count`` distinct TCP ports that are free on ``host`` right now.
+PORT_CLAIM_SECONDS = 120.0
+"""How long a port handed out by :func:`free_ports` stays claimed for its caller: no other railtrain process on this
+machine is given it meanwhile (a torchrun binds its rendezvous port seconds after the runner picked it; once bound,
+the bind test alone keeps the port from others)."""
+
+
+def port_claims_dir() -> Path:
+    """The folder of this machine's port claims: one empty file per claimed port, named by it, its modification time
+    the claim's (under the temporary folder: ``/tmp/railtrain/ports``)."""
+    return Path(tempfile.gettempdir()) / "railtrain" / "ports"
+
+
+def _claim(port: int, folder: Path, now: float) -> bool:
+    """Claim ``port`` for this process: True when no other claim younger than :data:`PORT_CLAIM_SECONDS` holds it.
+    The claim is an exclusive create (atomic between processes); an expired claim is removed and claimed anew."""
+    path = folder / str(port)
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return True
+        except FileExistsError:
+            try:
+                if now - path.stat().st_mtime < PORT_CLAIM_SECONDS:
+                    return False
+                path.unlink()  # expired: whoever unlinks it first claims it on the next try (the other's create fails)
+            except FileNotFoundError:
+                pass  # released meanwhile: try the create again
+        except OSError:
+            return True  # no claims folder to write (read-only temp): the bind test alone, as before claims existed
+    return False
+
+
+def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = None, claims: Path | None = None) -> list[int]:
+    """``count`` distinct TCP ports that are free on ``host`` right now, and claimed for this caller.
 
     The ports are drawn below the kernel's ephemeral range, so that outgoing
     connections (which take their local port from that range, as gloo's many
     connections do) cannot grab a port in the seconds before torchrun binds it.
+    Each port is also claimed for :data:`PORT_CLAIM_SECONDS` in ``claims`` (default :func:`port_claims_dir`), so that
+    two railtrain processes picking ports at the same time (parallel local runs, or tests) are never handed the same
+    one: a bind test alone cannot tell them apart, since neither has bound its port yet (a torchrun that lost that race
+    exits 1 with ``EADDRINUSE`` before its worker starts, or joins the other's rendezvous store).
+
+    Args:
+        count: ports wanted; host: the address they must be free on; rng: the draw (tests pass a seeded one);
+        claims: the claims folder (created if missing).
+
+    Returns:
+        ``count`` distinct ports in ``[20000, min(ephemeral start, 32768))``.
 
     Raises:
         CliError: no free ports were found.
     """
     rng = rng or random.Random()
+    folder = claims if claims is not None else port_claims_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # _claim then falls back to the bind test alone
     low = 20000
     high = min(_ephemeral_range()[0], 32768) - 1
     ports: list[int] = []
@@ -250,6 +298,8 @@ def free_ports(count: int, host: str = LOCAL_ADDR, rng: random.Random | None = N
                 s.bind((host, port))
             except OSError:
                 continue
+        if not _claim(port, folder, time.time()):
+            continue
         ports.append(port)
     if len(ports) < count:
         raise CliError(f"no {count} free TCP ports between {low} and {high} on {host} for the rendezvous and metrics")

@@ -112,6 +112,39 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
     assert all(20000 <= p < local._ephemeral_range()[0] for p in ports)
 
 
+def test_two_callers_drawing_the_same_ports_are_never_handed_the_same_one():
+    """Stop 47's CI: a replica group's torchrun exited 1 at start (no verdict) while other tests picked ports at the
+    same time. Two pickers whose draws coincide, neither having bound its ports yet, both passed the bind test; the
+    claims keep the second off the first's ports. (Same seed: the coincidence made certain; on the old code both
+    got the same five ports.)"""
+    import random
+
+    first = local.free_ports(5, rng=random.Random(4711))
+    second = local.free_ports(5, rng=random.Random(4711))
+    assert len(set(first)) == 5 and not set(first) & set(second)
+
+
+def test_processes_picking_ports_at_once_get_disjoint_ones(tmp_path):
+    """The claim is atomic between processes: four started together with the same draw get 4 × 3 distinct ports."""
+    code = ("import random, sys; from pathlib import Path; from railtrain.cli.local import free_ports; "
+            "print(' '.join(map(str, free_ports(3, rng=random.Random(99), claims=Path(sys.argv[1])))))")  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    got = [int(p) for proc in procs for p in proc.communicate(timeout=60)[0].split()]
+    assert all(proc.returncode == 0 for proc in procs) and len(got) == 12 and len(set(got)) == 12, got
+
+
+def test_an_expired_port_claim_is_taken_again_and_a_live_one_is_not(tmp_path):
+    import random
+
+    [port] = local.free_ports(1, rng=random.Random(5), claims=tmp_path)
+    assert (tmp_path / str(port)).exists()
+    [other] = local.free_ports(1, rng=random.Random(5), claims=tmp_path)
+    assert other != port  # the live claim holds
+    old = (tmp_path / str(port)).stat().st_mtime - local.PORT_CLAIM_SECONDS - 1
+    os.utime(tmp_path / str(port), (old, old))
+    assert local.free_ports(1, rng=random.Random(5), claims=tmp_path) == [port]  # expired: claimed anew
+
+
 # -- real processes -----------------------------------------------------------
 
 def test_a_failing_command_exits_with_its_status(tmp_path):
