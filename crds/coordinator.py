@@ -73,6 +73,11 @@ SETTLE_SECONDS = 30.0
 stop their workers with SIGTERM, then SIGKILL after a grace); a rank still silent then is lost: the gang restarts."""
 LOST_SECONDS = 5.0
 """How long a supervisor once heard (it asks every 0.2 s) may stay silent before its rank counts as lost."""
+STALL_SECONDS = 1.0
+"""The longest gap between two of the host's :meth:`Coordinator.step` calls (made every 0.2 s) that counts as the
+coordinator listening; the excess of a longer gap is a stall of the host's own (its process starved of CPU, or its
+loop blocked): nobody's silence is counted over it. Found under load: ranks were given to spares, or the gang
+restarted, because the coordinator itself had not run for seconds (docs/testing.md, stops 43, 44 and 47)."""
 DONE = "done"
 """The path of a gang whose every rank succeeded."""
 
@@ -137,6 +142,13 @@ class Coordinator:
     spares_until: float | None = None
     """A successor's deadline (``time.monotonic()``) for the spares to register again before it decides a loss
     without them; None: no wait."""
+    stall_seconds: float | None = None
+    """The longest gap between two :meth:`step` calls that counts as listening (:data:`STALL_SECONDS` where a
+    supervisor steps it every 0.2 s); None: every gap does (a caller that steps at times of its own, as the pure
+    tests do)."""
+    stepped: float | None = None
+    """``time.monotonic()`` of the last :meth:`step` (None: none yet); the excess of the gap to the next over
+    :attr:`stall_seconds` is forgiven (:meth:`forgive_stall`)."""
     opened: float | None = None
     """``time.monotonic()`` when the current attempt was opened by an in-place restart or a takeover (None: the gang's
     first attempt); an attempt that ran :data:`~railtrain.crds.inplace.TRAINED_SECONDS` before it failed ends the
@@ -194,7 +206,7 @@ class Coordinator:
 
     @classmethod
     def successor(cls, copy: dict[str, Any], nnodes: int, run_policy: Any, host: int, heard: float, now: float | None = None,
-                  lost_seconds: float = LOST_SECONDS) -> "Coordinator":  # fmt: skip
+                  lost_seconds: float = LOST_SECONDS, stall_seconds: float | None = None) -> "Coordinator":  # fmt: skip
         """The coordinator a supervisor starts when the one it followed fell silent and the succession names it.
 
         Args:
@@ -204,6 +216,7 @@ class Coordinator:
                 last heard then: its rank is lost once :data:`LOST_SECONDS` passed since).
             now: ``time.monotonic()`` (tests pass their own).
             lost_seconds: the job's lost-rank silence (:func:`railtrain.crds.supervisor.lost_after`).
+            stall_seconds: :attr:`stall_seconds` (a supervisor passes :data:`STALL_SECONDS`).
 
         Returns:
             A coordinator at the copy's attempt, ledger, job-wide counters, decisions and holders; every other rank
@@ -219,7 +232,8 @@ class Coordinator:
             raise ValueError("the coordinator's copy holds no ledger")
         counters = recovery.Counters.from_status(copy.get("counters") or {})
         old = int(copy.get("host", 0))
-        c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""), lost_seconds=lost_seconds)
+        c = cls(nnodes, run_policy, counters, ledger, host=host, master=str(copy.get("master") or ""), lost_seconds=lost_seconds,
+                stall_seconds=stall_seconds)  # fmt: skip
         c.decisions = {int(k): v for k, v in (copy.get("decisions") or {}).items() if str(k).lstrip("-").isdigit()}
         c.final = bool(copy.get("final"))
         c.holders = {int(r): str(s) for r, s in (copy.get("holders") or {}).items() if str(r).isdigit()}
@@ -266,6 +280,7 @@ class Coordinator:
         or every rank succeeded); returns the decision made, else None."""
         now = time.monotonic() if now is None else now
         with self.lock:
+            self.forgive_stall(now)
             if self.final:
                 return None
             attempt, reports = self.ledger.attempt, dict(self.reports)
@@ -284,6 +299,30 @@ class Coordinator:
                     return None  # a successor: the spares the old coordinator knew have not all registered again yet
                 return self._decide_lost(attempt, lost, now)
             return self._decide(attempt, reports, now)
+
+    def forgive_stall(self, now: float) -> float:
+        """Count the excess of the gap since the last :meth:`step` over :attr:`stall_seconds` as a stall of the
+        coordinator's own, not as anyone's silence: every rank's and waiting spare's last heartbeat, the first failure's
+        settle clock and a successor's wait for its spares move that much later (never past ``now``). Only the excess is
+        forgiven, so a host whose steps are merely slow (each gap a little over the limit) still finds a lost rank, a
+        little later. Call under the lock, with ``time.monotonic()``.
+
+        Returns:
+            The seconds forgiven (0.0 when the gap was within :attr:`stall_seconds`, at the first step, or when
+            :attr:`stall_seconds` is None).
+        """
+        last, self.stepped = self.stepped, now
+        excess = 0.0 if last is None or self.stall_seconds is None else now - last - self.stall_seconds
+        if excess <= 0:
+            return 0.0
+        self.seen = {r: min(now, t + excess) for r, t in self.seen.items()}
+        for spare in self.spares.values():
+            spare["seen"] = min(now, float(spare["seen"]) + excess)
+        if self.failed_at is not None:
+            self.failed_at = min(now, self.failed_at + excess)
+        if self.spares_until is not None:
+            self.spares_until += excess
+        return excess
 
     def _decide_lost(self, attempt: int, lost: dict[int, str], now: float) -> dict[str, Any]:
         """Every rank not heard from is lost: spares take their places where :func:`~railtrain.crds.inplace.decide_spare` says."""
@@ -433,7 +472,51 @@ def serve(coordinator: Coordinator | Seat, port: int, host: str = "") -> Threadi
             except NotHost as err:
                 self._answer(503, {"error": str(err)})
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = AnsweringServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="railtrain-coordinator", daemon=True).start()
     return server
+
+
+class AnsweringServer(ThreadingHTTPServer):
+    """A threading HTTP server (daemon handler threads) that counts the requests it has accepted and not yet answered,
+    so that its process can wait for them before it exits (:meth:`wait_answered`).
+
+    Why: a host's supervisor leaves once every rank has read the final decision (:meth:`Coordinator.everyone_saw_the_end`),
+    and a rank counts as having read it when its request reached :meth:`Coordinator.state`, before the answer is
+    written. A host that exited at that moment cut the answer off: the rank never saw the end, took the host for lost,
+    hosted the coordinator from its copy and gave the finished rank to a spare (stop 48's runs of the lost-coordinator
+    test, tests/cli/test_local_spares.py)."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.open_requests = 0
+        """Requests accepted and not yet answered (their handler thread has not ended)."""
+        self._answered = threading.Condition()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._answered:  # counted before the handler's thread starts: no window where it is not
+            self.open_requests += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._done()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._answered:
+            self.open_requests -= 1
+            self._answered.notify_all()
+
+    def wait_answered(self, timeout: float) -> bool:
+        """Block until every accepted request has been answered (its handler ended), at most ``timeout`` seconds;
+        whether none is left open."""
+        with self._answered:
+            return self._answered.wait_for(lambda: self.open_requests <= 0, timeout)

@@ -37,6 +37,7 @@ May import: the standard library and ``railtrain.crds`` only (it starts before t
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -45,12 +46,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from railtrain.crds import contract, inplace, recovery
 from railtrain.crds.faults import FAULT_VARIABLES, spent_faults
@@ -254,11 +256,11 @@ def _run_policy(environ: Mapping[str, str]) -> Any:
 
 def start_coordinator(environ: Mapping[str, str]) -> Any:
     """Node rank 0: the coordinator for this gang, served on :data:`ENV_SUPERVISOR_PORT` (returns the Coordinator)."""
-    from railtrain.crds.coordinator import Coordinator, serve
+    from railtrain.crds.coordinator import STALL_SECONDS, Coordinator, serve
 
     counters = recovery.Counters.from_status(json.loads(environ.get(ENV_SPENT) or "{}"))
     c = Coordinator(int(environ.get(contract.ENV_NNODES) or 1), _run_policy(environ), counters, inplace.Ledger(restarts=int(environ.get(contract.ENV_RESTART_COUNT) or 0)),
-                    lost_seconds=lost_after(environ))  # fmt: skip
+                    lost_seconds=lost_after(environ), stall_seconds=STALL_SECONDS)  # fmt: skip
     c.server = serve(c, int(environ.get(ENV_SUPERVISOR_PORT) or DEFAULT_SUPERVISOR_PORT))
     return c
 
@@ -444,10 +446,11 @@ class Supervisor:
 
     def _promote(self, copy: dict[str, Any], heard: float) -> None:
         """The coordinator fell silent and the succession names this supervisor: host a coordinator from ``copy``."""
-        from railtrain.crds.coordinator import Coordinator
+        from railtrain.crds.coordinator import STALL_SECONDS, Coordinator
 
         seat = self.link.seat
-        c = Coordinator.successor(copy, int(self.env.get(contract.ENV_NNODES) or 1), _run_policy(self.env), self.rank, heard, lost_seconds=lost_after(self.env))
+        c = Coordinator.successor(copy, int(self.env.get(contract.ENV_NNODES) or 1), _run_policy(self.env), self.rank, heard, lost_seconds=lost_after(self.env),
+                                  stall_seconds=STALL_SECONDS)  # fmt: skip
         self.coordinator = c
         if seat is not None:
             seat.coordinator = c
@@ -500,6 +503,8 @@ class Supervisor:
                 while time.monotonic() < end and not self.coordinator.final:
                     self.coordinator.step()
                     time.sleep(POLL_SECONDS)
+                if self.coordinator.final:
+                    stay_until_the_end_is_read(self.coordinator, [self.coordinator, self.link.seat], end)
             return 0
 
     def _run(self) -> int:
@@ -547,9 +552,37 @@ class Supervisor:
             except TimeoutError:
                 state = {"attempt": attempt, "failed": True}  # node rank 0 is gone: this gang cannot restart in place
             if int(state["attempt"]) != attempt or state.get("failed"):
-                return stop(proc, PEER_STOP_GRACE_SECONDS), True
+                with self._beating():  # SIGTERM, a grace, SIGKILL: seconds under load, and this rank must not fall silent
+                    return stop(proc, PEER_STOP_GRACE_SECONDS), True
             time.sleep(POLL_SECONDS)
         return (128 - rc if rc < 0 else rc), False
+
+    @contextlib.contextmanager
+    def _beating(self) -> Iterator[None]:
+        """While the block runs (the main loop blocked, e.g. stopping its workers), ask the coordinator every
+        :data:`POLL_SECONDS` from a thread, and step it where this supervisor hosts it: this rank's heartbeat goes on,
+        so a supervisor that is busy is never taken for lost (a spare given its rank, or the gang restarted: seen under
+        load, docs/testing.md). The answers are not acted on; the main loop asks again after the block. The link
+        is used by the thread only while the main loop waits in the block."""
+        done = threading.Event()
+        query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
+
+        def beat() -> None:
+            while not done.wait(POLL_SECONDS):
+                try:
+                    if self.coordinator is not None:
+                        self.coordinator.step()
+                    self.link.call(f"/state?{query}")
+                except (OSError, ValueError):
+                    pass
+
+        thread = threading.Thread(target=beat, name="railtrain-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _decision(self, attempt: int, report: dict[str, Any]) -> dict[str, Any]:
         """Report how this rank's attempt ended and wait for the coordinator's decision on it."""
@@ -587,10 +620,32 @@ class Supervisor:
         except OSError:
             pass
         if self.coordinator is not None:  # the others read the final decision from here: stay until they did
-            end = time.monotonic() + UNREACHABLE_SECONDS
-            while not self.coordinator.everyone_saw_the_end() and time.monotonic() < end:
-                time.sleep(POLL_SECONDS)
+            stay_until_the_end_is_read(self.coordinator, [self.coordinator, self.link.seat], time.monotonic() + UNREACHABLE_SECONDS)
         return code
+
+
+def stay_until_the_end_is_read(coordinator: Any, holders: Sequence[Any], deadline: float) -> bool:
+    """A host supervisor's last wait: until every other live rank has read the final decision
+    (:meth:`~railtrain.crds.coordinator.Coordinator.everyone_saw_the_end`) and then until the servers of ``holders``
+    (objects with a ``server`` attribute: the coordinator, the supervisor's seat; None or serverless ones skipped) have
+    answered every request they accepted (:meth:`~railtrain.crds.coordinator.AnsweringServer.wait_answered`): a rank's
+    read counts when its request arrives, and an exit then cut the answer off (the rank took the host for lost).
+
+    Args:
+        coordinator: the hosted coordinator; holders: see above; deadline: ``time.monotonic()`` to give up at.
+
+    Returns:
+        Whether both waits ended before ``deadline``.
+    """
+    while not coordinator.everyone_saw_the_end():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_SECONDS)
+    done = True
+    for server in {id(s): s for h in holders if (s := getattr(h, "server", None)) is not None}.values():
+        wait = getattr(server, "wait_answered", None)
+        done = (wait is None or wait(max(0.0, deadline - time.monotonic()))) and done
+    return done
 
 
 def torchrun_args(command: Sequence[str], path: str | None = None) -> tuple[str, list[str]] | None:

@@ -243,3 +243,33 @@ def test_the_pool_is_refilled_so_a_second_stopped_node_also_goes_to_a_spare(tmp_
     survivor = (folder / "restart-0-node-0.log").read_text()
     assert len(set(re.findall(r"pid=(\d+)", survivor))) == 1 and re.search(r"^step=90 loss=1.0 rank=0 attempt=2 ", survivor, re.M)
     assert not list(folder.glob("restart-1-*")) and "restart of the whole gang" not in err  # no second gang
+
+
+def test_the_lose_node_fault_waits_for_every_spare_to_wait_beside_the_gang():
+    """Stop 48's runs of the lost-coordinator test, under load: the spare started seconds after the ranks, node 0 was
+    lost at step 5 before the spare had heard its coordinator, the spare could not follow it to node 1's supervisor,
+    and the gang restarted with "0 spare(s) ready". The fault now fires at node rank 0's first step line at or after
+    ``step`` once every spare has said it waits. (On the old code it fired at step 5 with no spare waiting.)"""
+    from railtrain.cli import runlocal
+    from railtrain.crds.validation import parse_manifest
+
+    doc = manifests.job(command=["python", "-c", "pass"], nodes=2, spares=2, runPolicy={"restartInPlace": True})
+    job = parse_manifest(doc)
+    killed: list[int] = []
+
+    class Gang:
+        def kill_node(self, node: int) -> None:
+            killed.append(node)
+
+    said: list[str] = []
+    watch = runlocal.lose_node_watcher("node=0,step=5", job, lambda: Gang(), said.append)
+    watch(0, "step=5 loss=1.0")
+    watch(2, "railtrain spare spare-0: waiting beside the gang at attempt 0")
+    watch(0, "step=6 loss=1.0")
+    assert killed == []  # one of two spares waits
+    watch(3, "railtrain spare spare-1: waiting beside the gang at attempt 0")
+    watch(1, "step=7 loss=1.0")  # another node's step: not node rank 0's
+    assert killed == []
+    watch(0, "step=7 loss=1.0")
+    watch(0, "step=8 loss=1.0")
+    assert killed == [0] and said == ["--fault-lose-node: node 0's processes killed at step 7 (its machine lost)"]

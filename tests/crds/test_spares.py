@@ -14,14 +14,14 @@ import pytest
 
 from railtrain.crds import contract, inplace, recovery
 from railtrain.crds.api import RunPolicy
-from railtrain.crds.coordinator import LOST_SECONDS, Coordinator, serve
+from railtrain.crds.coordinator import LOST_SECONDS, STALL_SECONDS, Coordinator, serve
 
 POLICY = RunPolicy(restart_in_place=True, max_infrastructure_restarts=3)
 
 
-def gang(n=3, spares=("spare-0",), t=0.0, **kw):
+def gang(n=3, spares=("spare-0",), t=0.0, stall_seconds=None, **kw):
     """A coordinator whose n ranks and spares have all been heard at time t."""
-    c = Coordinator(n, POLICY, recovery.Counters(**kw), inplace.Ledger(restarts=2))
+    c = Coordinator(n, POLICY, recovery.Counters(**kw), inplace.Ledger(restarts=2), stall_seconds=stall_seconds)
     for r in range(n):
         c.state(r, node=f"n{r}", now=t)
     for s in spares:
@@ -327,3 +327,53 @@ def test_a_supervisor_tunable_out_of_range_is_refused_with_one_sentence(tmp_path
     path = manifests.write(tmp_path / "job.yaml", manifests.job(env=[{"name": supervisor.ENV_LOST, "value": "0"}]))
     proc = subprocess.run([sys.executable, "-m", "railtrain.cli.main", "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and supervisor.TUNABLE_MESSAGE in proc.stderr + proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+
+
+def stepping(c, start, end, every=0.2, ranks=(), spares=()):
+    """The host's loop: step every ``every`` s from ``start`` to ``end``, the given ranks and spares asking each time."""
+    t = start
+    while t <= end + 1e-9:
+        beat(c, ranks, spares, t=t)
+        assert c.step(now=t) is None, t
+        t = round(t + every, 6)
+
+
+def test_a_stall_of_the_host_itself_is_nobodys_silence_and_a_lost_rank_is_still_found_after_it():
+    """Stops 43, 44 and 47 (tests/cli/test_local_spares.py, under load): a rank was given to a spare although its
+    supervisor asked all along; the coordinator's own process had not run for seconds, and its next step counted
+    that time as every rank's silence. With ``stall_seconds``, the excess of a gap between two steps over it is
+    forgiven. (On the old code, the step after the 6 s stall finds ranks 1 and 2 lost and the spare is given one.)"""
+    c = gang(stall_seconds=STALL_SECONDS)
+    stepping(c, 0.0, 2.0, ranks=[0, 1, 2], spares=["spare-0"])
+    # the host stalls from 2.0 to 8.0: no step, no ask answered; then all the queued asks are served at once
+    assert c.step(now=8.0) is None and c.lost(8.0) == {} and not c.state(0, now=8.0)["failed"]
+    beat(c, [1, 2], ["spare-0"], t=8.05)
+    stepping(c, 8.2, 12.0, ranks=[0, 1, 2], spares=["spare-0"])
+    assert not c.state(0, now=12.0)["failed"] and c.holders == {}
+    # rank 2 really falls silent at 12.0: found once its silence passes LOST_SECONDS of the coordinator's listening
+    stepping(c, 12.2, 12.0 + LOST_SECONDS, ranks=[0, 1], spares=["spare-0"])
+    assert c.lost(12.0 + LOST_SECONDS) == {}
+    beat(c, [0, 1], ["spare-0"], t=12.0 + LOST_SECONDS + 0.4)
+    c.step(now=12.0 + LOST_SECONDS + 0.4)
+    assert set(c.lost(12.0 + LOST_SECONDS + 0.4)) == {2}
+
+
+def test_a_host_whose_steps_are_merely_slow_still_finds_a_lost_rank():
+    """Only the excess over ``stall_seconds`` is forgiven: steps every 1.5 s (each gap 0.5 s over) still find rank 2
+    silent, within 3 × LOST_SECONDS."""
+    c = gang(stall_seconds=STALL_SECONDS)
+    t, found = 0.0, None
+    while t < 3 * LOST_SECONDS and found is None:
+        t += 1.5
+        beat(c, [0, 1], ["spare-0"], t=t)
+        c.step(now=t)
+        found = t if 2 in c.lost(t) else None
+    assert found is not None and found > LOST_SECONDS, found
+
+
+def test_without_stall_seconds_every_gap_counts_as_listening():
+    """A caller that steps at times of its own (the other pure tests): a long gap is silence, as before."""
+    c = gang()
+    assert c.step(now=0.0) is None
+    c.step(now=LOST_SECONDS + 1)
+    assert set(c.lost(LOST_SECONDS + 1)) == {0, 1, 2}
