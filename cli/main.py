@@ -189,7 +189,7 @@ def run(
     fault_kill: Annotated[Optional[str], typer.Option("--fault-kill", help="Inject: SIGKILL a rank, e.g. 'rank=1,step=5'.")] = None,
     fault_bad_batch: Annotated[Optional[str], typer.Option("--fault-bad-batch", help="Inject: a batch whose loss is NaN on every try, e.g. 'step=5,rank=-1'.")] = None,
     spares: Annotated[Optional[int], typer.Option("--spares", min=0, max=64, metavar="N", help="Start N hot spare nodes (spec.spares; needs spec.runPolicy.restartInPlace): a lost node's rank goes to a spare and the other nodes restart in place (docs/operator.md, Hot spares).", show_default=False)] = None,
-    fault_lose_node: Annotated[Optional[str], typer.Option("--fault-lose-node", help="Inject: SIGKILL every process of a node (supervisor and workers) once node rank 0 logged the step and every hot spare waits beside the gang, e.g. 'node=1,step=20', as when its machine is lost.")] = None,
+    fault_lose_node: Annotated[Optional[str], typer.Option("--fault-lose-node", help="Inject: SIGKILL every process of a node (supervisor and workers) once node rank 0 logged the step, every node printed a line and every hot spare waits beside the gang, e.g. 'node=1,step=20', as when its machine is lost.")] = None,
     fault_kill_group: Annotated[Optional[str], typer.Option("--fault-kill-group", help="Inject (spec.faultTolerance): SIGKILL every process of a replica group once it logged the step, e.g. 'group=1,step=5'; it is replaced alone (docs/fault-tolerance.md).")] = None,
 ) -> None:
     """Run a TrainingJob's gang as local processes with the same environment its pods would get.

@@ -52,10 +52,11 @@ def spare_plan(job: Any, base_dir: Path, faults: dict[str, str], uid: str) -> Ca
 def lose_node_watcher(text: str | None, job: Any, gang: Callable[[], Any], notify: Callable[[str], None]) -> Callable[[int, str], None]:
     """``--fault-lose-node node=K,step=S``: a line watcher (``on_line``) that SIGKILLs local node ``K`` of the running
     gang (``gang()``) once node rank 0 logged step ``S`` or a later one, once (:class:`railtrain.crds.faults.LoseNodeFault`).
-    With hot spares (``spec.spares``), not before every spare said it waits beside the gang: a spare that never heard
-    the coordinator before node rank 0's machine was lost cannot follow it to its successor, and the fault would test
-    a scene it did not set (a loaded machine starts the spares seconds late: stop 48's runs of the lost-coordinator
-    test restarted the whole gang with "0 spare(s) ready").
+    Not before every node of the gang printed a line (its supervisor asks the coordinator before it starts the
+    workers) and every hot spare (``spec.spares``) said it waits beside the gang: a supervisor or spare that never heard the coordinator before node rank 0's machine was lost cannot follow
+    it to its successor, and the fault would test a scene it did not set (a loaded machine starts some processes
+    seconds late: stop 48's runs of the lost-coordinator test restarted the whole gang, "0 spare(s) ready", or with
+    node 1's supervisor not yet heard). The fault fires at node rank 0's first step line after that.
 
     Raises:
         CliError: a malformed value, or a node the job does not have (exit 2).
@@ -81,15 +82,18 @@ def lose_node_watcher(text: str | None, job: Any, gang: Callable[[], Any], notif
     if last is not None and fault.step > last:
         raise CliError(f"--fault-lose-node: step {fault.step} comes after the job's last step ({last}, --steps in spec.args): the fault could never fire", exit_code=2)
     step_line, fired, lock = re.compile(r"\bstep=(\d+) loss="), [], threading.Lock()
-    waiting_line, waiting = re.compile(r"^railtrain spare (\S+): waiting beside the gang"), set()
+    waiting_line, waiting, training = re.compile(r"^railtrain spare (\S+): waiting beside the gang"), set(), set()
 
     def watch(rank: int, line: str) -> None:
         if line.startswith("railtrain spare") and (w := waiting_line.match(line)):
             waiting.add(w.group(1))
-        if rank != 0 or fired or not (m := step_line.search(line)) or int(m.group(1)) < fault.step:
+        if rank < job.spec.nodes:  # a node's first line: its supervisor asked the coordinator before it started the workers
+            training.add(rank)
+        m = step_line.search(line)
+        if rank != 0 or fired or m is None or int(m.group(1)) < fault.step:
             return
-        if len(waiting) < job.spec.spares:
-            return  # a spare that never heard the coordinator cannot follow it to its successor: the scene is not set yet
+        if len(waiting) < job.spec.spares or len(training) < job.spec.nodes:
+            return  # the scene is not set yet: a node or spare that never heard the coordinator cannot follow it
         with lock:
             if fired:
                 return

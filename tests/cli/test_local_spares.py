@@ -247,9 +247,10 @@ def test_the_pool_is_refilled_so_a_second_stopped_node_also_goes_to_a_spare(tmp_
 
 def test_the_lose_node_fault_waits_for_every_spare_to_wait_beside_the_gang():
     """Stop 48's runs of the lost-coordinator test, under load: the spare started seconds after the ranks, node 0 was
-    lost at step 5 before the spare had heard its coordinator, the spare could not follow it to node 1's supervisor,
-    and the gang restarted with "0 spare(s) ready". The fault now fires at node rank 0's first step line at or after
-    ``step`` once every spare has said it waits. (On the old code it fired at step 5 with no spare waiting.)"""
+    lost at step 5 before the spare had heard its coordinator (or before node 1's supervisor had), nobody could follow
+    it to node 1's supervisor, and the gang restarted. The fault now fires at node rank 0's first step line at or
+    after ``step`` once every node has printed a line and every spare has said it waits. (On the old code it fired at
+    step 5 with no spare waiting.)"""
     from railtrain.cli import runlocal
     from railtrain.crds.validation import parse_manifest
 
@@ -266,10 +267,12 @@ def test_the_lose_node_fault_waits_for_every_spare_to_wait_beside_the_gang():
     watch(0, "step=5 loss=1.0")
     watch(2, "railtrain spare spare-0: waiting beside the gang at attempt 0")
     watch(0, "step=6 loss=1.0")
-    assert killed == []  # one of two spares waits
+    assert killed == []  # one of two spares waits, and node 1 has not trained yet
     watch(3, "railtrain spare spare-1: waiting beside the gang at attempt 0")
-    watch(1, "step=7 loss=1.0")  # another node's step: not node rank 0's
-    assert killed == []
     watch(0, "step=7 loss=1.0")
+    assert killed == []  # node 1 printed nothing yet (stop 48: its supervisor, never heard, could not host the coordinator)
+    watch(1, "threads: 1 per process")  # node 1's first line: not node rank 0's step, so not yet
+    assert killed == []
     watch(0, "step=8 loss=1.0")
-    assert killed == [0] and said == ["--fault-lose-node: node 0's processes killed at step 7 (its machine lost)"]
+    watch(0, "step=9 loss=1.0")
+    assert killed == [0] and said == ["--fault-lose-node: node 0's processes killed at step 8 (its machine lost)"]
