@@ -49,11 +49,26 @@ HOLD = "railtrain.dev/test-hold"
 
 
 def hold_workload(custom, ns, name, hold):
-    """Add (``hold``) or remove the finalizer :data:`HOLD` on the Workload ``ns/name``, guarded by the version read."""
-    stored = workload_of(custom, ns, name)
-    finalizers = [f for f in stored["metadata"].get("finalizers") or [] if f != HOLD] + ([HOLD] if hold else [])
-    patch = {"metadata": {"finalizers": finalizers, "resourceVersion": stored["metadata"]["resourceVersion"]}}
-    custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.WORKLOADS, name, patch)
+    """Add (``hold``) or remove the finalizer :data:`HOLD` on the Workload ``ns/name``, guarded by the version read.
+
+    Kueue and the operator write the same Workload (its status, its admission) meanwhile: a write that lost to one of
+    theirs (409 Conflict) reads the Workload again and tries again, until 30 s have passed (stop 48's fresh-clone run
+    met the conflict once, as the test put its finalizer on)."""
+    from kubernetes.client.rest import ApiException
+
+    def write() -> bool:
+        stored = workload_of(custom, ns, name)
+        finalizers = [f for f in stored["metadata"].get("finalizers") or [] if f != HOLD] + ([HOLD] if hold else [])
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": stored["metadata"]["resourceVersion"]}}
+        try:
+            custom.patch_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.WORKLOADS, name, patch)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    wait_for(write, 30, f"the finalizer {HOLD} {'on' if hold else 'off'} Workload {ns}/{name} (no conflicting write)")
 
 
 def describe(kubeconfig, ns, name):
