@@ -53,10 +53,11 @@ def lose_node_watcher(text: str | None, job: Any, gang: Callable[[], Any], notif
     """``--fault-lose-node node=K,step=S``: a line watcher (``on_line``) that SIGKILLs local node ``K`` of the running
     gang (``gang()``) once node rank 0 logged step ``S`` or a later one, once (:class:`railtrain.crds.faults.LoseNodeFault`).
     Not before every node of the gang printed a line (its supervisor asks the coordinator before it starts the
-    workers) and every hot spare (``spec.spares``) said it waits beside the gang: a supervisor or spare that never heard the coordinator before node rank 0's machine was lost cannot follow
-    it to its successor, and the fault would test a scene it did not set (a loaded machine starts some processes
-    seconds late: stop 48's runs of the lost-coordinator test restarted the whole gang, "0 spare(s) ready", or with
-    node 1's supervisor not yet heard). The fault fires at node rank 0's first step line after that.
+    workers) and every hot spare (``spec.spares``) said it waits beside the gang: a supervisor or spare that never
+    heard the coordinator before node rank 0's machine was lost cannot follow it to its successor, and the fault
+    would test a scene it did not set (a loaded machine starts some processes seconds late: stop 48's runs of the
+    lost-coordinator test restarted the whole gang, "0 spare(s) ready", or with node 1's supervisor not yet heard).
+    The fault fires at node rank 0's first step line after that.
 
     Raises:
         CliError: a malformed value, or a node the job does not have (exit 2).

@@ -465,8 +465,7 @@ class Supervisor:
             if self.coordinator is not None:
                 self.coordinator.step()
             try:
-                query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
-                state = self.link.call(f"/state?{query}")
+                state = self.link.call(f"/state?{self._ask()}")
                 if state.get("replaced"):
                     raise Replaced(f"node rank {self.rank} was given to hot spare {(state.get('holders') or {}).get(str(self.rank), '?')}: "
                                    f"{state.get('why') or 'it was silent long enough to count as lost'}")  # fmt: skip
@@ -478,6 +477,10 @@ class Supervisor:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the gang's coordinator at {self.url} did not answer") from None
                 time.sleep(POLL_SECONDS)
+
+    def _ask(self) -> str:
+        """The query of this rank's ``GET /state``, its heartbeat: rank, node, the spare it started as, its address."""
+        return urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
 
     def _attempt_env(self, attempt: int, spent: set[str], message: Path) -> dict[str, str]:
         job = self.env.get(contract.ENV_JOB_NAME) or "job"
@@ -565,7 +568,7 @@ class Supervisor:
         load, docs/testing.md). The answers are not acted on; the main loop asks again after the block. The link
         is used by the thread only while the main loop waits in the block."""
         done = threading.Event()
-        query = urllib.parse.urlencode({"rank": self.rank, "node": self.env.get(contract.ENV_NODE_NAME, ""), "who": self.who, "addr": self.link.addr})
+        query = self._ask()
 
         def beat() -> None:
             while not done.wait(POLL_SECONDS):
