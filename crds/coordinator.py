@@ -76,8 +76,8 @@ LOST_SECONDS = 5.0
 STALL_SECONDS = 1.0
 """The longest gap between two of the host's :meth:`Coordinator.step` calls (made every 0.2 s) that counts as the
 coordinator listening; the excess of a longer gap is a stall of the host's own (its process starved of CPU, or its
-loop blocked): nobody's silence is counted over it. Found under load: ranks were given to spares, or the gang
-restarted, because the coordinator itself had not run for seconds (docs/testing.md, stops 43, 44 and 47)."""
+loop blocked): nobody's silence is counted over it. The kind stop 44's run named under load (a supervisor taken for
+lost, docs/testing.md): a coordinator that had not run for seconds would count that time as every rank's silence."""
 DONE = "done"
 """The path of a gang whose every rank succeeded."""
 
