@@ -132,8 +132,9 @@ def test_node_rank_0_lost_its_spare_takes_rank_0_read_from_another_supervisor_s_
     assert any(ranks[1].status.pod_ip in u and u.endswith("/ledger") for u in asked)
 
     def taken():
-        now = split(pods_of(core, namespace, "zero"))[0]
-        return now if 0 in now and now[0].metadata.name == spare.metadata.name and all(p.metadata.name != "zero-0" for p in pods_of(core, namespace, "zero")) else None
+        pods = pods_of(core, namespace, "zero")  # one list per poll
+        now = split(pods)[0]
+        return now if 0 in now and now[0].metadata.name == spare.metadata.name and all(p.metadata.name != "zero-0" for p in pods) else None
 
     now = wait_for(taken, 60, "rank 0 held by the spare pod and zero-0 gone")
     assert now[1].metadata.uid == ranks[1].metadata.uid and now[0].metadata.uid == spare.metadata.uid  # nothing recreated
@@ -179,9 +180,10 @@ def test_a_verdict_that_sends_a_node_out_gives_its_rank_to_the_spare_and_the_ope
     assert (st["phase"], st.get("restarts", 0), st["infrastructureRestarts"], st["avoidNodes"]) == ("Running", 0, 1, [bad])
     assert [(q["node"], q["verdict"]) for q in st["quarantines"]] == [(bad, "hardware-suspect")] and st["inPlace"]["nodesLeft"] == 1
 
-    def taken():
-        now, spares = split(pods_of(core, namespace, "sdc"))
-        gone = all(p.metadata.name != "sdc-1" for p in pods_of(core, namespace, "sdc"))
+    def taken():  # one list per poll (stop 47's CI: two lists in one poll saw two moments)
+        pods = pods_of(core, namespace, "sdc")
+        now, spares = split(pods)
+        gone = all(p.metadata.name != "sdc-1" for p in pods)
         return (now, spares) if now.get(1) is not None and now[1].metadata.name == spare.metadata.name and gone and len(spares) == 1 else None
 
     now, [refill] = wait_for(taken, 60, "rank 1 held by the spare, its old pod gone, a new spare bound")
